@@ -1,0 +1,36 @@
+# Two entry points (README): `make demo` runs the main job, `make test` runs the tests.
+# Both create .venv and install the project with pinned versions (constraints.txt) first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo demo-full test test-all bench install clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,torch]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m train.main --workdir=checkpoints/demo
+
+demo-full: $(STAMP)
+	$(PY) -m train.main --workdir=checkpoints/demo_full --full
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -n 2 -q -m ''
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) checkpoints/demo checkpoints/demo_full

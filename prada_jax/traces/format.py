@@ -1,0 +1,356 @@
+"""Step-trace format: the arrays of a forest of step trees, their files, and their validation.
+
+A trace set is one folder with two files (DESIGN §2):
+
+* ``nodes.safetensors``: flat arrays, no pickle. Per node (index = node id, ``N`` nodes):
+
+  ================  ===========  =========  ==================================================
+  field             shape        dtype      meaning
+  ================  ===========  =========  ==================================================
+  ``feat``          [N, F]       float32    what the edge observes about its own draft
+  ``prm``           [N]          float32    PRM score of the prefix x_k, in [0, 1]
+  ``cand_prm``      [N, 2]       float32    PRM of x_k + SLM draft (0), x_k + LLM step (1)
+  ``cand_tokens``   [N, 2]       int32      tokens of the SLM draft (0) and LLM step (1), >= 1
+  ``ctx_tokens``    [N]          int32      tokens in x_k (prompt + previous steps), >= 1
+  ``child``         [N, 2]       int32      successor node id per candidate, -1 = not expanded
+  ``terminal``      [N, 2]       uint8      candidate finishes the solution (0/1)
+  ``correct``       [N, 2]       uint8      terminal candidate's final answer is right (0/1)
+  ``fallback``      [N]          int32      successor used when the chosen non-terminal child
+                                            was not expanded (-1 = none needed)
+  ``depth``         [N]          int32      step index k of the node (root = 0)
+  ``problem``       [N]          int32      problem index of the node
+  ================  ===========  =========  ==================================================
+
+  Per problem (``P`` problems): ``root`` [P] int32 (node id), ``n_nodes`` [P] int32,
+  ``answer_id`` [P] int32. Nodes of problem p are contiguous and start at ``root[p]``.
+
+* ``meta.json``: ``format_version``, ``benchmark``, ``synthetic`` (bool), ``models``
+  (``slm``, ``llm``, ``prm`` names), ``feature_dim``, ``feature_names``, ``counts``
+  (``problems``, ``nodes``), ``max_depth``, ``generator`` (settings), ``content_hash``
+  (``sha256:`` of the bytes of ``nodes.safetensors``).
+
+Edges (child and fallback) always go from depth k to depth k + 1, so the graph is acyclic
+and every path ends within ``max_depth`` + 1 steps; the validator checks this.
+Loading parses safetensors (a header + raw buffers) and JSON only: nothing in the files can
+run code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flax import struct
+
+FORMAT_VERSION = 1
+NODES_FILE = "nodes.safetensors"
+META_FILE = "meta.json"
+
+# name -> (dtype, shape spec). "N" nodes, "P" problems, "F" feature dim, ints are literal.
+NODE_FIELDS: dict[str, tuple[np.dtype, tuple]] = {
+    "feat": (np.dtype(np.float32), ("N", "F")),
+    "prm": (np.dtype(np.float32), ("N",)),
+    "cand_prm": (np.dtype(np.float32), ("N", 2)),
+    "cand_tokens": (np.dtype(np.int32), ("N", 2)),
+    "ctx_tokens": (np.dtype(np.int32), ("N",)),
+    "child": (np.dtype(np.int32), ("N", 2)),
+    "terminal": (np.dtype(np.uint8), ("N", 2)),
+    "correct": (np.dtype(np.uint8), ("N", 2)),
+    "fallback": (np.dtype(np.int32), ("N",)),
+    "depth": (np.dtype(np.int32), ("N",)),
+    "problem": (np.dtype(np.int32), ("N",)),
+}
+PROBLEM_FIELDS: dict[str, tuple[np.dtype, tuple]] = {
+    "root": (np.dtype(np.int32), ("P",)),
+    "n_nodes": (np.dtype(np.int32), ("P",)),
+    "answer_id": (np.dtype(np.int32), ("P",)),
+}
+ALL_FIELDS = {**NODE_FIELDS, **PROBLEM_FIELDS}
+REQUIRED_META = ("format_version", "benchmark", "synthetic", "models", "feature_dim",
+                 "counts", "max_depth", "content_hash")
+
+
+class TraceFormatError(ValueError):
+    """A trace folder that is malformed. The message names the file and the field."""
+
+    def __init__(self, path: os.PathLike | str, field: str, problem: str):
+        self.path = str(path)
+        self.field = field
+        super().__init__(f"{path}: field '{field}': {problem}")
+
+
+@struct.dataclass
+class TraceSet:
+    """Arrays of one trace set (see the module docstring for shapes and meanings).
+
+    A pytree of NumPy arrays: ``jax.device_put(traces)`` moves it to a device, and it can sit
+    in env params so one compiled env step serves any trace set of the same shapes.
+    """
+
+    feat: Any
+    prm: Any
+    cand_prm: Any
+    cand_tokens: Any
+    ctx_tokens: Any
+    child: Any
+    terminal: Any
+    correct: Any
+    fallback: Any
+    depth: Any
+    problem: Any
+    root: Any
+    n_nodes: Any
+    answer_id: Any
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.prm.shape[0])
+
+    @property
+    def num_problems(self) -> int:
+        return int(self.root.shape[0])
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.feat.shape[1])
+
+    def to_dict(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(getattr(self, k)) for k in ALL_FIELDS}
+
+
+def file_hash(path: os.PathLike | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def save(traces: TraceSet, out_dir: os.PathLike | str, meta: dict) -> Path:
+    """Validates ``traces`` and writes ``nodes.safetensors`` + ``meta.json`` into ``out_dir``.
+
+    ``meta`` needs at least ``benchmark``, ``synthetic``, ``models``; counts, feature dim,
+    max depth, format version and content hash are filled in here. Files are written to
+    temporary names and renamed, so an interrupted save never leaves a half-written set.
+    """
+    from safetensors.numpy import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = {k: np.ascontiguousarray(v) for k, v in traces.to_dict().items()}
+    for name, (dtype, _) in ALL_FIELDS.items():
+        if arrays[name].dtype != dtype:
+            raise TraceFormatError(out / NODES_FILE, name,
+                                   f"dtype {arrays[name].dtype}, expected {dtype}")
+    max_depth = int(arrays["depth"].max()) if arrays["depth"].size else 0
+    full_meta = dict(meta)
+    full_meta.update(
+        format_version=FORMAT_VERSION,
+        feature_dim=int(arrays["feat"].shape[1]),
+        counts={"problems": int(arrays["root"].shape[0]), "nodes": int(arrays["prm"].shape[0])},
+        max_depth=max_depth,
+    )
+    full_meta.setdefault("feature_names", [f"f{i}" for i in range(arrays["feat"].shape[1])])
+    validate_arrays(arrays, full_meta, out / NODES_FILE)
+    tmp_nodes = out / (NODES_FILE + ".tmp")
+    save_file(arrays, str(tmp_nodes))
+    full_meta["content_hash"] = file_hash(tmp_nodes)
+    tmp_meta = out / (META_FILE + ".tmp")
+    tmp_meta.write_text(json.dumps(full_meta, indent=2, sort_keys=True))
+    os.replace(tmp_nodes, out / NODES_FILE)
+    os.replace(tmp_meta, out / META_FILE)
+    return out
+
+
+def read_meta(path: os.PathLike | str) -> dict:
+    """Reads and checks ``meta.json`` of a trace folder."""
+    path = Path(path)
+    meta_path = path / META_FILE
+    if not path.is_dir():
+        raise TraceFormatError(path, "<folder>", "not a directory")
+    if not meta_path.is_file():
+        raise TraceFormatError(meta_path, "<file>", "missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceFormatError(meta_path, "<json>", f"not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise TraceFormatError(meta_path, "<json>", "top level must be an object")
+    for key in REQUIRED_META:
+        if key not in meta:
+            raise TraceFormatError(meta_path, key, "missing")
+    version = meta["format_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TraceFormatError(meta_path, "format_version", f"must be an integer, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise TraceFormatError(meta_path, "format_version",
+                               f"version {version} is newer than this reader ({FORMAT_VERSION}); "
+                               "upgrade prada_jax")
+    if version < 1:
+        raise TraceFormatError(meta_path, "format_version", f"invalid version {version}")
+    if not isinstance(meta["synthetic"], bool):
+        raise TraceFormatError(meta_path, "synthetic", "must be true or false")
+    if not isinstance(meta["feature_dim"], int) or meta["feature_dim"] < 1:
+        raise TraceFormatError(meta_path, "feature_dim", "must be a positive integer")
+    counts = meta["counts"]
+    if not (isinstance(counts, dict) and isinstance(counts.get("problems"), int)
+            and isinstance(counts.get("nodes"), int)):
+        raise TraceFormatError(meta_path, "counts", "must hold integer 'problems' and 'nodes'")
+    if not isinstance(meta["content_hash"], str) or not meta["content_hash"].startswith("sha256:"):
+        raise TraceFormatError(meta_path, "content_hash", "must be 'sha256:<hex>'")
+    return meta
+
+
+def _read_arrays(nodes_path: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    if not nodes_path.is_file():
+        raise TraceFormatError(nodes_path, "<file>", "missing")
+    try:
+        return load_file(str(nodes_path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise TraceFormatError(nodes_path, "<safetensors>",
+                               f"cannot parse (truncated or corrupt?): {e}") from None
+
+
+def load(path: os.PathLike | str, *, check_hash: bool = True) -> TraceSet:
+    """Loads and fully validates a trace folder.
+
+    Args:
+      path: folder with ``nodes.safetensors`` and ``meta.json``.
+      check_hash: compare the sha256 of ``nodes.safetensors`` with ``meta.json``.
+
+    Returns:
+      a ``TraceSet`` of NumPy arrays (use ``jax.device_put`` to move it).
+
+    Raises:
+      TraceFormatError: naming the file and the field, for anything malformed.
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    nodes_path = path / NODES_FILE
+    if check_hash and nodes_path.is_file():
+        actual = file_hash(nodes_path)
+        if actual != meta["content_hash"]:
+            raise TraceFormatError(nodes_path, "content_hash",
+                                   f"file hash {actual[:19]}... does not match meta.json "
+                                   f"({meta['content_hash'][:19]}...): file changed or corrupt")
+    arrays = _read_arrays(nodes_path)
+    validate_arrays(arrays, meta, nodes_path)
+    return TraceSet(**{k: arrays[k] for k in ALL_FIELDS})
+
+
+def validate(path: os.PathLike | str) -> dict:
+    """Validates a trace folder; returns its meta. Raises ``TraceFormatError``."""
+    load(path)
+    return read_meta(path)
+
+
+def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLike | str) -> None:
+    """Checks every field of a trace set's arrays. Raises ``TraceFormatError`` naming it."""
+    where = Path(where)
+    for name in ALL_FIELDS:
+        if name not in arrays:
+            raise TraceFormatError(where, name, "missing")
+    extra = set(arrays) - set(ALL_FIELDS)
+    if extra:
+        raise TraceFormatError(where, sorted(extra)[0], "unknown field")
+    n = arrays["prm"].shape[0] if arrays["prm"].ndim == 1 else -1
+    p = arrays["root"].shape[0] if arrays["root"].ndim == 1 else -1
+    f = meta.get("feature_dim")
+    dims = {"N": n, "P": p, "F": f}
+    for name, (dtype, spec) in ALL_FIELDS.items():
+        a = arrays[name]
+        if a.dtype != dtype:
+            raise TraceFormatError(where, name, f"dtype {a.dtype}, expected {dtype}")
+        want = tuple(dims[s] if isinstance(s, str) else s for s in spec)
+        if a.shape != want:
+            raise TraceFormatError(where, name, f"shape {a.shape}, expected {want} "
+                                   f"(N={n} nodes, P={p} problems, F={f} from meta feature_dim)")
+    counts = meta.get("counts", {})
+    if counts.get("nodes") != n:
+        raise TraceFormatError(where, "counts.nodes", f"meta says {counts.get('nodes')}, file has {n}")
+    if counts.get("problems") != p:
+        raise TraceFormatError(where, "counts.problems",
+                               f"meta says {counts.get('problems')}, file has {p}")
+    if n < 1 or p < 1:
+        raise TraceFormatError(where, "prm" if n < 1 else "root", "empty trace set")
+
+    for name in ("feat", "prm", "cand_prm"):
+        if not np.all(np.isfinite(arrays[name])):
+            bad = int(np.argwhere(~np.isfinite(arrays[name]))[0][0])
+            raise TraceFormatError(where, name, f"non-finite value at node {bad}")
+    for name in ("prm", "cand_prm"):
+        a = arrays[name]
+        if a.min() < 0 or a.max() > 1:
+            raise TraceFormatError(where, name, f"values must lie in [0, 1], got "
+                                   f"[{a.min():.4g}, {a.max():.4g}]")
+    for name in ("cand_tokens", "ctx_tokens"):
+        if arrays[name].min() < 1:
+            raise TraceFormatError(where, name, "token counts must be >= 1")
+    for name in ("terminal", "correct"):
+        if arrays[name].max() > 1:
+            raise TraceFormatError(where, name, "must be 0 or 1")
+    terminal = arrays["terminal"].astype(bool)
+    if np.any(arrays["correct"].astype(bool) & ~terminal):
+        raise TraceFormatError(where, "correct", "set on a non-terminal candidate")
+
+    child, fallback, depth = arrays["child"], arrays["fallback"], arrays["depth"]
+    if child.min() < -1 or child.max() >= n:
+        raise TraceFormatError(where, "child", f"ids must be -1 or in [0, {n}), got "
+                               f"[{child.min()}, {child.max()}]")
+    if fallback.min() < -1 or fallback.max() >= n:
+        raise TraceFormatError(where, "fallback", f"ids must be -1 or in [0, {n}), got "
+                               f"[{fallback.min()}, {fallback.max()}]")
+    if np.any(terminal & (child >= 0)):
+        raise TraceFormatError(where, "child", "a terminal candidate has a successor")
+    if depth.min() < 0:
+        raise TraceFormatError(where, "depth", "must be >= 0")
+    max_depth = meta.get("max_depth")
+    if max_depth is not None and depth.max() > max_depth:
+        raise TraceFormatError(where, "depth", f"{depth.max()} exceeds meta max_depth {max_depth}")
+
+    # Every non-terminal candidate has somewhere to go: its child, else the fallback.
+    dangling = ~terminal & (child < 0) & (fallback[:, None] < 0)
+    if np.any(dangling):
+        node = int(np.argwhere(dangling)[0][0])
+        raise TraceFormatError(where, "fallback",
+                               f"node {node}: a non-terminal candidate has no child and no "
+                               "fallback (a path with no end)")
+    # Edges go one step deeper: no cycles, and every path ends within max_depth + 1 steps.
+    ids = np.arange(n)
+    for c in (0, 1):
+        has = child[:, c] >= 0
+        bad = has & (depth[np.maximum(child[:, c], 0)] != depth + 1)
+        if np.any(bad):
+            node = int(ids[bad][0])
+            raise TraceFormatError(where, "child", f"node {node}: child {child[node, c]} is not "
+                                   "one step deeper (cycle or malformed tree)")
+    has_fb = fallback >= 0
+    bad = has_fb & (depth[np.maximum(fallback, 0)] != depth + 1)
+    if np.any(bad):
+        node = int(ids[bad][0])
+        raise TraceFormatError(where, "fallback", f"node {node}: fallback {fallback[node]} is not "
+                               "one step deeper (cycle or malformed tree)")
+    # Nodes of a problem are contiguous from its root; edges stay inside the problem.
+    root, n_nodes, problem = arrays["root"], arrays["n_nodes"], arrays["problem"]
+    if np.any(n_nodes < 1) or int(n_nodes.sum()) != n:
+        raise TraceFormatError(where, "n_nodes", f"must be >= 1 and sum to {n}")
+    starts = np.concatenate([[0], np.cumsum(n_nodes)[:-1]]).astype(np.int64)
+    if not np.array_equal(root.astype(np.int64), starts):
+        raise TraceFormatError(where, "root", "roots must be the first node of each problem's "
+                               "contiguous block")
+    if not np.array_equal(problem, np.repeat(np.arange(p, dtype=np.int32), n_nodes)):
+        raise TraceFormatError(where, "problem", "does not match root/n_nodes blocks")
+    if np.any(depth[root] != 0):
+        raise TraceFormatError(where, "depth", "roots must have depth 0")
+    for name, succ in (("child", child), ("fallback", fallback[:, None])):
+        src = np.broadcast_to(problem[:, None], succ.shape)
+        ok = (succ < 0) | (problem[np.maximum(succ, 0)] == src)
+        if not np.all(ok):
+            node = int(np.argwhere(~ok)[0][0])
+            raise TraceFormatError(where, name, f"node {node} points into another problem")
