@@ -1,0 +1,188 @@
+"""Helpers shared by the launchers: validate config fields, write the resolved config, start-up.
+
+Validation raises ``ConfigError`` (a ``ValueError``) whose message names the field as the user
+types it on the command line, e.g. ``config.ppo.lr must be > 0, got -0.001``.
+
+Typical launcher::
+
+    def train_and_evaluate(config, workdir):
+        check_positive(config, "ppo.lr")
+        check_divides(config, "ppo.minibatch_size", batch, batch_name="num_envs*rollout_len")
+        workdir = prepare_workdir(workdir)
+        write_config_json(config, workdir)          # <workdir>/config.json
+        ...
+
+    def main(argv):
+        reject_extra_argv(argv)
+        logging.info(runtime_info())
+        train_and_evaluate(FLAGS.config, FLAGS.workdir)
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+__all__ = [
+    "ConfigError", "get_field", "check", "check_positive", "check_nonnegative", "check_range",
+    "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
+    "write_config_json", "read_config_json", "prepare_workdir", "reject_extra_argv",
+    "runtime_info",
+]
+
+
+class ConfigError(ValueError):
+    """A config field with a bad value; the message starts with ``config.<field>``."""
+
+
+def get_field(config: Any, field: str) -> Any:
+    """Value of a dotted field (``"ppo.lr"``) of a ConfigDict / dict / attribute object.
+
+    Raises ConfigError naming the field if it is missing.
+    """
+    node = config
+    for part in field.split("."):
+        try:
+            node = node[part] if isinstance(node, dict) or hasattr(node, "keys") else \
+                getattr(node, part)
+        except (KeyError, AttributeError):
+            raise ConfigError(f"config.{field} is missing") from None
+    return node
+
+
+def check(condition: bool, field: str, message: str) -> None:
+    """Raises ``ConfigError("config.<field> <message>")`` unless ``condition``."""
+    if not condition:
+        raise ConfigError(f"config.{field} {message}")
+
+
+def _number(config: Any, field: str) -> float:
+    value = get_field(config, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"config.{field} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"config.{field} must be finite, got {value!r}")
+    return value
+
+
+def check_positive(config: Any, *fields: str) -> None:
+    """Each field is a finite number > 0."""
+    for f in fields:
+        v = _number(config, f)
+        check(v > 0, f, f"must be > 0, got {v!r}")
+
+
+def check_nonnegative(config: Any, *fields: str) -> None:
+    """Each field is a finite number >= 0."""
+    for f in fields:
+        v = _number(config, f)
+        check(v >= 0, f, f"must be >= 0, got {v!r}")
+
+
+def check_range(config: Any, field: str, low: float, high: float, *,
+                low_open: bool = False, high_open: bool = False) -> None:
+    """``low <= value <= high`` (strict where ``*_open``)."""
+    v = _number(config, field)
+    ok_low = v > low if low_open else v >= low
+    ok_high = v < high if high_open else v <= high
+    lo_br = "(" if low_open else "["
+    hi_br = ")" if high_open else "]"
+    check(ok_low and ok_high, field, f"must lie in {lo_br}{low}, {high}{hi_br}, got {v!r}")
+
+
+def check_int(config: Any, *fields: str, minimum: int | None = None) -> None:
+    """Each field is an int (not bool), optionally ``>= minimum``."""
+    for f in fields:
+        v = get_field(config, f)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"config.{f} must be an integer, got {v!r}")
+        if minimum is not None:
+            check(v >= minimum, f, f"must be >= {minimum}, got {v}")
+
+
+def check_choice(config: Any, field: str, choices: Iterable[Any]) -> None:
+    """Field value is one of ``choices``."""
+    choices = list(choices)
+    v = get_field(config, field)
+    check(v in choices, field, f"must be one of {choices}, got {v!r}")
+
+
+def check_divides(config: Any, field: str, total: int, *, total_name: str) -> None:
+    """The (int) field divides ``total`` exactly; ``total_name`` says how total is formed."""
+    v = get_field(config, field)
+    check_int(config, field, minimum=1)
+    check(total % v == 0, field,
+          f"({v}) must divide {total_name} ({total}) exactly")
+
+
+def config_to_dict(config: Any) -> dict:
+    """A plain nested dict of a ConfigDict (or dict)."""
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    return dict(config)
+
+
+def config_to_json(config: Any) -> str:
+    """Indented, key-sorted JSON of the config (non-JSON values via ``repr``)."""
+    return json.dumps(config_to_dict(config), indent=2, sort_keys=True, default=repr)
+
+
+def write_config_json(config: Any, workdir: os.PathLike | str,
+                      filename: str = "config.json") -> Path:
+    """Writes the resolved config to ``<workdir>/<filename>`` (atomically); returns the path."""
+    path = Path(workdir) / filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(config_to_json(config) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
+    """Reads ``<workdir>/config.json`` back as an ``ml_collections.ConfigDict``.
+
+    Raises FileNotFoundError / ValueError naming the file.
+    """
+    import ml_collections
+
+    path = Path(workdir) / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (is {workdir} a run directory?)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: top level must be an object")
+    return ml_collections.ConfigDict(data)
+
+
+def prepare_workdir(workdir: os.PathLike | str | None) -> Path:
+    """Creates the run directory; raises ConfigError if the flag is empty or it is a file."""
+    if not workdir:
+        raise ConfigError("--workdir is required")
+    path = Path(workdir).absolute()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--workdir={workdir} exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def reject_extra_argv(argv: Sequence[str]) -> None:
+    """absl leaves unparsed positional args in ``argv[1:]``: refuse them."""
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected command-line arguments: {' '.join(argv[1:])} "
+                         "(use --config.<field>=<value> to override config fields)")
+
+
+def runtime_info() -> str:
+    """One line: Python, JAX version, backend, devices and process index."""
+    import jax
+
+    devices = jax.devices()
+    return (f"python {platform.python_version()}, jax {jax.__version__}, backend "
+            f"{jax.default_backend()}, {len(devices)} device(s) [{devices[0].device_kind}], "
+            f"process {jax.process_index()}/{jax.process_count()}")

@@ -1,0 +1,95 @@
+"""TensorBoard writer (tensorboardX) for scalars, text and images, active on JAX process 0 only.
+
+Tags are namespaced with slashes (``train/policy_loss``, ``env/offload_rate``,
+``dual/lambda_s``, ``eval/accuracy``). On every process other than 0 all calls are no-ops, so
+launchers can call the writer unconditionally in multi-host runs.
+
+Example::
+
+    with MetricWriter(workdir / "tb") as w:
+        w.write_scalars(env_steps, {"train/policy_loss": 0.1, "train/approx_kl": 0.01})
+        w.write_texts(0, {"config": config.to_json_best_effort(indent=2)})
+        w.write_images(step, {"eval/curve": rgb_uint8_hwc})
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Mapping
+
+import jax
+import numpy as np
+
+__all__ = ["MetricWriter", "all_finite"]
+
+
+class MetricWriter:
+    """Writes TensorBoard events into ``logdir`` (created if missing).
+
+    Args:
+      logdir: event folder; use ``<workdir>/tb`` (or ``<workdir>/tb/seed<k>`` per seed).
+      enabled: write at all; default ``jax.process_index() == 0``.
+      flush_secs: tensorboardX flush interval in seconds.
+    """
+
+    def __init__(self, logdir: os.PathLike | str, *, enabled: bool | None = None,
+                 flush_secs: int = 10):
+        self.logdir = Path(logdir)
+        self.enabled = (jax.process_index() == 0) if enabled is None else bool(enabled)
+        self._writer = None
+        if self.enabled:
+            from tensorboardX import SummaryWriter
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            self._writer = SummaryWriter(str(self.logdir), flush_secs=flush_secs)
+
+    def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        """One point per tag at x = ``step``. Values are converted with ``float()``; NaN/inf
+        are written as they are (TensorBoard shows them), so the caller decides whether a
+        non-finite value stops the run."""
+        if not self.enabled:
+            return
+        for tag, value in scalars.items():
+            self._writer.add_scalar(tag, float(np.asarray(value)), global_step=int(step))
+
+    def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
+        """Markdown text per tag (e.g. the resolved config)."""
+        if not self.enabled:
+            return
+        for tag, text in texts.items():
+            self._writer.add_text(tag, str(text), global_step=int(step))
+
+    def write_images(self, step: int, images: Mapping[str, np.ndarray]) -> None:
+        """Images per tag, each ``[H, W]`` (grey) or ``[H, W, C]`` with C in {1, 3, 4};
+        uint8 in [0, 255] or float in [0, 1]."""
+        if not self.enabled:
+            return
+        for tag, img in images.items():
+            arr = np.asarray(img)
+            if arr.ndim == 2:
+                arr = arr[:, :, None]
+            if arr.ndim != 3 or arr.shape[2] not in (1, 3, 4):
+                raise ValueError(f"write_images: image '{tag}' must be [H, W] or [H, W, C] with "
+                                 f"C in (1, 3, 4), got shape {arr.shape}")
+            self._writer.add_image(tag, arr, global_step=int(step), dataformats="HWC")
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self.enabled = False
+
+    def __enter__(self) -> "MetricWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def all_finite(scalars: Mapping[str, float]) -> bool:
+    """True iff every value is a finite number."""
+    return all(math.isfinite(float(np.asarray(v))) for v in scalars.values())
