@@ -1,0 +1,151 @@
+"""Summaries of per-seed evaluation metrics: mean ± 95% CI per policy, terminal table, JSON, CSV,
+TensorBoard scalars.
+
+Input everywhere: ``per_seed = {policy: {metric: [value per seed]}}`` (S seeds, the same seeds
+for every policy so ratios can be paired). Metric names and units are listed in ``METRICS``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from evals import stats
+
+# name -> (column header, unit, digits, scale for display)
+METRICS: dict[str, tuple[str, str, int, float]] = {
+    "accuracy": ("acc", "fraction of finished problems answered correctly", 3, 1.0),
+    "latency_mean_s": ("lat mean s", "mean end-to-end latency per finished problem (s)", 2, 1.0),
+    "latency_p95_s": ("lat p95 s", "95th percentile end-to-end latency (s)", 2, 1.0),
+    "processing_s": ("proc s", "mean processing (SLM + LLM compute) delay per problem (s)", 2,
+                     1.0),
+    "communication_s": ("comm s", "mean communication (uplink + downlink) delay per problem (s)",
+                        2, 1.0),
+    "queueing_s": ("queue s", "mean queueing delay per problem (s)", 2, 1.0),
+    "offload_rate": ("offload", "share of decisions executed on the server", 3, 1.0),
+    "server_util": ("util", "mean busy server units / M", 3, 1.0),
+    "outage_rate": ("outage", "share of upload attempts lost to outage", 3, 1.0),
+    "blocked_rate": ("blocked", "share of arrivals blocked (env full)", 3, 1.0),
+    "fallback_share": ("fallback", "share of steps that used a trace fallback", 3, 1.0),
+    "finished": ("finished", "problems finished per run", 0, 1.0),
+}
+TABLE_METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
+                 "queueing_s", "offload_rate", "server_util", "outage_rate", "blocked_rate",
+                 "fallback_share")
+
+
+def summarize(per_seed: Mapping[str, Mapping[str, Sequence[float]]],
+              confidence: float = 0.95) -> dict[str, dict[str, stats.MeanCI]]:
+    """policy -> metric -> MeanCI over seeds."""
+    return {pol: {m: stats.mean_ci(v, confidence) for m, v in metrics.items()}
+            for pol, metrics in per_seed.items()}
+
+
+def ratios(per_seed: Mapping[str, Mapping[str, Sequence[float]]], policy: str, reference: str,
+           metrics: Sequence[str] = ("accuracy", "latency_mean_s"),
+           confidence: float = 0.95) -> dict[str, stats.MeanCI]:
+    """Per-seed paired ratio ``policy / reference`` of each metric, with a CI."""
+    for name in (policy, reference):
+        if name not in per_seed:
+            raise KeyError(f"policy '{name}' not in results (have {sorted(per_seed)})")
+    return {m: stats.paired_ratio_ci(per_seed[policy][m], per_seed[reference][m], confidence)
+            for m in metrics}
+
+
+def format_table(summary: Mapping[str, Mapping[str, stats.MeanCI]],
+                 metrics: Sequence[str] = TABLE_METRICS, title: str | None = None) -> str:
+    """Fixed-width text table: one row per policy, ``mean ± half-width`` per metric."""
+    cols = [m for m in metrics if any(m in row for row in summary.values())]
+    header = ["policy"] + [METRICS[m][0] if m in METRICS else m for m in cols]
+    rows = []
+    for pol, row in summary.items():
+        cells = [pol]
+        for m in cols:
+            digits = METRICS[m][2] if m in METRICS else 3
+            cells.append(row[m].fmt(digits) if m in row else "-")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    return "\n".join(lines)
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def to_json_dict(per_seed, summary, extra: Mapping | None = None) -> dict:
+    """JSON-ready dict: per policy, per metric, the summary and the per-seed values."""
+    out = {"policies": {}}
+    for pol, row in summary.items():
+        out["policies"][pol] = {
+            m: {**{k: _clean(v) for k, v in ci.to_dict().items()},
+                "per_seed": [_clean(float(x)) for x in per_seed[pol][m]]}
+            for m, ci in row.items()}
+    out["metric_units"] = {m: METRICS[m][1] for m in METRICS}
+    if extra:
+        out.update(extra)
+    return out
+
+
+def write_json(path: os.PathLike | str, data: Mapping) -> Path:
+    """Atomic JSON write (NaN/inf written as null)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, stats.MeanCI):
+        return o.to_dict()
+    return repr(o)
+
+
+def csv_text(summary: Mapping[str, Mapping[str, stats.MeanCI]], extra_cols: Mapping | None = None
+             ) -> str:
+    """Long-format CSV: ``[extra...,] policy, metric, mean, ci_low, ci_high, ci_half_width, n``."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    extra_cols = dict(extra_cols or {})
+    w.writerow(list(extra_cols) + ["policy", "metric", "mean", "ci_low", "ci_high",
+                                   "ci_half_width", "n_seeds"])
+    for pol, row in summary.items():
+        for m, ci in row.items():
+            w.writerow(list(extra_cols.values()) + [pol, m, ci.mean, ci.low, ci.high,
+                                                    ci.half_width, ci.n])
+    return buf.getvalue()
+
+
+def write_csv(path: os.PathLike | str, summary, extra_cols: Mapping | None = None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(csv_text(summary, extra_cols))
+    return path
+
+
+def tb_scalars(summary: Mapping[str, Mapping[str, stats.MeanCI]], prefix: str = "eval"
+               ) -> dict[str, float]:
+    """TensorBoard tags ``<prefix>/<policy>/<metric>`` (mean) and ``.../<metric>_ci`` (half)."""
+    out = {}
+    for pol, row in summary.items():
+        tag_pol = pol.replace(" ", "_")
+        for m, ci in row.items():
+            out[f"{prefix}/{tag_pol}/{m}"] = ci.mean
+            out[f"{prefix}/{tag_pol}/{m}_ci95"] = ci.half_width
+    return out

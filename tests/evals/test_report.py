@@ -1,0 +1,51 @@
+"""Summaries, table, JSON/CSV and TensorBoard scalars of per-seed results."""
+import csv
+import io
+import json
+
+import numpy as np
+from scipy import stats as sps
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from evals import report
+from prada_jax.metric_writer import MetricWriter
+
+PER_SEED = {
+    "All-SLM": {"accuracy": [0.80, 0.82, 0.79], "latency_mean_s": [1.0, 1.1, 0.9]},
+    "All-LLM": {"accuracy": [0.95, 0.96, 0.94], "latency_mean_s": [4.0, 4.4, 3.6]},
+}
+
+
+def test_summary_table_json_csv_tb(tmp_path):
+    summ = report.summarize(PER_SEED)
+    x = np.array(PER_SEED["All-LLM"]["accuracy"])
+    lo, hi = sps.t.interval(0.95, 2, loc=x.mean(), scale=sps.sem(x))
+    np.testing.assert_allclose([summ["All-LLM"]["accuracy"].low,
+                                summ["All-LLM"]["accuracy"].high], [lo, hi], rtol=1e-9)
+    text = report.format_table(summ, title="synthetic")
+    lines = text.splitlines()
+    assert lines[0] == "synthetic" and lines[1].startswith("policy")
+    assert lines[3].startswith("All-SLM") and lines[4].startswith("All-LLM")
+    assert "0.950 ±" in lines[4]
+
+    data = report.to_json_dict(PER_SEED, summ, extra={"synthetic": True})
+    path = report.write_json(tmp_path / "r.json", data)
+    back = json.loads(path.read_text())
+    assert back["synthetic"] is True
+    assert back["policies"]["All-SLM"]["accuracy"]["per_seed"] == [0.80, 0.82, 0.79]
+    np.testing.assert_allclose(back["policies"]["All-LLM"]["accuracy"]["ci_low"], lo)
+
+    rows = list(csv.DictReader(io.StringIO(report.csv_text(summ, {"M": 4}))))
+    assert len(rows) == 4 and rows[0]["M"] == "4" and rows[0]["policy"] == "All-SLM"
+    np.testing.assert_allclose(float(rows[2]["mean"]), x.mean())
+
+    ratio = report.ratios(PER_SEED, "All-SLM", "All-LLM")
+    r = np.array(PER_SEED["All-SLM"]["accuracy"]) / x
+    np.testing.assert_allclose(ratio["accuracy"].mean, r.mean())
+
+    with MetricWriter(tmp_path / "tb", enabled=True) as w:
+        w.write_scalars(0, report.tb_scalars(summ))
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    vals = acc.Scalars("eval/All-LLM/accuracy")
+    np.testing.assert_allclose(vals[0].value, x.mean(), rtol=1e-6)
