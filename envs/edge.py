@@ -1,0 +1,595 @@
+"""Multi-user slotted edge/server environment of DESIGN §4 as pure reset/step functions.
+
+Model (every choice below is an assumption where DESIGN is silent):
+
+* Time advances in slots of ``tau_s``. ``U`` user slots; a user slot is EMPTY or holds one user
+  solving one problem (a walk down that problem's step tree in the trace set).
+* Phases of a user: DRAFT (the edge SLM prefills what is new and drafts a step; lasts
+  ``max(1, ceil(delay/τ))`` slots), DECIDE (a decision point at the start of a slot, takes no
+  time), QUEUE (waits whole slots), SERVICE (upload + server compute + download as one job that
+  holds one server unit and the request's bandwidth for ``max(1, ceil(D/τ))`` slots).
+* At a decision point the screening action is 0 = keep the draft (resolved at once: the user
+  moves to child 0 and starts drafting the next step in the same slot) or 1 = nominate. The
+  stage-2 scheduler (``params.scheduler``, an index into ``prada_jax.sched.SCHEDULERS``) then
+  assigns every nomination and every queued request local / queue / immediate. The env enforces,
+  whatever the scheduler says: a request that has waited ``max_wait_slots`` is not queued again
+  (local); an immediate request whose SNR is below γ_th is an outage (done locally, no resource
+  used); immediates are admitted by longest wait first while ≤ M jobs and ≤ B Hz are in use,
+  the rest queue. A finished service moves the user to child 1 (the LLM's step).
+* The RSD scheduler ignores the screening action (every step is a candidate) and the env charges
+  the online PRM's forward pass to every draft (``prada_jax.latency.prm_delay_s``).
+* Arrivals: ``Poisson(arrival_rate_hz·τ)`` per slot, placed at the end of the slot into EMPTY
+  user slots in index order (slot u gets problem ``noise.problem[u]``); the rest are blocked and
+  counted. ``reset`` places ``initial_users`` users.
+* Rewards are emitted when a step's branch is known (the slot it resolves local or immediate;
+  for a queued request, the slot it leaves the queue), to the user slot that made the decision:
+  ``coarse``: ``cand_prm[n, a] − prm[n] − β·(draft delay + a·server compute delay)``; ``true``:
+  also ``− β·(a·(upload + download) + slots waited·τ)``. ``a`` is the branch actually taken.
+  A learner attributes the reward of slot t to the user's latest decision at or before t.
+* Delay accounting per user (slot-quantised, so it sums to the wall-clock latency): each slot in
+  DRAFT adds τ to processing, in QUEUE τ to queueing, in SERVICE τ split between communication
+  and processing in proportion to (upload + download) : server compute.
+* ``server_kv_cache`` (off by default): the server keeps each user's context, so an upload sends
+  and prefills only the tokens it has not seen. The edge SLM always keeps its own KV cache.
+
+With ``U = 1``, ``arrival_rate_hz = 0``, ``initial_users = 1``, unlimited M and B, no outage
+(``snr_threshold_db = -inf``) and the ``offload_all`` scheduler, one episode is the single-user
+screening MDP: the sum of coarse rewards is Σ_k (cand_prm[n_k,a_k] − prm[n_k]) − β·compute cost.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from prada_jax import latency as lat
+from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, greedy_fill
+from prada_jax.sched.registry import RSD_INDEX, SCHEDULERS, scheduler_index
+from prada_jax.traces.format import TraceSet
+
+EMPTY, DRAFT, DECIDE, QUEUE_PHASE, SERVICE = 0, 1, 2, 3, 4
+REWARD_MODES = ("coarse", "true")
+_MAX_PHASE_SLOTS = 1_000_000  # caps ceil(delay/τ) so a near-zero-rate upload stays an int32
+
+
+@struct.dataclass
+class EnvParams:
+    """Everything the env step reads. Array leaves can change without recompiling; ``num_users``
+    sets shapes and is static.
+
+    Attributes (defaults in ``make_params``; units in brackets):
+      traces: the trace set (``TraceSet`` of jnp arrays).
+      latency: ``prada_jax.latency.LatencyParams``.
+      scheduler: int32 index into ``prada_jax.sched.SCHEDULERS``.
+      lambda_s: server-unit multiplier λ_s [PRM units] (threshold rule).
+      mu: bandwidth multiplier µ [PRM units / Hz] (threshold rule).
+      beta: quality–latency trade-off β [PRM units / s].
+      tau_s: slot length τ [s].
+      num_servers: M, jobs the server runs at once.
+      bandwidth_hz: B, total bandwidth [Hz].
+      arrival_rate_hz: λ, Poisson arrival rate [users / s].
+      initial_users: users placed by ``reset``.
+      default_gain: ΔQ carried by a nomination when the action is a plain int array [PRM units].
+      max_wait_slots: a request that has waited this many slots is kept local.
+      rsd_threshold: the RSD rule keeps a draft whose PRM score is ≥ this.
+      true_reward: bool, ``true`` reward mode (else ``coarse``).
+      server_kv_cache: bool, per-user server KV cache (extension).
+      downlink: bool, charge the download of the LLM step.
+      ctx_scale: observation scale of context length [1 / tokens] (obs = tokens · scale).
+      num_users: U user slots (static).
+    """
+
+    traces: TraceSet
+    latency: lat.LatencyParams
+    scheduler: Any
+    lambda_s: Any
+    mu: Any
+    beta: Any
+    tau_s: Any
+    num_servers: Any
+    bandwidth_hz: Any
+    arrival_rate_hz: Any
+    initial_users: Any
+    default_gain: Any
+    max_wait_slots: Any
+    rsd_threshold: Any
+    true_reward: Any
+    server_kv_cache: Any
+    downlink: Any
+    ctx_scale: Any
+    num_users: int = struct.field(pytree_node=False, default=16)
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.traces.feat.shape[1])
+
+    @property
+    def obs_dim(self) -> int:
+        return self.feature_dim + 2
+
+
+@struct.dataclass
+class EnvState:
+    """Per-user-slot arrays ([U]) and scalar counters.
+
+    ``phase``: EMPTY/DRAFT/DECIDE/QUEUE/SERVICE; ``node``: current tree node; ``remaining``:
+    slots left in DRAFT/SERVICE; ``wait``: slots the current request has queued; ``gain``: ΔQ of
+    the pending nomination; ``draft_s``: compute delay of the current draft [s]; ``svc_bw_hz``
+    and ``svc_comm_frac``: bandwidth held and communication share of the running job;
+    ``edge_cached`` / ``server_cached``: tokens in the SLM / server KV cache; ``arrival_slot``;
+    accumulated ``proc_s``, ``comm_s``, ``queue_s`` [s], ``offloads``, ``outages``, ``steps``,
+    ``fallbacks``; scalars ``t`` (next slot index), ``arrived`` (incl. blocked), ``finished``,
+    ``blocked``.
+    """
+
+    phase: Any
+    node: Any
+    remaining: Any
+    wait: Any
+    gain: Any
+    draft_s: Any
+    svc_bw_hz: Any
+    svc_comm_frac: Any
+    edge_cached: Any
+    server_cached: Any
+    arrival_slot: Any
+    proc_s: Any
+    comm_s: Any
+    queue_s: Any
+    offloads: Any
+    outages: Any
+    steps: Any
+    fallbacks: Any
+    t: Any
+    arrived: Any
+    finished: Any
+    blocked: Any
+
+    @property
+    def active(self):
+        return self.phase != EMPTY
+
+
+@struct.dataclass
+class EdgeAction:
+    """Screening actions with the quality gain each nomination carries.
+
+    Attributes:
+      screen: [U] int32, 0 keep the draft, 1 nominate for the server.
+      gain: [U] float32, ΔQ = Q(s,1) − Q(s,0) of the edge critic, PRM units.
+    """
+
+    screen: Any
+    gain: Any
+
+
+@struct.dataclass
+class Noise:
+    """All randomness of one step (drawn by ``draw_noise``; the NumPy reference takes the same).
+
+    ``n_arrivals``: int32 scalar; ``problem``: [U] int32 problem for a new user in slot u;
+    ``fading``: [U] float32 Rayleigh power gains |h|²; ``u_sched``: [U] float32 uniforms.
+    """
+
+    n_arrivals: Any
+    problem: Any
+    fading: Any
+    u_sched: Any
+
+
+class DiscreteSpec(NamedTuple):
+    shape: tuple
+    dtype: Any
+    num_values: int
+
+
+# ----------------------------------------------------------------------------- params
+
+def _traces_to_jnp(traces: TraceSet) -> TraceSet:
+    return jax.tree.map(jnp.asarray, traces)
+
+
+def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
+                lambda_s: float = 0.0, mu: float = 0.0, beta: float = 0.2,
+                tau_s: float = 0.05, num_servers: int = 4, bandwidth_hz: float = 20e6,
+                arrival_rate_hz: float = 4.0, initial_users: int | None = None,
+                default_gain: float = 0.05, max_wait_slots: int = 20,
+                rsd_threshold: float = 0.7, reward_mode: str = "coarse",
+                server_kv_cache: bool = False, downlink: bool = True,
+                ctx_scale: float = 1e-3, feature_dim: int | None = None,
+                latency: lat.LatencyParams | None = None, **latency_overrides) -> EnvParams:
+    """Builds validated env params from a trace set.
+
+    Defaults are assumptions (the paper does not publish them): τ = 50 ms, M = 4 server jobs,
+    B = 20 MHz, λ = 4 users/s, β = 0.2 PRM units per second, ΔQ = 0.05 for plain-int actions,
+    at most 20 slots (1 s) of queueing, ``initial_users`` = ``num_users``.
+
+    Args:
+      traces: a ``TraceSet`` (NumPy or jnp arrays).
+      feature_dim: if given, the feature dim the caller (e.g. a policy) expects; a trace set with
+        a different one is refused.
+      latency: latency constants (default ``prada_jax.latency.default_latency_params()``);
+        extra keyword arguments override its fields by name (e.g. ``snr_threshold_db=-inf``).
+
+    Raises:
+      ValueError: naming the field that is out of range.
+    """
+    if int(num_users) < 1:
+        raise ValueError(f"num_users (U) must be >= 1, got {num_users}")
+    checks = (("num_servers (M)", num_servers), ("bandwidth_hz (B)", bandwidth_hz),
+              ("tau_s (τ)", tau_s))
+    for name, v in checks:
+        if not (float(v) > 0 and math.isfinite(float(v))):
+            raise ValueError(f"{name} must be > 0, got {v}")
+    if int(num_servers) != num_servers:
+        raise ValueError(f"num_servers (M) must be an integer, got {num_servers}")
+    for name, v in (("arrival_rate_hz (λ)", arrival_rate_hz), ("lambda_s", lambda_s),
+                    ("mu", mu), ("beta", beta), ("max_wait_slots", max_wait_slots)):
+        if not (float(v) >= 0 and math.isfinite(float(v))):
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    if not 0.0 <= float(rsd_threshold) <= 1.0:
+        raise ValueError(f"rsd_threshold must be in [0, 1], got {rsd_threshold}")
+    if not math.isfinite(float(default_gain)):
+        raise ValueError(f"default_gain must be finite, got {default_gain}")
+    if not (float(ctx_scale) > 0 and math.isfinite(float(ctx_scale))):
+        raise ValueError(f"ctx_scale must be > 0, got {ctx_scale}")
+    if reward_mode not in REWARD_MODES:
+        raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+    if initial_users is None:
+        initial_users = num_users
+    if not 0 <= int(initial_users) <= int(num_users):
+        raise ValueError(f"initial_users must be in [0, num_users={num_users}], "
+                         f"got {initial_users}")
+    if not isinstance(traces, TraceSet):
+        raise ValueError(f"traces must be a prada_jax.traces.format.TraceSet, got {type(traces)}")
+    feat = np.asarray(traces.feat)
+    if feat.ndim != 2:
+        raise ValueError(f"traces.feat must be [N, F], got shape {feat.shape}")
+    if feature_dim is not None and feat.shape[1] != int(feature_dim):
+        raise ValueError(f"traces.feat has feature dim {feat.shape[1]} but feature_dim="
+                         f"{feature_dim} was expected")
+    if np.asarray(traces.root).shape[0] < 1:
+        raise ValueError("traces.root: the trace set has no problems")
+    sched = scheduler_index(scheduler)
+    if latency is None:
+        latency = lat.default_latency_params(**latency_overrides)
+    elif latency_overrides:
+        latency = latency.replace(**latency_overrides)
+    lat.validate_latency_params(latency)
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    return EnvParams(
+        traces=_traces_to_jnp(traces), latency=jax.tree.map(f32, latency), scheduler=i32(sched),
+        lambda_s=f32(lambda_s), mu=f32(mu), beta=f32(beta), tau_s=f32(tau_s),
+        num_servers=i32(num_servers), bandwidth_hz=f32(bandwidth_hz),
+        arrival_rate_hz=f32(arrival_rate_hz), initial_users=i32(initial_users),
+        default_gain=f32(default_gain), max_wait_slots=i32(max_wait_slots),
+        rsd_threshold=f32(rsd_threshold), true_reward=jnp.asarray(reward_mode == "true"),
+        server_kv_cache=jnp.asarray(bool(server_kv_cache)), downlink=jnp.asarray(bool(downlink)),
+        ctx_scale=f32(ctx_scale), num_users=int(num_users))
+
+
+def replace_traces(params: EnvParams, traces: TraceSet) -> EnvParams:
+    """Swaps in another trace set; its feature dim must match (node counts may differ, which
+    retraces a jitted step once per distinct shape)."""
+    if np.asarray(traces.feat).shape[1] != params.feature_dim:
+        raise ValueError(f"traces.feat has feature dim {np.asarray(traces.feat).shape[1]}, the "
+                         f"params were built for {params.feature_dim}")
+    return params.replace(traces=_traces_to_jnp(traces))
+
+
+def sched_params(params: EnvParams) -> SchedParams:
+    return SchedParams(lambda_s=params.lambda_s, mu=params.mu, beta=params.beta,
+                       tau_s=params.tau_s, num_servers=params.num_servers,
+                       max_wait_slots=params.max_wait_slots, rsd_threshold=params.rsd_threshold)
+
+
+# ----------------------------------------------------------------------------- specs
+
+def observation_spec(params: EnvParams) -> jax.ShapeDtypeStruct:
+    """obs [U, F + 2] float32: node features, step index (depth), context tokens · ctx_scale."""
+    return jax.ShapeDtypeStruct((params.num_users, params.obs_dim), jnp.float32)
+
+
+def action_spec(params: EnvParams) -> DiscreteSpec:
+    """[U] int32 in {0 keep draft, 1 nominate} (or an ``EdgeAction`` carrying gains)."""
+    return DiscreteSpec(shape=(params.num_users,), dtype=jnp.int32, num_values=2)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def draw_noise(key, params: EnvParams) -> Noise:
+    """All randomness of one slot, from one key."""
+    k_arr, k_prob, k_fade, k_u = jax.random.split(key, 4)
+    u = params.num_users
+    n_problems = params.traces.root.shape[0]
+    return Noise(
+        n_arrivals=jax.random.poisson(k_arr, params.arrival_rate_hz * params.tau_s).astype(jnp.int32),
+        problem=jax.random.randint(k_prob, (u,), 0, n_problems, dtype=jnp.int32),
+        fading=jax.random.exponential(k_fade, (u,), dtype=jnp.float32),
+        u_sched=jax.random.uniform(k_u, (u,), dtype=jnp.float32))
+
+
+def _slots(delay_s, tau_s):
+    """Whole slots a phase of ``delay_s`` occupies: ``max(1, ceil(delay/τ))``."""
+    s = jnp.ceil(jnp.minimum(delay_s / tau_s, float(_MAX_PHASE_SLOTS)))
+    return jnp.maximum(s, 1.0).astype(jnp.int32)
+
+
+def _start_draft(params: EnvParams, node, edge_cached, rsd_on):
+    """Draft delay (s), its slots, and the SLM cache after drafting, for a user at ``node``."""
+    tr = params.traces
+    ctx = tr.ctx_tokens[node]
+    dtok = tr.cand_tokens[node, 0]
+    cached = jnp.minimum(edge_cached, ctx)
+    delay = lat.draft_delay_s(params.latency, ctx - cached, cached, dtok)
+    delay = delay + jnp.where(rsd_on, lat.prm_delay_s(params.latency, ctx + dtok), 0.0)
+    return delay, _slots(delay, params.tau_s), ctx + dtok
+
+
+def _successor(tr: TraceSet, node, branch):
+    """(next node, terminal, correct, used fallback) of taking candidate ``branch`` at ``node``."""
+    child = tr.child[node, branch]
+    term = tr.terminal[node, branch].astype(bool)
+    used_fb = ~term & (child < 0)
+    nxt = jnp.where(term, node, jnp.where(child >= 0, child, tr.fallback[node]))
+    return nxt, term, tr.correct[node, branch].astype(bool), used_fb
+
+
+def _observe(state: EnvState, params: EnvParams):
+    tr = params.traces
+    n = state.node
+    obs = jnp.concatenate([tr.feat[n].astype(jnp.float32),
+                           tr.depth[n].astype(jnp.float32)[:, None],
+                           (tr.ctx_tokens[n].astype(jnp.float32) * params.ctx_scale)[:, None]],
+                          axis=-1)
+    return jnp.where(state.active[:, None], obs, 0.0)
+
+
+def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot):
+    """Places up to ``n_arrivals`` new users into EMPTY slots (index order), starting at ``slot``."""
+    free = state.phase == EMPTY
+    rank = jnp.cumsum(free.astype(jnp.int32)) - 1
+    admit = free & (rank < n_arrivals)
+    n_admit = jnp.sum(admit.astype(jnp.int32))
+    root = params.traces.root[problem]
+    rsd_on = params.scheduler == RSD_INDEX
+    d_s, d_slots, cache = _start_draft(params, root, jnp.zeros_like(root), rsd_on)
+    zf = jnp.zeros_like(state.proc_s)
+    zi = jnp.zeros_like(state.offloads)
+    w = lambda new, old: jnp.where(admit, new, old)  # noqa: E731
+    state = state.replace(
+        phase=w(DRAFT, state.phase), node=w(root, state.node), remaining=w(d_slots, state.remaining),
+        wait=w(zi, state.wait), gain=w(zf, state.gain), draft_s=w(d_s, state.draft_s),
+        svc_bw_hz=w(zf, state.svc_bw_hz), svc_comm_frac=w(zf, state.svc_comm_frac),
+        edge_cached=w(cache, state.edge_cached), server_cached=w(zi, state.server_cached),
+        arrival_slot=w(jnp.full_like(zi, slot), state.arrival_slot),
+        proc_s=w(zf, state.proc_s), comm_s=w(zf, state.comm_s), queue_s=w(zf, state.queue_s),
+        offloads=w(zi, state.offloads), outages=w(zi, state.outages), steps=w(zi, state.steps),
+        fallbacks=w(zi, state.fallbacks),
+        arrived=state.arrived + n_arrivals, blocked=state.blocked + n_arrivals - n_admit)
+    return state, n_arrivals - n_admit
+
+
+def _empty_state(u: int) -> EnvState:
+    zi = jnp.zeros((u,), jnp.int32)
+    zf = jnp.zeros((u,), jnp.float32)
+    s0 = jnp.asarray(0, jnp.int32)
+    return EnvState(phase=zi, node=zi, remaining=zi, wait=zi, gain=zf, draft_s=zf, svc_bw_hz=zf,
+                    svc_comm_frac=zf, edge_cached=zi, server_cached=zi, arrival_slot=zi,
+                    proc_s=zf, comm_s=zf, queue_s=zf, offloads=zi, outages=zi, steps=zi,
+                    fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0)
+
+
+# ----------------------------------------------------------------------------- reset / step
+
+def reset(key, params: EnvParams):
+    """Empty env plus ``initial_users`` users with random problems (their first slot is 0).
+
+    Returns:
+      obs [U, F+2] float32, state ``EnvState``.
+    """
+    noise = draw_noise(key, params)
+    state, _ = _admit(_empty_state(params.num_users), params, params.initial_users,
+                      noise.problem, jnp.asarray(0, jnp.int32))
+    return _observe(state, params), state
+
+
+def request_scalars(state: EnvState, params: EnvParams, fading):
+    """Per-user request scalars if the user's current step were offloaded this slot.
+
+    Returns a dict of [U] arrays: ``snr`` (linear), ``outage`` (bool), ``bandwidth_hz``,
+    ``upload_s``, ``server_s``, ``download_s``, ``delay_s`` (D = their sum), ``upload_tokens``.
+    """
+    tr, lp = params.traces, params.latency
+    n = state.node
+    ctx = tr.ctx_tokens[n]
+    llm_tok = tr.cand_tokens[n, 1]
+    srv_cached = jnp.where(params.server_kv_cache, jnp.minimum(state.server_cached, ctx), 0)
+    up_tokens = ctx - srv_cached
+    up_bits = up_tokens.astype(jnp.float32) * lp.bits_per_token
+    snr = lat.snr_linear(lp, jnp.maximum(fading, 1e-12))
+    bw = lat.request_bandwidth_hz(lp, up_bits, snr, params.bandwidth_hz)
+    t_up = lat.transfer_delay_s(up_bits, bw, snr)
+    t_down = jnp.where(params.downlink, lat.transfer_delay_s(
+        llm_tok.astype(jnp.float32) * lp.bits_per_token, bw, snr), 0.0)
+    t_srv = lat.server_delay_s(lp, up_tokens, srv_cached, llm_tok)
+    return dict(snr=snr, outage=lat.in_outage(lp, snr), bandwidth_hz=bw, upload_s=t_up,
+                server_s=t_srv, download_s=t_down, delay_s=t_up + t_srv + t_down,
+                upload_tokens=up_tokens)
+
+
+def step(key, state: EnvState, action, params: EnvParams):
+    """One slot. ``action``: [U] int32 screening actions or an ``EdgeAction``.
+
+    Returns:
+      obs [U, F+2], state, reward [U] float32, done [U] bool (a user's solution ended this
+      slot), info dict (see ``step_with_noise``).
+    """
+    return step_with_noise(state, action, params, draw_noise(key, params))
+
+
+def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
+    """``step`` with its randomness given (the NumPy reference takes the same ``noise``).
+
+    info keys ([U] unless noted):
+      decision_mask (bool, the action was consumed), nominated, decision (int32: −1 none,
+      0 local, 1 queue, 2 immediate; after enforcement), outage (bool), at_decision (bool, the
+      user will decide next slot), terminated (= done), truncated (all False),
+      finished users (valid where done): user_correct, user_latency_s, user_processing_s,
+      user_communication_s, user_queueing_s, user_offloads, user_outages, user_steps,
+      user_fallbacks; per slot scalars: server_in_use, bandwidth_in_use_hz, queue_len,
+      arrivals, blocked, active_users; cumulative scalars: arrived, finished, blocked_total,
+      in_flight.
+    """
+    tr = params.traces
+    tau = params.tau_s
+    u = params.num_users
+    if isinstance(action, EdgeAction):
+        screen = jnp.asarray(action.screen, jnp.int32)
+        gain_in = jnp.asarray(action.gain, jnp.float32)
+    else:
+        screen = jnp.asarray(action, jnp.int32)
+        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
+    t = state.t
+    phase = state.phase
+    n = state.node
+    rsd_on = params.scheduler == RSD_INDEX
+
+    deciding = phase == DECIDE
+    nominated = deciding & ((screen == 1) | rsd_on)
+    queued = phase == QUEUE_PHASE
+    cand = nominated | queued
+    gain = jnp.where(deciding, gain_in, state.gain)
+
+    req = request_scalars(state, params, noise.fading)
+    in_service = phase == SERVICE
+    free_units = params.num_servers - jnp.sum(in_service.astype(jnp.int32))
+    free_bw = params.bandwidth_hz - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
+    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
+                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
+                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
+                    u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)))
+    dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, free_units, free_bw,
+                         sched_params(params))
+    dec = jnp.where(cand, jnp.clip(dec.astype(jnp.int32), LOCAL, IMMEDIATE), LOCAL)
+
+    # Hard rules the env enforces whatever the scheduler asked.
+    exp = state.wait >= params.max_wait_slots
+    dec = jnp.where((dec == QUEUE) & exp, LOCAL, dec)
+    out_hit = cand & (dec == IMMEDIATE) & req["outage"]
+    dec = jnp.where(out_hit, LOCAL, dec)
+    want = cand & (dec == IMMEDIATE)
+    order = jnp.argsort(-state.wait, stable=True).astype(jnp.int32)
+    ok = greedy_fill(want, order, req["bandwidth_hz"], free_units, free_bw)
+    dec = jnp.where(want & ~ok, jnp.where(exp, LOCAL, QUEUE), dec)
+
+    res_local = (deciding & ~nominated) | (cand & (dec == LOCAL))
+    res_imm = cand & (dec == IMMEDIATE)
+    to_queue = cand & (dec == QUEUE)
+    resolved = res_local | res_imm
+    branch = res_imm.astype(jnp.int32)
+
+    comm_step = req["upload_s"] + req["download_s"]
+    compute = state.draft_s + jnp.where(res_imm, req["server_s"], 0.0)
+    extra = jnp.where(params.true_reward,
+                      jnp.where(res_imm, comm_step, 0.0) + state.wait.astype(jnp.float32) * tau,
+                      0.0)
+    prm_gain = tr.cand_prm[n, branch] - tr.prm[n]
+    reward = jnp.where(resolved, prm_gain - params.beta * (compute + extra), 0.0)
+
+    nxt0, term0, corr0, fb0 = _successor(tr, n, jnp.zeros_like(n))
+    _, _, _, fb1 = _successor(tr, n, jnp.ones_like(n))
+    fin_local = res_local & term0
+    cont_local = res_local & ~term0
+    d_s0, d_slots0, cache0 = _start_draft(params, nxt0, state.edge_cached, rsd_on)
+    d_total = jnp.maximum(req["delay_s"], 1e-30)
+
+    phase1 = jnp.where(cont_local, DRAFT, phase)
+    phase1 = jnp.where(fin_local, EMPTY, phase1)
+    phase1 = jnp.where(res_imm, SERVICE, phase1)
+    phase1 = jnp.where(to_queue, QUEUE_PHASE, phase1)
+    s = state.replace(
+        phase=phase1,
+        node=jnp.where(cont_local, nxt0, n),
+        remaining=jnp.where(cont_local, d_slots0,
+                            jnp.where(res_imm, _slots(req["delay_s"], tau), state.remaining)),
+        wait=jnp.where(resolved, 0, state.wait),
+        gain=gain,
+        draft_s=jnp.where(cont_local, d_s0, state.draft_s),
+        svc_bw_hz=jnp.where(res_imm, req["bandwidth_hz"], state.svc_bw_hz),
+        svc_comm_frac=jnp.where(res_imm, comm_step / d_total, state.svc_comm_frac),
+        edge_cached=jnp.where(cont_local, cache0, state.edge_cached),
+        server_cached=jnp.where(res_imm, tr.ctx_tokens[n] + tr.cand_tokens[n, 1],
+                                state.server_cached),
+        offloads=state.offloads + res_imm.astype(jnp.int32),
+        outages=state.outages + out_hit.astype(jnp.int32),
+        steps=state.steps + resolved.astype(jnp.int32),
+        fallbacks=state.fallbacks + (res_local & fb0 | res_imm & fb1).astype(jnp.int32),
+    )
+
+    # This slot's time, by the phase each user occupies.
+    in_draft = s.phase == DRAFT
+    in_svc = s.phase == SERVICE
+    in_q = s.phase == QUEUE_PHASE
+    server_in_use = jnp.sum(in_svc.astype(jnp.int32))
+    bw_in_use = jnp.sum(jnp.where(in_svc, s.svc_bw_hz, 0.0))
+    queue_len = jnp.sum(in_q.astype(jnp.int32))
+    comm_part = jnp.where(in_svc, tau * s.svc_comm_frac, 0.0)
+    s = s.replace(
+        proc_s=s.proc_s + jnp.where(in_draft, tau, 0.0) + jnp.where(in_svc, tau, 0.0) - comm_part,
+        comm_s=s.comm_s + comm_part,
+        queue_s=s.queue_s + jnp.where(in_q, tau, 0.0),
+        wait=s.wait + in_q.astype(jnp.int32),
+        remaining=s.remaining - (in_draft | in_svc).astype(jnp.int32))
+
+    # End of slot: drafts become decision points; finished jobs move to the LLM's step.
+    draft_done = in_draft & (s.remaining <= 0)
+    svc_done = in_svc & (s.remaining <= 0)
+    nxt1, term1, corr1, _ = _successor(tr, s.node, jnp.ones_like(s.node))
+    fin_svc = svc_done & term1
+    cont_svc = svc_done & ~term1
+    d_s1, d_slots1, cache1 = _start_draft(params, nxt1, tr.ctx_tokens[s.node], rsd_on)
+    phase2 = jnp.where(draft_done, DECIDE, s.phase)
+    phase2 = jnp.where(cont_svc, DRAFT, phase2)
+    phase2 = jnp.where(fin_svc, EMPTY, phase2)
+    s = s.replace(
+        phase=phase2,
+        node=jnp.where(cont_svc, nxt1, s.node),
+        remaining=jnp.where(cont_svc, d_slots1, s.remaining),
+        draft_s=jnp.where(cont_svc, d_s1, s.draft_s),
+        edge_cached=jnp.where(cont_svc, cache1, s.edge_cached),
+        svc_bw_hz=jnp.where(svc_done, 0.0, s.svc_bw_hz))
+
+    done = fin_local | fin_svc
+    boundary = jnp.where(fin_local, t, t + 1)
+    n_done = jnp.sum(done.astype(jnp.int32))
+    info_user = dict(
+        user_correct=jnp.where(fin_local, corr0, corr1) & done,
+        user_latency_s=jnp.where(done, (boundary - s.arrival_slot).astype(jnp.float32) * tau, 0.0),
+        user_processing_s=jnp.where(done, s.proc_s, 0.0),
+        user_communication_s=jnp.where(done, s.comm_s, 0.0),
+        user_queueing_s=jnp.where(done, s.queue_s, 0.0),
+        user_offloads=jnp.where(done, s.offloads, 0),
+        user_outages=jnp.where(done, s.outages, 0),
+        user_steps=jnp.where(done, s.steps, 0),
+        user_fallbacks=jnp.where(done, s.fallbacks, 0))
+    s = s.replace(finished=s.finished + n_done, t=t + 1)
+
+    s, blocked = _admit(s, params, noise.n_arrivals, noise.problem, t + 1)
+    decision = jnp.where(cand | deciding, dec, -1)
+    decision = jnp.where(deciding & ~nominated, LOCAL, decision)
+    info = dict(
+        decision_mask=deciding, nominated=nominated, decision=decision, outage=out_hit,
+        at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
+        **info_user,
+        server_in_use=server_in_use, bandwidth_in_use_hz=bw_in_use, queue_len=queue_len,
+        arrivals=noise.n_arrivals, blocked=blocked,
+        active_users=jnp.sum(s.active.astype(jnp.int32)),
+        arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
+        in_flight=jnp.sum(s.active.astype(jnp.int32)))
+    return _observe(s, params), s, reward.astype(jnp.float32), done, info

@@ -1,0 +1,46 @@
+"""``make(name, **overrides) -> (env, default_params)``: the env functions as a NamedTuple."""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+
+class Env(NamedTuple):
+    """The pure functions of one environment (gymnax style, params passed explicitly)."""
+
+    reset: Callable
+    step: Callable
+    observation_spec: Callable
+    action_spec: Callable
+    make_params: Callable
+    step_with_noise: Callable
+    draw_noise: Callable
+
+
+def _edge(traces=None, **overrides):
+    from envs import edge
+    from prada_jax.traces.testing import random_traces
+
+    if traces is None:
+        # Placeholder structure-only traces (random, not calibrated, not benchmark data):
+        # callers pass a real or synthetic TraceSet for anything that reports numbers.
+        traces = random_traces(seed=0, problems=32, depth=6, feature_dim=8)
+    env = Env(reset=edge.reset, step=edge.step, observation_spec=edge.observation_spec,
+              action_spec=edge.action_spec, make_params=edge.make_params,
+              step_with_noise=edge.step_with_noise, draw_noise=edge.draw_noise)
+    return env, edge.make_params(traces, **overrides)
+
+
+_REGISTRY = {"edge": _edge}
+
+
+def make(name: str, **overrides):
+    """Returns ``(env, default_params)``.
+
+    Args:
+      name: ``"edge"``.
+      overrides: ``traces=TraceSet`` plus any ``envs.edge.make_params`` keyword (``num_users``,
+        ``scheduler``, ``num_servers``, ...).
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env {name!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[name](**overrides)

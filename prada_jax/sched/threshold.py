@@ -1,0 +1,85 @@
+"""PRADA's Lagrangian threshold scheduler (DESIGN §6), hard and temperature-smoothed.
+
+For candidate i with quality gain ΔQ_i (PRM units), delay if run now D_i (s) and bandwidth b_i
+(Hz), and expected further wait q_i = queue_len / M slots (an assumption: one queue position
+clears per server unit per slot):
+
+* ``w_i  = ΔQ_i − β·D_i``                   net advantage of immediate over local;
+* ``w̄_i  = ΔQ_i − β·(D_i + τ·(1 + q_i))``  net advantage of queueing over local;
+* ``g_i  = w_i − λ_s − µ·b_i``              priced advantage of immediate.
+
+Hard rule: immediate if ``g_i ≥ max(w̄_i, 0)``; else queue if ``w̄_i > 0``; else local. A request
+that has waited ``max_wait_slots`` is kept local. Feasibility repair: the immediates are admitted
+greedily by reduced gain ``g_i − max(w̄_i, 0)`` (largest first, skipping one that does not fit);
+a rejected one queues if ``w̄_i > 0`` and it has not expired, else stays local.
+
+Smoothed rule (temperature T > 0): probabilities ``softmax([0, w̄_i, g_i] / T)`` of
+(local, queue, immediate) — the hard rule is its T → 0 limit — and the expected per-slot demand
+``Σ_i p_imm,i`` server units and ``Σ_i p_imm,i·b_i`` Hz, differentiable in (λ_s, µ).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
+                                  greedy_fill)
+
+
+def advantages(x: SchedInputs, sp: SchedParams):
+    """Returns ``(w, w_bar, g)``, each [C] float32 (PRM units); see the module docstring."""
+    q = x.queue_len.astype(jnp.float32) / jnp.asarray(sp.num_servers, jnp.float32)
+    gain = x.gain.astype(jnp.float32)
+    w = gain - sp.beta * x.delay_s
+    w_bar = gain - sp.beta * (x.delay_s + sp.tau_s * (1.0 + q))
+    g = w - sp.lambda_s - sp.mu * x.bandwidth_hz
+    return w, w_bar, g
+
+
+def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
+    """Hard threshold rule with feasibility repair. Returns [C] int8 decisions."""
+    _, w_bar, g = advantages(x, sp)
+    live = x.candidate & ~expired(x, sp)
+    floor = jnp.maximum(w_bar, 0.0)
+    want_imm = live & (g >= floor)
+    reduced = g - floor
+    order = jnp.argsort(jnp.where(want_imm, -reduced, jnp.inf), stable=True).astype(jnp.int32)
+    admitted = greedy_fill(want_imm, order, x.bandwidth_hz, free_units, free_bw_hz)
+    queue = live & ~admitted & (w_bar > 0)
+    return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)
+
+
+def threshold_soft(x: SchedInputs, sp: SchedParams, temperature):
+    """Smoothed decision probabilities and expected resource demand.
+
+    Args:
+      x: candidates of one slot ([C] fields).
+      sp: multipliers and constants (``lambda_s``, ``mu`` may be traced for gradients).
+      temperature: T > 0 in PRM units.
+
+    Returns:
+      probs: [C, 3] float32, P(local, queue, immediate); rows of non-candidates are 0;
+        an expired request has probability 1 of local.
+      demand_units: float32 scalar, expected server units asked for (Σ p_imm).
+      demand_bw_hz: float32 scalar, expected bandwidth asked for (Σ p_imm · b), Hz.
+    """
+    _, w_bar, g = advantages(x, sp)
+    logits = jnp.stack([jnp.zeros_like(g), w_bar, g], axis=-1) / temperature
+    probs = jax.nn.softmax(logits, axis=-1)
+    local_only = jnp.array([1.0, 0.0, 0.0], jnp.float32)
+    probs = jnp.where(expired(x, sp)[:, None], local_only, probs)
+    probs = probs * x.candidate[:, None].astype(probs.dtype)
+    demand_units = jnp.sum(probs[:, IMMEDIATE])
+    demand_bw = jnp.sum(probs[:, IMMEDIATE] * x.bandwidth_hz)
+    return probs, demand_units, demand_bw
+
+
+def threshold_rule(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams,
+                   temperature: float = 0.0):
+    """``temperature == 0`` (a Python number): hard decisions [C] int8 (``threshold_decide``);
+    ``> 0``: the smoothed ``(probs [C,3], demand_units, demand_bw_hz)`` of ``threshold_soft``."""
+    if temperature == 0:
+        return threshold_decide(x, free_units, free_bw_hz, sp)
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    return threshold_soft(x, sp, temperature)
