@@ -69,6 +69,7 @@ PROBLEM_FIELDS: dict[str, tuple[np.dtype, tuple]] = {
     "answer_id": (np.dtype(np.int32), ("P",)),
 }
 ALL_FIELDS = {**NODE_FIELDS, **PROBLEM_FIELDS}
+PRM_CHILD_ATOL = 1e-4   # |prm[child[n, c]] - cand_prm[n, c]| allowed
 REQUIRED_META = ("format_version", "benchmark", "synthetic", "models", "feature_dim",
                  "counts", "max_depth", "content_hash")
 
@@ -193,15 +194,33 @@ def read_meta(path: os.PathLike | str) -> dict:
         raise TraceFormatError(meta_path, "format_version", f"invalid version {version}")
     if not isinstance(meta["synthetic"], bool):
         raise TraceFormatError(meta_path, "synthetic", "must be true or false")
-    if not isinstance(meta["feature_dim"], int) or meta["feature_dim"] < 1:
+    if not isinstance(meta["benchmark"], str) or not meta["benchmark"]:
+        raise TraceFormatError(meta_path, "benchmark", "must be a non-empty string")
+    models = meta["models"]
+    if not isinstance(models, dict) or not all(isinstance(models.get(k), str)
+                                               for k in ("slm", "llm", "prm")):
+        raise TraceFormatError(meta_path, "models", "must hold string 'slm', 'llm' and 'prm'")
+    if not _is_int(meta["feature_dim"]) or meta["feature_dim"] < 1:
         raise TraceFormatError(meta_path, "feature_dim", "must be a positive integer")
+    if not _is_int(meta["max_depth"]) or meta["max_depth"] < 0:
+        raise TraceFormatError(meta_path, "max_depth", "must be a non-negative integer")
+    names = meta.get("feature_names")
+    if names is not None and (not isinstance(names, list)
+                              or len(names) != meta["feature_dim"]
+                              or not all(isinstance(x, str) for x in names)):
+        raise TraceFormatError(meta_path, "feature_names",
+                               f"must be a list of {meta['feature_dim']} strings (feature_dim)")
     counts = meta["counts"]
-    if not (isinstance(counts, dict) and isinstance(counts.get("problems"), int)
-            and isinstance(counts.get("nodes"), int)):
+    if not (isinstance(counts, dict) and _is_int(counts.get("problems"))
+            and _is_int(counts.get("nodes"))):
         raise TraceFormatError(meta_path, "counts", "must hold integer 'problems' and 'nodes'")
     if not isinstance(meta["content_hash"], str) or not meta["content_hash"].startswith("sha256:"):
         raise TraceFormatError(meta_path, "content_hash", "must be 'sha256:<hex>'")
     return meta
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _read_arrays(nodes_path: Path) -> dict[str, np.ndarray]:
@@ -211,8 +230,10 @@ def _read_arrays(nodes_path: Path) -> dict[str, np.ndarray]:
     if not nodes_path.is_file():
         raise TraceFormatError(nodes_path, "<file>", "missing")
     try:
+        # safetensors parses a JSON header and copies raw buffers: it cannot run code.
         return load_file(str(nodes_path))
-    except (SafetensorError, OSError, ValueError) as e:
+    except (SafetensorError, OSError, ValueError, TypeError, KeyError, OverflowError,
+            MemoryError) as e:
         raise TraceFormatError(nodes_path, "<safetensors>",
                                f"cannot parse (truncated or corrupt?): {e}") from None
 
@@ -354,3 +375,10 @@ def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLik
         if not np.all(ok):
             node = int(np.argwhere(~ok)[0][0])
             raise TraceFormatError(where, name, f"node {node} points into another problem")
+    # The PRM of a prefix is the same text's score whether read at the parent or the child.
+    has = child >= 0
+    gap = np.abs(arrays["prm"][np.maximum(child, 0)] - arrays["cand_prm"])
+    if np.any(has & (gap > PRM_CHILD_ATOL)):
+        node = int(np.argwhere(has & (gap > PRM_CHILD_ATOL))[0][0])
+        raise TraceFormatError(where, "prm", f"node {node}: prm of a child differs from the "
+                               f"parent's cand_prm by more than {PRM_CHILD_ATOL}")
