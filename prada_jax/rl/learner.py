@@ -1,0 +1,324 @@
+"""The PPO learner: one jitted chunk = several (rollout → masked GAE → minibatch epochs) updates.
+
+Works with any environment of the pure multi-user shape (DESIGN §4, STYLE "Environments"):
+
+* ``env.reset(key, params) -> (obs [U, D], state)``
+* ``env.step(key, state, action, params) -> (obs [U, D], state, reward [U], done [U], info)``
+  with ``info["decision_mask"] [U]`` (the user's action was consumed this slot), optionally
+  ``info["terminated"]`` / ``info["truncated"]`` [U] (default: ``done`` / all False), and any
+  other numeric per-slot metrics (logged as ``env/<name>``, averaged over slots and envs).
+
+The env handles user turnover itself (new users arrive in freed slots); the learner never
+resets an env after initialisation. Per-user GAE follows ``prada_jax.rl.gae``.
+
+Structure (``make_train_chunk``)::
+
+    train_chunk(state, env_params) =
+      scan over updates_per_chunk:
+        rollout: scan over rollout_len of (policy on [E, U, D] → vmap(env.step) over E)
+        masked GAE (reverse scan over slots, vectorised over [E, U])
+        scan over num_epochs: shuffle the E·T·U samples, scan over minibatches: optax step
+
+The env batch axis E is leading in every array of the state, so it can be sharded later.
+Several seeds: ``jax.vmap(train_chunk, in_axes=(0, None))`` over a stacked ``LearnerState``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import distrax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from prada_jax.rl import gae as gae_lib
+from prada_jax.rl import losses
+from prada_jax.rl import networks
+
+__all__ = ["PPOSettings", "LearnerState", "make_optimizer", "init_learner_state",
+           "make_train_chunk", "env_metric_names", "RESERVED_INFO"]
+
+RESERVED_INFO = ("decision_mask", "terminated", "truncated")
+
+
+class PPOSettings(NamedTuple):
+    """Static sizes and coefficients of the learner (hashable; closed over by the chunk).
+
+    num_envs: E, environments run in parallel per seed.
+    rollout_len: T, env slots per update.
+    num_epochs: passes over each rollout.
+    num_minibatches: minibatches per epoch; the E·T·U samples are split evenly.
+    updates_per_chunk: updates per jitted call.
+    gamma: discount per decision.
+    gae_lambda: GAE λ.
+    loss: PPO loss coefficients.
+    """
+
+    num_envs: int
+    rollout_len: int
+    num_epochs: int
+    num_minibatches: int
+    updates_per_chunk: int
+    gamma: float
+    gae_lambda: float
+    loss: losses.PPOLossConfig
+
+
+@struct.dataclass
+class LearnerState:
+    """Everything a run needs to continue exactly (checkpointed whole).
+
+    params: network parameters (``nnx.State``).
+    opt_state: optax state.
+    env_state: env state, leading axis E.
+    obs: [E, U, D] current observations.
+    key: typed PRNG key for the next update.
+    ep_return: [E, U] reward accumulated by each user's current episode.
+    env_steps: int32 env slots simulated so far (summed over envs).
+    update_step: int32 updates done.
+    """
+
+    params: Any
+    opt_state: Any
+    env_state: Any
+    obs: jax.Array
+    key: jax.Array
+    ep_return: jax.Array
+    env_steps: jax.Array
+    update_step: jax.Array
+
+
+def make_optimizer(lr: float, max_grad_norm: float, schedule: str = "constant",
+                   total_steps: int | None = None, final_lr_frac: float = 0.0,
+                   adam_eps: float = 1e-5) -> optax.GradientTransformation:
+    """Adam with global-norm gradient clipping and an optional learning-rate schedule.
+
+    Args:
+      lr: peak learning rate.
+      max_grad_norm: clip gradients to this global L2 norm.
+      schedule: "constant", "linear" (to ``final_lr_frac·lr``) or "cosine" (to the same).
+      total_steps: optimiser steps over the run (needed by "linear"/"cosine").
+    """
+    if schedule == "constant":
+        lr_fn: Any = lr
+    elif schedule in ("linear", "cosine"):
+        if not total_steps or total_steps < 1:
+            raise ValueError(f"make_optimizer: schedule '{schedule}' needs total_steps >= 1")
+        if schedule == "linear":
+            lr_fn = optax.linear_schedule(lr, lr * final_lr_frac, total_steps)
+        else:
+            lr_fn = optax.cosine_decay_schedule(lr, total_steps, alpha=final_lr_frac)
+    else:
+        raise ValueError(f"make_optimizer: unknown schedule '{schedule}' "
+                         "(constant, linear, cosine)")
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
+                       optax.adam(lr_fn, eps=adam_eps))
+
+
+def init_learner_state(key: jax.Array, settings: PPOSettings, env: Any, env_params: Any,
+                       init_params_fn: Callable[[jax.Array], Any],
+                       tx: optax.GradientTransformation) -> LearnerState:
+    """Fresh learner state for one seed (vmap over keys for several seeds).
+
+    Args:
+      key: typed PRNG key of this seed.
+      init_params_fn: ``key -> params`` (e.g. ``lambda k: networks.init_network(k, ...)[1]``).
+    """
+    net_key, reset_key, run_key = jax.random.split(key, 3)
+    params = init_params_fn(net_key)
+    opt_state = tx.init(params)
+    reset_keys = jax.random.split(reset_key, settings.num_envs)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
+    # An env may return the same array as observation and inside its state; copy it so the
+    # state can be donated to the jitted chunk without aliasing one buffer twice.
+    obs = jnp.copy(obs)
+    return LearnerState(params=params, opt_state=opt_state, env_state=env_state, obs=obs,
+                        key=run_key, ep_return=jnp.zeros(obs.shape[:2], jnp.float32),
+                        env_steps=jnp.int32(0), update_step=jnp.int32(0))
+
+
+def _info_metrics(info: dict, finished: jax.Array) -> dict:
+    """Per-slot env metrics as ``name -> (sum, count)`` for one env and one slot.
+
+    * scalar leaves (per-slot or cumulative counters): ``(value, 1)``;
+    * [U] leaves named ``user_*`` (valid where a user finished, as in the edge env):
+      summed over the users that finished this slot, counted per finished user;
+    * ``offload_rate`` is derived as Σ user_offloads / Σ user_steps over finished users when
+      the env reports both; other [U] leaves are skipped (not meaningful as means).
+    Names are the dict paths joined by "/".
+    """
+    out = {}
+    flat, _ = jax.tree_util.tree_flatten_with_path(
+        {k: v for k, v in info.items() if k not in RESERVED_INFO})
+    fin = finished.astype(jnp.float32)
+    for path, leaf in flat:
+        name = "/".join(str(getattr(p, "key", getattr(p, "name", getattr(p, "idx", p))))
+                        for p in path)
+        leaf = jnp.asarray(leaf)
+        if not (jnp.issubdtype(leaf.dtype, jnp.number) or leaf.dtype == bool):
+            continue
+        leaf = leaf.astype(jnp.float32)
+        if leaf.ndim == 0:
+            out[name] = (leaf, jnp.float32(1.0))
+        elif name.split("/")[-1].startswith("user_") and leaf.shape == fin.shape:
+            out[name] = (jnp.sum(leaf * fin), jnp.sum(fin))
+    if "user_offloads" in info and "user_steps" in info and "offload_rate" not in out:
+        out["offload_rate"] = (jnp.sum(jnp.asarray(info["user_offloads"], jnp.float32) * fin),
+                               jnp.sum(jnp.asarray(info["user_steps"], jnp.float32) * fin))
+    return out
+
+
+def env_metric_names(env: Any, env_params: Any) -> list[str]:
+    """Names of the per-slot env metrics the chunk reports (from one abstract env step)."""
+    def _one(key):
+        obs, state = env.reset(key, env_params)
+        action = jnp.zeros(obs.shape[:1], jnp.int32)
+        info = env.step(key, state, action, env_params)[4]
+        return _info_metrics(info, jnp.zeros(obs.shape[:1], bool))
+    return sorted(jax.eval_shape(_one, jax.random.key(0)))
+
+
+def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
+                     tx: optax.GradientTransformation,
+                     action_fn: Callable[[jax.Array, jax.Array], Any] | None = None
+                     ) -> Callable[[LearnerState, Any], tuple[LearnerState, dict]]:
+    """Builds the pure ``train_chunk(state, env_params) -> (state, metrics)`` for one seed.
+
+    Args:
+      settings: static learner settings.
+      env: object with pure ``reset`` / ``step`` (see module docstring).
+      apply_fn: ``(params, obs [..., D]) -> (logits [..., 2], q [..., 2])``.
+      tx: optax optimiser.
+      action_fn: ``(screen [U] int32, gain [U] float32) -> env action``; default passes the
+        screening decision only. The edge env's ``EdgeAction(screen, gain)`` carries the
+        critic's ΔQ to the stage-2 scheduler.
+
+    Returns:
+      ``train_chunk``; metrics are a dict of [updates_per_chunk] arrays: ``policy_loss``,
+      ``value_loss``, ``entropy``, ``approx_kl``, ``clip_frac``, ``total_loss``,
+      ``grad_norm`` (means over epochs × minibatches), ``explained_variance``,
+      ``episode_return_sum`` / ``episodes`` (finished user episodes in the rollout),
+      ``decisions``, ``nominate_rate``, ``mean_gain`` (mean ΔQ at decisions),
+      ``env_steps``, and ``env/<name>`` env metrics (see ``_info_metrics``; NaN when the
+      rollout had nothing to average).
+    """
+    s = settings
+    if action_fn is None:
+        action_fn = lambda screen, gain: screen  # noqa: E731
+
+    def _policy(params, obs):
+        logits, q = apply_fn(params, obs)
+        return logits, q
+
+    def _rollout(params, env_params, env_state, obs, ep_return, key):
+        def _env_step(carry, step_key):
+            env_state, obs, ep_return = carry
+            act_key, env_key = jax.random.split(step_key)
+            logits, q = _policy(params, obs)                       # [E, U, 2]
+            dist = distrax.Categorical(logits=logits)
+            action = dist.sample(seed=act_key).astype(jnp.int32)  # [E, U]
+            logp = dist.log_prob(action)
+            value = networks.value_from_q(logits, q)
+            q_taken = jnp.take_along_axis(q, action[..., None], axis=-1)[..., 0]
+            gain = q[..., 1] - q[..., 0]
+            env_action = jax.vmap(action_fn)(action, gain)
+            env_keys = jax.random.split(env_key, s.num_envs)
+            next_obs, env_state, reward, done, info = jax.vmap(
+                env.step, in_axes=(0, 0, 0, None))(env_keys, env_state, env_action, env_params)
+            decision = info["decision_mask"].astype(bool)
+            terminated = info.get("terminated", done).astype(bool)
+            truncated = info.get("truncated", jnp.zeros_like(terminated)).astype(bool)
+            ep_return = ep_return + reward
+            finished = terminated | truncated
+            ep_sum = jnp.sum(jnp.where(finished, ep_return, 0.0))
+            ep_count = jnp.sum(finished)
+            ep_return = jnp.where(finished, 0.0, ep_return)
+            transition = dict(obs=obs, action=action, logp=logp, value=value, q_taken=q_taken,
+                              gain=gain, reward=reward.astype(jnp.float32), decision=decision,
+                              terminated=terminated, truncated=truncated)
+            env_m = jax.vmap(_info_metrics)(info, finished)   # name -> ([E], [E])
+            slot_metrics = dict(ep_sum=ep_sum, ep_count=ep_count, **{
+                "env/" + k: (jnp.sum(v[0]), jnp.sum(v[1])) for k, v in env_m.items()})
+            return (env_state, next_obs, ep_return), (transition, slot_metrics)
+
+        keys = jax.random.split(key, s.rollout_len)
+        (env_state, obs, ep_return), (traj, slot_metrics) = jax.lax.scan(
+            _env_step, (env_state, obs, ep_return), keys)
+        return env_state, obs, ep_return, traj, slot_metrics
+
+    def _loss_fn(params, batch):
+        logits, q = _policy(params, batch["obs"])
+        return losses.ppo_loss(logits, q, batch["action"], batch["logp"], batch["q_taken"],
+                               batch["adv"], batch["ret"], batch["decision"], s.loss)
+
+    grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
+
+    def _update_minibatch(carry, batch):
+        params, opt_state = carry
+        (_, metrics), grads = grad_fn(params, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        return (params, opt_state), metrics
+
+    def _update_epoch(carry, epoch_key, flat):
+        n = flat["action"].shape[0]
+        perm = jax.random.permutation(epoch_key, n)
+        shuffled = jax.tree.map(
+            lambda x: jnp.take(x, perm, axis=0).reshape((s.num_minibatches, -1) + x.shape[1:]),
+            flat)
+        return jax.lax.scan(_update_minibatch, carry, shuffled)
+
+    def _update_step(state: LearnerState, env_params):
+        key, rollout_key, epoch_key = jax.random.split(state.key, 3)
+        env_state, obs, ep_return, traj, slot_metrics = _rollout(
+            state.params, env_params, state.env_state, state.obs, state.ep_return, rollout_key)
+        logits_last, q_last = _policy(state.params, obs)
+        last_value = networks.value_from_q(logits_last, q_last)        # [E, U]
+        next_values = jnp.concatenate([traj["value"][1:], last_value[None]], axis=0)
+        adv, ret = gae_lib.masked_gae(traj["reward"], traj["value"], traj["decision"],
+                                      traj["terminated"], traj["truncated"], next_values,
+                                      last_value, s.gamma, s.gae_lambda)
+        dec = traj["decision"].astype(jnp.float32)
+        n_dec = jnp.maximum(jnp.sum(dec), 1.0)
+        # Explained variance of the trained prediction Q(s, a) against its λ-return target.
+        ret_mean = jnp.sum(ret * dec) / n_dec
+        var_ret = jnp.sum(jnp.square(ret - ret_mean) * dec) / n_dec
+        resid = (ret - traj["q_taken"]) * dec
+        var_res = jnp.sum(jnp.square(resid - jnp.sum(resid) / n_dec) * dec) / n_dec
+        explained_variance = jnp.where(var_ret > 0, 1.0 - var_res / jnp.maximum(var_ret, 1e-12),
+                                       0.0)
+
+        flat = {k: traj[k].reshape((-1,) + traj[k].shape[3:])
+                for k in ("obs", "action", "logp", "q_taken", "decision")}
+        flat["adv"] = adv.reshape(-1)
+        flat["ret"] = ret.reshape(-1)
+        epoch_keys = jax.random.split(epoch_key, s.num_epochs)
+        (params, opt_state), mb_metrics = jax.lax.scan(
+            lambda c, k: _update_epoch(c, k, flat), (state.params, state.opt_state), epoch_keys)
+        metrics = {k: jnp.mean(v) for k, v in mb_metrics.items()}
+        env_steps = state.env_steps + s.rollout_len * s.num_envs
+        metrics.update(
+            explained_variance=explained_variance,
+            episode_return_sum=jnp.sum(slot_metrics["ep_sum"]),
+            episodes=jnp.sum(slot_metrics["ep_count"]).astype(jnp.float32),
+            decisions=jnp.sum(dec),
+            nominate_rate=jnp.sum(traj["action"] * dec) / n_dec,
+            mean_gain=jnp.sum(traj["gain"] * dec) / n_dec,
+            env_steps=env_steps,
+            # NaN where the rollout held nothing to average (e.g. no user finished).
+            **{k: jnp.where(jnp.sum(v[1]) > 0, jnp.sum(v[0]) / jnp.maximum(jnp.sum(v[1]), 1.0),
+                            jnp.nan)
+               for k, v in slot_metrics.items() if k.startswith("env/")},
+        )
+        new_state = state.replace(params=params, opt_state=opt_state, env_state=env_state,
+                                  obs=obs, key=key, ep_return=ep_return, env_steps=env_steps,
+                                  update_step=state.update_step + 1)
+        return new_state, metrics
+
+    def train_chunk(state: LearnerState, env_params) -> tuple[LearnerState, dict]:
+        return jax.lax.scan(lambda st, _: _update_step(st, env_params), state, None,
+                            length=s.updates_per_chunk)
+
+    return train_chunk

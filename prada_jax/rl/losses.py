@@ -1,0 +1,98 @@
+"""PPO loss on network outputs: clipped surrogate + clipped Q-value regression − entropy bonus.
+
+All terms are masked means over samples where the user made a decision (``mask``); samples
+from non-decision slots contribute nothing. The loss is a pure function of the network
+outputs so it can be checked against a NumPy transcription.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import distrax
+import jax
+import jax.numpy as jnp
+
+__all__ = ["PPOLossConfig", "ppo_loss", "masked_mean"]
+
+
+class PPOLossConfig(NamedTuple):
+    """Coefficients of the PPO loss.
+
+    clip_eps: surrogate clip ε (ratio kept in [1−ε, 1+ε]).
+    vf_coef: weight of the value (Q) loss.
+    ent_coef: weight of the entropy bonus (subtracted).
+    clip_value: clip the Q prediction to old ± ``value_clip_eps`` (PPO2-style max of losses).
+    value_clip_eps: value clip range, reward units.
+    normalize_adv: standardise advantages over the masked minibatch.
+    """
+
+    clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    clip_value: bool = True
+    value_clip_eps: float = 0.2
+    normalize_adv: bool = True
+
+
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """Σ x·m / max(Σ m, 1)."""
+    m = mask.astype(x.dtype)
+    return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def ppo_loss(logits: jax.Array, q: jax.Array, actions: jax.Array, old_logp: jax.Array,
+             old_q_taken: jax.Array, advantages: jax.Array, returns: jax.Array,
+             mask: jax.Array, cfg: PPOLossConfig) -> tuple[jax.Array, dict]:
+    """PPO loss for one minibatch.
+
+    Args:
+      logits: [B, 2] current policy logits.
+      q: [B, 2] current Q(s, ·).
+      actions: [B] int actions taken.
+      old_logp: [B] log π_old(a|s) at rollout time.
+      old_q_taken: [B] Q_old(s, a) at rollout time (for value clipping).
+      advantages: [B] GAE advantages.
+      returns: [B] λ-return targets for Q(s, a).
+      mask: [B] bool/float, 1 where the sample is a real decision.
+      cfg: coefficients.
+
+    Returns:
+      (total_loss, metrics) with metrics ``policy_loss``, ``value_loss``, ``entropy``,
+      ``approx_kl`` (mean of (r−1) − log r), ``clip_frac``.
+    """
+    mask = mask.astype(jnp.float32)
+    actions = actions.astype(jnp.int32)
+    dist = distrax.Categorical(logits=logits)
+    logp = dist.log_prob(actions)
+    entropy = dist.entropy()
+    log_ratio = logp - old_logp
+    ratio = jnp.exp(log_ratio)
+
+    adv = advantages
+    if cfg.normalize_adv:
+        mu = masked_mean(adv, mask)
+        var = masked_mean(jnp.square(adv - mu), mask)
+        adv = (adv - mu) / (jnp.sqrt(var) + 1e-8)
+    surr1 = ratio * adv
+    surr2 = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
+    policy_loss = -masked_mean(jnp.minimum(surr1, surr2), mask)
+
+    q_taken = jnp.take_along_axis(q, actions[:, None], axis=-1)[:, 0]
+    v_err = jnp.square(q_taken - returns)
+    if cfg.clip_value:
+        q_clipped = old_q_taken + jnp.clip(q_taken - old_q_taken, -cfg.value_clip_eps,
+                                           cfg.value_clip_eps)
+        v_err = jnp.maximum(v_err, jnp.square(q_clipped - returns))
+    value_loss = 0.5 * masked_mean(v_err, mask)
+    ent = masked_mean(entropy, mask)
+    total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * ent
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": ent,
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+        "clip_frac": masked_mean((jnp.abs(ratio - 1.0) > cfg.clip_eps).astype(jnp.float32),
+                                 mask),
+        "total_loss": total,
+    }
+    return total, metrics
