@@ -1,0 +1,272 @@
+"""Rolls the edge env out for each evaluated policy over seeds and reduces it to per-seed metrics.
+
+One jitted function (``make_evaluator``) serves every policy and every sweep point: the screening
+mode, the random-nomination probability, the scheduler index, the multipliers, M, B and λ are
+all array leaves, so only the trace-set shape, the user slots U and the slot counts are static
+(one compile per trace set). Seeds are vmapped: seed ``s`` uses ``jax.random.key(seed0 + s)``
+for the same arrivals, problems and fading in every policy (paired comparisons).
+
+Policies (``PolicySpec``; DESIGN §8):
+
+* ``All-SLM``: never nominate (every draft kept), keep-local scheduler.
+* ``All-LLM``: nominate every step, offload-all scheduler (immediate while M and B last, else
+  queue; a request that waited ``max_wait_slots`` is kept local — the env's hard rule).
+* ``Random``: nominate with probability p, FIFO-greedy scheduler; p is matched to PRADA's
+  measured offload rate (one correction pass, see ``matched_random_probability``).
+* ``RSD``: online PRM thresholding (keep the draft if its PRM score ≥ 0.7, else the LLM); the
+  env charges the PRM's forward pass to every draft.
+* ``Policy (no limits)``: the screening policy's greedy action, offload-all scheduler, with
+  M = U (no server contention) and B = 1e12 Hz (no bandwidth limit).
+* ``PRADA``: the screening policy's greedy action carrying the critic's ΔQ, threshold scheduler
+  with the learned multipliers (λ_s, µ).
+* ``PRADA (λ=µ=0)``: the same scheduler with both multipliers at 0 (what the dual ascent buys).
+
+Measurement window: the first ``warmup_slots`` slots are discarded (the env starts with a burst
+of ``initial_users``); per-user metrics count users that finish inside the window.
+
+Metrics per seed (units in ``evals.report.METRICS``): accuracy, mean and p95 latency (exact:
+latencies are whole slots, histogrammed per slot), processing / communication / queueing delay
+per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
+server utilisation (mean busy units / M per slot), outage rate (outages / upload attempts),
+blocked rate (blocked / arrivals), fallback share (steps that used a trace fallback / steps).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs import edge
+from prada_jax.sched.registry import scheduler_index
+
+SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY = 0, 1, 2, 3
+_SCREEN = {"never": SCREEN_NEVER, "always": SCREEN_ALWAYS, "random": SCREEN_RANDOM,
+           "policy": SCREEN_POLICY}
+UNLIMITED_BANDWIDTH_HZ = 1e12
+
+
+class PolicySpec(NamedTuple):
+    """One evaluated system (host side).
+
+    name: row label. screen: "never" | "always" | "random" | "policy". scheduler: a name in
+    ``prada_jax.sched.registry.SCHEDULER_NAMES``. lambda_s, mu: multipliers (mu per Hz).
+    unlimited: lift M and B (M = U, B = 1e12 Hz). p_random: nomination probability ("random").
+    """
+
+    name: str
+    screen: str
+    scheduler: str
+    lambda_s: float = 0.0
+    mu: float = 0.0
+    unlimited: bool = False
+    p_random: float = 0.0
+
+
+def baseline_specs() -> list[PolicySpec]:
+    """The rows that need no trained policy: All-SLM, All-LLM, RSD."""
+    return [PolicySpec("All-SLM", "never", "keep_local"),
+            PolicySpec("All-LLM", "always", "offload_all"),
+            PolicySpec("RSD (online PRM)", "always", "rsd")]
+
+
+def policy_specs(lambda_s: float | None, mu: float | None) -> list[PolicySpec]:
+    """Rows that use the screening policy. PRADA rows need multipliers (None: only λ=µ=0)."""
+    rows = [PolicySpec("Policy (no limits)", "policy", "offload_all", unlimited=True)]
+    if lambda_s is not None:
+        rows.append(PolicySpec("PRADA", "policy", "threshold", float(lambda_s), float(mu or 0.0)))
+    rows.append(PolicySpec("PRADA (λ=µ=0)", "policy", "threshold", 0.0, 0.0))
+    return rows
+
+
+def apply_spec(params: edge.EnvParams, spec: PolicySpec) -> edge.EnvParams:
+    """Env params for one policy row (same shapes: no recompilation)."""
+    if spec.screen not in _SCREEN:
+        raise ValueError(f"policy '{spec.name}': screen must be one of {sorted(_SCREEN)}, "
+                         f"got {spec.screen!r}")
+    p = params.replace(scheduler=jnp.asarray(scheduler_index(spec.scheduler), jnp.int32),
+                       lambda_s=jnp.asarray(spec.lambda_s, jnp.float32),
+                       mu=jnp.asarray(spec.mu, jnp.float32))
+    if spec.unlimited:
+        p = p.replace(num_servers=jnp.asarray(params.num_users, jnp.int32),
+                      bandwidth_hz=jnp.asarray(UNLIMITED_BANDWIDTH_HZ, jnp.float32))
+    return p
+
+
+def _zero_apply(params, obs):
+    del params
+    z = jnp.zeros(obs.shape[:-1] + (2,), jnp.float32)
+    return z, z
+
+
+def make_evaluator(num_slots: int, warmup_slots: int,
+                   apply_fn: Callable | None = None) -> Callable:
+    """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random) -> totals``.
+
+    Args:
+      num_slots: T, slots simulated per seed (static).
+      warmup_slots: W < T, slots discarded before measuring (static).
+      apply_fn: ``apply_fn(net_params, obs [U, D]) -> (logits [U, 2], q [U, 2])`` of the
+        screening policy; None for the baselines (net_params is then ignored).
+    Returns:
+      a jitted function; ``totals`` is a dict of [S] sums over the window plus
+      ``latency_hist`` [S, T + 1] (finished users per latency in slots).
+    """
+    if not 0 <= warmup_slots < num_slots:
+        raise ValueError(f"warmup_slots must be in [0, slots={num_slots}), got {warmup_slots}")
+    apply_fn = apply_fn or _zero_apply
+    n_bins = num_slots + 1
+
+    def _one(key, params, net_params, screen_mode, p_random):
+        reset_key, run_key = jax.random.split(key)
+        obs, state = edge.reset(reset_key, params)
+        u = params.num_users
+        zf = jnp.zeros((), jnp.float32)
+        acc0 = dict(finished=zf, correct=zf, latency_s=zf, processing_s=zf, communication_s=zf,
+                    queueing_s=zf, offloads=zf, outages=zf, steps=zf, fallbacks=zf,
+                    server_busy=zf, slots=zf, arrivals=zf, blocked=zf, decisions=zf,
+                    nominations=zf, latency_hist=jnp.zeros((n_bins,), jnp.float32))
+
+        def _slot(carry, t):
+            obs, state, acc = carry
+            slot_key = jax.random.fold_in(run_key, t)
+            act_key, env_key = jax.random.split(slot_key)
+            logits, q = apply_fn(net_params, obs)
+            greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
+            screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
+                                 screen_mode == SCREEN_RANDOM],
+                                [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand],
+                                greedy)
+            gain = jnp.where(screen_mode == SCREEN_POLICY, (q[..., 1] - q[..., 0]),
+                             params.default_gain).astype(jnp.float32)
+            obs, state, _, done, info = edge.step(env_key, state, edge.EdgeAction(screen, gain),
+                                                  params)
+            w = (t >= warmup_slots).astype(jnp.float32)
+            d = done.astype(jnp.float32) * w
+            lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
+            hist = acc["latency_hist"].at[jnp.clip(lat_slots, 0, n_bins - 1)].add(d)
+            f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+            upd = dict(
+                finished=jnp.sum(d), correct=jnp.sum(d * f32(info["user_correct"])),
+                latency_s=jnp.sum(d * info["user_latency_s"]),
+                processing_s=jnp.sum(d * info["user_processing_s"]),
+                communication_s=jnp.sum(d * info["user_communication_s"]),
+                queueing_s=jnp.sum(d * info["user_queueing_s"]),
+                offloads=jnp.sum(d * f32(info["user_offloads"])),
+                outages=jnp.sum(d * f32(info["user_outages"])),
+                steps=jnp.sum(d * f32(info["user_steps"])),
+                fallbacks=jnp.sum(d * f32(info["user_fallbacks"])),
+                server_busy=w * f32(info["server_in_use"]) / f32(params.num_servers),
+                slots=w, arrivals=w * f32(info["arrivals"]), blocked=w * f32(info["blocked"]),
+                decisions=w * jnp.sum(f32(info["decision_mask"])),
+                nominations=w * jnp.sum(f32(info["nominated"])))
+            acc = {k: (hist if k == "latency_hist" else acc[k] + upd[k]) for k in acc}
+            return (obs, state, acc), None
+
+        (_, _, acc), _ = jax.lax.scan(_slot, (obs, state, acc0),
+                                      jnp.arange(num_slots, dtype=jnp.int32))
+        return acc
+
+    batched = jax.vmap(_one, in_axes=(0, None, None, None, None))
+    return jax.jit(batched)
+
+
+def _p95_from_hist(hist: np.ndarray, tau_s: float) -> float:
+    """Smallest latency L (s) with at least 95% of finished users at latency ≤ L."""
+    total = hist.sum()
+    if total <= 0:
+        return float("nan")
+    cdf = np.cumsum(hist) / total
+    return float(np.argmax(cdf >= 0.95 - 1e-12)) * tau_s
+
+
+def per_seed_metrics(totals: dict, tau_s: float) -> dict[str, np.ndarray]:
+    """Reduces the window sums of ``make_evaluator`` ([S] each) to per-seed metrics [S]."""
+    t = {k: np.asarray(v, np.float64) for k, v in totals.items()}
+
+    def ratio(a, b):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(b > 0, a / np.maximum(b, 1e-300), np.nan)
+
+    fin = t["finished"]
+    return {
+        "accuracy": ratio(t["correct"], fin),
+        "latency_mean_s": ratio(t["latency_s"], fin),
+        "latency_p95_s": np.array([_p95_from_hist(h, tau_s) for h in t["latency_hist"]]),
+        "processing_s": ratio(t["processing_s"], fin),
+        "communication_s": ratio(t["communication_s"], fin),
+        "queueing_s": ratio(t["queueing_s"], fin),
+        "offload_rate": ratio(t["offloads"], t["steps"]),
+        "nomination_rate": ratio(t["nominations"], t["decisions"]),
+        "server_util": ratio(t["server_busy"], t["slots"]),
+        "outage_rate": ratio(t["outages"], t["offloads"] + t["outages"]),
+        "blocked_rate": ratio(t["blocked"], t["arrivals"]),
+        "fallback_share": ratio(t["fallbacks"], t["steps"]),
+        "finished": fin,
+    }
+
+
+class Evaluator:
+    """Evaluates ``PolicySpec`` rows on one env configuration over seeds (host-side driver).
+
+    Args:
+      base_params: env params (trace set, U, latency, M, B, λ, β, ...).
+      seeds: number of seeds S; seed s uses ``jax.random.key(seed0 + s)``.
+      num_slots, warmup_slots: see ``make_evaluator``.
+      apply_fn, net_params: the screening policy (None: only rows with screen != "policy").
+    """
+
+    def __init__(self, base_params: edge.EnvParams, seeds: int, num_slots: int,
+                 warmup_slots: int, apply_fn: Callable | None = None, net_params: Any = None,
+                 seed0: int = 0):
+        if seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {seeds}")
+        self.base_params = base_params
+        self.keys = jax.vmap(jax.random.key)(jnp.arange(seed0, seed0 + seeds, dtype=jnp.uint32))
+        self.has_policy = apply_fn is not None
+        self.net_params = net_params if net_params is not None else jnp.zeros(())
+        self._fn = make_evaluator(num_slots, warmup_slots, apply_fn)
+        self.tau_s = float(base_params.tau_s)
+
+    def run(self, spec: PolicySpec, **param_overrides) -> dict[str, np.ndarray]:
+        """Per-seed metrics of one row; ``param_overrides`` replace env param leaves (e.g.
+        ``num_servers``, ``bandwidth_hz``, ``arrival_rate_hz``) before the row is applied."""
+        if spec.screen == "policy" and not self.has_policy:
+            raise ValueError(f"policy row '{spec.name}' needs a screening policy (--policy)")
+        params = self.base_params
+        if param_overrides:
+            params = params.replace(**{k: jnp.asarray(v, getattr(params, k).dtype)
+                                       for k, v in param_overrides.items()})
+        params = apply_spec(params, spec)
+        totals = self._fn(self.keys, params, self.net_params,
+                          jnp.asarray(_SCREEN[spec.screen], jnp.int32),
+                          jnp.asarray(spec.p_random, jnp.float32))
+        return per_seed_metrics(jax.device_get(totals), self.tau_s)
+
+    def run_all(self, specs: Sequence[PolicySpec], **param_overrides
+                ) -> dict[str, dict[str, np.ndarray]]:
+        return {s.name: self.run(s, **param_overrides) for s in specs}
+
+
+def matched_random_probability(evaluator: Evaluator, target_offload_rate: float,
+                               **param_overrides) -> tuple[float, dict]:
+    """Nomination probability p for the Random row whose realised offload rate matches
+    ``target_offload_rate`` (PRADA's mean over seeds).
+
+    Nominations can be refused (resources, outage, expiry), so the realised rate is below p:
+    a first pass at p0 = target measures it, and p1 = clip(p0 · target / realised, 0, 1).
+    Returns (p1, per-seed metrics of the Random row at p1).
+    """
+    target = float(np.clip(target_offload_rate, 0.0, 1.0))
+    if not math.isfinite(target) or target <= 0.0:
+        p = 0.0
+    else:
+        first = evaluator.run(PolicySpec("Random", "random", "fifo_greedy", p_random=target),
+                              **param_overrides)
+        realised = float(np.nanmean(first["offload_rate"]))
+        p = target if realised <= 0 else float(np.clip(target * target / realised, 0.0, 1.0))
+    spec = PolicySpec("Random (matched)", "random", "fifo_greedy", p_random=p)
+    return p, evaluator.run(spec, **param_overrides)

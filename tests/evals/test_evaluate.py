@@ -1,0 +1,121 @@
+"""The evaluation loop on a crafted trace set whose answers are known.
+
+Crafted set (one step per problem): the LLM's step is always right, the SLM's draft is right
+on even problems only; feature 0 says which (+1: the draft is wrong); the PRM scores a right
+draft 0.9 and a wrong one 0.1. No outages, ample M and B. Then, exactly on every seed:
+All-LLM = RSD = an oracle screening policy = 1.0 accuracy; All-SLM ≈ 0.5; random screening
+lies between; and the reductions (p95, rates) match NumPy references.
+"""
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs import edge
+from evals import evaluate as ev
+from evals import report
+from prada_jax.traces.format import TraceSet, validate_arrays
+
+
+def crafted_traces(problems: int = 8, feature_dim: int = 4) -> TraceSet:
+    p = problems
+    slm_right = (np.arange(p) % 2 == 0)
+    feat = np.zeros((p, feature_dim), np.float32)
+    feat[:, 0] = np.where(slm_right, -1.0, 1.0)
+    arrays = dict(
+        feat=feat, prm=np.full(p, 0.5, np.float32),
+        cand_prm=np.stack([np.where(slm_right, 0.9, 0.1), np.full(p, 0.95)], 1).astype(np.float32),
+        cand_tokens=np.full((p, 2), 20, np.int32), ctx_tokens=np.full(p, 60, np.int32),
+        child=np.full((p, 2), -1, np.int32), terminal=np.ones((p, 2), np.uint8),
+        correct=np.stack([slm_right, np.ones(p, bool)], 1).astype(np.uint8),
+        fallback=np.full(p, -1, np.int32), depth=np.zeros(p, np.int32),
+        problem=np.arange(p, dtype=np.int32), root=np.arange(p, dtype=np.int32),
+        n_nodes=np.ones(p, np.int32), answer_id=np.arange(p, dtype=np.int32))
+    meta = {"feature_dim": feature_dim, "counts": {"nodes": p, "problems": p}, "max_depth": 0}
+    validate_arrays(arrays, meta, "crafted")
+    return TraceSet(**arrays)
+
+
+def oracle_apply(params, obs):
+    """Nominates exactly when feature 0 says the draft is wrong; ΔQ = that feature."""
+    del params
+    f = obs[..., 0]
+    logits = jnp.stack([-f, f], -1)
+    q = jnp.stack([jnp.zeros_like(f), f], -1)
+    return logits, q
+
+
+@pytest.fixture(scope="module")
+def results():
+    params = edge.make_params(crafted_traces(), num_users=8, num_servers=8, bandwidth_hz=1e9,
+                              arrival_rate_hz=12.0, snr_threshold_db=-np.inf)
+    e = ev.Evaluator(params, seeds=3, num_slots=240, warmup_slots=20, apply_fn=oracle_apply,
+                     net_params=jnp.zeros(()))
+    rows = ev.baseline_specs() + ev.policy_specs(lambda_s=0.0, mu=0.0)
+    out = e.run_all(rows)
+    p, out["Random (matched)"] = ev.matched_random_probability(e, 0.5)
+    return out, p
+
+
+def test_known_accuracies_and_order(results):
+    res, p = results
+    acc = {k: v["accuracy"] for k, v in res.items()}
+    for name in ("All-LLM", "RSD (online PRM)", "Policy (no limits)", "PRADA", "PRADA (λ=µ=0)"):
+        np.testing.assert_array_equal(acc[name], 1.0, err_msg=name)
+    assert np.all((acc["All-SLM"] > 0.25) & (acc["All-SLM"] < 0.75))
+    assert np.all(acc["Random (matched)"] > acc["All-SLM"])
+    assert np.all(acc["Random (matched)"] < acc["All-LLM"])
+    # The table lists All-LLM's accuracy as the maximum.
+    summ = report.summarize(res)
+    best = max(summ, key=lambda k: summ[k]["accuracy"].mean)
+    assert summ[best]["accuracy"].mean == summ["All-LLM"]["accuracy"].mean == 1.0
+
+
+def test_rates_and_delay_split(results):
+    res, p = results
+    slm, llm, pol = res["All-SLM"], res["All-LLM"], res["Policy (no limits)"]
+    np.testing.assert_array_equal(slm["offload_rate"], 0.0)
+    np.testing.assert_array_equal(slm["communication_s"], 0.0)
+    np.testing.assert_array_equal(slm["queueing_s"], 0.0)
+    np.testing.assert_array_equal(llm["offload_rate"], 1.0)   # M = U, no outage: all served
+    np.testing.assert_array_equal(llm["outage_rate"], 0.0)
+    assert np.all(llm["communication_s"] > 0)
+    assert np.all((pol["offload_rate"] > 0.25) & (pol["offload_rate"] < 0.75))
+    # Random matched to 50%: realised offload within sampling noise of the target.
+    assert 0.3 < np.mean(res["Random (matched)"]["offload_rate"]) < 0.7 and 0 < p <= 1
+    # Delay components add up to the end-to-end latency (slot-quantised accounting).
+    for name, m in res.items():
+        total = m["processing_s"] + m["communication_s"] + m["queueing_s"]
+        np.testing.assert_allclose(total, m["latency_mean_s"], rtol=1e-4, err_msg=name)
+        assert np.all(m["latency_p95_s"] >= m["latency_mean_s"] * 0.5)
+        assert np.all(m["finished"] > 50)
+    assert np.all(llm["latency_mean_s"] > slm["latency_mean_s"])
+
+
+def test_reductions_match_numpy():
+    rng = np.random.default_rng(0)
+    tau = 0.05
+    hist = rng.integers(0, 5, size=(2, 40)).astype(np.float64)
+    totals = {k: rng.uniform(1, 10, size=2) for k in (
+        "finished", "correct", "latency_s", "processing_s", "communication_s", "queueing_s",
+        "offloads", "outages", "steps", "fallbacks", "server_busy", "slots", "arrivals",
+        "blocked", "decisions", "nominations")}
+    totals["latency_hist"] = hist
+    m = ev.per_seed_metrics(totals, tau)
+    for s in range(2):
+        sample = np.repeat(np.arange(40), hist[s].astype(int)) * tau
+        want = np.percentile(sample, 95, method="inverted_cdf")
+        np.testing.assert_allclose(m["latency_p95_s"][s], want, rtol=1e-12)
+    np.testing.assert_allclose(m["outage_rate"],
+                               totals["outages"] / (totals["offloads"] + totals["outages"]))
+    np.testing.assert_allclose(m["accuracy"], totals["correct"] / totals["finished"])
+    empty = dict(totals, finished=np.zeros(2), latency_hist=np.zeros((2, 40)))
+    assert np.all(np.isnan(ev.per_seed_metrics(empty, tau)["accuracy"]))
+
+
+def test_policy_row_needs_policy():
+    params = edge.make_params(crafted_traces(), num_users=2)
+    e = ev.Evaluator(params, seeds=1, num_slots=4, warmup_slots=0)
+    with pytest.raises(ValueError, match="needs a screening policy"):
+        e.run(ev.PolicySpec("PRADA", "policy", "threshold"))
+    with pytest.raises(ValueError, match="warmup_slots"):
+        ev.make_evaluator(10, 10)
