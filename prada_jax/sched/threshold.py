@@ -10,7 +10,9 @@ clears per server unit per slot):
 
 Hard rule: immediate if ``g_i ≥ max(w̄_i, 0)``; else queue if ``w̄_i > 0``; else local. A request
 that has waited ``max_wait_slots`` is kept local. Feasibility repair: the immediates are admitted
-greedily by reduced gain ``g_i − max(w̄_i, 0)`` (largest first, skipping one that does not fit);
+greedily by reduced gain ``g_i − max(w̄_i, 0)`` (largest first; ties — common, since with
+``w̄_i > 0`` it equals ``β·τ·(1+q) − λ_s − µ·b_i`` — by larger ``g_i``, then user slot;
+a request that does not fit is skipped);
 a rejected one queues if ``w̄_i > 0`` and it has not expired, else stays local.
 
 Smoothed rule (temperature T > 0): probabilities ``softmax([0, w̄_i, g_i] / T)`` of
@@ -36,14 +38,25 @@ def advantages(x: SchedInputs, sp: SchedParams):
     return w, w_bar, g
 
 
+def reduced_gain(x: SchedInputs, sp: SchedParams):
+    """[C] ``g_i − max(w̄_i, 0)``, computed in closed form so equal requests tie exactly:
+    ``β·τ·(1 + q_i) − λ_s − µ·b_i`` where ``w̄_i > 0``, else ``g_i``."""
+    _, w_bar, g = advantages(x, sp)
+    q = x.queue_len.astype(jnp.float32) / jnp.asarray(sp.num_servers, jnp.float32)
+    return jnp.where(w_bar > 0, sp.beta * sp.tau_s * (1.0 + q) - sp.lambda_s
+                     - sp.mu * x.bandwidth_hz, g)
+
+
 def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
     """Hard threshold rule with feasibility repair. Returns [C] int8 decisions."""
     _, w_bar, g = advantages(x, sp)
     live = x.candidate & ~expired(x, sp)
     floor = jnp.maximum(w_bar, 0.0)
     want_imm = live & (g >= floor)
-    reduced = g - floor
-    order = jnp.argsort(jnp.where(want_imm, -reduced, jnp.inf), stable=True).astype(jnp.int32)
+    reduced = reduced_gain(x, sp)
+    c = jnp.arange(g.shape[0], dtype=jnp.int32)
+    order = jnp.lexsort((c, jnp.where(want_imm, -g, jnp.inf),
+                         jnp.where(want_imm, -reduced, jnp.inf))).astype(jnp.int32)
     admitted = greedy_fill(want_imm, order, x.bandwidth_hz, free_units, free_bw_hz)
     queue = live & ~admitted & (w_bar > 0)
     return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)

@@ -1,0 +1,400 @@
+"""NumPy/plain-Python reference of the multi-user edge env (``envs.edge``), written independently.
+
+Same rules as the module docstring of ``envs.edge``, transcribed as loops over user slots with
+one Python object per user and float64 arithmetic. It takes the same pre-drawn randomness
+(``envs.edge.Noise`` converted to NumPy) so equivalence tests can compare per-user outcomes, and
+it is the baseline of ``benchmarks.env_throughput``. Not for training.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SCHED_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd")
+LOCAL, QUEUE, IMMEDIATE = 0, 1, 2
+
+
+# ----------------------------------------------------------------------------- latency (float64)
+
+@dataclass
+class Arch:
+    p: float
+    layers: float
+    d: float
+
+
+@dataclass
+class LatencyConsts:
+    slm: Arch = field(default_factory=lambda: Arch(1.31e9, 28, 1536))
+    llm: Arch = field(default_factory=lambda: Arch(6.53e9, 28, 3584))
+    prm: Arch = field(default_factory=lambda: Arch(6.53e9, 28, 3584))
+    edge_peak_flops: float = 4e12
+    edge_eta: float = 0.3
+    server_peak_flops: float = 3.12e14
+    server_eta: float = 0.3
+    bits_per_token: float = 16.0
+    tx_psd_dbm_hz: float = -50.0
+    noise_psd_dbm_hz: float = -174.0
+    noise_figure_db: float = 9.0
+    distance_m: float = 200.0
+    pl_ref_db: float = 128.1
+    pl_exp_db: float = 37.6
+    snr_threshold_db: float = 0.0
+    uplink_target_s: float = 1e-3
+    min_request_hz: float = 1e4
+
+
+def consts_from_jax(lp) -> LatencyConsts:
+    """Reads a ``prada_jax.latency.LatencyParams`` into plain floats."""
+    arch = lambda m: Arch(float(m.params), float(m.layers), float(m.d_model))  # noqa: E731
+    names = [f for f in LatencyConsts.__dataclass_fields__ if f not in ("slm", "llm", "prm")]
+    return LatencyConsts(slm=arch(lp.slm), llm=arch(lp.llm), prm=arch(lp.prm),
+                         **{f: float(getattr(lp, f)) for f in names})
+
+
+def flops_prefill(a: Arch, new: float, cached: float) -> float:
+    # every new token at position j costs 2P + 4·L·d·j; summed over j = c..c+n-1 this is
+    # 2Pn + 4Ld(nc + n(n-1)/2); the 2Ld·n (causal diagonal) term makes it 2Pn + 2Ld(n² + 2nc).
+    per_token_attn = 4.0 * a.layers * a.d
+    series = new * cached + new * (new - 1) / 2.0
+    return 2.0 * a.p * new + per_token_attn * series + 2.0 * a.layers * a.d * new
+
+
+def flops_decode(a: Arch, m: float, start: float) -> float:
+    return m * 2.0 * a.p + 4.0 * a.layers * a.d * (m * (2.0 * start + m - 1.0) / 2.0)
+
+
+def mean_snr(c: LatencyConsts) -> float:
+    pl = c.pl_ref_db + c.pl_exp_db * math.log10(c.distance_m / 1000.0)
+    return 10.0 ** ((c.tx_psd_dbm_hz - pl - c.noise_psd_dbm_hz - c.noise_figure_db) / 10.0)
+
+
+# ----------------------------------------------------------------------------- schedulers
+
+def _fill(order, wants, bw, free_units, free_bw):
+    admitted = set()
+    for i in order:
+        if wants[i] and free_units >= 1 and bw[i] <= free_bw:
+            admitted.add(i)
+            free_units -= 1
+            free_bw -= bw[i]
+    return admitted
+
+
+def schedule(name, cands, free_units, free_bw, cfg):
+    """Reference schedulers over a list of candidate dicts; returns {index: decision}."""
+    out = {}
+    idx = [c["i"] for c in cands]
+    by = {c["i"]: c for c in cands}
+    bw = {i: by[i]["bw"] for i in idx}
+    exp = {i: by[i]["wait"] >= cfg["max_wait_slots"] for i in idx}
+
+    def finish(admitted, wants_queue):
+        for i in idx:
+            if i in admitted:
+                out[i] = IMMEDIATE
+            elif wants_queue[i] and not exp[i]:
+                out[i] = QUEUE
+            else:
+                out[i] = LOCAL
+        return out
+
+    if name == "keep_local":
+        return {i: LOCAL for i in idx}
+    if name == "offload_all":
+        return finish(_fill(idx, {i: True for i in idx}, bw, free_units, free_bw),
+                      {i: True for i in idx})
+    if name == "random":
+        choice = {i: min(int(3.0 * by[i]["u"]), 2) for i in idx}
+        admitted = _fill(idx, {i: choice[i] == IMMEDIATE for i in idx}, bw, free_units, free_bw)
+        return finish(admitted, {i: choice[i] != LOCAL for i in idx})
+    if name == "fifo_greedy":
+        order = sorted(idx, key=lambda i: (-by[i]["wait"], i))
+        return finish(_fill(order, {i: True for i in idx}, bw, free_units, free_bw),
+                      {i: True for i in idx})
+    if name == "rsd":
+        wants = {i: by[i]["draft_prm"] < cfg["rsd_threshold"] for i in idx}
+        return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
+    if name == "threshold":
+        q = cfg["queue_len"] / cfg["num_servers"]
+        w_bar, red, wants, gi = {}, {}, {}, {}
+        for i in idx:
+            c = by[i]
+            w = c["gain"] - cfg["beta"] * c["delay"]
+            w_bar[i] = c["gain"] - cfg["beta"] * (c["delay"] + cfg["tau_s"] * (1.0 + q))
+            g = w - cfg["lambda_s"] - cfg["mu"] * c["bw"]
+            best_other = max(w_bar[i], 0.0)
+            wants[i] = (not exp[i]) and g >= best_other
+            # g − w̄ = β·τ·(1+q) − λ_s − µ·b exactly; written out so equal requests tie exactly
+            red[i] = (cfg["beta"] * cfg["tau_s"] * (1.0 + q) - cfg["lambda_s"]
+                      - cfg["mu"] * c["bw"]) if w_bar[i] > 0 else g
+            gi[i] = g
+        order = sorted([i for i in idx if wants[i]], key=lambda i: (-red[i], -gi[i], i))
+        admitted = _fill(order, wants, bw, free_units, free_bw)
+        return finish(admitted, {i: w_bar[i] > 0 for i in idx})
+    raise ValueError(f"unknown scheduler {name!r}")
+
+
+# ----------------------------------------------------------------------------- env
+
+class _User:
+    __slots__ = ("phase", "node", "left", "wait", "gain", "draft_s", "bw", "frac", "slm_kv",
+                 "srv_kv", "t0", "proc", "comm", "queue", "offloads", "outages", "steps",
+                 "fallbacks")
+
+    def __init__(self):
+        self.phase = "empty"
+
+
+class EdgeEnvNumPy:
+    """Reference env. ``cfg`` holds the ``envs.edge.make_params`` keywords (plain numbers);
+    ``lat`` the latency constants; ``traces`` a ``TraceSet`` of NumPy arrays."""
+
+    def __init__(self, traces, cfg: dict, lat: LatencyConsts | None = None):
+        self.tr = {k: np.asarray(v) for k, v in traces.to_dict().items()}
+        self.cfg = dict(cfg)
+        self.c = lat or LatencyConsts()
+        self.U = int(cfg["num_users"])
+        self.sched = cfg["scheduler"] if isinstance(cfg["scheduler"], str) else \
+            SCHED_NAMES[int(cfg["scheduler"])]
+        self.users = [_User() for _ in range(self.U)]
+        self.t = 0
+        self.arrived = self.finished = self.blocked = 0
+        self.snr_bar = mean_snr(self.c)
+        self.snr_th = 10.0 ** (self.c.snr_threshold_db / 10.0) if \
+            self.c.snr_threshold_db != -math.inf else 0.0
+        # Plain Python lists are faster than NumPy scalar indexing in the per-user loops.
+        self.ctx = self.tr["ctx_tokens"].tolist()
+        self.tok = self.tr["cand_tokens"].tolist()
+        self.cprm = self.tr["cand_prm"].tolist()
+        self.prm = self.tr["prm"].tolist()
+        self.child = self.tr["child"].tolist()
+        self.term = self.tr["terminal"].tolist()
+        self.corr = self.tr["correct"].tolist()
+        self.fb = self.tr["fallback"].tolist()
+        self.root = self.tr["root"].tolist()
+
+    # -- delays
+    def _nslots(self, sec):
+        return max(1, int(math.ceil(min(sec / self.cfg["tau_s"], 1e6))))
+
+    def _begin_draft(self, u: _User, node: int, slm_kv: int):
+        c = self.c
+        ctx, dtok = self.ctx[node], self.tok[node][0]
+        kv = min(slm_kv, ctx)
+        fl = flops_prefill(c.slm, ctx - kv, kv) + flops_decode(c.slm, dtok, ctx)
+        sec = fl / (c.edge_peak_flops * c.edge_eta)
+        if self.sched == "rsd":
+            sec += flops_prefill(c.prm, ctx + dtok, 0) / (c.server_peak_flops * c.server_eta)
+        u.phase, u.node, u.draft_s, u.left, u.slm_kv = "draft", node, sec, self._nslots(sec), \
+            ctx + dtok
+
+    def _request(self, u: _User, fading: float):
+        c, cfg = self.c, self.cfg
+        ctx = self.ctx[u.node]
+        ltok = self.tok[u.node][1]
+        cached = min(u.srv_kv, ctx) if cfg.get("server_kv_cache", False) else 0
+        up = ctx - cached
+        snr = self.snr_bar * max(fading, 1e-12)
+        se = math.log2(1.0 + snr)
+        bw = up * c.bits_per_token / (se * c.uplink_target_s)
+        bw = min(max(bw, c.min_request_hz), cfg["bandwidth_hz"])
+        t_up = up * c.bits_per_token / (bw * se)
+        t_dn = ltok * c.bits_per_token / (bw * se) if cfg.get("downlink", True) else 0.0
+        fl = flops_prefill(c.llm, up, cached) + flops_decode(c.llm, ltok, ctx)
+        t_srv = fl / (c.server_peak_flops * c.server_eta)
+        return dict(snr=snr, outage=snr < self.snr_th, bw=bw, up=t_up, dn=t_dn, srv=t_srv,
+                    delay=t_up + t_srv + t_dn)
+
+    def _next(self, node, b):
+        """(next node or None if the solution ends, correct, used fallback)."""
+        if self.term[node][b]:
+            return None, bool(self.corr[node][b]), False
+        ch = self.child[node][b]
+        return (ch, False, False) if ch >= 0 else (self.fb[node], False, True)
+
+    # -- episode
+    def _arrive(self, n: int, problems, slot: int):
+        admitted = 0
+        for i, u in enumerate(self.users):
+            if admitted >= n:
+                break
+            if u.phase == "empty":
+                u.wait, u.gain, u.bw, u.frac, u.srv_kv, u.t0 = 0, 0.0, 0.0, 0.0, 0, slot
+                u.proc = u.comm = u.queue = 0.0
+                u.offloads = u.outages = u.steps = u.fallbacks = 0
+                self._begin_draft(u, self.root[int(problems[i])], 0)
+                admitted += 1
+        self.arrived += n
+        self.blocked += n - admitted
+        return n - admitted
+
+    def reset(self, noise):
+        self.users = [_User() for _ in range(self.U)]
+        self.t = 0
+        self.arrived = self.finished = self.blocked = 0
+        self._arrive(int(self.cfg.get("initial_users", self.U)), noise["problem"], 0)
+        return self.observe()
+
+    def observe(self):
+        f = self.tr["feat"].shape[1]
+        obs = np.zeros((self.U, f + 2))
+        for i, u in enumerate(self.users):
+            if u.phase != "empty":
+                obs[i, :f] = self.tr["feat"][u.node]
+                obs[i, f] = self.tr["depth"][u.node]
+                obs[i, f + 1] = self.ctx[u.node] * self.cfg.get("ctx_scale", 1e-3)
+        return obs
+
+    def step(self, screen, gain, noise):
+        """One slot. ``screen``, ``gain``: per-user actions; ``noise``: dict of NumPy arrays.
+
+        Returns (obs, reward [U], done [U], info dict of NumPy arrays / ints)."""
+        cfg, tau, U = self.cfg, self.cfg["tau_s"], self.U
+        beta = cfg["beta"]
+        reward = np.zeros(U)
+        done = np.zeros(U, bool)
+        decision = np.full(U, -1)
+        outage = np.zeros(U, bool)
+        decided = np.zeros(U, bool)
+        users = self.users
+        res = [None] * U
+        busy_units = sum(1 for u in users if u.phase == "service")
+        busy_bw = sum(u.bw for u in users if u.phase == "service")
+        queue_len = sum(1 for u in users if u.phase == "queue")
+
+        cands = []
+        for i, u in enumerate(users):
+            if u.phase == "decide":
+                decided[i] = True
+                u.gain = float(gain[i])
+                if int(screen[i]) == 1 or self.sched == "rsd":
+                    u.phase = "nominated"
+                else:
+                    u.phase = "resolve_local"
+            if u.phase in ("nominated", "queue"):
+                r = self._request(u, float(noise["fading"][i]))
+                res[i] = r
+                cands.append(dict(i=i, gain=u.gain, delay=r["delay"], bw=r["bw"], wait=u.wait,
+                                  draft_prm=self.cprm[u.node][0], u=float(noise["u_sched"][i])))
+        free_units = cfg["num_servers"] - busy_units
+        free_bw = cfg["bandwidth_hz"] - busy_bw
+        scfg = dict(cfg, queue_len=queue_len)
+        dec = schedule(self.sched, cands, free_units, free_bw, scfg)
+
+        # Env-side rules: expiry, outage, hard limits (longest wait first).
+        for i in dec:
+            u = users[i]
+            expired = u.wait >= cfg["max_wait_slots"]
+            if dec[i] == QUEUE and expired:
+                dec[i] = LOCAL
+            if dec[i] == IMMEDIATE and res[i]["outage"]:
+                dec[i] = LOCAL
+                outage[i] = True
+        units, bw_left = free_units, free_bw
+        for i in sorted(dec, key=lambda j: (-users[j].wait, j)):
+            if dec[i] != IMMEDIATE:
+                continue
+            if units >= 1 and res[i]["bw"] <= bw_left:
+                units -= 1
+                bw_left -= res[i]["bw"]
+            else:
+                dec[i] = LOCAL if users[i].wait >= cfg["max_wait_slots"] else QUEUE
+
+        finished_now = {}
+        for i, u in enumerate(users):
+            if u.phase == "resolve_local":
+                d = LOCAL
+            elif i in dec:
+                d = dec[i]
+            else:
+                continue
+            decision[i] = d
+            if d == QUEUE:
+                u.phase = "queue"
+                continue
+            b = 1 if d == IMMEDIATE else 0
+            n = u.node
+            cost = u.draft_s
+            penalty = 0.0
+            if b:
+                r = res[i]
+                cost += r["srv"]
+                if cfg.get("reward_mode", "coarse") == "true":
+                    penalty += r["up"] + r["dn"]
+            if cfg.get("reward_mode", "coarse") == "true":
+                penalty += u.wait * tau
+            reward[i] = self.cprm[n][b] - self.prm[n] - beta * (cost + penalty)
+            u.steps += 1
+            u.outages += int(outage[i])
+            nxt, corr, used_fb = self._next(n, b)
+            u.fallbacks += int(used_fb)
+            u.wait = 0
+            if b == 0:
+                if nxt is None:
+                    finished_now[i] = (corr, self.t)
+                    u.phase = "empty"
+                else:
+                    self._begin_draft(u, nxt, u.slm_kv)
+            else:
+                r = res[i]
+                u.phase = "service"
+                u.left = self._nslots(r["delay"])
+                u.bw = r["bw"]
+                u.frac = (r["up"] + r["dn"]) / max(r["delay"], 1e-30)
+                u.srv_kv = self.ctx[n] + self.tok[n][1]
+                u.offloads += 1
+
+        # Slot time by phase, then end-of-slot transitions.
+        in_use = sum(1 for u in users if u.phase == "service")
+        bw_use = sum(u.bw for u in users if u.phase == "service")
+        qlen = sum(1 for u in users if u.phase == "queue")
+        for i, u in enumerate(users):
+            if u.phase == "draft":
+                u.proc += tau
+                u.left -= 1
+                if u.left <= 0:
+                    u.phase = "decide"
+            elif u.phase == "queue":
+                u.queue += tau
+                u.wait += 1
+            elif u.phase == "service":
+                u.comm += tau * u.frac
+                u.proc += tau - tau * u.frac
+                u.left -= 1
+                if u.left <= 0:
+                    u.bw = 0.0
+                    nxt, corr, _ = self._next(u.node, 1)
+                    if nxt is None:
+                        finished_now[i] = (corr, self.t + 1)
+                        u.phase = "empty"
+                    else:
+                        self._begin_draft(u, nxt, self.ctx[u.node])
+
+        info_user = {k: np.zeros(U) for k in ("user_correct", "user_latency_s",
+                                               "user_processing_s", "user_communication_s",
+                                               "user_queueing_s", "user_offloads", "user_outages",
+                                               "user_steps", "user_fallbacks")}
+        for i, (corr, end) in finished_now.items():
+            u = users[i]
+            done[i] = True
+            info_user["user_correct"][i] = corr
+            info_user["user_latency_s"][i] = (end - u.t0) * tau
+            info_user["user_processing_s"][i] = u.proc
+            info_user["user_communication_s"][i] = u.comm
+            info_user["user_queueing_s"][i] = u.queue
+            info_user["user_offloads"][i] = u.offloads
+            info_user["user_outages"][i] = u.outages
+            info_user["user_steps"][i] = u.steps
+            info_user["user_fallbacks"][i] = u.fallbacks
+        self.finished += len(finished_now)
+        self.t += 1
+        blocked = self._arrive(int(noise["n_arrivals"]), noise["problem"], self.t)
+        info = dict(decision_mask=decided, decision=decision, outage=outage, terminated=done,
+                    server_in_use=in_use, bandwidth_in_use_hz=bw_use, queue_len=qlen,
+                    blocked=blocked, arrived=self.arrived, finished=self.finished,
+                    blocked_total=self.blocked,
+                    in_flight=sum(1 for u in users if u.phase != "empty"), **info_user)
+        return self.observe(), reward, done, info
