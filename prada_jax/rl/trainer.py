@@ -1,0 +1,513 @@
+"""Stage-1 PPO run: config → env + learner, host loop with curves/checkpoints/resume, policy loading.
+
+``train_and_evaluate(config, workdir)`` is what ``python -m train.ppo`` calls. A run directory
+holds::
+
+    <workdir>/config.json        resolved config
+    <workdir>/policy_meta.json   obs_dim, trace-set shape, preset, network sizes (for loaders)
+    <workdir>/tb/ (or tb/seed<k>/ when num_seeds > 1)   TensorBoard curves, x = env steps
+    <workdir>/checkpoints/<update>/   orbax checkpoints of the whole (seed-stacked) LearnerState
+
+Rerunning on an existing workdir restores the latest checkpoint and continues; the result is
+bit-identical to an uninterrupted run on CPU (same seed), because the checkpoint holds the
+PRNG keys and the env state and the chunk is deterministic.
+
+``load_policy(workdir)`` rebuilds the network and returns the trained parameters plus the
+functions the evaluation and dual-ascent code need (``advantage_fn`` for ΔQ, ``act_fn``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prada_jax import checkpointing, config_utils
+from prada_jax.metric_writer import MetricWriter
+from prada_jax.rl import learner, losses, networks
+
+__all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "load_policy",
+           "Policy", "Setup", "make_act_fn", "NonFiniteLossError", "POLICY_META_FILE"]
+
+POLICY_META_FILE = "policy_meta.json"
+_TRAIN_TAGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "total_loss",
+               "grad_norm", "explained_variance")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A train/* metric became NaN/inf; the message names the metric and the update range."""
+
+
+# ----------------------------------------------------------------------------- config
+
+def _batch_size(config) -> int:
+    return int(config.ppo.num_envs) * int(config.ppo.rollout_len) * int(config.env.num_users)
+
+
+def validate_config(config) -> None:
+    """Checks every field the run uses; raises ``ConfigError`` naming the field."""
+    cu = config_utils
+    cu.check_int(config, "seed", minimum=0)
+    cu.check_int(config, "num_seeds", minimum=1)
+    cu.check_choice(config, "env.name", ("edge", "toy"))
+    cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
+    cu.check_int(config, "env.trace_seed", minimum=0)
+    cu.check_int(config, "env.num_users", minimum=1)
+    cu.check_int(config, "env.problems", minimum=0)
+    cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
+    cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
+    if config.env.name == "edge" and not config.env.trace_dir:
+        from prada_jax.traces import synthetic
+        cu.check_choice(config, "env.preset", sorted(synthetic.PRESETS))
+    if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
+        raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a directory")
+    hidden = config.net.hidden
+    if not (isinstance(hidden, (tuple, list)) and len(hidden) >= 1
+            and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden)):
+        raise cu.ConfigError(f"config.net.hidden must be a non-empty tuple of positive ints, "
+                             f"got {hidden!r}")
+    cu.check_int(config, "ppo.total_env_steps", "ppo.num_envs", "ppo.rollout_len",
+                 "ppo.num_epochs", "ppo.minibatch_size", "ppo.updates_per_chunk", minimum=1)
+    cu.check_positive(config, "ppo.lr", "ppo.max_grad_norm", "ppo.adam_eps", "ppo.clip_eps",
+                      "ppo.value_clip_eps")
+    cu.check_nonnegative(config, "ppo.vf_coef", "ppo.ent_coef")
+    cu.check_range(config, "ppo.gamma", 0.0, 1.0)
+    cu.check_range(config, "ppo.gae_lambda", 0.0, 1.0)
+    cu.check_range(config, "ppo.final_lr_frac", 0.0, 1.0)
+    cu.check_choice(config, "ppo.lr_schedule", ("constant", "linear", "cosine"))
+    batch = _batch_size(config)
+    cu.check_divides(config, "ppo.minibatch_size", batch,
+                     total_name="the batch ppo.num_envs*ppo.rollout_len*env.num_users")
+    per_update = int(config.ppo.num_envs) * int(config.ppo.rollout_len)
+    per_chunk = per_update * int(config.ppo.updates_per_chunk)
+    cu.check(int(config.ppo.total_env_steps) >= per_chunk, "ppo.total_env_steps",
+             f"({config.ppo.total_env_steps}) must cover at least one chunk "
+             f"(num_envs*rollout_len*updates_per_chunk = {per_chunk})")
+    cu.check_int(config, "log.checkpoint_every", "log.keep_checkpoints", minimum=1)
+    cu.check(int(config.log.checkpoint_every) % int(config.ppo.updates_per_chunk) == 0,
+             "log.checkpoint_every", f"({config.log.checkpoint_every}) must be a multiple of "
+             f"ppo.updates_per_chunk ({config.ppo.updates_per_chunk}): checkpoints are taken "
+             "between chunks")
+
+
+def num_chunks(config) -> int:
+    """Chunks in the run: total_env_steps rounded up to whole chunks."""
+    per_chunk = (int(config.ppo.num_envs) * int(config.ppo.rollout_len)
+                 * int(config.ppo.updates_per_chunk))
+    return max(1, math.ceil(int(config.ppo.total_env_steps) / per_chunk))
+
+
+# ----------------------------------------------------------------------------- env + setup
+
+def load_traces(config):
+    """The trace set of the config: ``env.trace_dir`` if set, else the synthetic preset.
+
+    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts.
+    """
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    if config.env.trace_dir:
+        traces = tf.load(config.env.trace_dir)
+        meta = tf.read_meta(config.env.trace_dir)
+        info = {"source": str(config.env.trace_dir), "benchmark": meta["benchmark"],
+                "synthetic": bool(meta["synthetic"]), "content_hash": meta["content_hash"]}
+    else:
+        problems = int(config.env.problems) or None
+        traces, meta = synthetic.generate(config.env.preset, seed=int(config.env.trace_seed),
+                                          problems=problems)
+        info = {"source": f"synthetic:{config.env.preset}", "benchmark": config.env.preset,
+                "synthetic": True, "trace_seed": int(config.env.trace_seed)}
+    info.update(num_nodes=traces.num_nodes, num_problems=traces.num_problems,
+                feature_dim=traces.feature_dim)
+    return traces, info
+
+
+def build_env(config, traces=None):
+    """``(env, env_params, trace_info)`` for the config (traces loaded if not given)."""
+    if config.env.name == "toy":
+        from prada_jax.rl import toy_env
+        env, params = toy_env.make(num_users=int(config.env.num_users),
+                                   threshold=float(config.env.toy_threshold))
+        return env, params, {"source": "toy", "benchmark": "toy", "synthetic": True}
+    from envs import registry
+
+    info = None
+    if traces is None:
+        traces, info = load_traces(config)
+    kw = dict(num_users=int(config.env.num_users), reward_mode=config.env.reward_mode,
+              beta=float(config.env.beta), tau_s=float(config.env.tau_s))
+    if config.env.contention:
+        kw.update(scheduler=config.env.scheduler, num_servers=int(config.env.num_servers),
+                  bandwidth_hz=float(config.env.bandwidth_hz),
+                  arrival_rate_hz=float(config.env.arrival_rate_hz))
+    else:
+        # The per-user screening MDP: every nomination is served at once, nothing is lost to
+        # outage, and a finished user's slot is refilled at the end of the slot (an arrival
+        # rate far above the slot rate; "blocked" arrivals are then meaningless).
+        u = int(config.env.num_users)
+        kw.update(scheduler="offload_all", num_servers=u, bandwidth_hz=1e15,
+                  arrival_rate_hz=100.0 * u / float(config.env.tau_s),
+                  snr_threshold_db=-math.inf)
+    env, params = registry.make("edge", traces=traces, **kw)
+    if info is None:
+        info = {"source": "given", "num_nodes": traces.num_nodes,
+                "num_problems": traces.num_problems, "feature_dim": traces.feature_dim}
+    return env, params, info
+
+
+def _obs_dim(env, env_params) -> int:
+    obs, _ = jax.eval_shape(env.reset, jax.random.key(0), env_params)
+    if len(obs.shape) != 2:
+        raise ValueError(f"env.reset must return obs [U, D], got shape {obs.shape}")
+    return int(obs.shape[1])
+
+
+def _default_action_fn(env_params, pass_gain: bool):
+    if pass_gain and hasattr(env_params, "traces"):
+        from envs.edge import EdgeAction
+        return lambda screen, gain: EdgeAction(screen=screen, gain=gain)
+    return None
+
+
+class Setup(NamedTuple):
+    """Everything derived from a config (no state)."""
+
+    env: Any
+    env_params: Any
+    trace_info: dict
+    settings: learner.PPOSettings
+    graphdef: Any
+    apply_fn: Callable
+    tx: Any
+    action_fn: Callable | None
+    obs_dim: int
+    num_users: int
+    total_chunks: int
+
+    def init_states(self, config):
+        """Seed-stacked fresh ``LearnerState`` (leading axis num_seeds)."""
+        keys = jnp.stack([jax.random.key(int(config.seed) + i)
+                          for i in range(int(config.num_seeds))])
+        return jax.vmap(self._init_one(config))(keys)
+
+    def _init_one(self, config):
+        hidden = tuple(config.net.hidden)
+        sep = bool(config.net.separate_critic)
+        obs_dim = self.obs_dim
+
+        def init_params(k):
+            return networks.init_network(k, obs_dim, hidden, sep)[1]
+        return lambda k: learner.init_learner_state(k, self.settings, self.env, self.env_params,
+                                                    init_params, self.tx)
+
+
+def build_setup(config, env_and_params: tuple | None = None) -> Setup:
+    """Validates the config and builds env, network, optimiser and learner settings.
+
+    Args:
+      env_and_params: use this ``(env, env_params)`` instead of the one the config names
+        (any env of the pure multi-user shape).
+    """
+    validate_config(config)
+    if env_and_params is None:
+        env, env_params, trace_info = build_env(config)
+    else:
+        env, env_params = env_and_params
+        trace_info = {"source": "given"}
+    obs_dim = _obs_dim(env, env_params)
+    obs_shape = jax.eval_shape(env.reset, jax.random.key(0), env_params)[0].shape
+    num_users = int(obs_shape[0])
+    if num_users != int(config.env.num_users):
+        raise config_utils.ConfigError(
+            f"config.env.num_users ({config.env.num_users}) does not match the env's "
+            f"{num_users} user slots")
+    batch = _batch_size(config)
+    settings = learner.PPOSettings(
+        num_envs=int(config.ppo.num_envs), rollout_len=int(config.ppo.rollout_len),
+        num_epochs=int(config.ppo.num_epochs),
+        num_minibatches=batch // int(config.ppo.minibatch_size),
+        updates_per_chunk=int(config.ppo.updates_per_chunk), gamma=float(config.ppo.gamma),
+        gae_lambda=float(config.ppo.gae_lambda),
+        loss=losses.PPOLossConfig(
+            clip_eps=float(config.ppo.clip_eps), vf_coef=float(config.ppo.vf_coef),
+            ent_coef=float(config.ppo.ent_coef), clip_value=bool(config.ppo.clip_value),
+            value_clip_eps=float(config.ppo.value_clip_eps),
+            normalize_adv=bool(config.ppo.normalize_adv)))
+    chunks = num_chunks(config)
+    opt_steps = chunks * settings.updates_per_chunk * settings.num_epochs \
+        * settings.num_minibatches
+    tx = learner.make_optimizer(float(config.ppo.lr), float(config.ppo.max_grad_norm),
+                                config.ppo.lr_schedule, total_steps=opt_steps,
+                                final_lr_frac=float(config.ppo.final_lr_frac),
+                                adam_eps=float(config.ppo.adam_eps))
+    graphdef, _ = networks.init_network(jax.random.key(0), obs_dim, tuple(config.net.hidden),
+                                        bool(config.net.separate_critic))
+    apply_fn = networks.make_apply_fn(graphdef)
+    action_fn = _default_action_fn(env_params, bool(config.env.pass_gain))
+    return Setup(env=env, env_params=env_params, trace_info=trace_info, settings=settings,
+                 graphdef=graphdef, apply_fn=apply_fn, tx=tx, action_fn=action_fn,
+                 obs_dim=obs_dim, num_users=num_users, total_chunks=chunks)
+
+
+def make_jitted_chunk(setup: Setup) -> Callable:
+    """``chunk(states [S, ...], env_params) -> (states, metrics [S, K])``, jitted once,
+    state donated, vmapped over seeds."""
+    chunk = learner.make_train_chunk(setup.settings, setup.env, setup.apply_fn, setup.tx,
+                                     setup.action_fn)
+    return jax.jit(jax.vmap(chunk, in_axes=(0, None)), donate_argnums=0)
+
+
+# ----------------------------------------------------------------------------- host loop
+
+def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float, steps_in_chunk: int) -> dict:
+    """Per-seed scalars of one chunk: means over its updates (NaN-aware for env/*)."""
+    m = {k: np.asarray(v[seed_index], np.float64) for k, v in metrics.items()}
+    out = {f"train/{k}": float(np.mean(m[k])) for k in _TRAIN_TAGS}
+    out["train/learning_updates"] = float(len(m["env_steps"]))
+    eps = float(np.sum(m["episodes"]))
+    if eps > 0:
+        out["train/episode_return"] = float(np.sum(m["episode_return_sum"]) / eps)
+    out["train/episodes"] = eps
+    dec = m["decisions"]
+    if dec.sum() > 0:
+        out["train/nominate_rate"] = float(np.sum(m["nominate_rate"] * dec) / dec.sum())
+        out["train/mean_gain"] = float(np.sum(m["mean_gain"] * dec) / dec.sum())
+    out["train/decisions_per_update"] = float(np.mean(dec))
+    for k, v in m.items():
+        if k.startswith("env/") and np.any(np.isfinite(v)):
+            out[k] = float(np.nanmean(v))
+    out["train/steps_per_second"] = steps_in_chunk / max(wall_s, 1e-9)
+    return out
+
+
+def _policy_meta(config, setup: Setup) -> dict:
+    return {"obs_dim": setup.obs_dim, "num_users": setup.num_users,
+            "env": config.env.name, "preset": config.env.preset,
+            "reward_mode": config.env.reward_mode,
+            "traces": setup.trace_info, "hidden": list(config.net.hidden),
+            "separate_critic": bool(config.net.separate_critic),
+            "num_seeds": int(config.num_seeds), "seeds": [int(config.seed) + i
+                                                          for i in range(int(config.num_seeds))]}
+
+
+def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
+                       max_chunks: int | None = None) -> dict:
+    """Trains (or resumes) a run in ``workdir``.
+
+    Args:
+      config: the ``ml_collections`` config of ``train/configs/ppo.py``.
+      workdir: run directory (created).
+      env_and_params: optional ``(env, env_params)`` to train on instead of the config's env.
+      max_chunks: stop after this many chunks in *this* call (tests, time-boxed jobs); the
+        run continues on the next call.
+
+    Returns:
+      ``{"update_step", "env_steps", "scalars": [per-seed dict of the last chunk]}``.
+
+    Raises:
+      ConfigError: a bad config field (before anything is written).
+      NonFiniteLossError: a train/* metric became non-finite; the last good checkpoint stays.
+    """
+    setup = build_setup(config, env_and_params)
+    workdir = config_utils.prepare_workdir(workdir)
+    config_utils.write_config_json(config, workdir)
+    meta = _policy_meta(config, setup)
+    (workdir / POLICY_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    num_seeds = int(config.num_seeds)
+    seeds = meta["seeds"]
+    writers = [MetricWriter(workdir / "tb" if num_seeds == 1 else workdir / "tb" / f"seed{s}")
+               for s in seeds]
+    ckpt = checkpointing.Checkpointer(workdir / "checkpoints",
+                                      save_every=int(config.log.checkpoint_every),
+                                      max_to_keep=int(config.log.keep_checkpoints))
+    states = setup.init_states(config)
+    start_update = 0
+    if ckpt.latest_step() is not None:
+        states, _ = ckpt.restore(states)
+        start_update = int(np.asarray(states.update_step)[0])
+        logging.info("resumed %s at update %d", workdir, start_update)
+    else:
+        for w in writers:
+            w.write_texts(0, {"config": "```\n" + config_utils.config_to_json(config) + "\n```"})
+    k = setup.settings.updates_per_chunk
+    total_updates = setup.total_chunks * k
+    chunk_fn = make_jitted_chunk(setup)
+    steps_per_chunk = setup.settings.num_envs * setup.settings.rollout_len * k
+    bar = None
+    if config.log.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total_updates, initial=start_update, unit="upd", dynamic_ncols=True,
+                   desc="ppo")
+    last_scalars: list[dict] = [{} for _ in seeds]
+    done_chunks = 0
+    try:
+        update = start_update
+        while update < total_updates and (max_chunks is None or done_chunks < max_chunks):
+            t0 = time.perf_counter()
+            new_states, metrics = chunk_fn(states, setup.env_params)
+            metrics = jax.device_get(metrics)
+            wall = time.perf_counter() - t0
+            scalars = [_chunk_scalars(metrics, i, wall, steps_per_chunk) for i in range(num_seeds)]
+            for i, sc in enumerate(scalars):
+                bad = [t for t in sc if t.startswith("train/") and not math.isfinite(sc[t])]
+                if bad:
+                    raise NonFiniteLossError(
+                        f"non-finite {bad[0]} (seed {seeds[i]}) in updates {update + 1}.."
+                        f"{update + k}; stopping. The last good checkpoint "
+                        f"(update {ckpt.latest_step()}) is kept in {ckpt.directory}")
+            states = new_states
+            update += k
+            env_steps = int(np.asarray(states.env_steps)[0])
+            for w, sc in zip(writers, scalars):
+                w.write_scalars(env_steps, sc)
+            last_scalars = scalars
+            ckpt.save(update, states, meta={"update_step": update, "env_steps": env_steps})
+            done_chunks += 1
+            if bar is not None:
+                ret = scalars[0].get("train/episode_return", float("nan"))
+                bar.set_postfix(ret=f"{ret:.4f}", kl=f"{scalars[0]['train/approx_kl']:.4f}",
+                                sps=f"{scalars[0]['train/steps_per_second']:.0f}")
+                bar.update(k)
+        if update >= total_updates:
+            ckpt.save(update, states, meta={"update_step": update, "env_steps":
+                                            int(np.asarray(states.env_steps)[0])}, force=True)
+    finally:
+        if bar is not None:
+            bar.close()
+        for w in writers:
+            w.close()
+        ckpt.close()
+    return {"update_step": int(np.asarray(states.update_step)[0]),
+            "env_steps": int(np.asarray(states.env_steps)[0]), "scalars": last_scalars,
+            "states": states}
+
+
+# ----------------------------------------------------------------------------- loading
+
+def make_act_fn(apply_fn: Callable, action_fn: Callable | None = None,
+                greedy: bool = True) -> Callable:
+    """``act_fn(params, key, obs [U, D]) -> env action`` for running a policy in an env.
+
+    Greedy = argmax of the policy logits, else a sample. With ``action_fn`` (e.g. building an
+    ``EdgeAction``) the critic's ΔQ is attached as the gain; otherwise an int32 [U] array.
+    """
+    def act_fn(params, key, obs):
+        logits, q = apply_fn(params, obs)
+        if greedy:
+            screen = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        else:
+            screen = jax.random.categorical(key, logits).astype(jnp.int32)
+        if action_fn is None:
+            return screen
+        return action_fn(screen, q[..., 1] - q[..., 0])
+    return act_fn
+
+
+class Policy(NamedTuple):
+    """A trained screening policy.
+
+    apply_fn: ``(params, obs [..., D]) -> (logits [..., 2], q [..., 2])``.
+    params: parameters of one seed.
+    advantage_fn: ``(params, obs [U, D]) -> ΔQ [U]`` (PRM units under the coarse reward).
+    act_fn: ``(params, key, obs [U, D]) -> EdgeAction`` (greedy, gain = ΔQ) for the edge env,
+      or int32 [U] for other envs.
+    meta: the run's ``policy_meta.json`` plus ``step`` and ``seed``.
+    """
+
+    apply_fn: Callable
+    params: Any
+    advantage_fn: Callable
+    act_fn: Callable
+    meta: dict
+
+
+def read_policy_meta(workdir) -> dict:
+    path = Path(workdir) / POLICY_META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (is {workdir} a train.ppo run directory?)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def check_traces_match(meta: dict, traces, where: str = "policy") -> None:
+    """Refuses a trace set whose feature dim differs from the one the policy was trained on."""
+    want = meta.get("traces", {}).get("feature_dim")
+    if want is not None and int(traces.feature_dim) != int(want):
+        raise ValueError(f"{where}: trained on traces with feature_dim {want} "
+                         f"({meta['traces'].get('source')}), got a trace set with "
+                         f"feature_dim {traces.feature_dim}")
+
+
+def load_policy(workdir, step: int | None = None, seed_index: int = 0):
+    """Loads a trained policy from a ``train.ppo`` run directory.
+
+    Args:
+      workdir: the run directory.
+      step: checkpoint step (update count); default the latest.
+      seed_index: which of the run's ``num_seeds`` learner states (0-based).
+
+    Returns:
+      ``(policy, config)``: a ``Policy`` and the run's ``ConfigDict``.
+
+    Raises:
+      FileNotFoundError / ValueError naming the file that is missing or malformed.
+    """
+    workdir = Path(workdir)
+    config = config_utils.read_config_json(workdir)
+    meta = read_policy_meta(workdir)
+    if not 0 <= seed_index < int(meta["num_seeds"]):
+        raise ValueError(f"seed_index {seed_index} out of range: {workdir} holds "
+                         f"{meta['num_seeds']} seed(s)")
+    obs_dim, hidden = int(meta["obs_dim"]), tuple(meta["hidden"])
+    sep = bool(meta["separate_critic"])
+    graphdef, params_template = networks.init_network(jax.random.key(0), obs_dim, hidden, sep)
+    params_template = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((int(meta["num_seeds"]),) + x.shape, x.dtype),
+        params_template)
+    ckpt = checkpointing.Checkpointer(workdir / "checkpoints")
+    try:
+        params, ckpt_meta, step = _restore_params(ckpt, params_template, step)
+    finally:
+        ckpt.close()
+    params = jax.tree.map(lambda x: x[seed_index], params)
+    apply_fn = networks.make_apply_fn(graphdef)
+    action_fn = None
+    if meta.get("env") == "edge" and bool(config.env.pass_gain):
+        from envs.edge import EdgeAction
+        action_fn = lambda screen, gain: EdgeAction(screen=screen, gain=gain)  # noqa: E731
+    policy = Policy(apply_fn=apply_fn, params=params,
+                    advantage_fn=networks.make_advantage_fn(apply_fn),
+                    act_fn=make_act_fn(apply_fn, action_fn, greedy=True),
+                    meta=dict(meta, step=step, seed=meta["seeds"][seed_index],
+                              checkpoint_meta=ckpt_meta))
+    return policy, config
+
+
+def _restore_params(ckpt: checkpointing.Checkpointer, params_template, step):
+    """Restores only ``params`` of a saved LearnerState (other items are not read)."""
+    import orbax.checkpoint as ocp
+
+    if step is None:
+        step = ckpt.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {ckpt.directory}")
+    if step not in ckpt.all_steps():
+        raise FileNotFoundError(f"no checkpoint for step {step} in {ckpt.directory} "
+                                f"(have {ckpt.all_steps()})")
+    path = ckpt.directory / str(step) / "state"
+    with ocp.PyTreeCheckpointer() as pc:
+        restored = pc.restore(path, args=ocp.args.PyTreeRestore(
+            item={"params": params_template}, partial_restore=True))
+    params = restored["params"]
+    meta_path = ckpt.directory / str(step) / "meta" / "metadata"
+    ckpt_meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return params, ckpt_meta, int(step)

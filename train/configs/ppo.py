@@ -1,0 +1,116 @@
+"""Stage-1 PPO screening policy: ``python -m train.ppo --config=train/configs/ppo.py[:variant]``.
+
+Variants (comma-separated, applied left to right), e.g. ``ppo.py:smoke`` or ``ppo.py:mmlu_stem,true``:
+
+* (none) / ``gsm8k``: the synthetic gsm8k preset, coarse reward, no contention (the per-user
+  screening MDP of the paper's stage 1);
+* ``gaokao2023en``, ``mmlu_stem``: the other two synthetic presets;
+* ``true``: the multi-user ``true`` reward (minus β·(communication + queueing) delay) with
+  contention: M servers, B Hz, Poisson arrivals, threshold scheduler fed by the critic's ΔQ;
+* ``smoke``: tiny sizes and a 300-problem trace set, two chunks — about a minute on a 2-core
+  CPU, most of it compilation;
+* ``toy``: the tiny toy env of ``prada_jax.rl.toy_env`` (tests; not trace data).
+
+All numbers from the synthetic presets are synthetic (see ``prada_jax.traces.synthetic``).
+"""
+from __future__ import annotations
+
+import ml_collections
+
+PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
+VARIANTS = PRESETS + ("true", "smoke", "toy")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0                      # base seed; seed i of a multi-seed run uses seed + i
+    c.num_seeds = 1                 # learner states vmapped in one run, each logged separately
+
+    c.env = ml_collections.ConfigDict()
+    c.env.name = "edge"             # "edge" (envs.edge) or "toy" (prada_jax.rl.toy_env)
+    c.env.preset = "gsm8k"          # synthetic trace preset (gsm8k, gaokao2023en, mmlu_stem)
+    c.env.trace_dir = ""            # a saved trace folder to use instead of the preset
+    c.env.trace_seed = 0            # seed of the synthetic trace generator
+    c.env.problems = 0              # problems in the synthetic set; 0 = the benchmark's count
+    c.env.num_users = 8             # U user slots per env
+    c.env.reward_mode = "coarse"    # "coarse" (stage 1) or "true"
+    c.env.contention = False        # False: per-user MDP (unlimited M and B, no outage,
+                                    # every nomination served, freed slots refilled at once)
+    c.env.scheduler = "threshold"   # stage-2 scheduler when contention is on
+    c.env.num_servers = 4           # M, server jobs at once (contention only)
+    c.env.bandwidth_hz = 20e6       # B [Hz] (contention only)
+    c.env.arrival_rate_hz = 4.0     # λ [users / s] (contention only)
+    c.env.beta = 0.2                # β [PRM units / s], quality-latency trade-off
+    c.env.tau_s = 0.05              # slot length τ [s]
+    c.env.pass_gain = True          # nominations carry the critic's ΔQ (EdgeAction)
+    c.env.toy_threshold = 0.3       # toy env: nominate pays feat[0] − threshold
+
+    c.net = ml_collections.ConfigDict()
+    c.net.hidden = (64, 64)         # MLP widths (tanh) of the actor and critic torsos
+    c.net.separate_critic = True    # critic has its own torso
+
+    c.ppo = ml_collections.ConfigDict()
+    c.ppo.total_env_steps = 16 * 64 * 300   # env slots over the run (summed over envs)
+    c.ppo.num_envs = 16             # E envs per seed
+    c.ppo.rollout_len = 64          # T slots per update
+    c.ppo.num_epochs = 4            # epochs over each rollout
+    c.ppo.minibatch_size = 2048     # samples (slot × user) per minibatch; divides E·T·U
+    c.ppo.updates_per_chunk = 10    # updates per jitted call
+    c.ppo.lr = 1e-3                 # Adam learning rate
+    c.ppo.lr_schedule = "linear"    # constant | linear | cosine (to final_lr_frac · lr)
+    c.ppo.final_lr_frac = 0.1
+    c.ppo.max_grad_norm = 0.5       # global gradient-norm clip
+    c.ppo.adam_eps = 1e-5
+    c.ppo.gamma = 1.0               # discount per decision (coarse rewards telescope)
+    c.ppo.gae_lambda = 0.95
+    c.ppo.clip_eps = 0.2
+    c.ppo.vf_coef = 0.5
+    c.ppo.ent_coef = 0.003
+    c.ppo.clip_value = False        # clip Q(s,a) updates to old ± value_clip_eps
+    c.ppo.value_clip_eps = 0.2      # reward units
+    c.ppo.normalize_adv = True
+
+    c.log = ml_collections.ConfigDict()
+    c.log.checkpoint_every = 50     # updates between checkpoints (multiple of updates_per_chunk)
+    c.log.keep_checkpoints = 3      # newest checkpoints kept
+    c.log.progress = True           # tqdm progress bar on stderr
+
+    for variant in (arg or "").split(","):
+        variant = variant.strip()
+        if not variant:
+            continue
+        if variant not in VARIANTS:
+            raise ValueError(f"train/configs/ppo.py: unknown variant {variant!r}; "
+                             f"choose from {VARIANTS} (comma-separated)")
+        if variant in PRESETS:
+            c.env.preset = variant
+        elif variant == "true":
+            c.env.reward_mode = "true"
+            c.env.contention = True
+            c.env.num_users = 16
+        elif variant == "smoke":
+            c.env.problems = 300
+            c.env.num_users = 4
+            c.net.hidden = (32, 32)
+            c.ppo.num_envs = 4
+            c.ppo.rollout_len = 16
+            c.ppo.num_epochs = 2
+            c.ppo.minibatch_size = 64
+            c.ppo.updates_per_chunk = 2
+            c.ppo.total_env_steps = 4 * 16 * 4      # 4 updates = 2 chunks
+            c.log.checkpoint_every = 2
+            c.log.progress = False
+        elif variant == "toy":
+            c.env.name = "toy"
+            c.env.num_users = 4
+            c.net.hidden = (32, 32)
+            c.ppo.num_envs = 4
+            c.ppo.rollout_len = 8
+            c.ppo.num_epochs = 2
+            c.ppo.minibatch_size = 32
+            c.ppo.updates_per_chunk = 2
+            c.ppo.total_env_steps = 4 * 8 * 4
+            c.ppo.lr = 3e-3
+            c.log.checkpoint_every = 2
+            c.log.progress = False
+    return c
