@@ -8,6 +8,7 @@ grid spanning more than a factor of 8 with positive values is drawn on a log2 ax
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -42,6 +43,10 @@ def _sorted(x, *arrays):
     return (x[order],) + tuple(np.asarray(a, dtype=np.float64)[order] for a in arrays)
 
 
+def _title(ax, text: str) -> None:
+    ax.set_title("\n".join(textwrap.wrap(text, 70)), fontsize=8)
+
+
 def _save(fig, path: os.PathLike | str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +79,7 @@ def plot_curves(x: Sequence[float], series: Mapping[str, Band], *, xlabel: str, 
                 fontsize=8)
     _setup_x(ax, np.asarray(x, dtype=np.float64), xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    _title(ax, title)
     ax.legend(fontsize=7, loc="best")
     return _save(fig, path)
 
@@ -113,7 +118,7 @@ def plot_stacked_delays(x: Sequence[float], components: Mapping[str, Band], *, x
     _setup_x(ax, xs, xlabel)
     ax.set_ylabel("mean delay per solved problem (s)")
     ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=10)
+    _title(ax, title)
     ax.legend(fontsize=7, loc="best")
     return _save(fig, path)
 
@@ -130,7 +135,27 @@ def plot_bars(names: Sequence[str], bands: Band, *, ylabel: str, title: str,
     ax.set_xticks(idx)
     ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    _title(ax, title)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_delay_split_bars(names: Sequence[str], components: Mapping[str, Sequence[float]], *,
+                          title: str, path: os.PathLike | str) -> Path:
+    """Stacked bars of the mean delay components (s) per policy."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 3.6))
+    idx = np.arange(len(names))
+    base = np.zeros(len(names))
+    for i, (comp, vals) in enumerate(components.items()):
+        v = np.nan_to_num(np.asarray(vals, dtype=np.float64))
+        ax.bar(idx, v, bottom=base, label=comp,
+               color=DELAY_COLORS.get(comp, _COLORS[i % len(_COLORS)]), alpha=0.85)
+        base = base + v
+    ax.set_xticks(idx)
+    ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("mean delay per solved problem (s)")
+    _title(ax, f"delay split — {title}")
+    ax.legend(fontsize=7)
     ax.grid(True, axis="y", alpha=0.3)
     return _save(fig, path)
 
@@ -160,7 +185,7 @@ def plot_reliability(diagrams: Mapping[str, Mapping], path: os.PathLike | str,
     ax.set_ylim(0, 1)
     ax.set_xlabel("PRM score of the candidate step (bin mean)")
     ax.set_ylabel("observed final-correct frequency")
-    ax.set_title(title, fontsize=10)
+    _title(ax, title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     return _save(fig, path)

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -139,12 +140,20 @@ def write_csv(path: os.PathLike | str, summary, extra_cols: Mapping | None = Non
     return path
 
 
+def tag_name(label: str) -> str:
+    """A TensorBoard-safe tag part: ``RSD (online PRM)`` -> ``RSD_online_PRM``,
+    ``PRADA (λ=µ=0)`` -> ``PRADA_lambda_mu_0``."""
+    s = label.replace("λ", "lambda").replace("µ", "mu").replace("μ", "mu")
+    s = re.sub(r"[^A-Za-z0-9_.\-]+", "_", s)
+    return s.strip("_") or "policy"
+
+
 def tb_scalars(summary: Mapping[str, Mapping[str, stats.MeanCI]], prefix: str = "eval"
                ) -> dict[str, float]:
     """TensorBoard tags ``<prefix>/<policy>/<metric>`` (mean) and ``.../<metric>_ci`` (half)."""
     out = {}
     for pol, row in summary.items():
-        tag_pol = pol.replace(" ", "_")
+        tag_pol = tag_name(pol)
         for m, ci in row.items():
             out[f"{prefix}/{tag_pol}/{m}"] = ci.mean
             out[f"{prefix}/{tag_pol}/{m}_ci95"] = ci.half_width

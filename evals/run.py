@@ -1,0 +1,121 @@
+"""Benchmark table of one scenario: ``python -m evals.run --policy=PPO_WORKDIR [--dual=DUAL_WORKDIR]
+--traces=DIR_OR_PRESET --out=DIR [--seeds=5]``.
+
+Evaluates All-SLM, All-LLM, random screening (matched offload rate), RSD (online PRM), the
+screening policy without resource limits, PRADA with λ_s = µ = 0 and PRADA with the learned
+multipliers (with ``--dual``), plus any ``--checkpoints``, on the multi-user edge env; prints
+the table (mean ± 95% CI over seeds) and writes ``results.json``, ``results.csv``,
+``table.txt``, bar charts and TensorBoard (``<out>/tb``). See docs/evals.md.
+"""
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("policy", None, "train.ppo run directory of the screening policy "
+                    "(omit for the baseline rows only).")
+flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
+flags.DEFINE_string("dual", None, "train.dual run directory with the learned multipliers.")
+flags.DEFINE_string("traces", None, "trace folder or synthetic preset (gsm8k, gaokao2023en, "
+                    "mmlu_stem). Default: the policy's preset with held-out problems "
+                    "(generator seed + 1000), else gsm8k.")
+flags.DEFINE_integer("problems", None, "problems of a synthetic preset (default: the "
+                     "policy's, else the benchmark's count).")
+flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset.")
+flags.DEFINE_string("out", None, "output folder (default: <policy>/eval, else "
+                    "checkpoints/eval).")
+flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).", lower_bound=1)
+flags.DEFINE_integer("seed0", 0, "first seed.", lower_bound=0)
+flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2)
+flags.DEFINE_integer("warmup_slots", 200, "slots discarded before measuring.", lower_bound=0)
+flags.DEFINE_integer("num_users", None, "U user slots (default: the policy run's, >= 16).")
+flags.DEFINE_integer("num_servers", None, "M, server jobs at once.")
+flags.DEFINE_float("bandwidth_hz", None, "B, total bandwidth [Hz].")
+flags.DEFINE_float("arrival_rate_hz", None, "λ, Poisson arrival rate [users/s].")
+flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].")
+flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
+                  "rows (same multipliers).")
+
+
+def resolve_traces(policy, traces_flag, problems, trace_seed):
+    """Trace spec, problems and seed: flags first, else the policy run's preset (held out)."""
+    from evals import suite
+
+    if traces_flag:
+        return traces_flag, problems, (trace_seed if trace_seed is not None else 0)
+    if policy is not None and policy.config is not None and "env" in policy.config:
+        env = policy.config.env
+        if env.get("trace_dir"):
+            return env.trace_dir, problems, 0
+        prob = problems if problems is not None else (int(env.get("problems", 0)) or None)
+        seed = trace_seed if trace_seed is not None else \
+            int(env.get("trace_seed", 0)) + suite.HELD_OUT_SEED_OFFSET
+        return env.get("preset", "gsm8k"), prob, seed
+    return "gsm8k", problems, (trace_seed if trace_seed is not None else
+                               suite.HELD_OUT_SEED_OFFSET)
+
+
+def main(argv):
+    from pathlib import Path
+
+    from evals import suite
+    from prada_jax import config_utils
+
+    config_utils.reject_extra_argv(argv)
+    logging.info(config_utils.runtime_info())
+    if FLAGS.warmup_slots >= FLAGS.slots:
+        raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
+                             f"({FLAGS.slots})")
+    try:
+        policy = suite.load_policy(FLAGS.policy, FLAGS.step) if FLAGS.policy else None
+        mult = None
+        dual_info = {}
+        if FLAGS.dual:
+            if policy is None:
+                raise suite.EvalError("--dual needs --policy (PRADA = policy + multipliers)")
+            lam, mu, dual_info = suite.load_multipliers(FLAGS.dual)
+            mult = (lam, mu)
+        spec, problems, tseed = resolve_traces(policy, FLAGS.traces, FLAGS.problems,
+                                               FLAGS.trace_seed)
+        traces = suite.load_traces(spec, problems, tseed)
+        if policy is not None:
+            suite.check_policy_traces(policy, traces)
+        extras = [suite.load_policy(p) for p in FLAGS.checkpoints]
+    except suite.EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    overrides = dict(num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
+                     bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
+                     beta=FLAGS.beta)
+    env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
+    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "eval" if FLAGS.policy
+                                            else Path("checkpoints/eval"))
+    try:
+        per_seed, info = suite.evaluate_rows(
+            traces, env_kw, policy=policy, multipliers=mult, seeds=FLAGS.seeds,
+            slots=FLAGS.slots, warmup_slots=FLAGS.warmup_slots, extra_policies=extras,
+            seed0=FLAGS.seed0, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except (suite.EvalError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    synthetic = traces.info.get("synthetic", False)
+    title = (f"{traces.info['benchmark']}{' (SYNTHETIC traces)' if synthetic else ''}: "
+             f"U={env_kw['num_users']} M={env_kw['num_servers']} "
+             f"B={env_kw['bandwidth_hz'] / 1e6:g} MHz λ={env_kw['arrival_rate_hz']:g}/s, "
+             f"{FLAGS.seeds} seeds, mean ± 95% CI")
+    meta = {"traces": traces.info, "policy": FLAGS.policy, "dual": FLAGS.dual,
+            "multipliers": {"lambda_s": mult[0], "mu_per_hz": mult[1]} if mult else None,
+            "dual_info": dual_info, **info}
+    res = suite.write_outputs(per_seed, out, title=title, meta=meta)
+    print(res["table"])
+    if res["headline_text"]:
+        print(res["headline_text"])
+    print(f"results: {res['json']}  {res['csv']}")
+    print(f"figures: {', '.join(str(p) for p in res['figures'].values())}")
+    print(f"tensorboard --logdir {res['tb']}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,276 @@
+"""Library side of ``python -m evals.run``: load traces, policy and multipliers with clear errors,
+evaluate every row over seeds, and write the table, JSON, CSV, figures and TensorBoard.
+
+Kept free of flags so ``train.main`` and ``evals.sweep`` call the same functions.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from evals import evaluate as ev
+from evals import plots, report
+
+HELD_OUT_SEED_OFFSET = 1000
+
+
+class LoadedTraces(NamedTuple):
+    traces: Any
+    info: dict     # source, benchmark, synthetic, counts, feature_dim
+
+
+class LoadedPolicy(NamedTuple):
+    apply_fn: Any
+    params: Any
+    meta: dict
+    config: Any
+    workdir: str
+
+
+class EvalError(ValueError):
+    """A bad evaluation input (checkpoint, traces, flag); the message names it."""
+
+
+def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0) -> LoadedTraces:
+    """A trace folder (validated) or a synthetic preset name (``gsm8k`` ...).
+
+    Args:
+      spec: a directory with ``meta.json`` + ``nodes.safetensors``, or a preset name.
+      problems: for a preset, the number of problems (None: the benchmark's count).
+      trace_seed: for a preset, the generator seed.
+    """
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    path = Path(spec)
+    if path.exists():
+        try:
+            traces = tf.load(path)
+            meta = tf.read_meta(path)
+        except tf.TraceFormatError as e:
+            raise EvalError(f"--traces={spec}: invalid trace folder: {e}") from None
+        info = {"source": str(path), "benchmark": meta["benchmark"],
+                "synthetic": bool(meta["synthetic"])}
+    elif spec in synthetic.PRESETS:
+        traces, meta = synthetic.generate(spec, seed=int(trace_seed), problems=problems)
+        info = {"source": f"synthetic:{spec}", "benchmark": spec, "synthetic": True,
+                "trace_seed": int(trace_seed)}
+    else:
+        raise EvalError(f"--traces={spec}: neither an existing trace folder nor a synthetic "
+                        f"preset ({', '.join(synthetic.PRESETS)})")
+    info.update(problems=traces.num_problems, nodes=traces.num_nodes,
+                feature_dim=traces.feature_dim)
+    return LoadedTraces(traces, info)
+
+
+def load_policy(workdir: str, step: int | None = None) -> LoadedPolicy:
+    """Loads a ``train.ppo`` run; every failure becomes an ``EvalError`` naming the folder."""
+    from prada_jax.rl import trainer
+
+    path = Path(workdir)
+    if not path.is_dir():
+        raise EvalError(f"--policy={workdir}: no such run directory")
+    try:
+        policy, config = trainer.load_policy(path, step=step)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        raise EvalError(f"--policy={workdir}: cannot load the policy checkpoint: {e}") from None
+    except Exception as e:  # orbax / tensorstore errors on a corrupt checkpoint
+        raise EvalError(f"--policy={workdir}: checkpoint is corrupt or unreadable "
+                        f"({type(e).__name__}: {str(e)[:300]})") from None
+    return LoadedPolicy(policy.apply_fn, policy.params, policy.meta, config, str(path))
+
+
+def check_policy_traces(policy: LoadedPolicy, traces: LoadedTraces) -> None:
+    """Refuses a trace set whose observation size differs from the policy's."""
+    want = policy.meta.get("traces", {}).get("feature_dim")
+    obs_dim = int(policy.meta.get("obs_dim", -1))
+    got = int(traces.info["feature_dim"])
+    if (want is not None and int(want) != got) or (obs_dim >= 0 and obs_dim != got + 2):
+        raise EvalError(
+            f"--policy={policy.workdir} was trained on traces with feature_dim {want} "
+            f"(obs_dim {obs_dim}, source {policy.meta.get('traces', {}).get('source')}) but "
+            f"--traces={traces.info['source']} has feature_dim {got}: a checkpoint only runs on "
+            "trace sets of the shape it was trained on")
+
+
+def load_multipliers(dual_workdir: str) -> tuple[float, float, dict]:
+    """(λ_s, µ per Hz, info) from a ``train.dual`` run; ``EvalError`` naming the folder."""
+    path = Path(dual_workdir)
+    if not path.is_dir():
+        raise EvalError(f"--dual={dual_workdir}: no such run directory")
+    try:
+        from train import dual as dual_launcher
+        out = dual_launcher.load_multipliers(path)
+    except ImportError as e:
+        raise EvalError(f"--dual: train.dual is not available ({e})") from None
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        raise EvalError(f"--dual={dual_workdir}: cannot load the multipliers: {e}") from None
+    lam, mu, info = _unpack_multipliers(out)
+    for name, v in (("lambda_s", lam), ("mu", mu)):
+        if not (math.isfinite(v) and v >= 0):
+            raise EvalError(f"--dual={dual_workdir}: multiplier {name} = {v} is not a finite "
+                            "number >= 0")
+    return lam, mu, info
+
+
+def _unpack_multipliers(out) -> tuple[float, float, dict]:
+    """Accepts the shapes ``load_multipliers`` may return: a Multipliers-like object, a dict,
+    or a tuple whose first item is one of those."""
+    info: dict = {}
+    if isinstance(out, tuple) and len(out) == 2 and not hasattr(out, "lambda_s"):
+        out, extra = out
+        info = dict(extra) if isinstance(extra, dict) else {"extra": repr(extra)}
+    if hasattr(out, "lambda_s"):
+        return float(np.asarray(out.lambda_s)), float(np.asarray(out.mu)), info
+    if isinstance(out, dict) and "lambda_s" in out:
+        return float(out["lambda_s"]), float(out["mu"]), info
+    raise EvalError(f"train.dual.load_multipliers returned an unexpected {type(out).__name__}")
+
+
+def env_kwargs_from(config: Any | None, overrides: dict) -> dict:
+    """Env settings for evaluation: the contention env (M, B, λ, outages on) with the policy
+    run's U, β, τ, M, B, λ where it has them, then ``overrides`` (non-None flags)."""
+    kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0, beta=0.2,
+              tau_s=0.05)
+    if config is not None:
+        env = config.env
+        for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s"):
+            if k in env:
+                kw[k] = type(kw[k])(env[k])
+        if not bool(env.get("contention", True)):
+            # The policy trained on the per-user MDP; evaluate it on the multi-user env with the
+            # contention defaults (U = 16 unless overridden).
+            kw["num_users"] = max(int(kw["num_users"]), 16)
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    for k in ("num_users", "num_servers"):
+        kw[k] = int(kw[k])
+    return kw
+
+
+def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | None,
+                  multipliers: tuple[float, float] | None, seeds: int, slots: int,
+                  warmup_slots: int, extra_policies: Sequence[LoadedPolicy] = (),
+                  random_row: bool = True, seed0: int = 0,
+                  progress=None) -> tuple[dict, dict]:
+    """Evaluates every row over seeds.
+
+    Returns:
+      (per_seed, info): ``per_seed[row][metric]`` [S] arrays; ``info`` has the matched random
+      probability and the env settings.
+    """
+    from envs import edge
+
+    params = edge.make_params(traces.traces, **env_kw)
+    rows: dict[str, dict] = {}
+    info: dict = {"env": env_kw, "seeds": seeds, "slots": slots, "warmup_slots": warmup_slots}
+    say = progress or (lambda msg: None)
+    base = ev.Evaluator(params, seeds, slots, warmup_slots, seed0=seed0) if policy is None else \
+        ev.Evaluator(params, seeds, slots, warmup_slots, policy.apply_fn, policy.params,
+                     seed0=seed0)
+    for spec in ev.baseline_specs():
+        say(f"evaluating {spec.name}")
+        rows[spec.name] = base.run(spec)
+    target = None
+    if policy is not None:
+        lam, mu = multipliers if multipliers is not None else (None, None)
+        for spec in ev.policy_specs(lam, mu):
+            say(f"evaluating {spec.name}")
+            rows[spec.name] = base.run(spec)
+        target_row = "PRADA" if "PRADA" in rows else "PRADA (λ=µ=0)"
+        target = float(np.nanmean(rows[target_row]["offload_rate"]))
+        info["random_matched_to"] = target_row
+    if random_row:
+        if target is None:
+            target = 0.5
+            info["random_matched_to"] = "fixed 0.5 (no policy)"
+        say("evaluating Random (matched)")
+        p, rows["Random (matched)"] = ev.matched_random_probability(base, target)
+        info["random_nomination_prob"] = p
+    for extra in extra_policies:
+        check_policy_traces(extra, traces)
+        e2 = ev.Evaluator(params, seeds, slots, warmup_slots, extra.apply_fn, extra.params,
+                          seed0=seed0)
+        name = f"ckpt:{Path(extra.workdir).name}"
+        say(f"evaluating {name}")
+        lam, mu = multipliers if multipliers is not None else (0.0, 0.0)
+        rows[name] = e2.run(ev.PolicySpec(name, "policy", "threshold", lam, mu))
+    order = ["All-SLM", "All-LLM", "Random (matched)", "RSD (online PRM)", "Policy (no limits)",
+             "PRADA (λ=µ=0)", "PRADA"]
+    ordered = {k: rows[k] for k in order if k in rows}
+    ordered.update({k: v for k, v in rows.items() if k not in ordered})
+    return ordered, info
+
+
+def headline(per_seed: dict, reference: str = "All-LLM") -> dict[str, Any]:
+    """PRADA (or its λ=µ=0 variant) accuracy and latency as shares of ``reference``."""
+    name = "PRADA" if "PRADA" in per_seed else ("PRADA (λ=µ=0)" if "PRADA (λ=µ=0)" in per_seed
+                                                else None)
+    if name is None or reference not in per_seed:
+        return {}
+    r = report.ratios(per_seed, name, reference, ("accuracy", "latency_mean_s"))
+    return {"policy": name, "reference": reference,
+            "accuracy_share": r["accuracy"], "latency_share": r["latency_mean_s"]}
+
+
+def headline_text(h: dict, synthetic: bool) -> str:
+    if not h:
+        return ""
+    tag = " [synthetic traces]" if synthetic else ""
+    a, l = h["accuracy_share"], h["latency_share"]
+    return (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(3, 100)} %  "
+            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), mean latency {l.fmt(3, 100)} %  "
+            f"(95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
+
+
+def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict,
+                  tb_step: int = 0) -> dict:
+    """Writes results.json, results.csv, table.txt, figures and TensorBoard under ``out_dir``.
+
+    Returns a dict of the paths, the table text and the headline.
+    """
+    from prada_jax.metric_writer import MetricWriter
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = report.summarize(per_seed)
+    table = report.format_table(summary, title=title)
+    h = headline(per_seed)
+    synthetic = bool(meta.get("traces", {}).get("synthetic", False))
+    htext = headline_text(h, synthetic)
+    extra = {"meta": meta}
+    if h:
+        extra["headline"] = {"policy": h["policy"], "reference": h["reference"],
+                             "accuracy_share": h["accuracy_share"].to_dict(),
+                             "latency_share": h["latency_share"].to_dict()}
+    report.write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
+    report.write_csv(out / "results.csv", summary)
+    (out / "table.txt").write_text(table + ("\n\n" + htext if htext else "") + "\n")
+    names = list(summary)
+    figs = {}
+    for metric, label in (("accuracy", "accuracy"), ("latency_mean_s", "mean latency (s)")):
+        band = ([summary[n][metric].mean for n in names], [summary[n][metric].low for n in names],
+                [summary[n][metric].high for n in names])
+        figs[metric] = plots.plot_bars(names, band, ylabel=label,
+                                       title=f"{label} (mean ± 95% CI) — {title}",
+                                       path=out / f"{metric}.png")
+    comps = {c: [summary[n][m].mean for n in names] for c, m in
+             (("processing", "processing_s"), ("communication", "communication_s"),
+              ("queueing", "queueing_s"))}
+    figs["delay_split"] = plots.plot_delay_split_bars(names, comps, title=title,
+                                                      path=out / "delay_split.png")
+    with MetricWriter(out / "tb") as w:
+        w.write_scalars(tb_step, report.tb_scalars(summary))
+        if h:
+            w.write_scalars(tb_step, {"eval/headline/accuracy_share": h["accuracy_share"].mean,
+                                      "eval/headline/latency_share": h["latency_share"].mean})
+        w.write_texts(tb_step, {"eval/table": "```\n" + table + "\n\n" + htext + "\n```",
+                                "eval/meta": "```\n" + json.dumps(meta, indent=2, default=str)
+                                + "\n```"})
+        w.write_images(tb_step, {f"eval/{k}": plots.png_to_rgb(p) for k, p in figs.items()})
+    return {"table": table, "headline": h, "headline_text": htext,
+            "json": out / "results.json", "csv": out / "results.csv", "figures": figs,
+            "tb": out / "tb"}
