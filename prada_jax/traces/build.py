@@ -663,14 +663,25 @@ def _file_sha256(path: Path) -> str:
 def model_fingerprint(path: Path) -> dict:
     """Folder name, sha256 of config.json, and names + sizes of the weight files (weights are
     not hashed: multi-GB)."""
-    weights = sorted((p.name, p.stat().st_size) for p in path.iterdir()
+    weights = sorted([p.name, p.stat().st_size] for p in path.iterdir()
                      if p.suffix in (".safetensors", ".bin") or p.name.endswith(".index.json"))
     return {"name": path.name, "config_sha256": _file_sha256(path / "config.json"),
             "weights": weights}
 
 
+def _diff_keys(a, b, prefix: str = "") -> list[str]:
+    """Dotted names of the leaves where two JSON-like dicts differ."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [prefix.rstrip(".") or "<root>"] if a != b else []
+    out = []
+    for k in sorted(set(a) | set(b)):
+        out += _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+    return out
+
+
 def _prepare_staging(out: Path, fingerprint: dict) -> Path:
     staging = out / STAGING
+    fingerprint = json.loads(json.dumps(fingerprint))  # compare as stored (tuples -> lists)
     staging.mkdir(parents=True, exist_ok=True)
     for p in staging.glob("*.tmp*"):  # leftovers of a write killed half-way
         p.unlink()
@@ -678,7 +689,7 @@ def _prepare_staging(out: Path, fingerprint: dict) -> Path:
     if sfile.is_file():
         old = json.loads(sfile.read_text())
         if old != fingerprint:
-            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+            diff = _diff_keys(old, fingerprint)
             raise BuildError(f"{sfile}: the staged batches were built with different settings "
                              f"({', '.join(diff)}); use another --out or delete {staging}")
     else:

@@ -1,0 +1,197 @@
+"""End to end on tiny random HF models (built here, offline): build -> validate -> edge env;
+kill-and-resume gives the same trace; bad flags fail at once with a clear message."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from prada_jax.traces import build as B  # noqa: E402
+from prada_jax.traces import format as fmt  # noqa: E402
+from test_build_fixtures import make_all  # noqa: E402
+
+SMALL = ["--node-budget", "4", "--full-depth", "1", "--max-steps", "3", "--max-step-tokens",
+         "6", "--batch-size", "2", "--feature-dim", "8", "--threads", "1", "--limit", "4"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    torch.set_num_threads(1)
+    return make_all(tmp_path_factory.mktemp("tiny"))
+
+
+def _args(tiny, out, *extra, prm="prm"):
+    parser = argparse.ArgumentParser()
+    B.add_arguments(parser)
+    return parser.parse_args(["--slm", str(tiny["slm"]), "--llm", str(tiny["llm"]), "--prm",
+                              str(tiny[prm]), "--data", str(tiny["data"]), "--benchmark",
+                              "gsm8k", "--out", str(out), "--device", "cpu", *SMALL,
+                              *extra])
+
+
+def _arrays(out):
+    return fmt.load(out).to_dict()
+
+
+def test_build_validate_and_edge_env(tiny, tmp_path):
+    out = tmp_path / "traces"
+    assert B.run(_args(tiny, out)) == 0
+    meta = fmt.validate(out)
+    assert meta["synthetic"] is False
+    assert meta["models"] == {"slm": "tiny-slm", "llm": "tiny-llm", "prm": "tiny-prm"}
+    assert meta["feature_dim"] == 8 and len(meta["feature_names"]) == 8
+    assert meta["counts"]["problems"] == 4
+    traces = fmt.load(out)
+    # Causal PRM: a node's prefix score is its parent's candidate score on that branch.
+    for n in range(traces.num_nodes):
+        for c in (0, 1):
+            k = traces.child[n, c]
+            if k >= 0:
+                np.testing.assert_allclose(traces.prm[k], traces.cand_prm[n, c], atol=1e-5)
+    # step index and context length features; context grows by the kept step's tokens (the
+    # SLM re-tokenises the text, so allow a token of merge at the boundary)
+    np.testing.assert_array_equal(traces.feat[:, -2], traces.depth)
+    np.testing.assert_array_equal(traces.feat[:, -1], traces.ctx_tokens)
+    assert np.all(traces.feat[:, -5] <= 0) and np.all(traces.feat[:, -4] <= traces.feat[:, -5])
+    for n in range(traces.num_nodes):
+        k = traces.child[n, 0]
+        if k >= 0:
+            assert abs(traces.ctx_tokens[k] - traces.ctx_tokens[n] - traces.cand_tokens[n, 0]) <= 2
+    steps = [json.loads(l) for l in (out / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == traces.num_nodes
+    problems = [json.loads(l) for l in (out / "problems.jsonl").read_text().splitlines()]
+    assert [p["answer"] for p in problems] == ["7", "60", "300", "9"]
+
+    import jax
+
+    from envs import registry
+
+    env, params = registry.make("edge", traces=traces, num_users=2, initial_users=2)
+    key = jax.random.key(0)
+    obs, state = env.reset(key, params)
+    step = jax.jit(env.step)
+    total = 0.0
+    for t in range(30):
+        key, k_act, k_step = jax.random.split(key, 3)
+        action = jax.random.bernoulli(k_act, 0.5, (2,)).astype(np.int32)
+        obs, state, reward, done, info = step(k_step, state, action, params)
+        total += float(reward.sum())
+    assert np.isfinite(total) and np.all(np.isfinite(np.asarray(obs)))
+    assert int(state.arrived) >= 2
+
+
+def test_step_tag_prm_build(tiny, tmp_path):
+    out = tmp_path / "tag"
+    assert B.run(_args(tiny, out, "--limit", "2", "--prm-style", "step-tag", "--no-progress",
+                       prm="prm_tag")) == 0
+    assert fmt.validate(out)["prm_style"] == "step-tag"
+
+
+def test_hub_name_fails_at_once(tiny, tmp_path, capsys):
+    args = _args(tiny, tmp_path / "x")
+    args.slm = "Qwen/Qwen2.5-Math-1.5B-Instruct"
+    t0 = time.monotonic()
+    assert B.run(args) == B.EXIT_BAD_INPUT
+    assert time.monotonic() - t0 < 5
+    err = capsys.readouterr().err
+    assert "--slm" in err and "not a local folder" in err and "huggingface-cli download" in err
+
+
+@pytest.mark.parametrize("flag,value,pattern", [
+    ("--node-budget", "0", "--node-budget must be >= 1"),
+    ("--feature-dim", "5", "--feature-dim must be >= 6"),
+    ("--behaviour-eps", "0.7", "--behaviour-eps"),
+])
+def test_bad_flags_are_named(tiny, tmp_path, capsys, flag, value, pattern):
+    assert B.run(_args(tiny, tmp_path / "x", flag, value)) == B.EXIT_BAD_INPUT
+    assert pattern in capsys.readouterr().err
+
+
+def test_bad_data_row_is_named(tiny, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q", "answer": "no marker"}) + "\n")
+    args = _args(tiny, tmp_path / "x")
+    args.data = str(bad)
+    assert B.run(args) == B.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--data" in err and f"{bad}:1: field 'answer'" in err
+
+
+def test_interrupt_and_resume_is_identical(tiny, tmp_path, monkeypatch):
+    ref = tmp_path / "ref"
+    assert B.run(_args(tiny, ref, "--no-progress")) == 0
+
+    out = tmp_path / "resumed"
+    real = B.build_trees
+    calls = {"n": 0}
+
+    def interrupt_second_batch(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the second batch is in flight
+        return real(*a, **k)
+
+    monkeypatch.setattr(B, "build_trees", interrupt_second_batch)
+    assert B.run(_args(tiny, out, "--no-progress")) == B.EXIT_INTERRUPTED
+    staged = sorted(p.name for p in (out / B.STAGING).glob("batch_*"))
+    assert staged == ["batch_0000000_0000002.safetensors"]
+    assert not (out / fmt.NODES_FILE).exists()
+    # a write killed half-way leaves only a temporary file, which a rerun removes
+    (out / B.STAGING / "batch_0000002_0000004.safetensors.tmp999").write_bytes(b"\0partial")
+    monkeypatch.setattr(B, "build_trees", real)
+    assert B.run(_args(tiny, out, "--no-progress")) == 0
+    assert not list((out / B.STAGING).glob("*.tmp*"))
+    a, b = _arrays(ref), _arrays(out)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert (ref / "steps.jsonl").read_text() == (out / "steps.jsonl").read_text()
+    assert fmt.read_meta(ref)["content_hash"] == fmt.read_meta(out)["content_hash"]
+
+
+def test_max_batches_then_continue_and_changed_settings_refused(tiny, tmp_path, capsys):
+    out = tmp_path / "t"
+    assert B.run(_args(tiny, out, "--max-batches", "1", "--no-progress")) == 0
+    assert len(list((out / B.STAGING).glob("batch_*"))) == 1
+    assert not (out / fmt.NODES_FILE).exists()
+    assert B.run(_args(tiny, out, "--node-budget", "5", "--no-progress")) == B.EXIT_BAD_INPUT
+    assert "node_budget" in capsys.readouterr().err
+    assert B.run(_args(tiny, out, "--no-progress")) == 0
+    fmt.validate(out)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_build_then_resume(tiny, tmp_path):
+    """A real kill -9 of a build process, then a rerun: same trace as an uninterrupted build."""
+    ref = tmp_path / "ref"
+    assert B.run(_args(tiny, ref, "--no-progress", "--limit", "5", "--batch-size", "1")) == 0
+    out = tmp_path / "killed"
+    argv = [a for a in vars(_args(tiny, out)).items()]
+    del argv
+    script = (
+        "import argparse,sys; from prada_jax.traces import build as B\n"
+        "p=argparse.ArgumentParser(); B.add_arguments(p); sys.exit(B.run(p.parse_args(sys.argv[1:])))\n")
+    cli = ["--slm", str(tiny["slm"]), "--llm", str(tiny["llm"]), "--prm", str(tiny["prm"]),
+           "--data", str(tiny["data"]), "--benchmark", "gsm8k", "--out", str(out),
+           "--device", "cpu", *SMALL, "--no-progress", "--limit", "5", "--batch-size", "1"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-c", script, *cli], env=env,
+                            cwd=str(Path(__file__).resolve().parents[3]))
+    staging = out / B.STAGING
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list(staging.glob("batch_*.safetensors"))) >= 2:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert B.run(_args(tiny, out, "--no-progress", "--limit", "5", "--batch-size", "1")) == 0
+    a, b = _arrays(ref), _arrays(out)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
