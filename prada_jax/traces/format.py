@@ -31,6 +31,8 @@ A trace set is one folder with two files (DESIGN §2):
 
 Edges (child and fallback) always go from depth k to depth k + 1, so the graph is acyclic
 and every path ends within ``max_depth`` + 1 steps; the validator checks this.
+The PRM of a prefix is one score: ``prm[child[n, c]]`` equals ``cand_prm[n, c]`` (to
+``PRM_CHILD_ATOL``, which allows batched / bf16 rescoring); the validator checks this too.
 Loading parses safetensors (a header + raw buffers) and JSON only: nothing in the files can
 run code.
 """
@@ -69,7 +71,7 @@ PROBLEM_FIELDS: dict[str, tuple[np.dtype, tuple]] = {
     "answer_id": (np.dtype(np.int32), ("P",)),
 }
 ALL_FIELDS = {**NODE_FIELDS, **PROBLEM_FIELDS}
-PRM_CHILD_ATOL = 1e-4   # |prm[child[n, c]] - cand_prm[n, c]| allowed
+PRM_CHILD_ATOL = 1e-3   # |prm[child[n, c]] - cand_prm[n, c]| allowed (batched/bf16 rescoring)
 REQUIRED_META = ("format_version", "benchmark", "synthetic", "models", "feature_dim",
                  "counts", "max_depth", "content_hash")
 

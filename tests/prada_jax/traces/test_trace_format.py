@@ -144,7 +144,7 @@ def _corrupt(name):
 
     def prm_child_mismatch(a):
         n = int(np.flatnonzero(a["child"][:, 0] >= 0)[0])
-        a["cand_prm"][n, 0] = np.float32(1.0 - a["prm"][a["child"][n, 0]])
+        a["cand_prm"][n, 0] = np.float32((a["prm"][a["child"][n, 0]] + 0.5) % 1.0)
 
     table = {
         "missing_nodes_file": drop_file(fmt.NODES_FILE),
