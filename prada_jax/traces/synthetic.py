@@ -107,7 +107,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 DEFAULTS = dict(prm_noise=1.0, prm_miscalibration=0.0, prm_miss=0.2, full_depth=4, node_budget=64,
-                behaviour_llm=0.3, feature_signal=1.0)
+                behaviour_llm=0.3, feature_signal=0.85)
 
 _V_CLIP = 0.02
 
@@ -265,7 +265,7 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
       node_budget: per-problem node count beyond which no optional branch is expanded
         (default 64; the sticky continuations are always kept).
       behaviour_llm: P(LLM) of the behaviour policy ranking optional branches (default 0.3).
-      feature_signal: strength of the draft-error signal in the features (default 1.0).
+      feature_signal: strength of the draft-error signal in the features (default 0.85).
 
     Returns:
       ``(traces, meta)``: a ``TraceSet`` of NumPy arrays and the meta dict for ``format.save``.

@@ -159,3 +159,52 @@ def test_get_or_make_caches_and_repairs(tmp_path):
     (p / fmt.NODES_FILE).write_bytes(b"garbage")
     synthetic.get_or_make("gaokao2023en", tmp_path, seed=1, problems=5)
     fmt.validate(p)
+
+
+def test_systematic_sampling_marginals_and_total():
+    rng = np.random.default_rng(0)
+    pi = rng.uniform(size=12)
+    draws = np.array([synthetic._systematic(pi, np.random.default_rng(s)) for s in range(4000)])
+    assert np.all(np.abs(draws.sum(axis=1) - pi.sum()) < 1.0 + 1e-12)
+    np.testing.assert_allclose(draws.mean(axis=0), pi, atol=0.03)   # 4000 draws: sd <= 0.008
+
+
+def test_first_occurrence_matches_enumerated_conditional():
+    """Against exact enumeration of all 2^K flag patterns given at least one flag set."""
+    import itertools
+    x = np.array([[0.1, 0.5, 0.3, 0.2]])
+    mask = np.array([[True, True, True, False]])
+    rng = np.random.default_rng(1)
+    draws = synthetic._first_occurrence(np.repeat(x, 20000, 0), np.repeat(mask, 20000, 0), rng)
+    assert not draws[:, 3].any() and draws.any(axis=1).all()
+    probs = {}
+    for pat in itertools.product((0, 1), repeat=3):
+        if any(pat):
+            probs[pat] = np.prod([x[0, i] if b else 1 - x[0, i] for i, b in enumerate(pat)])
+    z = sum(probs.values())
+    keys, counts = np.unique(draws[:, :3].astype(int), axis=0, return_counts=True)
+    freq = {tuple(k): c / draws.shape[0] for k, c in zip(keys.tolist(), counts)}
+    for pat, p in probs.items():
+        assert abs(freq.get(pat, 0.0) - p / z) < 0.012, (pat, freq.get(pat), p / z)
+
+
+def _prefix_llm_accuracy(traces, j):
+    """Plain-Python walk: LLM for the first j steps, then SLM drafts (with fallbacks), in %."""
+    hits = 0
+    for r in traces.root.tolist():
+        node, k = r, 0
+        while True:
+            a = 1 if k < j else 0
+            if traces.terminal[node, a]:
+                hits += int(traces.correct[node, a])
+                break
+            nxt = int(traces.child[node, a])
+            node, k = (nxt if nxt >= 0 else int(traces.fallback[node])), k + 1
+    return 100.0 * hits / traces.num_problems
+
+
+def test_mixed_paths_monotone_between_endpoints(full):
+    traces, _ = full["gsm8k"]
+    acc = [_prefix_llm_accuracy(traces, j) for j in range(0, 7)]
+    assert all(b >= a - 0.2 for a, b in zip(acc, acc[1:])), acc
+    assert acc[0] < acc[3] < acc[-1] <= _reference_walk(traces, 1) + 0.2
