@@ -32,6 +32,7 @@ blocked rate (blocked / arrivals), fallback share (steps that used a trace fallb
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -101,6 +102,7 @@ def _zero_apply(params, obs):
     return z, z
 
 
+@functools.lru_cache(maxsize=16)
 def make_evaluator(num_slots: int, warmup_slots: int,
                    apply_fn: Callable | None = None) -> Callable:
     """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random) -> totals``.
@@ -112,7 +114,8 @@ def make_evaluator(num_slots: int, warmup_slots: int,
         screening policy; None for the baselines (net_params is then ignored).
     Returns:
       a jitted function; ``totals`` is a dict of [S] sums over the window plus
-      ``latency_hist`` [S, T + 1] (finished users per latency in slots).
+      ``latency_hist`` [S, T + 1] (finished users per latency in slots). Cached per
+      (T, W, apply_fn), so evaluators of the same sizes share one compilation.
     """
     if not 0 <= warmup_slots < num_slots:
         raise ValueError(f"warmup_slots must be in [0, slots={num_slots}), got {warmup_slots}")

@@ -39,24 +39,6 @@ flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluat
                   "rows (same multipliers).")
 
 
-def resolve_traces(policy, traces_flag, problems, trace_seed):
-    """Trace spec, problems and seed: flags first, else the policy run's preset (held out)."""
-    from evals import suite
-
-    if traces_flag:
-        return traces_flag, problems, (trace_seed if trace_seed is not None else 0)
-    if policy is not None and policy.config is not None and "env" in policy.config:
-        env = policy.config.env
-        if env.get("trace_dir"):
-            return env.trace_dir, problems, 0
-        prob = problems if problems is not None else (int(env.get("problems", 0)) or None)
-        seed = trace_seed if trace_seed is not None else \
-            int(env.get("trace_seed", 0)) + suite.HELD_OUT_SEED_OFFSET
-        return env.get("preset", "gsm8k"), prob, seed
-    return "gsm8k", problems, (trace_seed if trace_seed is not None else
-                               suite.HELD_OUT_SEED_OFFSET)
-
-
 def main(argv):
     from pathlib import Path
 
@@ -77,7 +59,7 @@ def main(argv):
                 raise suite.EvalError("--dual needs --policy (PRADA = policy + multipliers)")
             lam, mu, dual_info = suite.load_multipliers(FLAGS.dual)
             mult = (lam, mu)
-        spec, problems, tseed = resolve_traces(policy, FLAGS.traces, FLAGS.problems,
+        spec, problems, tseed = suite.resolve_traces(policy, FLAGS.traces, FLAGS.problems,
                                                FLAGS.trace_seed)
         traces = suite.load_traces(spec, problems, tseed)
         if policy is not None:

@@ -67,6 +67,28 @@ def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0) -> 
     return LoadedTraces(traces, info)
 
 
+def resolve_traces(policy, traces_flag, problems, trace_seed):
+    """(trace spec, problems, generator seed) for evaluation.
+
+    A folder is used as it is. A synthetic preset (the flag, else the policy run's preset,
+    else gsm8k) defaults to *held-out* problems: generator seed = the policy run's trace seed
+    (0 without a policy) + ``HELD_OUT_SEED_OFFSET``, and the policy run's problem count.
+    """
+    env = None
+    if policy is not None and policy.config is not None and "env" in policy.config:
+        env = policy.config.env
+    if traces_flag and Path(traces_flag).exists():
+        return traces_flag, problems, 0
+    if not traces_flag and env is not None and env.get("trace_dir"):
+        return env.trace_dir, problems, 0
+    spec = traces_flag or (env.get("preset", "gsm8k") if env is not None else "gsm8k")
+    base_seed = int(env.get("trace_seed", 0)) if env is not None else 0
+    seed = trace_seed if trace_seed is not None else base_seed + HELD_OUT_SEED_OFFSET
+    if problems is None and env is not None:
+        problems = int(env.get("problems", 0)) or None
+    return spec, problems, seed
+
+
 def load_policy(workdir: str, step: int | None = None) -> LoadedPolicy:
     """Loads a ``train.ppo`` run; every failure becomes an ``EvalError`` naming the folder."""
     from prada_jax.rl import trainer

@@ -13,35 +13,7 @@ import pytest
 from envs import edge
 from evals import evaluate as ev
 from evals import report
-from prada_jax.traces.format import TraceSet, validate_arrays
-
-
-def crafted_traces(problems: int = 8, feature_dim: int = 4) -> TraceSet:
-    p = problems
-    slm_right = (np.arange(p) % 2 == 0)
-    feat = np.zeros((p, feature_dim), np.float32)
-    feat[:, 0] = np.where(slm_right, -1.0, 1.0)
-    arrays = dict(
-        feat=feat, prm=np.full(p, 0.5, np.float32),
-        cand_prm=np.stack([np.where(slm_right, 0.9, 0.1), np.full(p, 0.95)], 1).astype(np.float32),
-        cand_tokens=np.full((p, 2), 20, np.int32), ctx_tokens=np.full(p, 60, np.int32),
-        child=np.full((p, 2), -1, np.int32), terminal=np.ones((p, 2), np.uint8),
-        correct=np.stack([slm_right, np.ones(p, bool)], 1).astype(np.uint8),
-        fallback=np.full(p, -1, np.int32), depth=np.zeros(p, np.int32),
-        problem=np.arange(p, dtype=np.int32), root=np.arange(p, dtype=np.int32),
-        n_nodes=np.ones(p, np.int32), answer_id=np.arange(p, dtype=np.int32))
-    meta = {"feature_dim": feature_dim, "counts": {"nodes": p, "problems": p}, "max_depth": 0}
-    validate_arrays(arrays, meta, "crafted")
-    return TraceSet(**arrays)
-
-
-def oracle_apply(params, obs):
-    """Nominates exactly when feature 0 says the draft is wrong; ΔQ = that feature."""
-    del params
-    f = obs[..., 0]
-    logits = jnp.stack([-f, f], -1)
-    q = jnp.stack([jnp.zeros_like(f), f], -1)
-    return logits, q
+from evals.testing import crafted_traces, oracle_apply
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,308 @@
+"""Resource sweeps: ``python -m evals.sweep --policy=PPO_WORKDIR [--dual=DUAL_WORKDIR]
+--traces=DIR_OR_PRESET --out=DIR [--m_grid=1,2,3,4,6,8] [--b_grid_mhz=...] [--lam_grid=...]``.
+
+For each of server capacity M, total bandwidth B and arrival rate λ (one varied at a time, the
+others at the scenario's values) evaluates the rows over seeds and draws the paper-style
+figures (PNG): accuracy and mean latency against M, B and λ with 95% CI bands, and the three
+delay components (processing / communication / queueing) stacked against M and B. The knee of
+a row along M or B is the smallest grid value beyond which its mean latency improves by less
+than 5% (``evals.stats.find_knee``); it is marked on the figures and printed.
+
+All sweep points share one compiled rollout (M, B, λ are array leaves of the env params).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from evals import evaluate as ev
+from evals import plots, report, stats
+
+AXES = {
+    # axis -> (env param, label, display scale, unit)
+    "M": ("num_servers", "server capacity M (parallel LLM jobs)", 1.0, ""),
+    "B": ("bandwidth_hz", "total bandwidth B (MHz)", 1e-6, "MHz"),
+    "lam": ("arrival_rate_hz", "arrival rate λ (users / s)", 1.0, "/s"),
+}
+DEFAULT_GRIDS = {"M": [1, 2, 3, 4, 6, 8], "B": [0.25e6, 0.5e6, 1e6, 2e6, 5e6, 10e6, 20e6],
+                 "lam": [1.0, 2.0, 4.0, 8.0, 12.0]}
+KNEE_TOL = 0.05
+
+
+def sweep_rows(has_policy: bool, multipliers: tuple[float, float] | None) -> list[ev.PolicySpec]:
+    """Rows drawn in the sweep: All-SLM, All-LLM, RSD and the PRADA row(s) available."""
+    rows = ev.baseline_specs()
+    if has_policy:
+        rows += [s for s in ev.policy_specs(*(multipliers or (None, None)))
+                 if s.name.startswith("PRADA")]
+    return rows
+
+
+def run_sweep(evaluator: ev.Evaluator, rows: Sequence[ev.PolicySpec], axis: str,
+              values: Sequence[float], progress: Callable[[str], None] | None = None
+              ) -> dict[float, dict[str, dict[str, np.ndarray]]]:
+    """``{grid value: {row: {metric: [S]}}}`` with the axis' env param set to each value."""
+    if axis not in AXES:
+        raise ValueError(f"axis must be one of {sorted(AXES)}, got {axis!r}")
+    field = AXES[axis][0]
+    out = {}
+    for v in values:
+        if progress:
+            progress(f"sweep {axis} = {v:g}")
+        v = int(v) if field == "num_servers" else float(v)
+        out[v] = evaluator.run_all(rows, **{field: v})
+    return out
+
+
+def summarize_sweep(results: Mapping[float, Mapping[str, Mapping[str, np.ndarray]]]
+                    ) -> dict[float, dict[str, dict[str, stats.MeanCI]]]:
+    return {v: report.summarize(per_seed) for v, per_seed in results.items()}
+
+
+def _band(summ, row: str, metric: str, grid: Sequence[float]):
+    cis = [summ[v][row][metric] for v in grid]
+    return ([c.mean for c in cis], [c.low for c in cis], [c.high for c in cis])
+
+
+def knees(summ, axis: str, grid: Sequence[float], metric: str = "latency_mean_s",
+          tol: float = KNEE_TOL) -> dict[str, float | None]:
+    """Knee per row of the mean ``metric`` (lower is better) along the grid."""
+    rows = next(iter(summ.values())).keys()
+    return {r: stats.find_knee(grid, [summ[v][r][metric].mean for v in grid], tol) for r in rows}
+
+
+def main_row(rows: Sequence[str]) -> str:
+    for name in ("PRADA", "PRADA (λ=µ=0)", "All-LLM"):
+        if name in rows:
+            return name
+    return list(rows)[0]
+
+
+def sweep_figures(summ, axis: str, grid: Sequence[float], out_dir: Path, *, title: str
+                  ) -> tuple[dict[str, Path], dict[str, float | None]]:
+    """Accuracy and latency curves (+ stacked delays for M and B) of one axis."""
+    _, label, scale, _ = AXES[axis]
+    grid = sorted(grid)
+    xs = [g * scale for g in grid]
+    rows = list(next(iter(summ.values())).keys())
+    kn = knees(summ, axis, grid) if axis in ("M", "B") else {}
+    main = main_row(rows)
+    knee_x = kn.get(main)
+    knee_disp = None if knee_x is None else knee_x * scale
+    figs = {}
+    acc = {r: _band(summ, r, "accuracy", grid) for r in rows}
+    lat = {r: _band(summ, r, "latency_mean_s", grid) for r in rows}
+    figs[f"accuracy_vs_{axis}"] = plots.plot_curves(
+        xs, acc, xlabel=label, ylabel="accuracy", title=f"accuracy vs {axis} — {title}",
+        path=out_dir / f"accuracy_vs_{axis}.png", knee=knee_disp, knee_label=f"{main} knee")
+    figs[f"latency_vs_{axis}"] = plots.plot_curves(
+        xs, lat, xlabel=label, ylabel="mean end-to-end latency (s)",
+        title=f"latency vs {axis} — {title}", path=out_dir / f"latency_vs_{axis}.png",
+        knee=knee_disp, knee_label=f"{main} knee")
+    if axis in ("M", "B"):
+        for r in [x for x in (main, "All-LLM") if x in rows]:
+            comps = {"processing": _band(summ, r, "processing_s", grid),
+                     "communication": _band(summ, r, "communication_s", grid),
+                     "queueing": _band(summ, r, "queueing_s", grid)}
+            k = kn.get(r)
+            slug = report.tag_name(r)
+            figs[f"delays_vs_{axis}_{slug}"] = plots.plot_stacked_delays(
+                xs, comps, xlabel=label, title=f"{r}: delay components vs {axis} — {title}",
+                path=out_dir / f"delays_vs_{axis}_{slug}.png", total=lat[r],
+                knee=None if k is None else k * scale)
+    return figs, kn
+
+
+def sweep_csv(all_summ: Mapping[str, Mapping[float, Mapping]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["axis", "value", "policy", "metric", "mean", "ci_low", "ci_high",
+                "ci_half_width", "n_seeds"])
+    for axis, summ in all_summ.items():
+        for v, rows in summ.items():
+            for r, metrics in rows.items():
+                for m, ci in metrics.items():
+                    w.writerow([axis, v, r, m, ci.mean, ci.low, ci.high, ci.half_width, ci.n])
+    return buf.getvalue()
+
+
+def knee_text(axis: str, kn: Mapping[str, float | None]) -> str:
+    _, _, scale, unit = AXES[axis]
+    parts = []
+    for r, k in kn.items():
+        parts.append(f"{r}: {'none in grid' if k is None else f'{k * scale:g}{unit}'}")
+    return (f"knee in {axis} (smallest {axis} beyond which mean latency improves by < "
+            f"{100 * KNEE_TOL:.0f}%): " + "; ".join(parts))
+
+
+def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *, title: str,
+                        meta: dict) -> dict:
+    """Figures, sweep.json, sweep.csv, knees and TensorBoard of a finished sweep."""
+    from prada_jax.metric_writer import MetricWriter
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    all_summ, figs, all_knees, lines = {}, {}, {}, []
+    for axis, results in results_by_axis.items():
+        grid = sorted(results)
+        summ = summarize_sweep(results)
+        all_summ[axis] = summ
+        f, kn = sweep_figures(summ, axis, grid, out_dir, title=title)
+        figs.update(f)
+        if kn:
+            all_knees[axis] = {r: (None if k is None else float(k)) for r, k in kn.items()}
+            lines.append(knee_text(axis, kn))
+    data = {"meta": meta, "knees": all_knees, "knee_tolerance": KNEE_TOL, "axes": {}}
+    for axis, summ in all_summ.items():
+        data["axes"][axis] = {
+            "param": AXES[axis][0],
+            "grid": sorted(summ),
+            "results": {str(v): {r: {m: {**ci.to_dict(),
+                                         "per_seed": [float(x) for x in
+                                                      results_by_axis[axis][v][r][m]]}
+                                     for m, ci in metrics.items()}
+                                 for r, metrics in rows.items()}
+                        for v, rows in summ.items()}}
+    report.write_json(out_dir / "sweep.json", data)
+    (out_dir / "sweep.csv").write_text(sweep_csv(all_summ))
+    (out_dir / "knees.txt").write_text("\n".join(lines) + "\n")
+    with MetricWriter(out_dir / "tb") as w:
+        for axis, summ in all_summ.items():
+            for i, v in enumerate(sorted(summ)):
+                sc = report.tb_scalars(summ[v], prefix=f"sweep_{axis}")
+                w.write_scalars(i, sc)
+        w.write_texts(0, {"sweep/knees": "\n\n".join(lines),
+                          "sweep/grids": "\n\n".join(f"{a}: {sorted(s)}"
+                                                     for a, s in all_summ.items())})
+        w.write_images(0, {f"sweep/{k}": plots.png_to_rgb(p) for k, p in figs.items()})
+    return {"figures": figs, "knees": all_knees, "knee_lines": lines,
+            "json": out_dir / "sweep.json", "csv": out_dir / "sweep.csv", "tb": out_dir / "tb"}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def _define_flags():
+    from absl import flags
+
+    flags.DEFINE_string("policy", None, "train.ppo run directory (omit: baselines only).")
+    flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
+    flags.DEFINE_string("dual", None, "train.dual run directory with the multipliers.")
+    flags.DEFINE_string("traces", None, "trace folder or synthetic preset (default as "
+                        "evals.run).")
+    flags.DEFINE_integer("problems", None, "problems of a synthetic preset.")
+    flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset.")
+    flags.DEFINE_string("out", None, "output folder (default: <policy>/sweep, else "
+                        "checkpoints/sweep).")
+    flags.DEFINE_integer("seeds", 3, "seeds per grid point.", lower_bound=1)
+    flags.DEFINE_integer("slots", 1500, "slots simulated per seed.", lower_bound=2)
+    flags.DEFINE_integer("warmup_slots", 150, "slots discarded before measuring.", lower_bound=0)
+    flags.DEFINE_list("axes", ["M", "B", "lam"], "axes to sweep (M, B, lam).")
+    flags.DEFINE_list("m_grid", [str(x) for x in DEFAULT_GRIDS["M"]], "M values (integers).")
+    flags.DEFINE_list("b_grid_mhz", [f"{x / 1e6:g}" for x in DEFAULT_GRIDS["B"]],
+                      "B values in MHz.")
+    flags.DEFINE_list("lam_grid", [f"{x:g}" for x in DEFAULT_GRIDS["lam"]],
+                      "λ values in users/s.")
+    flags.DEFINE_integer("num_users", None, "U user slots.")
+    flags.DEFINE_integer("num_servers", None, "M when not swept.")
+    flags.DEFINE_float("bandwidth_hz", None, "B [Hz] when not swept.")
+    flags.DEFINE_float("arrival_rate_hz", None, "λ [users/s] when not swept.")
+    flags.DEFINE_float("beta", None, "β [PRM units/s].")
+
+
+def parse_grid(values: Sequence[str], name: str, scale: float = 1.0, integer: bool = False
+               ) -> list[float]:
+    """Parses a grid flag; refuses non-numbers, non-positive values and duplicates."""
+    out = []
+    for s in values:
+        try:
+            v = float(s) * scale
+        except ValueError:
+            raise ValueError(f"--{name}: '{s}' is not a number") from None
+        if not v > 0:
+            raise ValueError(f"--{name}: values must be > 0, got {s}")
+        if integer:
+            if v != int(v):
+                raise ValueError(f"--{name}: values must be integers, got {s}")
+            v = int(v)
+        out.append(v)
+    if not out:
+        raise ValueError(f"--{name}: empty grid")
+    if len(set(out)) != len(out):
+        raise ValueError(f"--{name}: duplicate values in {values}")
+    return sorted(out)
+
+
+def main(argv):
+    from absl import flags
+
+    from evals import suite
+    from prada_jax import config_utils
+    from envs import edge
+
+    FLAGS = flags.FLAGS
+    config_utils.reject_extra_argv(argv)
+    try:
+        grids = {"M": parse_grid(FLAGS.m_grid, "m_grid", integer=True),
+                 "B": parse_grid(FLAGS.b_grid_mhz, "b_grid_mhz", 1e6),
+                 "lam": parse_grid(FLAGS.lam_grid, "lam_grid")}
+        bad = [a for a in FLAGS.axes if a not in AXES]
+        if bad:
+            raise ValueError(f"--axes: unknown axis {bad[0]!r} (choose from M, B, lam)")
+        if FLAGS.warmup_slots >= FLAGS.slots:
+            raise ValueError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
+                             f"({FLAGS.slots})")
+        policy = suite.load_policy(FLAGS.policy, FLAGS.step) if FLAGS.policy else None
+        mult = None
+        if FLAGS.dual:
+            if policy is None:
+                raise suite.EvalError("--dual needs --policy")
+            lam, mu, _ = suite.load_multipliers(FLAGS.dual)
+            mult = (lam, mu)
+        spec, problems, tseed = suite.resolve_traces(policy, FLAGS.traces, FLAGS.problems,
+                                                       FLAGS.trace_seed)
+        traces = suite.load_traces(spec, problems, tseed)
+        if policy is not None:
+            suite.check_policy_traces(policy, traces)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    env_kw = suite.env_kwargs_from(policy.config if policy else None, dict(
+        num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
+        bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
+        beta=FLAGS.beta))
+    if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
+        print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
+              file=sys.stderr)
+    params = edge.make_params(traces.traces, **env_kw)
+    evaluator = ev.Evaluator(params, FLAGS.seeds, FLAGS.slots, FLAGS.warmup_slots,
+                             policy.apply_fn if policy else None,
+                             policy.params if policy else None)
+    rows = sweep_rows(policy is not None, mult)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    results = {a: run_sweep(evaluator, rows, a, grids[a], say) for a in FLAGS.axes}
+    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "sweep" if FLAGS.policy
+                                            else Path("checkpoints/sweep"))
+    synthetic = traces.info.get("synthetic", False)
+    title = (f"{traces.info['benchmark']}{' (SYNTHETIC)' if synthetic else ''}, U="
+             f"{env_kw['num_users']}, {FLAGS.seeds} seeds, mean ± 95% CI")
+    meta = {"traces": traces.info, "env": env_kw, "policy": FLAGS.policy, "dual": FLAGS.dual,
+            "multipliers": mult, "seeds": FLAGS.seeds, "slots": FLAGS.slots,
+            "warmup_slots": FLAGS.warmup_slots}
+    res = write_sweep_outputs(results, out, title=title, meta=meta)
+    for line in res["knee_lines"]:
+        print(line + (" [synthetic traces]" if synthetic else ""))
+    print(f"figures: {out}/*.png ({len(res['figures'])} files)")
+    print(f"results: {res['json']}  {res['csv']}")
+    print(f"tensorboard --logdir {res['tb']}")
+
+
+if __name__ == "__main__":
+    from absl import app
+
+    _define_flags()
+    app.run(main)
