@@ -1,0 +1,114 @@
+"""Smoke tests of ``python -m train.distill``: offline + on-policy, checkpoint/resume, curves,
+HF export parity with transformers, zero environment calls, bad-input errors."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from prada_jax.distill import pool as pool_lib  # noqa: E402
+from prada_jax.distill.task import arith  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A tiny cache: a pool of solved episodes, a random tiny PyTorch teacher, its logits."""
+    from transformers import Qwen2ForCausalLM
+
+    from prada_jax.distill.task.export_local import export_logits
+    from prada_jax.distill.task.teacher import model_config
+
+    root = tmp_path_factory.mktemp("cache")
+    torch.manual_seed(0)
+    teacher = Qwen2ForCausalLM(model_config(16, 1, 2, 1, 32))
+    teacher.save_pretrained(root / "teacher")
+    arith.build_tokenizer().save_pretrained(root / "teacher")
+    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))
+                         for p in arith.make_problems(5, 12)))
+    pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * 12), root / "pool",
+                       {"task": arith.TASK_NAME, "synthetic": True,
+                        "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
+    export_logits(root / "teacher", root / "pool", root / "logits", top_k=4, use_exporter=False)
+    return root
+
+
+def _config(cache, *variants, **overrides):
+    from train.configs.distill import get_config
+    c = get_config(",".join(("smoke",) + variants))
+    c.data.cache = str(cache)
+    for k, v in overrides.items():
+        node = c
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = v
+    return c
+
+
+def _scalars(tb_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(tb_dir))
+    ea.Reload()
+    return {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
+
+
+def test_offline_smoke_resume_and_hf_parity(cache, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.lm.hf import load_hf
+
+    wd = tmp_path / "run"
+    res = train_and_evaluate(_config(cache), wd)
+    assert res["env_calls_during_training"] == 0
+    assert 0.0 <= res["after"]["success_rate"] <= 1.0 and res["after"]["n"] == 8
+    assert (wd / "config.json").is_file() and (wd / "results.json").is_file()
+    sc = _scalars(wd / "tb")
+    assert [s for s, _ in sc["distill/loss"]] == [2, 4]
+    assert all(np.isfinite(v) for _, v in sc["distill/kl"])
+    assert sc["distill/env_calls"][-1][1] == 0
+    assert any(t.startswith("distill/kl_turn_") for t in sc)
+    assert "distill/tokens_per_s" in sc and "distill/turn_frac_0" in sc
+    # resume: 2 more updates continue from the saved step 4
+    res2 = train_and_evaluate(_config(cache, **{"train.steps": 6}), wd)
+    sc = _scalars(wd / "tb")
+    assert [s for s, _ in sc["distill/loss"]][-1] == 6
+    assert "before" in res2  # carried over from the checkpoint meta
+    # the saved HF student: transformers logits == Flax logits
+    flax_model, _ = load_hf(wd / "student_hf")
+    pt = AutoModelForCausalLM.from_pretrained(str(wd / "student_hf"), dtype=torch.float32)
+    ids = np.array([arith.encode("<q>12*7+5</q><calc>12*7</calc><res>84</res>")], np.int32)
+    with torch.no_grad():
+        ref = pt(torch.from_numpy(ids).long()).logits.numpy()
+    np.testing.assert_allclose(np.asarray(flax_model(ids)), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_onpolicy_smoke_makes_no_env_calls(cache, tmp_path):
+    from prada_jax.distill.loop import train_and_evaluate
+    res = train_and_evaluate(_config(cache, "onpolicy", **{"eval.n_problems": 0,
+                                                           "loss.fkl_coef": 0.5}),
+                             tmp_path / "on")
+    assert res["env_calls_during_training"] == 0
+    sc = _scalars(tmp_path / "on" / "tb")
+    assert np.isfinite(sc["distill/kl"][-1][1]) and "distill/fkl" in sc
+
+
+def test_bad_inputs(cache, tmp_path):
+    from prada_jax import config_utils as cu
+    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.teacher_table import TeacherLogitsMismatch
+    with pytest.raises(cu.ConfigError, match=r"config.sampler.kappa must lie in \(0, 1\]"):
+        train_and_evaluate(_config(cache, **{"sampler.kappa": 1.5}), tmp_path / "a")
+    with pytest.raises(cu.ConfigError, match="config.loss.kind"):
+        train_and_evaluate(_config(cache, **{"loss.kind": "rkl"}), tmp_path / "b")
+    # logits exported for a different pool
+    other = tmp_path / "pool2"
+    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))
+                         for p in arith.make_problems(99, 12)))
+    pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * 12), other,
+                       {"task": arith.TASK_NAME,
+                        "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
+    with pytest.raises(TeacherLogitsMismatch, match="pool"):
+        train_and_evaluate(_config(cache, **{"data.pool_dir": str(other)}), tmp_path / "c")

@@ -1,0 +1,103 @@
+"""ReOPD distillation config (``python -m train.distill --config=train/configs/distill.py``).
+
+Variants (``:a,b`` combines): ``smoke`` (seconds-long CPU run), ``uniform`` (κ = 1),
+``late`` (late-step-heavy p ∝ κ^(K-1-t)), ``sft`` (cross-entropy on teacher tokens),
+``jsd`` (JSD(β) on top-k + tail), ``onpolicy`` (ReOPD as published: student samples,
+teacher scores, reverse-KL policy gradient), ``bf16`` (bfloat16 compute).
+Turn index t counts agent turns from 0. Defaults target the built-in arithmetic task whose
+cache ``python -m prada_jax.distill.task.teacher`` writes.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+VARIANTS = ("smoke", "uniform", "late", "sft", "jsd", "onpolicy", "bf16")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0                          # student init, batch draws and sampling keys
+    c.mode = "offline"                  # "offline" (teacher tokens) | "onpolicy" (student samples)
+
+    c.data = ml_collections.ConfigDict()
+    c.data.cache = "checkpoints/task_cache/seed0"  # folder holding pool/, logits/, teacher/
+    c.data.pool_dir = ""                # trajectory pool folder; "" = <cache>/pool
+    c.data.logits_dir = ""              # exported teacher logits; "" = <cache>/logits
+    c.data.teacher_dir = ""             # HF teacher (on-policy scoring); "" = <cache>/teacher
+
+    c.sampler = ml_collections.ConfigDict()
+    c.sampler.kappa = 0.6               # κ in (0, 1]; p(t) ∝ κ^t over a trajectory's turns
+    c.sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t))
+
+    c.loss = ml_collections.ConfigDict()
+    c.loss.kind = "fkl"                 # offline: fkl | jsd | sft; on-policy: rkl
+    c.loss.temperature = 1.0            # τ of the top-k losses (student and teacher buckets)
+    c.loss.beta = 0.5                   # β of JSD(β), in (0, 1)
+    c.loss.rkl_coef = 1.0               # coefficient of the reverse-KL policy-gradient term
+    c.loss.fkl_coef = 0.0               # on-policy: + this × top-k forward KL at sampled tokens
+    c.loss.top_k = 8                    # on-policy: teacher top-k scored per sampled token
+
+    c.onpolicy = ml_collections.ConfigDict()
+    c.onpolicy.temperature = 1.0        # student sampling temperature
+    c.onpolicy.top_p = 1.0              # nucleus mass
+    c.onpolicy.max_new_tokens = 12      # static action length A of a sampled turn [tokens]
+
+    c.student = ml_collections.ConfigDict()
+    c.student.init = ""                 # HF folder to start from; "" = random init from below
+    c.student.hidden_size = 64          # D
+    c.student.num_layers = 2
+    c.student.num_heads = 4
+    c.student.num_kv_heads = 2
+    c.student.intermediate_size = 128   # SwiGLU width
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.lr = 3e-3                   # peak AdamW learning rate
+    c.optim.warmup_steps = 30           # linear warm-up [optimizer updates]
+    c.optim.weight_decay = 0.01
+    c.optim.clip_norm = 1.0             # global gradient-norm clip
+    c.optim.grad_accum = 1              # micro-batches per optimizer update
+
+    c.train = ml_collections.ConfigDict()
+    c.train.steps = 300                 # optimizer updates
+    c.train.batch_size = 64             # (trajectory, turn) pairs per micro-batch
+    c.train.compute_dtype = "float32"   # "float32" | "bfloat16" (params stay float32)
+
+    c.log = ml_collections.ConfigDict()
+    c.log.every = 25                    # curves every N updates
+    c.log.ckpt_every = 100              # orbax checkpoint every N updates
+    c.log.keep = 2                      # checkpoints kept
+    c.log.progress = True               # tqdm progress bar
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.n_problems = 256             # task episodes before and after training (0 = skip)
+    c.eval.seed = 0                     # problems = make_problems(seed * 1000 + 3)
+    c.eval.batch_size = 64              # episodes decoded together
+
+    for v in [a for a in (arg or "").split(",") if a]:
+        if v not in VARIANTS:
+            raise ValueError(f"unknown config variant {v!r}; choose from {VARIANTS}")
+        if v == "smoke":
+            c.train.steps = 4
+            c.train.batch_size = 8
+            c.log.every = 2
+            c.log.ckpt_every = 2
+            c.eval.n_problems = 8
+            c.eval.batch_size = 8
+            c.student.hidden_size = 32
+            c.student.intermediate_size = 64
+            c.optim.warmup_steps = 1
+            c.log.progress = False
+        elif v == "uniform":
+            c.sampler.kappa = 1.0
+        elif v == "late":
+            c.sampler.schedule = "late"
+        elif v == "sft":
+            c.loss.kind = "sft"
+        elif v == "jsd":
+            c.loss.kind = "jsd"
+        elif v == "onpolicy":
+            c.mode = "onpolicy"
+            c.loss.kind = "rkl"
+        elif v == "bf16":
+            c.train.compute_dtype = "bfloat16"
+    return c

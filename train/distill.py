@@ -1,0 +1,49 @@
+"""ReOPD distillation launcher.
+
+    python -m train.distill --config=train/configs/distill.py[:variant] --workdir=DIR \
+        [--config.sampler.kappa=1.0 ...]
+
+Rerunning on an existing workdir resumes from its latest checkpoint. See docs/distill.md.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from prada_jax import config_utils  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file, e.g. train/configs/distill.py:smoke", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, results).")
+
+
+def main(argv):
+    config_utils.reject_extra_argv(argv)
+    if _CONFIG.value is None:
+        raise app.UsageError("--config is required, e.g. --config=train/configs/distill.py")
+    if not _WORKDIR.value:
+        raise app.UsageError("--workdir is required")
+    logging.info(config_utils.runtime_info())
+    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.pool import PoolFormatError
+    from prada_jax.distill.teacher_table import TeacherLogitsMismatch
+    try:
+        res = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    except (config_utils.ConfigError, PoolFormatError, TeacherLogitsMismatch,
+            FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    before = res.get("before", {}).get("success_rate")
+    after = res.get("after", {}).get("success_rate")
+    print(f"task success (synthetic arithmetic): before {before} after {after}; "
+          f"env calls during training {res['env_calls_during_training']}; "
+          f"median update {res['update_s_median']:.4f} s")
+
+
+if __name__ == "__main__":
+    app.run(main)
