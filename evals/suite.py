@@ -243,8 +243,8 @@ def headline_text(h: dict, synthetic: bool) -> str:
         return ""
     tag = " [synthetic traces]" if synthetic else ""
     a, l = h["accuracy_share"], h["latency_share"]
-    return (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(3, 100)} %  "
-            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), mean latency {l.fmt(3, 100)} %  "
+    return (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(1, 100)} %  "
+            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), mean latency {l.fmt(1, 100)} %  "
             f"(95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
 
 
