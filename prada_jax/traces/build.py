@@ -441,6 +441,7 @@ class ProblemTree:
     n_completion: int = 0
     n_fallback_other_branch: int = 0
     n_fallback_same_depth: int = 0
+    max_prm_rescore_diff: float = 0.0
 
 
 def _row_seed(seed: int, problem: int, node: int, role: int) -> int:
@@ -468,6 +469,13 @@ def _expand(trees: list[ProblemTree], picks: list[tuple[int, _Node]], slm: StepG
         draft, lstep = drafts[j], llm_steps[j]
         sa, sb = scores[j], scores[k + j]
         node.prm = float(sa[d])
+        if node.parent >= 0:
+            # The same prefix was scored as the parent's candidate; keep one score (batched or
+            # bf16 passes differ in the last bits) and record how far the rescoring was.
+            parent_score = tree.nodes[node.parent].cand_prm[node.branch]
+            tree.max_prm_rescore_diff = max(tree.max_prm_rescore_diff,
+                                            abs(node.prm - parent_score))
+            node.prm = parent_score
         node.cand_prm = (float(sa[d + 1]), float(sb[d + 1]))
         node.cand_tokens = (max(1, draft.n_tokens), max(1, lstep.n_tokens))
         node.ctx_tokens = max(1, draft.ctx_tokens)
@@ -733,6 +741,7 @@ def assemble(out: Path, problems: Sequence[datasets_lib.Problem], batches: list[
         answer_checks=int(sum(e.get("checks", 0) for e in extras)),
         answer_check_timeouts=int(sum(e.get("timeouts", 0) for e in extras)),
         build_seconds=float(sum(e.get("seconds", 0.0) for e in extras)),
+        max_prm_rescore_diff=float(max(e.get("max_prm_rescore_diff", 0.0) for e in extras)),
     )
     full_meta = dict(meta, generator=gen)
     fmt.save(traces, out, full_meta)
@@ -850,7 +859,8 @@ def build(args: argparse.Namespace, *, slm: StepGenerator | None = None,
             extra = {"seconds": time.perf_counter() - t0, "checks": stats.checks,
                      "timeouts": stats.timeouts,
                      "fallback_other_branch": sum(t.n_fallback_other_branch for t in trees),
-                     "fallback_same_depth": sum(t.n_fallback_same_depth for t in trees)}
+                     "fallback_same_depth": sum(t.n_fallback_same_depth for t in trees),
+                     "max_prm_rescore_diff": max(t.max_prm_rescore_diff for t in trees)}
             write_batch(staging, s, e, trees, extra)
             done_now += 1
             if bar is not None:

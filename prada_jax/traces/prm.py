@@ -294,8 +294,18 @@ def load_prm(path: os.PathLike | str, style: str | None = None, device: str = "c
     tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     tdtype = _torch_dtype(dtype)
     if cfg["style"] == "value-head":
-        backbone, info = AutoModel.from_pretrained(str(path), dtype=tdtype, local_files_only=True,
-                                                   output_loading_info=True)
+        # The backbone is read from a causal-LM checkpoint: its LM head is expected to be left
+        # over, so the load report is silenced; missing weights are checked below instead.
+        from transformers.utils import logging as hf_logging
+
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            backbone, info = AutoModel.from_pretrained(str(path), dtype=tdtype,
+                                                       local_files_only=True,
+                                                       output_loading_info=True)
+        finally:
+            hf_logging.set_verbosity(level)
         _check_loading_info(path, info)
         weight, bias = load_value_head(path, backbone.config.hidden_size)
         backbone.to(device).eval()
