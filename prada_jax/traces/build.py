@@ -11,7 +11,8 @@ at an end-of-sequence token, or after ``--max-step-tokens`` tokens. The prompt i
 chat template with a system text asking for step-by-step reasoning and a final ``\\boxed{}``
 answer (the Qwen2.5-Math chain-of-thought prompt, ``--system-prompt``); a tokenizer without a
 chat template gets ``"{system}\\n\\n{question}\\n\\n"``. A candidate is terminal when its step
-holds a complete ``\\boxed{}``, ended with end-of-sequence, or reaches ``--max-steps``; its
+holds a complete ``\\boxed{}``, ended with end-of-sequence, reaches ``--max-steps``, or
+leaves no room for another ``--max-step-tokens`` step in a model's context window; its
 ``correct`` flag checks the whole solution's final answer (``prada_jax.traces.answers``).
 
 Tree expansion (per problem, node budget ``--node-budget``): every node up to depth
@@ -288,6 +289,7 @@ class HFStepGenerator:
         self.pad_id = (self.tok.pad_token_id if self.tok.pad_token_id is not None
                        else (min(eos) if eos else 0))
         self.hidden_size = int(model.config.hidden_size)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", None) or 1 << 30)
         # transformers 5 renamed the forward argument past_key_values -> cache.
         params = inspect.signature(self.base.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -462,6 +464,7 @@ def _expand(trees: list[ProblemTree], picks: list[tuple[int, _Node]], slm: StepG
     scores = prm.score(qs + qs, [s + [d.text] for s, d in zip(prev, drafts)]
                        + [s + [l.text] for s, l in zip(prev, llm_steps)])
     k = len(picks)
+    context_limit = min(getattr(slm, "max_context", 1 << 30), getattr(llm, "max_context", 1 << 30))
     out = []
     for j, (t, node) in enumerate(picks):
         tree = trees[t]
@@ -483,8 +486,11 @@ def _expand(trees: list[ProblemTree], picks: list[tuple[int, _Node]], slm: StepG
         node.texts = (draft.text, lstep.text)
         term, corr = [], []
         for cand in (draft, lstep):
+            # "context full": the next step might not fit in a model's position range.
+            full = max(g.ctx_tokens for g in (draft, lstep)) + cand.n_tokens \
+                + st.max_step_tokens > context_limit
             is_term = (cand.eos or answers_lib.has_final_answer(cand.text)
-                       or d + 1 >= st.max_steps)
+                       or d + 1 >= st.max_steps or full)
             ok = False
             if is_term:
                 ok = answers_lib.check_solution("".join(node.steps) + cand.text,

@@ -317,3 +317,37 @@ def load_prm(path: os.PathLike | str, style: str | None = None, device: str = "c
     _check_loading_info(path, info)
     model.to(device).eval()
     return StepTagPRM(path, cfg, tok, model, device, max_batch)
+
+
+def export_value_head(folder: os.PathLike | str, prefix: str = "v_head.summary.",
+                      step_separator: str = "\n", question_template: str = "{question}") -> Path:
+    """Writes ``value_head.safetensors`` + ``prm_config.json`` into a PRM folder whose value
+    head is stored inside its model weights (e.g. Skywork-o1-Open-PRM: ``v_head.summary.weight``
+    [1, H] and ``v_head.summary.bias`` [1]).
+
+    Scans every ``*.safetensors`` file of ``folder`` for ``prefix + "weight"`` and
+    ``prefix + "bias"``; raises ``PRMError`` if either is absent. Returns the head file's path.
+    """
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    found: dict[str, np.ndarray] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        if f.name == VALUE_HEAD_FILE:
+            continue
+        with safe_open(str(f), framework="numpy") as st:
+            for name in ("weight", "bias"):
+                if prefix + name in st.keys():
+                    found[name] = st.get_tensor(prefix + name)
+    for name in ("weight", "bias"):
+        if name not in found:
+            raise PRMError(f"{folder}: no tensor '{prefix}{name}' in any *.safetensors file")
+    w = found["weight"].astype(np.float32).reshape(1, -1)
+    b = found["bias"].astype(np.float32).reshape(1)
+    out = folder / VALUE_HEAD_FILE
+    save_file({"weight": w, "bias": b}, str(out))
+    (folder / PRM_CONFIG).write_text(json.dumps(
+        {"style": "value-head", "step_separator": step_separator,
+         "question_template": question_template}, indent=2))
+    return out

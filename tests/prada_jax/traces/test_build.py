@@ -174,3 +174,16 @@ def test_assembled_batches_pass_validator(tmp_path):
     assert traces.answer_id.tolist() == [0, 1, 2]
     assert meta["feature_names"][-5:] == list(B.STATS_FEATURES)
     assert meta["generator"]["nodes_with_fallback"] == int((traces.fallback >= 0).sum())
+
+
+def test_context_full_makes_candidates_terminal():
+    # ctx = 10 + 3k tokens, a step has k + 2 tokens, room needed for 8 more: at k = 3,
+    # 19 + 3 + 8 = 32 > 30, so both candidates at depth 3 end the solution.
+    st = _settings(node_budget=40, full_depth=5, max_steps=6, max_step_tokens=8)
+    slm, llm = ScriptedGenerator(0), ScriptedGenerator(1)
+    slm.max_context = 30
+    proj = B.make_projection(4, st.feature_dim, st.seed)
+    tree = B.build_trees([Problem(0, "q", "1", "math")], slm, llm, CountingPRM(), st, proj)[0]
+    assert max(n.depth for n in tree.nodes) == 3
+    assert all(n.terminal == ((1, 1) if n.depth == 3 else (0, 0)) for n in tree.nodes)
+    assert len(tree.nodes) == 15  # the full tree down to depth 3

@@ -128,3 +128,26 @@ def test_style_mismatch_and_bad_config(folders, tmp_path):
     (d / "prm_config.json").write_text(json.dumps(dict(cfg, colour="red")))
     with pytest.raises(prm_lib.PRMError, match="unknown field 'colour'"):
         prm_lib.read_prm_config(d)
+
+
+def test_export_value_head_from_checkpoint_keys(folders, tmp_path):
+    """A Skywork-style checkpoint keeps the head inside its weights: export it, then load."""
+    from safetensors.torch import load_file, save_file
+
+    d = _copy(folders / "vh", tmp_path / "sky")
+    head = load_file(str(d / "value_head.safetensors"))
+    (d / "value_head.safetensors").unlink()
+    (d / "prm_config.json").unlink()
+    w = load_file(str(d / "model.safetensors"))
+    w["v_head.summary.weight"] = head["weight"].to(torch.bfloat16)
+    w["v_head.summary.bias"] = head["bias"]
+    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
+    prm_lib.export_value_head(d)
+    got = load_file(str(d / "value_head.safetensors"))
+    np.testing.assert_array_equal(got["weight"].numpy(),
+                                  head["weight"].to(torch.bfloat16).float().numpy())
+    assert prm_lib.read_prm_config(d)["style"] == "value-head"
+    prm_lib.load_prm(d)  # loads with the exported head
+    empty = _copy(folders / "tag", tmp_path / "nohead")
+    with pytest.raises(prm_lib.PRMError, match="v_head.summary.weight"):
+        prm_lib.export_value_head(empty)
