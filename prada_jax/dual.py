@@ -409,3 +409,252 @@ def make(config: DualConfig) -> DualAscent:
     """Binds ``config``: ``d = make(cfg); s = d.init(); m, s = d.update(s, batch)``."""
     return DualAscent(init=lambda key=None: init(config, key),
                       update=lambda state, batch: update(state, batch, config))
+
+
+# Slots from the edge env -------------------------------------------------------------------
+# The functions below read one slot's candidate set out of ``envs.edge`` so multipliers can be
+# learned over env rollouts. ``envs`` is imported inside functions (``prada_jax`` never needs it
+# at import time).
+
+LOAD_FEATURES = 3  # queue length / M, active users / U, free server units / M
+
+
+def slot_from_sched(x, free_units, free_bw_hz, sp, load) -> SlotBatch:
+    """SlotBatch of one slot from the scheduler's view (``prada_jax.sched`` types).
+
+    ``w``/``w̄`` are the threshold rule's own net advantages (``sched.threshold.advantages``);
+    candidates that already waited ``max_wait_slots`` are not valid (kept local by every
+    scheduler and by the env). x: SchedInputs with [U] fields; load: [K].
+    """
+    from prada_jax.sched.base import expired
+    from prada_jax.sched.threshold import advantages
+
+    w, w_bar, _ = advantages(x, sp)
+    valid = x.candidate & ~expired(x, sp)
+    return SlotBatch(w=w, w_bar=w_bar, b=x.bandwidth_hz.astype(jnp.float32), valid=valid,
+                     free_units=jnp.asarray(free_units, jnp.float32),
+                     free_bw=jnp.asarray(free_bw_hz, jnp.float32),
+                     load=jnp.asarray(load, jnp.float32))
+
+
+def edge_slot_inputs(state, action, params, noise):
+    """The candidate set the env's scheduler will see in this slot, before ``step``.
+
+    Mirrors the first lines of ``envs.edge.step_with_noise`` (a test checks the env decides
+    exactly what the threshold rule decides on these inputs).
+
+    Args:
+      state: ``envs.edge.EnvState``; action: ``EdgeAction`` or [U] int32; params: EnvParams;
+      noise: the slot's ``envs.edge.Noise``.
+    Returns:
+      (x: SchedInputs [U], free_units int32, free_bw_hz float32, load [3] float32).
+    """
+    from envs import edge
+    from prada_jax.sched.base import SchedInputs
+    from prada_jax.sched.registry import RSD_INDEX
+
+    u = params.num_users
+    if isinstance(action, edge.EdgeAction):
+        screen = jnp.asarray(action.screen, jnp.int32)
+        gain_in = jnp.asarray(action.gain, jnp.float32)
+    else:
+        screen = jnp.asarray(action, jnp.int32)
+        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
+    deciding = state.phase == edge.DECIDE
+    nominated = deciding & ((screen == 1) | (params.scheduler == RSD_INDEX))
+    queued = state.phase == edge.QUEUE_PHASE
+    cand = nominated | queued
+    gain = jnp.where(deciding, gain_in, state.gain)
+    req = edge.request_scalars(state, params, noise.fading)
+    in_service = state.phase == edge.SERVICE
+    free_units = params.num_servers - jnp.sum(in_service.astype(jnp.int32))
+    free_bw = params.bandwidth_hz - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
+    tr = params.traces
+    n = state.node
+    queue_len = jnp.sum(queued.astype(jnp.int32))
+    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
+                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
+                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
+                    u_rand=noise.u_sched, queue_len=queue_len)
+    m = params.num_servers.astype(jnp.float32)
+    load = jnp.stack([queue_len / m, jnp.mean(state.active.astype(jnp.float32)),
+                      free_units / m]).astype(jnp.float32)
+    return x, free_units, free_bw, load
+
+
+def make_trace_rule_policy(threshold: float = 0.0):
+    """A simple nomination rule for runs without a trained PPO policy (tests, smoke runs).
+
+    It is *privileged*: it reads the trace's PRM scores of both candidates (which the real
+    edge cannot see). ``gain = cand_prm[node, 1] − cand_prm[node, 0]`` (PRM units) is carried
+    to the server and the step is nominated iff ``gain > threshold``.
+    Returns ``policy_fn(key, obs [U, D], state, params) -> EdgeAction``.
+    """
+    from envs import edge
+
+    def policy_fn(key, obs, state, params):
+        del key, obs
+        cp = params.traces.cand_prm[state.node]
+        gain = (cp[:, 1] - cp[:, 0]).astype(jnp.float32)
+        return edge.EdgeAction(screen=(gain > threshold).astype(jnp.int32), gain=gain)
+
+    return policy_fn
+
+
+def make_ppo_policy(apply_fn, net_params, greedy: bool = True):
+    """The trained screening policy: ``apply_fn(params, obs) -> (logits [U,2], q [U,2])``.
+
+    Nominates by argmax of the logits (``greedy``) or by sampling; the nomination carries the
+    critic's ΔQ = Q(s,1) − Q(s,0). Returns ``policy_fn(key, obs, state, params)``.
+    """
+    from envs import edge
+
+    def policy_fn(key, obs, state, params):
+        del state, params
+        logits, q = apply_fn(net_params, obs)
+        screen = (jnp.argmax(logits, -1) if greedy
+                  else jax.random.categorical(key, logits, axis=-1))
+        return edge.EdgeAction(screen=screen.astype(jnp.int32),
+                               gain=(q[..., 1] - q[..., 0]).astype(jnp.float32))
+
+    return policy_fn
+
+
+class RolloutCarry(NamedTuple):
+    """Scan carry of the env rollout: env_state [E, ...], obs [E, U, D], dual DualState,
+    key (typed), slots (int32, slots simulated per env so far)."""
+
+    env_state: Any
+    obs: jax.Array
+    dual: DualState
+    key: jax.Array
+    slots: jax.Array
+
+
+def init_rollout(key, env_params, config: DualConfig, num_envs: int) -> RolloutCarry:
+    """Resets ``num_envs`` edge envs and the dual state."""
+    from envs import edge
+
+    k_dual, k_reset, k_next = jax.random.split(key, 3)
+    obs, env_state = jax.vmap(edge.reset, in_axes=(0, None))(
+        jax.random.split(k_reset, num_envs), env_params)
+    return RolloutCarry(env_state=env_state, obs=obs, dual=init(config, k_dual), key=k_next,
+                        slots=jnp.zeros((), jnp.int32))
+
+
+def make_rollout(config: DualConfig, policy_fn, rollout_len: int):
+    """``rollout(carry, env_params) -> (carry, out)``: ``rollout_len`` slots of E envs.
+
+    Every env runs the *hard* threshold rule (``env_params.scheduler`` should be the threshold
+    index) with the current multipliers (per env and slot when conditioned). In the online
+    modes the dual state is updated every slot on the E envs' candidate sets (inside the scan);
+    in the differentiable mode it is left unchanged (see :func:`make_train_chunk`).
+
+    ``out``: ``batch`` SlotBatch [T, E, U], ``x`` SchedInputs [T, E, U], ``lambda_s``/``mu``
+    [T, E] used, ``reward`` [T, E] (sum over users), and per-slot env metrics [T, E]
+    (``server_in_use``, ``bandwidth_in_use_hz``, ``queue_len``, ``finished``, ``correct``,
+    ``latency_s`` (sum over finished users), ``blocked``), and the env's own
+    ``decision`` / ``outage`` [T, E, U] (after its enforcement).
+    """
+    from envs import edge
+
+    def _one_env(key, env_state, obs, lam, mu, env_params):
+        k_noise, k_pol = jax.random.split(key)
+        noise = edge.draw_noise(k_noise, env_params)
+        action = policy_fn(k_pol, obs, env_state, env_params)
+        x, free_units, free_bw, load = edge_slot_inputs(env_state, action, env_params, noise)
+        sp = edge.sched_params(env_params)
+        batch = slot_from_sched(x, free_units, free_bw, sp, load)
+        p = env_params.replace(lambda_s=lam, mu=mu)
+        obs, env_state, reward, done, info = edge.step_with_noise(env_state, action, p, noise)
+        stats = dict(reward=jnp.sum(reward), server_in_use=info["server_in_use"],
+                     bandwidth_in_use_hz=info["bandwidth_in_use_hz"],
+                     queue_len=info["queue_len"], blocked=info["blocked"],
+                     finished=jnp.sum(done.astype(jnp.int32)),
+                     correct=jnp.sum(info["user_correct"].astype(jnp.int32)),
+                     latency_s=jnp.sum(info["user_latency_s"]),
+                     decision=info["decision"], outage=info["outage"])
+        return env_state, obs, batch, x, stats
+
+    def _slot(carry: RolloutCarry, _, env_params):
+        key, k_slot = jax.random.split(carry.key)
+        num_envs = carry.obs.shape[0]
+        keys = jax.random.split(k_slot, num_envs)
+        # Multipliers this slot: per env from its load when conditioned.
+        if config.conditioned:
+            _, _, _, load = jax.vmap(_peek_load, in_axes=(0, 0, 0, 0, None))(
+                keys, carry.env_state, carry.obs, jnp.zeros(num_envs), env_params)
+            mult = multipliers(carry.dual, config, load)
+        else:
+            m = multipliers(carry.dual, config)
+            mult = Multipliers(jnp.full((num_envs,), m.lambda_s), jnp.full((num_envs,), m.mu))
+        env_state, obs, batch, x, stats = jax.vmap(_one_env, in_axes=(0, 0, 0, 0, 0, None))(
+            keys, carry.env_state, carry.obs, mult.lambda_s, mult.mu, env_params)
+        dual_state = carry.dual
+        if config.mode != "differentiable":
+            _, dual_state = update(dual_state, batch, config)
+        carry = RolloutCarry(env_state=env_state, obs=obs, dual=dual_state, key=key,
+                             slots=carry.slots + 1)
+        out = dict(batch=batch, x=x, lambda_s=mult.lambda_s, mu=mult.mu, **stats)
+        return carry, out
+
+    def _peek_load(key, env_state, obs, _unused, env_params):
+        k_noise, k_pol = jax.random.split(key)
+        noise = edge.draw_noise(k_noise, env_params)
+        action = policy_fn(k_pol, obs, env_state, env_params)
+        return edge_slot_inputs(env_state, action, env_params, noise)
+
+    def rollout(carry: RolloutCarry, env_params):
+        return jax.lax.scan(lambda c, _: _slot(c, _, env_params), carry, None,
+                            length=rollout_len)
+
+    return rollout
+
+
+def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps: int = 1):
+    """``train_chunk(carry, env_params) -> (carry, metrics)``: one rollout, then learning.
+
+    Online modes learn inside the rollout (one update per slot). The differentiable mode then
+    takes ``sgd_steps`` optax steps on the relaxed dual objective of all T·E collected slots.
+    ``metrics`` (scalars): :func:`metrics` on the collected slots after learning, plus
+    ``env/reward_per_slot`` (sum over users, mean over envs and slots), ``env/server_in_use``,
+    ``env/bandwidth_in_use_hz``, ``env/queue_len``, ``env/finished``, ``env/accuracy`` and
+    ``env/latency_s`` (over users finished in this chunk; NaN if none), ``env/blocked``,
+    ``dual/candidates_per_slot``, and ``dual/rollout_*``: the multipliers each slot actually
+    ran with and the excess demand (before repair) they produced, averaged over the chunk.
+    """
+    rollout = make_rollout(config, policy_fn, rollout_len)
+
+    def train_chunk(carry: RolloutCarry, env_params):
+        carry, out = rollout(carry, env_params)
+        batch = out["batch"]
+        dual_state = carry.dual
+        if config.mode == "differentiable":
+            def _sgd(s, _):
+                _, s = update(s, batch, config)
+                return s, None
+            dual_state, _ = jax.lax.scan(_sgd, dual_state, None, length=sgd_steps)
+        carry = carry._replace(dual=dual_state)
+        m = metrics(dual_state, batch, config)
+        used = Multipliers(out["lambda_s"], out["mu"])  # [T, E], what each slot ran with
+        e_used = excess_demand(batch, used)
+        fin = jnp.sum(out["finished"])
+        m.update({
+            "env/reward_per_slot": jnp.mean(out["reward"]),
+            "env/server_in_use": jnp.mean(out["server_in_use"]),
+            "env/bandwidth_in_use_hz": jnp.mean(out["bandwidth_in_use_hz"]),
+            "env/queue_len": jnp.mean(out["queue_len"]),
+            "env/finished": fin.astype(jnp.float32),
+            "env/accuracy": jnp.sum(out["correct"]) / fin,
+            "env/latency_s": jnp.sum(out["latency_s"]) / fin,
+            "env/blocked": jnp.sum(out["blocked"]).astype(jnp.float32),
+            "dual/candidates_per_slot": jnp.mean(jnp.sum(batch.valid, -1)),
+            "dual/rollout_lambda_s": jnp.mean(used.lambda_s),
+            "dual/rollout_mu_per_mhz": jnp.mean(used.mu) * 1e6,
+            "dual/rollout_excess_units": jnp.mean(e_used[..., 0]),
+            "dual/rollout_excess_bw_hz": jnp.mean(e_used[..., 1]),
+            "dual/rollout_overflow_units": jnp.mean(jnp.maximum(e_used[..., 0], 0.0)),
+        })
+        return carry, m
+
+    return train_chunk
