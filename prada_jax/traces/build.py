@@ -700,13 +700,15 @@ def _prepare_staging(out: Path, fingerprint: dict) -> Path:
     for p in staging.glob("*.tmp*"):  # leftovers of a write killed half-way
         p.unlink()
     sfile = staging / SETTINGS_FILE
-    if sfile.is_file():
+    has_batches = any(staging.glob("batch_*.safetensors"))
+    if sfile.is_file() and has_batches:
         old = json.loads(sfile.read_text())
         if old != fingerprint:
             diff = _diff_keys(old, fingerprint)
             raise BuildError(f"{sfile}: the staged batches were built with different settings "
                              f"({', '.join(diff)}); use another --out or delete {staging}")
-    else:
+    else:  # nothing staged yet: (re)start with these settings and a fresh projection
+        (staging / PROJECTION_FILE).unlink(missing_ok=True)
         _atomic_write_bytes(sfile, json.dumps(fingerprint, indent=2, sort_keys=True).encode())
     return staging
 

@@ -130,6 +130,21 @@ def test_bad_data_row_is_named(tiny, tmp_path, capsys):
     assert "--data" in err and f"{bad}:1: field 'answer'" in err
 
 
+def test_failed_start_does_not_block_a_fixed_rerun(tiny, tmp_path, capsys):
+    broken = tmp_path / "prm_broken"
+    import shutil
+
+    shutil.copytree(tiny["prm"], broken)
+    (broken / "value_head.safetensors").unlink()
+    out = tmp_path / "t"
+    args = _args(tiny, out, "--limit", "2", "--no-progress")
+    args.prm = str(broken)
+    assert B.run(args) == B.EXIT_BAD_INPUT
+    assert "value_head.safetensors" in capsys.readouterr().err
+    shutil.copy(tiny["prm"] / "value_head.safetensors", broken / "value_head.safetensors")
+    assert B.run(args) == 0  # nothing was staged, so the changed folder is not "different"
+
+
 def test_interrupt_and_resume_is_identical(tiny, tmp_path, monkeypatch):
     ref = tmp_path / "ref"
     assert B.run(_args(tiny, ref, "--no-progress")) == 0
