@@ -146,8 +146,8 @@ def _strip_text_macros(s: str) -> str:
 
 def normalize(s: str) -> str:
     """Canonical string form of an answer (see the module docstring)."""
-    s = s.strip()
-    s = s.replace("$", "").replace("\\!", "").replace("\\,", "").replace("\\;", "")
+    s = s.strip().replace("\u2212", "-")  # unicode minus
+    s = s.replace("\\$", "").replace("$", "").replace("\\!", "").replace("\\,", "").replace("\\;", "")
     s = s.replace("\\left", "").replace("\\right", "").replace("\\displaystyle", "")
     s = re.sub(r"\\[dt]frac", r"\\frac", s)
     s = s.replace("^\\circ", "").replace("^{\\circ}", "").replace("°", "")
@@ -173,6 +173,10 @@ def to_number(s: str) -> float | None:
     """A plain numeric value of a normalised answer (ints, decimals, ``a/b``, ``\\frac{a}{b}``,
     ``50%`` -> 50), else None."""
     s = s.rstrip("%")
+    m = re.fullmatch(r"(-?)(\d+)\\frac\{(\d+)\}\{(\d+)\}", s)  # mixed number 1\frac{1}{2}
+    if m and float(m.group(4)) != 0:
+        val = float(m.group(2)) + float(m.group(3)) / float(m.group(4))
+        return -val if m.group(1) else val
     m = re.fullmatch(r"(-?)\\frac\{?(-?\d+(?:\.\d+)?)\}?\{?(-?\d+(?:\.\d+)?)\}?", s)
     if m:
         den = float(m.group(3))

@@ -330,7 +330,8 @@ class HFStepGenerator:
             for _ in range(st.max_step_tokens):
                 logits = self.head(h).float()
                 logp = torch.log_softmax(logits, dim=-1)
-                ent = -(logp.exp() * logp).sum(-1)
+                # masked (-inf) logits: 0 · (-inf) would be nan, so floor log-probs first
+                ent = -(logp.exp() * logp.clamp(min=-1e30)).sum(-1)
                 if gens is None:
                     nxt = logp.argmax(-1)
                 else:
