@@ -192,3 +192,28 @@ def test_loader_does_not_initialise_random_weights(hf_dirs, monkeypatch):
   assert seen and all(seen)
   assert all(isinstance(v[...], jax.Array) and not isinstance(v[...], jax.core.Tracer)
              for _, v in nnx.iter_graph(model) if isinstance(v, nnx.Param))
+
+
+def test_bf16_checkpoint_and_per_parameter_sharding(tmp_path):
+  import torch
+  tmodel = build_torch_model(arch="qwen2", heads=2, kv=1, hidden=32, vocab=64, seed=7)
+  tmodel.to(torch.bfloat16).save_pretrained(tmp_path)
+  mesh = jax.make_mesh((1,), ("model",))
+  seen = []
+
+  def choose(path, shape):
+    seen.append(path)
+    spec = jax.sharding.PartitionSpec("model") if path == "embed_tokens.embedding" else \
+        jax.sharding.PartitionSpec()
+    return jax.sharding.NamedSharding(mesh, spec)
+
+  model, config = hf.load_hf(tmp_path, sharding=choose)
+  assert "layers.1.self_attn.q_proj.bias" in seen and "embed_tokens.embedding" in seen
+  emb = nnx.state(model)["embed_tokens"]["embedding"][...]
+  assert emb.dtype == jnp.float32
+  assert emb.sharding.spec == jax.sharding.PartitionSpec("model")
+  np.testing.assert_array_equal(np.asarray(emb),
+                                tmodel.model.embed_tokens.weight.detach().float().numpy())
+  q = nnx.state(model)["layers"][0]["self_attn"]["q_proj"]["kernel"][...]
+  np.testing.assert_array_equal(np.asarray(q),
+                                tmodel.model.layers[0].self_attn.q_proj.weight.detach().float().numpy().T)
