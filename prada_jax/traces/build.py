@@ -231,6 +231,7 @@ class Step:
         (only for the SLM; None otherwise).
       eos: generation ended with an end-of-sequence token.
       ctx_tokens: tokens of the prefix this step was generated from.
+      token_ids: the generated token ids (empty where a generator does not report them).
     """
     text: str
     n_tokens: int
@@ -239,6 +240,7 @@ class Step:
     hidden: np.ndarray | None
     eos: bool
     ctx_tokens: int
+    token_ids: tuple[int, ...] = ()
 
 
 class StepGenerator(Protocol):
@@ -379,7 +381,7 @@ class HFStepGenerator:
                 text=text, n_tokens=n, logprobs=np.asarray(logps[i], np.float64),
                 entropies=np.asarray(ents[i], np.float64),
                 hidden=(hid_sum[i] / n).astype(np.float32) if hid_sum[i] is not None else None,
-                eos=eos_hit[i], ctx_tokens=int(ctx[i])))
+                eos=eos_hit[i], ctx_tokens=int(ctx[i]), token_ids=tuple(out_tokens[i])))
         return result
 
 
