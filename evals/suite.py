@@ -89,13 +89,25 @@ def resolve_traces(policy, traces_flag, problems, trace_seed):
     return spec, problems, seed
 
 
+_POLICY_CACHE: dict = {}
+
+
 def load_policy(workdir: str, step: int | None = None) -> LoadedPolicy:
-    """Loads a ``train.ppo`` run; every failure becomes an ``EvalError`` naming the folder."""
+    """Loads a ``train.ppo`` run; every failure becomes an ``EvalError`` naming the folder.
+
+    Loaded policies are cached per (folder, step, newest checkpoint), so callers in one process
+    (``train.main``: table then sweep) share one ``apply_fn`` and hence one compiled rollout.
+    """
     from prada_jax.rl import trainer
 
     path = Path(workdir)
     if not path.is_dir():
         raise EvalError(f"--policy={workdir}: no such run directory")
+    ckpts = path / "checkpoints"
+    stamp = tuple(sorted(p.name for p in ckpts.iterdir())) if ckpts.is_dir() else ()
+    cache_key = (str(path.resolve()), step, stamp)
+    if cache_key in _POLICY_CACHE:
+        return _POLICY_CACHE[cache_key]
     try:
         policy, config = trainer.load_policy(path, step=step)
     except (FileNotFoundError, ValueError, KeyError) as e:
@@ -103,7 +115,9 @@ def load_policy(workdir: str, step: int | None = None) -> LoadedPolicy:
     except Exception as e:  # orbax / tensorstore errors on a corrupt checkpoint
         raise EvalError(f"--policy={workdir}: checkpoint is corrupt or unreadable "
                         f"({type(e).__name__}: {str(e)[:300]})") from None
-    return LoadedPolicy(policy.apply_fn, policy.params, policy.meta, config, str(path))
+    loaded = LoadedPolicy(policy.apply_fn, policy.params, policy.meta, config, str(path))
+    _POLICY_CACHE[cache_key] = loaded
+    return loaded
 
 
 def check_policy_traces(policy: LoadedPolicy, traces: LoadedTraces) -> None:
@@ -124,14 +138,19 @@ def load_multipliers(dual_workdir: str) -> tuple[float, float, dict]:
     path = Path(dual_workdir)
     if not path.is_dir():
         raise EvalError(f"--dual={dual_workdir}: no such run directory")
+    from prada_jax import dual as dual_lib
+
     try:
-        from train import dual as dual_launcher
-        out = dual_launcher.load_multipliers(path)
-    except ImportError as e:
-        raise EvalError(f"--dual: train.dual is not available ({e})") from None
+        out = dual_lib.load_multipliers(path)
     except (FileNotFoundError, ValueError, KeyError) as e:
         raise EvalError(f"--dual={dual_workdir}: cannot load the multipliers: {e}") from None
+    info_path = path / getattr(dual_lib, "MULTIPLIERS_FILE", "multipliers.json")
     lam, mu, info = _unpack_multipliers(out)
+    try:
+        info = dict(info, file=str(info_path), **{k: v for k, v in json.loads(
+            info_path.read_text()).items() if k not in ("lambda_s", "mu")})
+    except (OSError, ValueError, TypeError):
+        pass
     for name, v in (("lambda_s", lam), ("mu", mu)):
         if not (math.isfinite(v) and v >= 0):
             raise EvalError(f"--dual={dual_workdir}: multiplier {name} = {v} is not a finite "

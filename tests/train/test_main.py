@@ -1,0 +1,101 @@
+"""train.main: settings, the stage cache, the trace summary stage (fast); the whole --smoke
+pipeline, its rerun reusing every stage, and evals.run on its checkpoint (slow)."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from train import main as tm
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_settings_modes():
+    demo, smoke, full = (tm.settings_for(m) for m in ("demo", "smoke", "full"))
+    assert demo["benchmarks"] == ["gsm8k"] and full["benchmarks"] == list(tm.PRESETS)
+    assert smoke["eval"]["seeds"] == 2 and demo["eval"]["seeds"] == 5
+    assert tm.settings_for("demo", seeds=3)["eval"]["seeds"] == 3
+    assert full["calibration"]["stress_miscalibration"] == 1.0
+    # The sweep reuses the table's compiled rollout only if the static sizes match.
+    for s in (demo, smoke):
+        assert (s["sweep"]["seeds"], s["sweep"]["slots"], s["sweep"]["warmup_slots"]) == \
+            (s["eval"]["seeds"], s["eval"]["slots"], s["eval"]["warmup_slots"])
+    with pytest.raises(ValueError, match="mode"):
+        tm.settings_for("huge")
+
+
+def test_stage_cache(tmp_path):
+    key = {"a": 1, "grid": [1.0, 2.0]}
+    assert tm.stage_done(tmp_path, key) is None
+    tm.mark_done(tmp_path, key, {"x": 3})
+    assert tm.stage_done(tmp_path, key)["result"] == {"x": 3}
+    assert tm.stage_done(tmp_path, {"a": 2, "grid": [1.0, 2.0]}) is None   # settings changed
+    (tmp_path / tm.STAGE_FILE).write_text("{broken")
+    assert tm.stage_done(tmp_path, key) is None
+
+
+def test_trace_stage_and_reuse(tmp_path, capsys):
+    s = tm.settings_for("smoke")
+    s["summary_problems"] = 12
+    log = lambda m: None  # noqa: E731
+    first = tm.stage_traces(tmp_path, s, log, redo=False)
+    out = capsys.readouterr().out
+    assert "SYNTHETIC" in out and "gsm8k" in out and "mmlu_stem" in out
+    assert "accuracy all-LLM" in first["table"]
+    (tmp_path / "traces" / "summary.txt").unlink()   # reuse must not regenerate it
+    tm.stage_traces(tmp_path, s, log, redo=False)
+    assert not (tmp_path / "traces" / "summary.txt").exists()
+
+
+def test_dual_command_matches_eval_scenario(tmp_path):
+    s = tm.settings_for("smoke")
+    env_kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0,
+                  beta=0.2, tau_s=0.05)
+    cmd = tm._dual_command(s, "gsm8k", tmp_path / "ppo", tmp_path / "dual", env_kw)
+    assert cmd[1:3] == ["-m", "train.dual"] and cmd[3].endswith("dual.py:smoke,gsm8k")
+    assert f"--policy={tmp_path / 'ppo'}" in cmd
+    for k, v in env_kw.items():
+        assert f"--config.env.{k}={v}" in cmd
+
+
+@pytest.mark.slow
+def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
+    work = tmp_path / "demo"
+    cmd = [sys.executable, "-m", "train.main", f"--workdir={work}", "--smoke"]
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    first_s = time.time() - t0
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = p.stdout
+    assert "SYNTHETIC" in out and f"tensorboard --logdir {work}" in out
+    assert "knee in M" in out and "All-LLM" in out
+    table = work / "eval" / "gsm8k"
+    for f in ("results.json", "results.csv", "table.txt", "accuracy.png"):
+        assert (table / f).is_file(), f
+    res = json.loads((table / "results.json").read_text())
+    assert {"All-SLM", "All-LLM", "RSD (online PRM)", "PRADA (λ=µ=0)"} <= set(res["policies"])
+    assert res["meta"]["traces"]["synthetic"] is True
+    assert any((work / "sweep" / "gsm8k").glob("delays_vs_M_*.png"))
+    assert (work / "calibration" / "calibration_reliability.png").is_file()
+    assert (work / "ppo" / "gsm8k" / "checkpoints").is_dir()
+    # Rerun: every stage is reused, nothing is retrained.
+    t0 = time.time()
+    p2 = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert p2.returncode == 0, p2.stdout[-3000:] + p2.stderr[-3000:]
+    assert p2.stdout.count("reusing") >= 5, p2.stdout
+    assert "training the screening policy" not in p2.stdout
+    assert time.time() - t0 < first_s
+    # evals.run on the produced checkpoint; a corrupt copy gives a clear error.
+    ev = subprocess.run([sys.executable, "-m", "evals.run", f"--policy={work / 'ppo' / 'gsm8k'}",
+                         "--traces=gsm8k", "--problems=30", "--seeds=2", "--slots=60",
+                         "--warmup_slots=10", f"--out={tmp_path / 'ev'}"],
+                        cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert (tmp_path / "ev" / "results.csv").is_file() and "All-LLM" in ev.stdout
+    bad = subprocess.run([sys.executable, "-m", "evals.run", f"--policy={tmp_path / 'nope'}",
+                          f"--out={tmp_path / 'ev2'}"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "no such run directory" in bad.stderr

@@ -1,0 +1,438 @@
+"""The README's main job: ``python -m train.main --workdir=checkpoints/demo [--full | --smoke]``.
+
+Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes everything under
+``--workdir``:
+
+1. ``traces/``      the three synthetic presets (gsm8k, gaokao2023en, mmlu_stem) and their
+                    summary table (problems, nodes, steps, tokens, all-SLM / all-LLM accuracy,
+                    PRM calibration AUC) — ``traces/summary.txt``;
+2. ``ppo/``         the stage-1 screening policy (``train.ppo`` library, orbax checkpoints, TB);
+3. ``dual/``        the learned multipliers λ_s, µ (``train.dual`` library);
+4. ``eval/``        the benchmark table on held-out synthetic problems (mean ± 95% CI over
+                    seeds), results.json / .csv, figures, TB;
+5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees;
+6. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
+
+Default (demo): gsm8k only, sized to finish in under 10 minutes on a 2-core CPU. ``--full``:
+the three-benchmark study (PPO at the ppo.py config's default size per preset, longer
+evaluations, the PRM miscalibration stress test). ``--smoke``: tiny sizes for the tests.
+Rerunning on the same workdir reuses every finished stage (a stage is redone only if its
+settings changed; PPO and dual runs resume from their checkpoints). Every number printed comes
+from synthetic traces and says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from absl import app, flags, logging  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Run directory for every stage's outputs.")
+flags.DEFINE_bool("full", False, "Run the full three-benchmark study (long).")
+flags.DEFINE_bool("smoke", False, "Tiny sizes (tests); numbers are meaningless.")
+flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
+flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
+
+PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
+STAGE_FILE = "stage_done.json"
+
+
+# ----------------------------------------------------------------------------- settings
+
+def settings_for(mode: str, seeds: int | None = None) -> dict:
+    """All sizes of one mode ("smoke", "demo", "full") as a plain dict (JSON, compared on
+    rerun to decide whether a stage must be redone)."""
+    if mode not in ("smoke", "demo", "full"):
+        raise ValueError(f"mode must be smoke, demo or full, got {mode!r}")
+    s = {
+        "mode": mode,
+        "benchmarks": ["gsm8k"] if mode != "full" else list(PRESETS),
+        "summary_presets": list(PRESETS),
+        "summary_problems": None,          # None: each benchmark's published count
+        "train_problems": None,            # problems of the training trace set (seed 0)
+        "eval_problems": None,             # held-out problems (generator seed 1000)
+        "ppo_variant": "",                 # train/configs/ppo.py variant
+        # demo: the ppo.py default sizes with 150 instead of 300 updates (compile-dominated
+        # on CPU; see docs/evals.md for timings)
+        "ppo_overrides": {"ppo.total_env_steps": 16 * 64 * 150},
+        "dual_variant": "",
+        "dual_overrides": {},
+        "eval": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200},
+        # Same seeds/slots as "eval": the sweep reuses the table's compiled rollout.
+        "sweep": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200,
+                  "M": [1, 2, 3, 4, 6, 8], "B": [0.25e6, 0.5e6, 1e6, 2e6, 5e6, 10e6, 20e6],
+                  "lam": [1.0, 2.0, 4.0, 8.0, 12.0]},
+        "calibration": {"problems": None, "stress_miscalibration": None},
+    }
+    if mode == "smoke":
+        s.update(summary_problems=40, train_problems=60, eval_problems=60, ppo_variant="smoke",
+                 ppo_overrides={}, dual_variant="smoke")
+        s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20}
+        s["sweep"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "M": [1, 4],
+                      "B": [1e6, 20e6], "lam": [2.0, 8.0]}
+        s["calibration"] = {"problems": 40, "stress_miscalibration": None}
+    elif mode == "full":
+        s.update(ppo_overrides={}, dual_overrides={})
+        s["eval"] = {"seeds": seeds or 5, "slots": 4000, "warmup_slots": 400}
+        s["sweep"].update(seeds=seeds or 5, slots=4000, warmup_slots=400,
+                          M=[1, 2, 3, 4, 5, 6, 8, 12],
+                          lam=[1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0])
+        s["calibration"] = {"problems": None, "stress_miscalibration": 1.0}
+    return s
+
+
+# ----------------------------------------------------------------------------- stage cache
+
+def stage_done(stage_dir: Path, settings) -> dict | None:
+    """The saved result of a finished stage with the same settings, else None."""
+    f = Path(stage_dir) / STAGE_FILE
+    if not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text())
+    except json.JSONDecodeError:
+        return None
+    if data.get("settings") != json.loads(json.dumps(settings)):
+        return None
+    return data
+
+
+def mark_done(stage_dir: Path, settings, result: dict) -> None:
+    stage_dir = Path(stage_dir)
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    tmp = stage_dir / (STAGE_FILE + ".tmp")
+    tmp.write_text(json.dumps({"settings": settings, "result": result}, indent=2,
+                              default=_json_default))
+    os.replace(tmp, stage_dir / STAGE_FILE)
+
+
+def _json_default(o):
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+class _Log:
+    """Prints stage headers with wall-clock times to stdout."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def __call__(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------- stages
+
+def stage_traces(workdir: Path, s: dict, log, redo: bool) -> dict:
+    """Summary table of the synthetic presets (issue 2's main job)."""
+    from prada_jax.traces import stats as tstats
+    from prada_jax.traces import synthetic
+
+    d = workdir / "traces"
+    key = {"presets": s["summary_presets"], "problems": s["summary_problems"]}
+    done = None if redo else stage_done(d, key)
+    if done:
+        log("traces: reusing the finished summary")
+        print(done["result"]["table"])
+        return done["result"]
+    d.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for preset in s["summary_presets"]:
+        tr, meta = synthetic.generate(preset, seed=0, problems=s["summary_problems"])
+        rows.append(tstats.trace_stats(tr, meta))
+    table = tstats.summary_table(rows)
+    table = "Synthetic trace presets (SYNTHETIC data, calibrated to published accuracies)\n" \
+        + table
+    (d / "summary.txt").write_text(table + "\n")
+    print(table)
+    result = {"table": table, "path": str(d / "summary.txt")}
+    mark_done(d, key, result)
+    return result
+
+
+def _ppo_config(s: dict, preset: str):
+    from train.configs import ppo as ppo_cfg
+
+    variant = ",".join(v for v in (s["ppo_variant"], preset) if v)
+    c = ppo_cfg.get_config(variant)
+    for field, value in s["ppo_overrides"].items():
+        node = c
+        parts = field.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = value
+    c.env.preset = preset
+    c.env.trace_seed = 0
+    if s["train_problems"]:
+        c.env.problems = int(s["train_problems"])
+    c.log.progress = True
+    return c
+
+
+def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
+    """Trains (or resumes, or reuses) the screening policy; returns its run directory."""
+    from prada_jax.rl import trainer
+
+    d = workdir / "ppo" / preset
+    config = _ppo_config(s, preset)
+    key = config.to_dict()
+    if not redo and stage_done(d, json.loads(json.dumps(key, default=str))):
+        log(f"ppo [{preset}]: reusing the finished run in {d}")
+        return d
+    log(f"ppo [{preset}]: training the screening policy ({config.ppo.total_env_steps} env "
+        f"slots, U={config.env.num_users}) in {d}")
+    result = trainer.train_and_evaluate(config, d)
+    sc = result["scalars"][0]
+    log(f"ppo [{preset}]: done at update {result['update_step']}, episode return "
+        f"{sc.get('train/episode_return', float('nan')):.4f} (synthetic), nominate rate "
+        f"{sc.get('train/nominate_rate', float('nan')):.3f}")
+    mark_done(d, json.loads(json.dumps(key, default=str)),
+              {"update_step": result["update_step"], "env_steps": result["env_steps"]})
+    return d
+
+
+def _dual_command(s: dict, preset: str, policy_dir: Path, d: Path, env_kw: dict) -> list[str]:
+    """``python -m train.dual`` command line for one benchmark (same scenario as the eval).
+
+    ``train.dual`` defines absl flags at import (``--workdir`` clashes with ours), so it runs
+    as a subprocess rather than being imported."""
+    cfg = Path(__file__).resolve().parent / "configs" / "dual.py"
+    variant = ",".join(v for v in (s["dual_variant"], preset) if v)
+    cmd = [sys.executable, "-m", "train.dual", f"--config={cfg}:{variant}", f"--workdir={d}",
+           f"--policy={policy_dir}", "--config.env.trace_seed=0",
+           f"--config.env.problems={int(s['train_problems'] or 0)}"]
+    for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s"):
+        cmd.append(f"--config.env.{k}={env_kw[k]}")
+    for field, value in s["dual_overrides"].items():
+        cmd.append(f"--config.{field}={value}")
+    return cmd
+
+
+def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo: bool
+               ) -> Path | None:
+    """Learns the multipliers with ``python -m train.dual``; None if it is not available."""
+    import importlib.util
+    import subprocess
+
+    from evals import suite
+
+    if importlib.util.find_spec("train.dual") is None:
+        log(f"dual [{preset}]: train.dual is not available; PRADA is evaluated with "
+            "λ_s = µ = 0 only")
+        return None
+    d = workdir / "dual" / preset
+    policy = suite.load_policy(str(policy_dir))
+    env_kw = suite.env_kwargs_from(policy.config, {})
+    cmd = _dual_command(s, preset, policy_dir, d, env_kw)
+    key = {"cmd": cmd[2:]}
+    if not redo and stage_done(d, key):
+        log(f"dual [{preset}]: reusing the finished run in {d}")
+        return d
+    log(f"dual [{preset}]: learning λ_s and µ in {d}")
+    logging.info("running %s", " ".join(cmd))
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if not ln.startswith(("I1", "W1"))]
+    if proc.returncode != 0:
+        tail = "\n".join(lines[-15:])
+        raise RuntimeError(f"train.dual failed (exit {proc.returncode}) for {preset} in {d}:\n"
+                           f"{tail}")
+    for ln in lines:
+        if ln.startswith(("done:", "duality gap")):
+            print("    " + ln + " [synthetic traces]")
+    mark_done(d, key, {})
+    return d
+
+
+def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
+               log, redo: bool) -> dict:
+    from evals import suite
+
+    d = workdir / "eval" / preset
+    key = {"eval": s["eval"], "problems": s["eval_problems"], "policy": str(policy_dir),
+           "dual": str(dual_dir)}
+    done = None if redo else stage_done(d, key)
+    if done:
+        log(f"eval [{preset}]: reusing the finished evaluation in {d}")
+        print(done["result"]["table"])
+        print(done["result"]["headline_text"])
+        return done["result"]
+    policy = suite.load_policy(str(policy_dir))
+    mult, dual_info = None, {}
+    if dual_dir is not None:
+        lam, mu, dual_info = suite.load_multipliers(str(dual_dir))
+        mult = (lam, mu)
+    traces = suite.load_traces(preset, s["eval_problems"],
+                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
+    suite.check_policy_traces(policy, traces)
+    env_kw = suite.env_kwargs_from(policy.config, {})
+    e = s["eval"]
+    log(f"eval [{preset}]: {e['seeds']} seeds x {e['slots']} slots, U={env_kw['num_users']} "
+        f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
+        f"λ={env_kw['arrival_rate_hz']:g}/s on held-out synthetic problems")
+    per_seed, info = suite.evaluate_rows(traces, env_kw, policy=policy, multipliers=mult,
+                                         seeds=e["seeds"], slots=e["slots"],
+                                         warmup_slots=e["warmup_slots"], progress=log)
+    title = (f"{preset} (SYNTHETIC traces, held-out problems): U={env_kw['num_users']} "
+             f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
+             f"λ={env_kw['arrival_rate_hz']:g}/s, {e['seeds']} seeds, mean ± 95% CI")
+    meta = {"traces": traces.info, "policy": str(policy_dir), "dual": str(dual_dir),
+            "multipliers": {"lambda_s": mult[0], "mu_per_hz": mult[1]} if mult else None,
+            "dual_info": dual_info, **info}
+    res = suite.write_outputs(per_seed, d, title=title, meta=meta)
+    print(res["table"])
+    print(res["headline_text"])
+    h = res["headline"]
+    result = {"table": res["table"], "headline_text": res["headline_text"],
+              "headline": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+                           for k, v in h.items()},
+              "json": str(res["json"]), "csv": str(res["csv"]),
+              "figures": [str(p) for p in res["figures"].values()]}
+    mark_done(d, key, result)
+    return result
+
+
+def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
+                log, redo: bool) -> dict:
+    from envs import edge
+    from evals import evaluate as ev
+    from evals import suite, sweep
+
+    d = workdir / "sweep" / preset
+    key = {"sweep": s["sweep"], "problems": s["eval_problems"], "policy": str(policy_dir),
+           "dual": str(dual_dir)}
+    done = None if redo else stage_done(d, key)
+    if done:
+        log(f"sweep [{preset}]: reusing the finished sweep in {d}")
+        for line in done["result"]["knee_lines"]:
+            print(line)
+        return done["result"]
+    policy = suite.load_policy(str(policy_dir))
+    mult = None
+    if dual_dir is not None:
+        lam, mu, _ = suite.load_multipliers(str(dual_dir))
+        mult = (lam, mu)
+    traces = suite.load_traces(preset, s["eval_problems"],
+                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
+    env_kw = suite.env_kwargs_from(policy.config, {})
+    sw = s["sweep"]
+    params = edge.make_params(traces.traces, **env_kw)
+    evaluator = ev.Evaluator(params, sw["seeds"], sw["slots"], sw["warmup_slots"],
+                             policy.apply_fn, policy.params)
+    rows = sweep.sweep_rows(True, mult)
+    log(f"sweep [{preset}]: M {sw['M']}, B {[b / 1e6 for b in sw['B']]} MHz, λ {sw['lam']}/s; "
+        f"{sw['seeds']} seeds x {sw['slots']} slots per point")
+    results = {a: sweep.run_sweep(evaluator, rows, a, sw[a]) for a in ("M", "B", "lam")}
+    title = f"{preset} (SYNTHETIC), U={env_kw['num_users']}, {sw['seeds']} seeds, 95% CI"
+    meta = {"traces": traces.info, "env": env_kw, "multipliers": mult, **sw}
+    res = sweep.write_sweep_outputs(results, d, title=title, meta=meta)
+    lines = [ln + " [synthetic traces]" for ln in res["knee_lines"]]
+    for line in lines:
+        print(line)
+    result = {"knee_lines": lines, "knees": res["knees"],
+              "figures": [str(p) for p in res["figures"].values()]}
+    mark_done(d, key, result)
+    return result
+
+
+def stage_calibration(workdir: Path, s: dict, policy_dirs: dict, log, redo: bool) -> dict:
+    from evals import calibration
+
+    d = workdir / "calibration"
+    key = s["calibration"]
+    done = None if redo else stage_done(d, key)
+    if done:
+        log("calibration: reusing the finished report")
+        print(done["result"]["text"])
+        return done["result"]
+    reports = calibration.calibration_for(s["summary_presets"], key["problems"], 0)
+    res = calibration.write_calibration(reports, d)
+    print(res["text"])
+    result = {"text": res["text"], "figure": str(res["figure"])}
+    m = key.get("stress_miscalibration")
+    if m:
+        preset = s["benchmarks"][0]
+        log(f"calibration: PRM miscalibration stress test (m={m}) on {preset}")
+        r = calibration.stress_test(
+            preset, float(m), _ppo_config(s, preset), d / "stress", problems=s["train_problems"],
+            trace_seed=0, seeds=s["eval"]["seeds"], slots=s["eval"]["slots"],
+            warmup_slots=s["eval"]["warmup_slots"], policy_dir=str(policy_dirs[preset]),
+            progress=log)
+        result["stress"] = calibration.stress_text(r)
+        print(result["stress"])
+    mark_done(d, key, result)
+    return result
+
+
+# ----------------------------------------------------------------------------- main
+
+def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
+                 redo: bool = False) -> dict:
+    """Runs (or resumes) every stage; returns a dict of where things are."""
+    from prada_jax import config_utils
+
+    workdir = config_utils.prepare_workdir(workdir)
+    s = settings_for(mode, seeds)
+    (workdir / "main_settings.json").write_text(json.dumps(s, indent=2) + "\n")
+    log = _Log()
+    log(f"train.main ({mode}) in {workdir}; all data below is SYNTHETIC")
+    stage_traces(workdir, s, log, redo)
+    out = {"workdir": str(workdir), "benchmarks": {}}
+    policy_dirs = {}
+    for preset in s["benchmarks"]:
+        pol = stage_ppo(workdir, s, preset, log, redo)
+        policy_dirs[preset] = pol
+        dual = stage_dual(workdir, s, preset, pol, log, redo)
+        ev_res = stage_eval(workdir, s, preset, pol, dual, log, redo)
+        sw_res = stage_sweep(workdir, s, preset, pol, dual, log, redo)
+        out["benchmarks"][preset] = {"ppo": str(pol), "dual": str(dual) if dual else None,
+                                     "eval": ev_res, "sweep": sw_res}
+    out["calibration"] = stage_calibration(workdir, s, policy_dirs, log, redo)
+    log("done")
+    print()
+    print("Where things are (all numbers from SYNTHETIC traces):")
+    print(f"  trace summary:     {workdir / 'traces' / 'summary.txt'}")
+    for preset, b in out["benchmarks"].items():
+        print(f"  [{preset}] policy checkpoints: {Path(b['ppo']) / 'checkpoints'}")
+        if b["dual"]:
+            print(f"  [{preset}] multipliers:        {b['dual']}")
+        print(f"  [{preset}] results table:      {workdir / 'eval' / preset / 'table.txt'} "
+              f"(+ results.json, results.csv, *.png)")
+        print(f"  [{preset}] sweep figures:      {workdir / 'sweep' / preset}/*.png "
+              f"(knees in knees.txt)")
+        if b["eval"].get("headline_text"):
+            print(f"  [{preset}] {b['eval']['headline_text']}")
+    print(f"  calibration:       {workdir / 'calibration'}")
+    print(f"tensorboard --logdir {workdir}")
+    return out
+
+
+def main(argv):
+    from prada_jax import config_utils
+
+    config_utils.reject_extra_argv(argv)
+    if not FLAGS.workdir:
+        raise app.UsageError("--workdir is required, e.g. --workdir=checkpoints/demo")
+    if FLAGS.full and FLAGS.smoke:
+        raise app.UsageError("--full and --smoke exclude each other")
+    logging.info(config_utils.runtime_info())
+    mode = "full" if FLAGS.full else ("smoke" if FLAGS.smoke else "demo")
+    try:
+        run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo)
+    except (config_utils.ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    app.run(main)
