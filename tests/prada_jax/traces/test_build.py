@@ -187,3 +187,13 @@ def test_context_full_makes_candidates_terminal():
     assert max(n.depth for n in tree.nodes) == 3
     assert all(n.terminal == ((1, 1) if n.depth == 3 else (0, 0)) for n in tree.nodes)
     assert len(tree.nodes) == 15  # the full tree down to depth 3
+
+
+def test_importing_the_builder_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, prada_jax.traces.build, prada_jax.traces.prm, prada_jax.traces.answers, "
+            "prada_jax.traces.datasets; "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

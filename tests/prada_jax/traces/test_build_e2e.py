@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from prada_jax.traces import build as B  # noqa: E402
 from prada_jax.traces import format as fmt  # noqa: E402

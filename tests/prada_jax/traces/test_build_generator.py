@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from prada_jax.traces import build as B  # noqa: E402
 from test_build_fixtures import make_lm, make_tokenizer  # noqa: E402

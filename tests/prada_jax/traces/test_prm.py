@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from prada_jax.traces import prm as prm_lib  # noqa: E402
 from test_build_fixtures import make_step_tag_prm, make_tokenizer, make_value_head_prm  # noqa: E402
