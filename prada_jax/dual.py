@@ -411,6 +411,61 @@ def make(config: DualConfig) -> DualAscent:
                       update=lambda state, batch: update(state, batch, config))
 
 
+# Saved multipliers -------------------------------------------------------------------------
+
+MULTIPLIERS_FILE = "multipliers.json"
+
+
+def save_multipliers(workdir, mult: Multipliers, info: dict | None = None):
+    """Writes ``<workdir>/multipliers.json`` atomically (temp file + rename).
+
+    Fields: ``lambda_s`` (PRM units per server unit), ``mu`` (PRM units per Hz),
+    ``mu_per_mhz``, plus ``info`` (mode, chunk, slots, scenario, ...). Returns the path.
+    """
+    import json
+    import math
+    import os
+    from pathlib import Path
+
+    lam, mu = float(mult.lambda_s), float(mult.mu)
+    if not (math.isfinite(lam) and math.isfinite(mu) and lam >= 0 and mu >= 0):
+        raise ValueError(f"save_multipliers: multipliers must be finite and >= 0, got "
+                         f"lambda_s={lam}, mu={mu}")
+    path = Path(workdir) / MULTIPLIERS_FILE
+    payload = dict(info or {}, lambda_s=lam, mu=mu, mu_per_mhz=mu * 1e6)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def load_multipliers(workdir) -> Multipliers:
+    """(λ_s, µ) learned by a ``train.dual`` run, as plain floats (µ per Hz).
+
+    Reads ``<workdir>/multipliers.json`` (written at every checkpoint and at the end).
+    For a load-conditioned run these are its multipliers at the mean load features of the
+    last training chunk (the scalar form the paper and the evaluation use). Raises
+    FileNotFoundError / ValueError naming the file.
+    """
+    import json
+    import math
+    from pathlib import Path
+
+    path = Path(workdir) / MULTIPLIERS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (is {workdir} a train.dual run directory "
+                                "that saved at least one checkpoint?)")
+    try:
+        d = json.loads(path.read_text())
+        lam, mu = float(d["lambda_s"]), float(d["mu"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: malformed ({type(e).__name__}: {e})") from None
+    for name, v in (("lambda_s", lam), ("mu", mu)):
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"{path}: field '{name}' must be a finite number >= 0, got {v}")
+    return Multipliers(lambda_s=lam, mu=mu)
+
+
 # Slots from the edge env -------------------------------------------------------------------
 # The functions below read one slot's candidate set out of ``envs.edge`` so multipliers can be
 # learned over env rollouts. ``envs`` is imported inside functions (``prada_jax`` never needs it
@@ -542,13 +597,14 @@ def init_rollout(key, env_params, config: DualConfig, num_envs: int) -> RolloutC
                         slots=jnp.zeros((), jnp.int32))
 
 
-def make_rollout(config: DualConfig, policy_fn, rollout_len: int):
+def make_rollout(config: DualConfig, policy_fn, rollout_len: int, learn: bool = True):
     """``rollout(carry, env_params) -> (carry, out)``: ``rollout_len`` slots of E envs.
 
     Every env runs the *hard* threshold rule (``env_params.scheduler`` should be the threshold
     index) with the current multipliers (per env and slot when conditioned). In the online
     modes the dual state is updated every slot on the E envs' candidate sets (inside the scan);
-    in the differentiable mode it is left unchanged (see :func:`make_train_chunk`).
+    in the differentiable mode (or with ``learn=False``, for evaluation) it is left unchanged
+    (see :func:`make_train_chunk`).
 
     ``out``: ``batch`` SlotBatch [T, E, U], ``x`` SchedInputs [T, E, U], ``lambda_s``/``mu``
     [T, E] used, ``reward`` [T, E] (sum over users), and per-slot env metrics [T, E]
@@ -591,7 +647,7 @@ def make_rollout(config: DualConfig, policy_fn, rollout_len: int):
         env_state, obs, batch, x, stats = jax.vmap(_one_env, in_axes=(0, 0, 0, 0, 0, None))(
             keys, carry.env_state, carry.obs, mult.lambda_s, mult.mu, env_params)
         dual_state = carry.dual
-        if config.mode != "differentiable":
+        if learn and config.mode != "differentiable":
             _, dual_state = update(dual_state, batch, config)
         carry = RolloutCarry(env_state=env_state, obs=obs, dual=dual_state, key=key,
                              slots=carry.slots + 1)
@@ -621,7 +677,8 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
     ``env/bandwidth_in_use_hz``, ``env/queue_len``, ``env/finished``, ``env/accuracy`` and
     ``env/latency_s`` (over users finished in this chunk; NaN if none), ``env/blocked``,
     ``dual/candidates_per_slot``, and ``dual/rollout_*``: the multipliers each slot actually
-    ran with and the excess demand (before repair) they produced, averaged over the chunk.
+    ran with and the excess demand (before repair) they produced, averaged over the chunk;
+    ``dual/load_mean`` [K] is the mean load-feature vector of the chunk (not a scalar).
     """
     rollout = make_rollout(config, policy_fn, rollout_len)
 
@@ -654,6 +711,7 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
             "dual/rollout_excess_units": jnp.mean(e_used[..., 0]),
             "dual/rollout_excess_bw_hz": jnp.mean(e_used[..., 1]),
             "dual/rollout_overflow_units": jnp.mean(jnp.maximum(e_used[..., 0], 0.0)),
+            "dual/load_mean": jnp.mean(batch.load.reshape(-1, batch.load.shape[-1]), axis=0),
         })
         return carry, m
 

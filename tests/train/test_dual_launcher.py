@@ -1,0 +1,93 @@
+"""train.dual launcher: :smoke config, checkpoints + curves, exact resume, exports, bad flags."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prada_jax import config_utils, dual
+from train import dual as launcher
+from train.configs import dual as dual_configs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _scalars(logdir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    return {t: [e.value for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+
+def test_smoke_run_resumes_exactly_and_exports(tmp_path):
+    cfg = dual_configs.get_config("smoke")
+    # Split run: one chunk, then resume to the end (2 chunks).
+    r1 = launcher.train_and_evaluate(cfg, tmp_path / "split", max_chunks=1)
+    assert r1["chunk"] == 1 and "gap" not in r1
+    assert (tmp_path / "split/checkpoints/1").is_dir()
+    r2 = launcher.train_and_evaluate(cfg, tmp_path / "split")
+    assert r2["chunk"] == 2
+    # Straight run in another folder: identical multipliers (same seed, exact resume).
+    r3 = launcher.train_and_evaluate(cfg, tmp_path / "straight")
+    assert r2["multipliers"] == r3["multipliers"]
+    assert r2["scalars"]["dual/lambda_s"] == r3["scalars"]["dual/lambda_s"]
+
+    m = launcher.load_multipliers(tmp_path / "split")
+    assert isinstance(m, dual.Multipliers) and m.lambda_s >= 0 and m.mu >= 0
+    np.testing.assert_allclose([m.lambda_s, m.mu], list(r2["multipliers"]), rtol=1e-6)
+    saved = json.loads((tmp_path / "split/multipliers.json").read_text())
+    assert saved["final"] and saved["synthetic_traces"] and saved["chunk"] == 2
+    gap = json.loads((tmp_path / "split/gap.json").read_text())
+    assert gap["slots"] == cfg.eval.gap_slots and gap["infeasible"] == 0
+    assert 0.0 <= gap["mean"] <= 1.0 + 1e-9 or np.isnan(gap["mean"])
+    assert config_utils.read_config_json(tmp_path / "split").env.num_servers == 1
+
+    tb = _scalars(tmp_path / "split/tb")
+    for tag in ("dual/lambda_s", "dual/mu", "dual/excess_units", "dual/relaxed_minus_hard",
+                "env/reward_per_slot", "dual/rollout_excess_units"):
+        assert len(tb[tag]) == 2, tag  # one point per chunk across the two invocations
+    np.testing.assert_allclose(tb["dual/lambda_s"][-1], r2["scalars"]["dual/lambda_s"])
+    assert "eval/gap_mean" in tb
+
+
+def test_load_multipliers_errors_name_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="multipliers.json"):
+        dual.load_multipliers(tmp_path)
+    (tmp_path / "multipliers.json").write_text('{"lambda_s": -1, "mu": 0}')
+    with pytest.raises(ValueError, match="lambda_s"):
+        dual.load_multipliers(tmp_path)
+    (tmp_path / "multipliers.json").write_text("{not json")
+    with pytest.raises(ValueError, match="malformed"):
+        dual.load_multipliers(tmp_path)
+
+
+@pytest.mark.parametrize("field,value", [("env.num_servers", "0"), ("dual.mode", "adam"),
+                                         ("train.num_envs", "0"),
+                                         ("dual.temperature", "-1.0")],
+                         ids=["servers", "mode", "envs", "temperature"])
+def test_bad_config_is_refused_naming_the_field(tmp_path, field, value):
+    cfg = dual_configs.get_config("smoke")
+    node = cfg
+    *parents, leaf = field.split(".")
+    for p in parents:
+        node = node[p]
+    node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], str) else value
+    with pytest.raises(config_utils.ConfigError, match=f"config.{field}"):
+        launcher.train_and_evaluate(cfg, tmp_path / "bad")
+
+
+def test_cli_rejects_bad_flag_with_exit_code_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "train.dual", "--config=train/configs/dual.py:smoke",
+         f"--workdir={tmp_path / 'cli'}", "--config.env.num_servers=0"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "config.env.num_servers" in proc.stderr
+
+
+def test_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="unknown variant"):
+        dual_configs.get_config("smok")

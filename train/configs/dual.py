@@ -1,0 +1,110 @@
+"""Config of ``python -m train.dual``: learn λ_s and µ for one scenario (traces, M, B, λ).
+
+    python -m train.dual --config=train/configs/dual.py[:variant[,variant]] --workdir=DIR \
+        [--policy=PPO_WORKDIR] [--config.env.num_servers=2 ...]
+
+Variants (comma-separated): ``smoke`` (seconds-long CPU run for tests), ``gsm8k`` /
+``gaokao2023en`` / ``mmlu_stem`` (synthetic preset), ``heavy`` (M=1, 40 users/s: the server is
+over-subscribed), ``light`` (M=8, 100 MHz, 1 user/s), ``subgradient`` / ``pid`` (online modes
+instead of the differentiable one), ``conditioned`` (load-conditioned multipliers).
+Env defaults follow ``envs.edge.make_params`` (assumptions, see docs/env.md).
+"""
+from __future__ import annotations
+
+import ml_collections
+
+PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
+VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "conditioned") + PRESETS
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0                      # seed of env resets, rollouts and the conditioned MLP
+    c.policy_dir = ""               # train.ppo workdir of the screening policy; "" = the
+                                    # privileged trace rule (see policy.rule_threshold)
+
+    c.env = ml_collections.ConfigDict()
+    c.env.preset = "gsm8k"          # synthetic trace preset (used when trace_dir is "")
+    c.env.trace_dir = ""            # a saved trace folder instead of the preset
+    c.env.trace_seed = 0            # seed of the synthetic generator
+    c.env.problems = 0              # problems in the synthetic set; 0 = the benchmark's count
+    c.env.num_users = 16            # U user slots per env
+    c.env.num_servers = 4           # M, server jobs at once
+    c.env.bandwidth_hz = 20e6       # B [Hz]
+    c.env.arrival_rate_hz = 4.0     # λ [users / s]
+    c.env.beta = 0.2                # β [PRM units / s]
+    c.env.tau_s = 0.05              # slot length τ [s]
+    c.env.max_wait_slots = 20       # a request that waited this many slots is kept local
+    c.env.reward_mode = "true"      # "coarse" or "true" (the env's reward; logged only)
+
+    c.policy = ml_collections.ConfigDict()
+    c.policy.rule_threshold = 0.0   # trace rule: nominate iff cand_prm[1] − cand_prm[0] > this
+    c.policy.greedy = True          # PPO policy: argmax (True) or sample (False)
+
+    c.dual = ml_collections.ConfigDict()
+    c.dual.mode = "differentiable"  # "differentiable" | "subgradient" | "pid"
+    c.dual.init_lambda_s = 0.0      # initial λ_s [PRM units per server unit]
+    c.dual.init_mu = 0.0            # initial µ [PRM units per bw_scale_hz]
+    c.dual.bw_scale_hz = 1e6        # bandwidth unit of µ inside the learner [Hz]
+    c.dual.step_size = 0.005        # subgradient step [multiplier units per unit of excess]
+    c.dual.decay_steps = 400.0      # step / sqrt(1 + t / decay_steps); 0 = constant
+    c.dual.kp = 0.01                # PID gains (mode "pid"); kd also damps "subgradient"
+    c.dual.ki = 0.002
+    c.dual.kd = 0.0
+    c.dual.learning_rate = 0.01     # Adam lr on the softplus pre-images (differentiable)
+    c.dual.temperature = 0.05       # initial relaxation temperature [PRM units]
+    c.dual.temperature_min = 0.0005  # final temperature [PRM units]
+    c.dual.anneal_steps = 400       # updates over which T goes geometrically to the minimum
+    c.dual.conditioned = False      # multipliers from load features through a tiny MLP
+    c.dual.load_features = 3        # queue/M, active users/U, free units/M (fixed by env)
+    c.dual.hidden = 8               # hidden width of that MLP
+
+    c.train = ml_collections.ConfigDict()
+    c.train.num_envs = 16           # envs simulated in parallel (vmap)
+    c.train.rollout_len = 100       # slots per chunk
+    c.train.num_chunks = 20         # chunks in the run
+    c.train.sgd_steps = 25          # optax steps per chunk on its slots (differentiable)
+
+    c.log = ml_collections.ConfigDict()
+    c.log.checkpoint_every = 5      # chunks between checkpoints
+    c.log.keep_checkpoints = 3      # newest checkpoints kept
+    c.log.progress = True           # tqdm progress bar on stderr
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.gap_slots = 1000         # slots with candidates for the duality-gap report; 0 = skip
+    c.eval.gap_envs = 16            # envs rolled out to collect them
+
+    for variant in (arg or "").split(","):
+        variant = variant.strip()
+        if not variant:
+            continue
+        if variant not in VARIANTS:
+            raise ValueError(f"train/configs/dual.py: unknown variant {variant!r}; "
+                             f"choose from {VARIANTS} (comma-separated)")
+        if variant in PRESETS:
+            c.env.preset = variant
+        elif variant == "smoke":
+            c.env.problems = 60
+            c.env.num_users = 4
+            c.env.num_servers = 1
+            c.env.arrival_rate_hz = 20.0
+            c.train.num_envs = 2
+            c.train.rollout_len = 16
+            c.train.num_chunks = 2
+            c.train.sgd_steps = 4
+            c.log.checkpoint_every = 1
+            c.log.progress = False
+            c.eval.gap_slots = 20
+            c.eval.gap_envs = 2
+        elif variant == "heavy":
+            c.env.num_servers = 1
+            c.env.arrival_rate_hz = 40.0
+        elif variant == "light":
+            c.env.num_servers = 8
+            c.env.bandwidth_hz = 100e6
+            c.env.arrival_rate_hz = 1.0
+        elif variant in ("subgradient", "pid"):
+            c.dual.mode = variant
+        elif variant == "conditioned":
+            c.dual.conditioned = True
+    return c
