@@ -271,6 +271,10 @@ class HFStepGenerator:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
         self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.tok.padding_side = "left"
+        if self.tok.pad_token is None:  # e.g. Llama tokenizers: pad with EOS (masked anyway)
+            if self.tok.eos_token is None:
+                raise BuildError(f"{path}: the tokenizer has neither a pad nor an EOS token")
+            self.tok.pad_token = self.tok.eos_token
         model, info = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=dtype[settings.dtype], local_files_only=True,
             output_loading_info=True)
@@ -796,6 +800,11 @@ def build(args: argparse.Namespace, *, slm: StepGenerator | None = None,
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from prada_jax.traces import prm as prm_lib
+
+    if getattr(args, "no_progress", False):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
     slm_dir = local_model_dir(args.slm, "--slm")
     llm_dir = local_model_dir(args.llm, "--llm")

@@ -41,6 +41,13 @@ def test_batched_generation_matches_unbatched_reference(tmp_path, arch, boost):
     torch.set_num_threads(1)
     make_tokenizer(tmp_path / "tok")
     make_lm(tmp_path / "m", arch, seed=5, delimiter_boost=boost, tokenizer_dir=tmp_path / "tok")
+    if arch == "llama":  # a tokenizer without a pad token (as Llama ships) must work too
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(tmp_path / "m"))
+        tok.pad_token = None
+        tok.save_pretrained(str(tmp_path / "m"))
+        assert AutoTokenizer.from_pretrained(str(tmp_path / "m")).pad_token is None
     st = _settings()
     gen = B.HFStepGenerator(tmp_path / "m", st, want_hidden=True)
     questions = ["What is 15 minus 6?", "A box holds 12 eggs. How many eggs are in 5 boxes?",
