@@ -1,1 +1,12 @@
-"""distill."""
+"""ReOPD distillation (DESIGN §7).
+
+* :mod:`.pool` — trajectory pool format (safetensors + JSON), validator, chat-JSONL converter.
+* :mod:`.sampler` — κ^t (trajectory, agent turn) sampler and static-shape batches.
+* :mod:`.losses` — forward KL on top-k + tail, JSD(β), reverse-KL policy gradient, SFT.
+* :mod:`.teacher_table` — exported teacher logits aligned to pool tokens.
+* :mod:`.trainer` / :mod:`.loop` — jitted train step and the host loop of ``train.distill``.
+* :mod:`.task` — the built-in multi-turn calculator task (teacher script needs ``[torch]``).
+* :mod:`.scoring`, :mod:`.logits_store`, :mod:`.export` — PyTorch teacher-logit exporter.
+
+Importing this package never imports torch.
+"""
