@@ -177,3 +177,37 @@ def test_bad_config_names_field():
         dual.DualConfig(mode="pid", conditioned=True)
     with pytest.raises(ValueError, match="unknown fields"):
         dual.config_from({"lr": 1.0})
+
+
+def test_env_threshold_rule_is_lagrangian_maximiser_and_matches_relaxation():
+    """prada_jax.sched's threshold rule (ample resources, so its repair is idle) returns the
+    enumerated maximiser of the per-slot Lagrangian; its soft probabilities equal ours."""
+    from prada_jax.sched.base import SchedInputs, SchedParams
+    from prada_jax.sched.threshold import advantages, threshold_decide, threshold_soft
+
+    rng = np.random.default_rng(7)
+    decide = jax.jit(threshold_decide)
+    for trial in range(40):
+        n = int(rng.integers(1, 8))
+        f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+        x = SchedInputs(candidate=jnp.asarray(rng.uniform(size=n) < 0.85),
+                        gain=f32(rng.normal(0.05, 0.1, n)), delay_s=f32(rng.uniform(0, 1, n)),
+                        bandwidth_hz=f32(rng.uniform(0.1e6, 3e6, n)),
+                        wait_slots=jnp.asarray(rng.integers(0, 3, n), jnp.int32),
+                        ctx_tokens=jnp.full(n, 100, jnp.int32), snr=jnp.ones(n),
+                        draft_prm=jnp.zeros(n), u_rand=jnp.zeros(n),
+                        queue_len=jnp.asarray(int(rng.integers(0, 6)), jnp.int32))
+        sp = SchedParams(lambda_s=f32(rng.uniform(0, 0.05)), mu=f32(rng.uniform(0, 0.02e-6)),
+                         beta=0.2, tau_s=0.05, num_servers=2, max_wait_slots=20)
+        got = np.asarray(decide(x, jnp.int32(n), jnp.float32(1e12), sp))
+        w, w_bar, _ = (np.asarray(a) for a in advantages(x, sp))
+        want, _ = oracle.enumerate_lagrangian(w, w_bar, np.asarray(x.bandwidth_hz),
+                                              float(sp.lambda_s), float(sp.mu),
+                                              np.asarray(x.candidate))
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+        mine = dual.hard_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, x.candidate)
+        np.testing.assert_array_equal(np.asarray(mine), want)
+        p_env, units, _ = threshold_soft(x, sp, 0.03)
+        p_mine = dual.soft_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, 0.03)
+        c = np.asarray(x.candidate)
+        np.testing.assert_allclose(np.asarray(p_env)[c], np.asarray(p_mine)[c], atol=1e-5)
