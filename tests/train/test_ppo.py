@@ -1,0 +1,137 @@
+"""train.ppo: config validation, CLI errors, smoke run + resume (edge env), non-finite stop,
+multi-seed logging, load_policy."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from prada_jax import config_utils
+from prada_jax.rl import toy_env, trainer
+from train.configs import ppo as ppo_configs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _scalars(logdir):
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def _cli(workdir, *flags, cache_dir=None, timeout=600):
+    # Fewer XLA optimisations: halves the compile time of these tiny runs on CPU.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1",
+               JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+    if cache_dir is not None:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir)
+    cmd = [sys.executable, "-m", "train.ppo", f"--workdir={workdir}", *flags]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("ppo.lr", -1e-3, r"config\.ppo\.lr must be > 0"),
+    ("ppo.minibatch_size", 30, r"config\.ppo\.minibatch_size \(30\) must divide the batch"),
+    ("ppo.gamma", 1.5, r"config\.ppo\.gamma must lie in"),
+    ("log.checkpoint_every", 3, r"config\.log\.checkpoint_every \(3\) must be a multiple"),
+    ("env.reward_mode", "fine", r"config\.env\.reward_mode must be one of"),
+    ("num_seeds", 0, r"config\.num_seeds must be >= 1"),
+    ("ppo.total_env_steps", 1, r"config\.ppo\.total_env_steps \(1\) must cover"),
+], ids=["neg_lr", "minibatch", "gamma", "ckpt_every", "reward_mode", "seeds", "total_steps"])
+def test_bad_config_fields_raise_naming_the_field(field, value, match):
+    config = ppo_configs.get_config("toy")
+    parent, _, leaf = field.rpartition(".")
+    node = config_utils.get_field(config, parent) if parent else config
+    setattr(node, leaf, value)
+    with pytest.raises(config_utils.ConfigError, match=match):
+        trainer.validate_config(config)
+
+
+def test_variants_and_unknown_variant():
+    for v in ("", "smoke", "gaokao2023en", "mmlu_stem", "true", "mmlu_stem,true", "toy"):
+        trainer.validate_config(ppo_configs.get_config(v))
+    assert ppo_configs.get_config("mmlu_stem,true").env.reward_mode == "true"
+    with pytest.raises(ValueError, match="unknown variant 'fast'"):
+        ppo_configs.get_config("fast")
+
+
+def test_cli_rejects_bad_flags(tmp_path):
+    cfg = "--config=train/configs/ppo.py:toy"
+    r = _cli(tmp_path / "a", cfg, "--config.ppo.lrr=1")
+    assert r.returncode != 0 and "lrr" in r.stderr and 'Did you mean "lr"' in r.stderr
+    r = _cli(tmp_path / "b", cfg, "--config.ppo.lr=-0.1")
+    assert r.returncode == 2 and "config.ppo.lr must be > 0" in r.stderr
+    assert not (tmp_path / "b" / "checkpoints").exists()
+
+
+def test_smoke_cli_two_chunks_then_resume(tmp_path):
+    """The :smoke config on the edge env: one chunk, stop; rerun resumes at the saved step."""
+    wd, cache = tmp_path / "run", tmp_path / "jax_cache"
+    cfg = "--config=train/configs/ppo.py:smoke"
+    r = _cli(wd, cfg, "--max_chunks=1", cache_dir=cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(int(p.name) for p in (wd / "checkpoints").iterdir() if p.name.isdigit()) == [2]
+    r = _cli(wd, cfg, cache_dir=cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed" in r.stderr and "at update 2" in r.stderr
+    assert "done: update 4" in r.stdout
+    steps = sorted(int(p.name) for p in (wd / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [2, 4]
+    config = json.loads((wd / "config.json").read_text())
+    assert config["env"]["problems"] == 300 and config["ppo"]["updates_per_chunk"] == 2
+    meta = json.loads((wd / "policy_meta.json").read_text())
+    assert meta["obs_dim"] == 18 and meta["traces"]["feature_dim"] == 16
+    assert meta["traces"]["synthetic"] is True
+    sc = _scalars(wd / "tb")
+    for tag in ("train/policy_loss", "train/value_loss", "train/approx_kl", "train/clip_frac",
+                "train/entropy", "train/explained_variance", "train/episode_return",
+                "train/steps_per_second", "train/nominate_rate", "env/offload_rate"):
+        assert tag in sc, tag
+    per_chunk = 4 * 16 * 2
+    assert [s for s, _ in sc["train/policy_loss"]] == [per_chunk, 2 * per_chunk]
+    assert all(math.isfinite(v) for _, v in sc["train/policy_loss"])
+    policy, config = trainer.load_policy(wd)
+    assert policy.meta["step"] == 4
+    obs = np.zeros((4, 18), np.float32)
+    gain = policy.advantage_fn(policy.params, obs)
+    assert gain.shape == (4,)
+    action = policy.act_fn(policy.params, jax.random.key(0), obs)
+    assert action.screen.shape == (4,) and np.allclose(action.gain, gain)
+    with pytest.raises(FileNotFoundError, match="step 3"):
+        trainer.load_policy(wd, step=3)
+
+
+@pytest.fixture
+def fast_compile():
+    """Fewer XLA optimisations for the tiny in-process runs (restored afterwards)."""
+    old = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", old)
+
+
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, fast_compile):
+    config = ppo_configs.get_config("toy")
+    config.num_seeds = 2
+    out = trainer.train_and_evaluate(config, tmp_path, max_chunks=1)
+    assert out["update_step"] == 2
+    assert (tmp_path / "tb" / "seed0").is_dir() and (tmp_path / "tb" / "seed1").is_dir()
+    r0, r1 = (_scalars(tmp_path / "tb" / f"seed{s}") for s in (0, 1))
+    assert r0["train/policy_loss"] != r1["train/policy_loss"]
+    env, params = toy_env.make(num_users=4, threshold=float("nan"))
+    with pytest.raises(trainer.NonFiniteLossError, match=r"updates 3\.\.4.*update 2"):
+        trainer.train_and_evaluate(config, tmp_path, env_and_params=(env, params))
+    steps = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [2]
+    # The kept checkpoint loads, per seed.
+    p1, _ = trainer.load_policy(tmp_path, seed_index=1)
+    assert p1.meta["seed"] == 1 and p1.meta["step"] == 2
+    with pytest.raises(ValueError, match="seed_index 2"):
+        trainer.load_policy(tmp_path, seed_index=2)
