@@ -1,0 +1,107 @@
+"""Invariants of the edge env over long random runs: every scheduler, several seeds."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from envs import edge
+from envs import testing as env_testing
+from envs.testing import rollout
+from prada_jax.sched import SCHEDULER_NAMES
+from prada_jax.traces.testing import random_traces
+
+# Same shapes as tests/envs/test_edge_equivalence.py so both share one compiled rollout.
+U, T, SEEDS = 8, 240, 3
+TRACES = random_traces(seed=3, problems=10, depth=5, feature_dim=4)
+# Tight resources and heavy load, so queues form, limits bind and arrivals are blocked.
+STRESS = dict(num_users=U, num_servers=2, bandwidth_hz=2.5e6, arrival_rate_hz=10.0,
+              max_wait_slots=6, reward_mode="true", server_kv_cache=True)
+
+
+def _run(sched, seed0=0, traces=TRACES):
+    """Random screening actions (p=0.6 nominate) and gains, SEEDS envs of T slots."""
+    params = edge.make_params(traces, scheduler=sched, **STRESS)
+    rng = np.random.default_rng(seed0)
+    screens = (rng.uniform(size=(SEEDS, T, U)) < 0.6).astype(np.int32)
+    gains = rng.normal(0.05, 0.1, (SEEDS, T, U)).astype(np.float32)
+    keys = jax.random.split(jax.random.key(seed0), SEEDS)
+    _, _, _, final, outs = jax.device_get(rollout(keys, params, screens, gains))
+    return params, (final, outs)
+
+
+@pytest.mark.parametrize("sched", SCHEDULER_NAMES)
+def test_invariants_hold_every_slot(sched):
+    params, (final, (obs, r, d, info)) = _run(sched)
+    # Hard limits.
+    assert info["server_in_use"].max() <= 2
+    assert np.all(info["bandwidth_in_use_hz"] <= 2.5e6 * (1 + 1e-6))
+    # No user is lost: arrived = finished + in flight + blocked, in every slot.
+    np.testing.assert_array_equal(info["arrived"],
+                                  info["finished"] + info["in_flight"] + info["blocked_total"])
+    assert info["finished"][:, -1].min() > 10
+    # Each finished user's latency is processing + communication + queueing (and > 0).
+    lat = info["user_latency_s"][d]
+    split = (info["user_processing_s"] + info["user_communication_s"]
+             + info["user_queueing_s"])[d]
+    np.testing.assert_allclose(split, lat, rtol=1e-5, atol=1e-5)
+    assert np.all(lat > 0)
+    # Latency counts whole slots.
+    np.testing.assert_allclose(lat / 0.05, np.round(lat / 0.05), atol=1e-3)
+    # No NaN anywhere.
+    chex.assert_tree_all_finite((obs, r, {k: np.asarray(v, np.float64) for k, v in info.items()}))
+    # Rewards only where a step resolved; steps of finished users ≥ 1.
+    assert np.all(info["user_steps"][d] >= 1)
+    if sched == "keep_local":
+        assert info["server_in_use"].max() == 0
+    if sched in ("offload_all", "fifo_greedy"):
+        assert info["server_in_use"].max() == 2  # the limit binds: the test is not vacuous
+        assert info["blocked"].sum() > 0 and info["queue_len"].max() > 0
+
+
+def test_same_key_identical_and_different_key_differs():
+    _, a = _run("threshold", seed0=5)
+    _, b = _run("threshold", seed0=5)
+    chex.assert_trees_all_equal(a, b)
+    _, c = _run("threshold", seed0=6)
+    assert not np.array_equal(a[1][1], c[1][1])
+
+
+def test_jit_and_eager_agree():
+    """Advance to a busy slot with the jitted step, then compare two slots op by op."""
+    params = edge.make_params(TRACES, scheduler="threshold", **STRESS)
+    key = jax.random.key(11)
+    _, state = edge.reset(key, params)
+    step_jit = jax.jit(edge.step)
+    for t in range(12):
+        state = step_jit(jax.random.fold_in(key, t), state, jnp.ones(U, jnp.int32), params)[1]
+    state_e = state
+    for t in range(12, 14):
+        k = jax.random.fold_in(key, t)
+        act = (jnp.arange(U) + t) % 2
+        with jax.disable_jit():
+            out_e = edge.step(k, state_e, act, params)
+        out_j = step_jit(k, state, act, params)
+        chex.assert_trees_all_close(out_e, out_j, rtol=1e-6, atol=1e-6)
+        state_e, state = out_e[1], out_j[1]
+
+
+def test_one_compile_serves_another_trace_set_of_same_shapes():
+    other = TRACES.replace(prm=np.clip(TRACES.prm + 0.1, 0, 1).astype(np.float32),
+                           feat=(TRACES.feat * 2).astype(np.float32))
+    _run("threshold")
+    before = env_testing.TRACE_COUNT[0]
+    _, (_, out_other) = _run("threshold", traces=other)
+    assert env_testing.TRACE_COUNT[0] == before
+    _, (_, out_same) = _run("threshold")
+    assert not np.allclose(out_other[0], out_same[0])  # the new trace set is really read
+
+
+def test_poisson_inverse_cdf_matches_scipy():
+    keys = jax.random.split(jax.random.key(0), 20000)
+    for rate in (0.2, 1.5):
+        n = np.asarray(jax.jit(jax.vmap(lambda k: edge.poisson_inverse_cdf(k, rate)))(keys))
+        counts = np.bincount(n, minlength=8)[:8] / n.size
+        np.testing.assert_allclose(counts, stats.poisson.pmf(np.arange(8), rate), atol=0.01)
+    assert int(edge.poisson_inverse_cdf(keys[0], 0.0)) == 0
