@@ -102,9 +102,10 @@ def export_logits(model, seq_ids: Sequence[str], seqs: Sequence[Sequence[int]], 
   if len(seq_ids) != len(seqs):
     raise ValueError("seq_ids and seqs must have the same length")
   for i, s in zip(seq_ids, seqs):
-    bad = [t for t in s if not 0 <= int(t) < vocab_size]
-    if bad:
-      raise ValueError(f"sequence {i!r}: token id {bad[0]} outside [0, {vocab_size})")
+    arr = np.asarray(s)
+    bad = arr[(arr < 0) | (arr >= vocab_size)]
+    if bad.size:
+      raise ValueError(f"sequence {i!r}: token id {int(bad[0])} outside [0, {vocab_size})")
   writer = logits_store.LogitStoreWriter(out_dir, top_k, meta, shard_tokens=shard_tokens,
                                          value_dtype=value_dtype)
   total = sum(max(len(s) - 1, 0) for s in seqs)
@@ -199,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     data_where = os.path.join(args.pool, "pool.json")
     offsets = np.asarray(pool.traj_offsets, np.int64)
     tokens = np.asarray(pool.tokens)
-    seqs = [tokens[offsets[i]:offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+    # Views into the pool's token array: no per-token Python objects for large pools.
+    seqs = [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
     seq_ids = [str(i) for i in range(len(seqs))]
     source = {"pool": os.path.abspath(args.pool),
               "pool_content_hash": pool.meta.get("content_hash")}

@@ -181,7 +181,8 @@ def save_hf(model: CausalLM, config: LMConfig, path: str | os.PathLike, *,
   """
   path = os.fspath(path)
   hf_config = config.to_hf_dict(arch)
-  hf_config["torch_dtype"] = np.dtype(dtype).name
+  # transformers 5 reads "dtype", 4.x "torch_dtype".
+  hf_config["torch_dtype"] = hf_config["dtype"] = np.dtype(dtype).name
   pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
   tensors = {}
   for entry in key_map(config):
