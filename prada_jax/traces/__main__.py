@@ -13,6 +13,7 @@ exits with code 2, without a traceback. Bad flags are argparse errors (also code
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     if argv and argv[0] == "build":
         try:
-            from prada_jax.traces import build
+            build = importlib.import_module("prada_jax.traces.build")
         except ImportError as e:
             print(f"build: cannot import the real trace builder ({e}); install the [torch] extra: "
                   "pip install -e '.[torch]'", file=sys.stderr)
