@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from evals import evaluate as ev
-from evals import plots, report
+from evals import plots, report, stats
 
 HELD_OUT_SEED_OFFSET = 1000
 
@@ -253,8 +253,17 @@ def headline(per_seed: dict, reference: str = "All-LLM") -> dict[str, Any]:
     if name is None or reference not in per_seed:
         return {}
     r = report.ratios(per_seed, name, reference, ("accuracy", "latency_mean_s"))
-    return {"policy": name, "reference": reference,
-            "accuracy_share": r["accuracy"], "latency_share": r["latency_mean_s"]}
+    out = {"policy": name, "reference": reference,
+           "accuracy_share": r["accuracy"], "latency_share": r["latency_mean_s"]}
+    if "All-SLM" in per_seed:
+        # Context: what keeping every draft already retains, and PRADA's paired accuracy gain
+        # over it (both on the same seeds).
+        s = report.ratios(per_seed, "All-SLM", reference, ("accuracy", "latency_mean_s"))
+        out["slm_accuracy_share"] = s["accuracy"]
+        out["slm_latency_share"] = s["latency_mean_s"]
+        out["accuracy_gain_over_slm"] = stats.mean_ci(
+            np.asarray(per_seed[name]["accuracy"]) - np.asarray(per_seed["All-SLM"]["accuracy"]))
+    return out
 
 
 def headline_text(h: dict, synthetic: bool) -> str:
@@ -262,9 +271,16 @@ def headline_text(h: dict, synthetic: bool) -> str:
         return ""
     tag = " [synthetic traces]" if synthetic else ""
     a, l = h["accuracy_share"], h["latency_share"]
-    return (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(1, 100)} %  "
+    text = (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(1, 100)} %  "
             f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), mean latency {l.fmt(1, 100)} %  "
             f"(95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
+    if "slm_accuracy_share" in h:
+        g = h["accuracy_gain_over_slm"]
+        text += (f"\n  for context, All-SLM / {h['reference']}: accuracy "
+                 f"{h['slm_accuracy_share'].fmt(1, 100)} %, mean latency "
+                 f"{h['slm_latency_share'].fmt(1, 100)} %; {h['policy']} − All-SLM accuracy "
+                 f"(paired): {g.fmt(1, 100)} points")
+    return text
 
 
 def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict,
@@ -284,9 +300,8 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     htext = headline_text(h, synthetic)
     extra = {"meta": meta}
     if h:
-        extra["headline"] = {"policy": h["policy"], "reference": h["reference"],
-                             "accuracy_share": h["accuracy_share"].to_dict(),
-                             "latency_share": h["latency_share"].to_dict()}
+        extra["headline"] = {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+                             for k, v in h.items()}
     report.write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
     report.write_csv(out / "results.csv", summary)
     (out / "table.txt").write_text(table + ("\n\n" + htext if htext else "") + "\n")
