@@ -1,9 +1,6 @@
 """Config validation, specs, registry and the action forms of the edge env."""
 import math
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from envs import edge, make
@@ -38,30 +35,6 @@ def test_registry_and_specs():
     env, p = make("edge", traces=TRACES, num_users=5)
     assert env.observation_spec(p).shape == (5, 6)
     assert env.action_spec(p).num_values == 2 and env.action_spec(p).shape == (5,)
-    obs, state = env.reset(jax.random.key(0), p)
-    assert obs.shape == (5, 6) and obs.dtype == jnp.float32
-    n = np.asarray(state.node)
-    np.testing.assert_allclose(obs[:, :4], TRACES.feat[n])
-    np.testing.assert_allclose(obs[:, 4], TRACES.depth[n])
-    np.testing.assert_allclose(obs[:, 5], TRACES.ctx_tokens[n] * 1e-3, rtol=1e-6)
+    assert env.step is edge.step and env.reset is edge.reset
     with pytest.raises(ValueError, match="unknown env"):
         make("gridworld")
-
-
-def test_vmap_over_envs_and_gain_reaches_the_threshold_rule():
-    """A huge carried gain makes the threshold rule offload; a negative one keeps it local."""
-    p = edge.make_params(TRACES, num_users=4, scheduler="threshold", snr_threshold_db=-math.inf,
-                         arrival_rate_hz=0.0)
-    keys = jax.random.split(jax.random.key(0), 3)
-    _, states = jax.vmap(edge.reset, in_axes=(0, None))(keys, p)
-    step = jax.jit(jax.vmap(edge.step, in_axes=(0, 0, 0, None)))
-    for gain, want in ((10.0, 2), (-1.0, 0)):
-        s = states
-        seen = []
-        for t in range(30):
-            act = edge.EdgeAction(jnp.ones((3, 4), jnp.int32), jnp.full((3, 4), gain))
-            _, s, r, d, info = step(jax.random.split(jax.random.key(t), 3), s, act, p)
-            dec = np.asarray(info["decision"])
-            seen.append(dec[np.asarray(info["nominated"])])
-        seen = np.concatenate(seen)
-        assert seen.size > 0 and np.all(seen == want)

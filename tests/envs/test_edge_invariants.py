@@ -69,22 +69,40 @@ def test_same_key_identical_and_different_key_differs():
 
 
 def test_jit_and_eager_agree():
-    """Advance to a busy slot with the jitted step, then compare two slots op by op."""
+    """Advance to a busy slot with the jitted step, then compare one slot op by op."""
     params = edge.make_params(TRACES, scheduler="threshold", **STRESS)
     key = jax.random.key(11)
-    _, state = edge.reset(key, params)
     step_jit = jax.jit(edge.step)
+    _, state = jax.jit(edge.reset)(key, params)
     for t in range(12):
         state = step_jit(jax.random.fold_in(key, t), state, jnp.ones(U, jnp.int32), params)[1]
-    state_e = state
-    for t in range(12, 14):
-        k = jax.random.fold_in(key, t)
-        act = (jnp.arange(U) + t) % 2
-        with jax.disable_jit():
-            out_e = edge.step(k, state_e, act, params)
-        out_j = step_jit(k, state, act, params)
-        chex.assert_trees_all_close(out_e, out_j, rtol=1e-6, atol=1e-6)
-        state_e, state = out_e[1], out_j[1]
+    assert int(jnp.sum(state.phase == edge.QUEUE_PHASE)) + int(
+        jnp.sum(state.phase == edge.DECIDE)) > 0
+    k = jax.random.fold_in(key, 12)
+    act = jnp.arange(U) % 2
+    with jax.disable_jit():
+        out_e = edge.step(k, state, act, params)
+    out_j = step_jit(k, state, act, params)
+    chex.assert_trees_all_close(out_e, out_j, rtol=1e-6, atol=1e-6)
+
+
+def test_observation_and_carried_gain():
+    """obs0 shows each initial user's root node; a huge carried gain makes the threshold rule
+    run every nomination now, a negative one keeps every nomination local."""
+    params = edge.make_params(TRACES, scheduler="threshold", num_users=U, arrival_rate_hz=4.0,
+                              snr_threshold_db=-np.inf, num_servers=U, bandwidth_hz=1e12)
+    keys = jax.random.split(jax.random.key(3), SEEDS)
+    screens = np.ones((SEEDS, T, U), np.int32)
+    for gain, want in ((10.0, 2), (-1.0, 0)):
+        gains = np.full((SEEDS, T, U), gain, np.float32)
+        obs0, noise0, _, _, (obs, r, d, info) = jax.device_get(
+            rollout(keys, params, screens, gains))
+        seen = info["decision"][info["nominated"]]
+        assert seen.size > 50 and np.all(seen == want)
+    node = TRACES.root[noise0.problem]
+    np.testing.assert_allclose(obs0[..., :4], TRACES.feat[node])
+    np.testing.assert_allclose(obs0[..., 4], TRACES.depth[node])
+    np.testing.assert_allclose(obs0[..., 5], TRACES.ctx_tokens[node] * 1e-3, rtol=1e-6)
 
 
 def test_one_compile_serves_another_trace_set_of_same_shapes():
@@ -99,9 +117,9 @@ def test_one_compile_serves_another_trace_set_of_same_shapes():
 
 
 def test_poisson_inverse_cdf_matches_scipy():
-    keys = jax.random.split(jax.random.key(0), 20000)
+    keys = jax.random.split(jax.random.key(0), 8000)
     for rate in (0.2, 1.5):
         n = np.asarray(jax.jit(jax.vmap(lambda k: edge.poisson_inverse_cdf(k, rate)))(keys))
         counts = np.bincount(n, minlength=8)[:8] / n.size
-        np.testing.assert_allclose(counts, stats.poisson.pmf(np.arange(8), rate), atol=0.01)
+        np.testing.assert_allclose(counts, stats.poisson.pmf(np.arange(8), rate), atol=0.015)
     assert int(edge.poisson_inverse_cdf(keys[0], 0.0)) == 0
