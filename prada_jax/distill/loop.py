@@ -107,9 +107,10 @@ def _teacher_score_fn(teacher_dir: Path, top_k: int) -> Callable:
     return lambda seqs: score_sequences(model, seqs, top_k)
 
 
-def _eval(graphdef, params, config, cfg) -> dict:
+def _eval(graphdef, params, config, cfg, task: str = arith.TASK_NAME) -> dict:
+    """Task success of the student on the built-in task ({} when the pool is another task)."""
     from prada_jax.distill.task.evaluate import evaluate_model
-    if config.eval.n_problems == 0:
+    if config.eval.n_problems == 0 or task != arith.TASK_NAME:
         return {}
     model = nnx.merge(graphdef, params)
     if config.train.compute_dtype == "bfloat16":
@@ -173,7 +174,7 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
         start = int(meta.get("opt_step", ckpt.latest_step()))
         results.update(meta.get("results", {}))
     else:
-        results["before"] = _eval(graphdef, state.params, config, cfg)
+        results["before"] = _eval(graphdef, state.params, config, cfg, pool.meta["task"])
         if results["before"]:
             writer.write_scalars(0, {"eval/success_rate": results["before"]["success_rate"]})
     base_key = jax.random.key(config.seed)
@@ -250,7 +251,7 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     results["env_calls_during_training"] = int(env_calls)
     results["update_s_median"] = float(np.median(update_times)) if update_times else None
     results["turn_histogram"] = turn_hist.tolist()
-    results["after"] = _eval(graphdef, state.params, config, cfg)
+    results["after"] = _eval(graphdef, state.params, config, cfg, pool.meta["task"])
     if results["after"]:
         writer.write_scalars(config.train.steps,
                              {"eval/success_rate": results["after"]["success_rate"]})

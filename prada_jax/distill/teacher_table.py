@@ -115,9 +115,10 @@ def check_against_pool(table: TeacherTable, pool: Pool, source: str = "<table>",
             j = int(rows[np.argmax(diff)])
             raise TeacherLogitsMismatch(f"{source}: token {j}'s log-prob disagrees with its "
                                         "top-k entry: the logits do not match the pool tokens")
-    if np.any(table.topk_ids < 0) or (pool.meta.get("tokenizer") and np.any(
-            table.topk_ids >= pool.meta["tokenizer"]["vocab_size"] + 1024)):
-        raise TeacherLogitsMismatch(f"{source}: top-k ids out of the vocabulary range")
+    vocab = (pool.meta.get("tokenizer") or {}).get("vocab_size")
+    if np.any(table.topk_ids < 0) or (vocab and np.any(table.topk_ids >= vocab)):
+        raise TeacherLogitsMismatch(f"{source}: top-k ids outside the pool tokenizer's "
+                                    f"vocabulary [0, {vocab})")
 
 
 def save(table: TeacherTable, out_dir: os.PathLike | str, pool_dir: os.PathLike | str) -> Path:
