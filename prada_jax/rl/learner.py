@@ -37,7 +37,7 @@ from prada_jax.rl import losses
 from prada_jax.rl import networks
 
 __all__ = ["PPOSettings", "LearnerState", "make_optimizer", "init_learner_state",
-           "make_train_chunk", "env_metric_names", "RESERVED_INFO"]
+           "make_train_chunk", "make_rollout", "env_metric_names", "RESERVED_INFO"]
 
 RESERVED_INFO = ("decision_mask", "terminated", "truncated")
 
@@ -179,39 +179,20 @@ def env_metric_names(env: Any, env_params: Any) -> list[str]:
     return sorted(jax.eval_shape(_one, jax.random.key(0)))
 
 
-def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
-                     tx: optax.GradientTransformation,
-                     action_fn: Callable[[jax.Array, jax.Array], Any] | None = None
-                     ) -> Callable[[LearnerState, Any], tuple[LearnerState, dict]]:
-    """Builds the pure ``train_chunk(state, env_params) -> (state, metrics)`` for one seed.
-
-    Args:
-      settings: static learner settings.
-      env: object with pure ``reset`` / ``step`` (see module docstring).
-      apply_fn: ``(params, obs [..., D]) -> (logits [..., 2], q [..., 2])``.
-      tx: optax optimiser.
-      action_fn: ``(screen [U] int32, gain [U] float32) -> env action``; default passes the
-        screening decision only. The edge env's ``EdgeAction(screen, gain)`` carries the
-        critic's ΔQ to the stage-2 scheduler.
-
-    Returns:
-      ``train_chunk``; metrics are a dict of [updates_per_chunk] arrays: ``policy_loss``,
-      ``value_loss``, ``entropy``, ``approx_kl``, ``clip_frac``, ``total_loss``,
-      ``grad_norm`` (means over epochs × minibatches), ``explained_variance``,
-      ``episode_return_sum`` / ``episodes`` (finished user episodes in the rollout),
-      ``decisions``, ``nominate_rate``, ``mean_gain`` (mean ΔQ at decisions),
-      ``env_steps``, and ``env/<name>`` env metrics (see ``_info_metrics``; NaN when the
-      rollout had nothing to average).
-    """
+def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
+                 action_fn: Callable[[jax.Array, jax.Array], Any] | None = None) -> Callable:
+    """``rollout(params, env_params, env_state, obs, ep_return, key) -> (env_state, obs,
+    ep_return, traj, slot_metrics)``: ``rollout_len`` slots of the stochastic policy in
+    ``num_envs`` envs. ``traj`` holds [T, E, U(, D)] arrays (obs, action, logp, value, q_taken,
+    gain, reward, decision, terminated, truncated); ``slot_metrics`` [T] sums."""
     s = settings
     if action_fn is None:
         action_fn = lambda screen, gain: screen  # noqa: E731
 
     def _policy(params, obs):
-        logits, q = apply_fn(params, obs)
-        return logits, q
+        return apply_fn(params, obs)
 
-    def _rollout(params, env_params, env_state, obs, ep_return, key):
+    def rollout(params, env_params, env_state, obs, ep_return, key):
         def _env_step(carry, step_key):
             env_state, obs, ep_return = carry
             act_key, env_key = jax.random.split(step_key)
@@ -246,6 +227,39 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
         (env_state, obs, ep_return), (traj, slot_metrics) = jax.lax.scan(
             _env_step, (env_state, obs, ep_return), keys)
         return env_state, obs, ep_return, traj, slot_metrics
+
+    return rollout
+
+
+def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
+                     tx: optax.GradientTransformation,
+                     action_fn: Callable[[jax.Array, jax.Array], Any] | None = None
+                     ) -> Callable[[LearnerState, Any], tuple[LearnerState, dict]]:
+    """Builds the pure ``train_chunk(state, env_params) -> (state, metrics)`` for one seed.
+
+    Args:
+      settings: static learner settings.
+      env: object with pure ``reset`` / ``step`` (see module docstring).
+      apply_fn: ``(params, obs [..., D]) -> (logits [..., 2], q [..., 2])``.
+      tx: optax optimiser.
+      action_fn: ``(screen [U] int32, gain [U] float32) -> env action``; default passes the
+        screening decision only. The edge env's ``EdgeAction(screen, gain)`` carries the
+        critic's ΔQ to the stage-2 scheduler.
+
+    Returns:
+      ``train_chunk``; metrics are a dict of [updates_per_chunk] arrays: ``policy_loss``,
+      ``value_loss``, ``entropy``, ``approx_kl``, ``clip_frac``, ``total_loss``,
+      ``grad_norm`` (means over epochs × minibatches), ``explained_variance``,
+      ``episode_return_sum`` / ``episodes`` (finished user episodes in the rollout),
+      ``decisions``, ``nominate_rate``, ``mean_gain`` (mean ΔQ at decisions),
+      ``env_steps``, and ``env/<name>`` env metrics (see ``_info_metrics``; NaN when the
+      rollout had nothing to average).
+    """
+    s = settings
+    _rollout = make_rollout(settings, env, apply_fn, action_fn)
+
+    def _policy(params, obs):
+        return apply_fn(params, obs)
 
     def _loss_fn(params, batch):
         logits, q = _policy(params, batch["obs"])
