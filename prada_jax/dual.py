@@ -76,6 +76,8 @@ class DualConfig:
       conditioned: multipliers depend on per-slot load features through a tiny MLP.
       load_features: number K of load features (conditioned only).
       hidden: hidden width of that MLP.
+      skip_full_slots: slots without a free server unit do not count in the excess demand
+        or the dual objective (see :func:`slot_weights`).
     """
 
     mode: str = "differentiable"
@@ -94,6 +96,7 @@ class DualConfig:
     conditioned: bool = False
     load_features: int = 3
     hidden: int = 8
+    skip_full_slots: bool = True
 
     def __post_init__(self):
         def bad(field, msg):
@@ -310,8 +313,27 @@ def dual_objective(params, batch: SlotBatch, config: DualConfig, temp=None) -> j
     m = _scaled_multipliers(params, config, batch.load if config.conditioned else None)
     b_s = batch.b / config.bw_scale_hz
     free_bw_s = batch.free_bw / config.bw_scale_hz
-    return jnp.mean(_slot_dual(batch.w, batch.w_bar, b_s, batch.valid, batch.free_units,
-                               free_bw_s, m, temp))
+    per_slot = _slot_dual(batch.w, batch.w_bar, b_s, batch.valid, batch.free_units,
+                          free_bw_s, m, temp)
+    return _weighted_mean(per_slot, slot_weights(batch, config))
+
+
+def slot_weights(batch: SlotBatch, config: DualConfig) -> jax.Array:
+    """[...] weight of each slot in learning: 1, or (``skip_full_slots``) 0 for a slot with
+    no free server unit — there the repair queues or keeps local every request whatever the
+    multipliers are, so its demand says nothing about their price (and a request waiting
+    through several full slots would be counted once per slot)."""
+    if not config.skip_full_slots:
+        return jnp.ones_like(batch.free_units)
+    return (batch.free_units >= 1).astype(jnp.float32)
+
+
+def _weighted_mean(v, weights):
+    """Σ weights·v / max(Σ weights, 1) over all leading dims of v [..., (k)]."""
+    wts = weights.reshape(-1)
+    v = v.reshape((wts.shape[0],) + v.shape[weights.ndim:])
+    wts = wts.reshape((-1,) + (1,) * (v.ndim - 1))
+    return jnp.sum(wts * v, axis=0) / jnp.maximum(jnp.sum(wts), 1.0)
 
 
 def excess_demand(batch: SlotBatch, mult: Multipliers) -> jax.Array:
@@ -364,8 +386,8 @@ def update(state: DualState, batch: SlotBatch, config: DualConfig
 
 def _mean_excess(batch: SlotBatch, mult: Multipliers, config: DualConfig) -> jax.Array:
     """Mean excess over slots, bandwidth in units of bw_scale_hz: [2]."""
-    e = excess_demand(batch, mult).reshape(-1, 2)
-    return jnp.mean(e, axis=0) / jnp.array([1.0, config.bw_scale_hz], jnp.float32)
+    e = _weighted_mean(excess_demand(batch, mult), slot_weights(batch, config))
+    return e / jnp.array([1.0, config.bw_scale_hz], jnp.float32)
 
 
 def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str, jax.Array]:
@@ -374,12 +396,14 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
     dual/lambda_s, dual/mu (per Hz), dual/mu_per_mhz, dual/temperature,
     dual/excess_units and dual/excess_bw_hz (mean excess demand before repair, can be < 0),
     dual/overflow_units and dual/overflow_bw_hz (mean positive part: what a repair must
-    remove), dual/relaxed_objective and dual/hard_objective (the dual function with the smooth
+    remove) — means over the slots that count for learning (:func:`slot_weights`);
+    dual/learning_slots (their share), dual/relaxed_objective and dual/hard_objective (the dual function with the smooth
     and the hard max) and dual/relaxed_minus_hard (their gap, ≥ 0).
     """
     load = batch.load if config.conditioned else None
     mult = multipliers(state, config, load)
-    e = excess_demand(batch, mult).reshape(-1, 2)
+    e = excess_demand(batch, mult)
+    wts = slot_weights(batch, config)
     temp = temperature(state.step, config)
     relaxed = dual_objective(state.params, batch, config, temp)
     hard = dual_objective(state.params, batch, config, None)
@@ -388,10 +412,11 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
         "dual/mu": jnp.mean(mult.mu),
         "dual/mu_per_mhz": jnp.mean(mult.mu) * 1e6,
         "dual/temperature": temp,
-        "dual/excess_units": jnp.mean(e[:, 0]),
-        "dual/excess_bw_hz": jnp.mean(e[:, 1]),
-        "dual/overflow_units": jnp.mean(jnp.maximum(e[:, 0], 0.0)),
-        "dual/overflow_bw_hz": jnp.mean(jnp.maximum(e[:, 1], 0.0)),
+        "dual/excess_units": _weighted_mean(e[..., 0], wts),
+        "dual/excess_bw_hz": _weighted_mean(e[..., 1], wts),
+        "dual/overflow_units": _weighted_mean(jnp.maximum(e[..., 0], 0.0), wts),
+        "dual/overflow_bw_hz": _weighted_mean(jnp.maximum(e[..., 1], 0.0), wts),
+        "dual/learning_slots": jnp.mean(wts),
         "dual/relaxed_objective": relaxed,
         "dual/hard_objective": hard,
         "dual/relaxed_minus_hard": relaxed - hard,
@@ -695,6 +720,7 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
         m = metrics(dual_state, batch, config)
         used = Multipliers(out["lambda_s"], out["mu"])  # [T, E], what each slot ran with
         e_used = excess_demand(batch, used)
+        w_used = slot_weights(batch, config)
         fin = jnp.sum(out["finished"])
         m.update({
             "env/reward_per_slot": jnp.mean(out["reward"]),
@@ -708,9 +734,10 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
             "dual/candidates_per_slot": jnp.mean(jnp.sum(batch.valid, -1)),
             "dual/rollout_lambda_s": jnp.mean(used.lambda_s),
             "dual/rollout_mu_per_mhz": jnp.mean(used.mu) * 1e6,
-            "dual/rollout_excess_units": jnp.mean(e_used[..., 0]),
-            "dual/rollout_excess_bw_hz": jnp.mean(e_used[..., 1]),
-            "dual/rollout_overflow_units": jnp.mean(jnp.maximum(e_used[..., 0], 0.0)),
+            "dual/rollout_excess_units": _weighted_mean(e_used[..., 0], w_used),
+            "dual/rollout_excess_bw_hz": _weighted_mean(e_used[..., 1], w_used),
+            "dual/rollout_overflow_units": _weighted_mean(jnp.maximum(e_used[..., 0], 0.0),
+                                                          w_used),
             "dual/load_mean": jnp.mean(batch.load.reshape(-1, batch.load.shape[-1]), axis=0),
         })
         return carry, m

@@ -58,6 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dual.conditioned = False      # multipliers from load features through a tiny MLP
     c.dual.load_features = 3        # queue/M, active users/U, free units/M (fixed by env)
     c.dual.hidden = 8               # hidden width of that MLP
+    c.dual.skip_full_slots = True   # slots with no free server unit do not count in learning
 
     c.train = ml_collections.ConfigDict()
     c.train.num_envs = 16           # envs simulated in parallel (vmap)
