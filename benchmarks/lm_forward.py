@@ -26,130 +26,131 @@ PRESETS = {
 
 
 def _median_s(fn, repeats):
-  ts = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    ts.append(time.perf_counter() - t0)
-  return statistics.median(ts), ts
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), ts
 
 
 def main(argv=None) -> dict:
-  ap = argparse.ArgumentParser(prog="python -m benchmarks.lm_forward", description=__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
-  ap.add_argument("--batch", type=int, default=4)
-  ap.add_argument("--length", type=int, default=128)
-  ap.add_argument("--repeats", type=int, default=10)
-  ap.add_argument("--new-tokens", type=int, default=32, help="generate() benchmark length")
-  ap.add_argument("--export-seqs", type=int, default=32, help="sequences for the export part")
-  ap.add_argument("--top-k", type=int, default=64)
-  ap.add_argument("--skip-export", action="store_true")
-  ap.add_argument("--skip-generate", action="store_true")
-  ap.add_argument("--torch-threads", type=int, default=0,
-                  help="torch.set_num_threads (0: torch's default)")
-  ap.add_argument("--json", default=None, help="also write the results to this file")
-  args = ap.parse_args(argv)
-  for flag in ("batch", "length", "repeats", "new_tokens", "export_seqs", "top_k"):
-    if getattr(args, flag) < 1:
-      ap.error(f"--{flag.replace('_', '-')} must be >= 1")
-  os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.lm_forward", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--new-tokens", type=int, default=32, help="generate() benchmark length")
+    ap.add_argument("--export-seqs", type=int, default=32, help="sequences for the export part")
+    ap.add_argument("--top-k", type=int, default=64)
+    ap.add_argument("--skip-export", action="store_true")
+    ap.add_argument("--skip-generate", action="store_true")
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="torch.set_num_threads (0: torch's default)")
+    ap.add_argument("--json", default=None, help="also write the results to this file")
+    args = ap.parse_args(argv)
+    for flag in ("batch", "length", "repeats", "new_tokens", "export_seqs", "top_k"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag.replace('_', '-')} must be >= 1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-  import jax
-  import jax.numpy as jnp
-  import numpy as np
-  import torch
-  import transformers
-  from flax import nnx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    import transformers
+    from flax import nnx
 
-  from prada_jax.distill import export as export_mod
-  from prada_jax.lm import hf, sampling
+    from prada_jax.distill import export as export_mod
+    from prada_jax.lm import hf, sampling
 
-  if args.torch_threads > 0:
-    torch.set_num_threads(args.torch_threads)
-  vocab, hidden, inter, layers, heads, kv = PRESETS[args.preset]
-  cfg = transformers.Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-                                 num_hidden_layers=layers, num_attention_heads=heads,
-                                 num_key_value_heads=kv, tie_word_embeddings=True,
-                                 max_position_embeddings=4096)
-  torch.manual_seed(0)
-  tmodel = transformers.Qwen2ForCausalLM(cfg).eval()
-  n_params = sum(p.numel() for p in tmodel.parameters())
-  results = {"preset": args.preset, "params": n_params, "batch": args.batch,
-             "length": args.length, "jax_backend": jax.default_backend(),
-             "torch_threads": torch.get_num_threads(), "synthetic_weights": True}
-  print(f"SYNTHETIC random weights; preset {args.preset}: {n_params / 1e6:.2f} M params, "
-        f"batch {args.batch} x {args.length} tokens; JAX on {jax.default_backend()}, torch "
-        f"{torch.get_num_threads()} threads")
-  rng = np.random.default_rng(0)
-  ids = rng.integers(0, vocab, (args.batch, args.length)).astype(np.int32)
-  mask = np.ones_like(ids)
-  tokens = ids.size
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+    vocab, hidden, inter, layers, heads, kv = PRESETS[args.preset]
+    cfg = transformers.Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                                   num_hidden_layers=layers, num_attention_heads=heads,
+                                   num_key_value_heads=kv, tie_word_embeddings=True,
+                                   max_position_embeddings=4096)
+    torch.manual_seed(0)
+    tmodel = transformers.Qwen2ForCausalLM(cfg).eval()
+    n_params = sum(p.numel() for p in tmodel.parameters())
+    results = {"preset": args.preset, "params": n_params, "batch": args.batch,
+               "length": args.length, "jax_backend": jax.default_backend(),
+               "torch_threads": torch.get_num_threads(), "synthetic_weights": True}
+    print(f"SYNTHETIC random weights; preset {args.preset}: {n_params / 1e6:.2f} M params, "
+          f"batch {args.batch} x {args.length} tokens; JAX on {jax.default_backend()}, torch "
+          f"{torch.get_num_threads()} threads")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, vocab, (args.batch, args.length)).astype(np.int32)
+    mask = np.ones_like(ids)
+    tokens = ids.size
 
-  with tempfile.TemporaryDirectory() as tmp:
-    tmodel.save_pretrained(tmp)
-    t0 = time.perf_counter()
-    model, _ = hf.load_hf(tmp)
-    results["load_hf_s"] = time.perf_counter() - t0
-
-  graphdef, state = nnx.split(model)
-
-  @jax.jit
-  def fwd(state, ids, mask):
-    return nnx.merge(graphdef, state)(ids, mask)
-
-  jids, jmask = jnp.asarray(ids), jnp.asarray(mask)
-  t0 = time.perf_counter()
-  out = fwd(state, jids, jmask).block_until_ready()
-  results["jax_compile_s"] = time.perf_counter() - t0
-  jax_s, _ = _median_s(lambda: fwd(state, jids, jmask).block_until_ready(), args.repeats)
-
-  tids, tmask = torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
-  with torch.inference_mode():
-    ref = tmodel(tids, attention_mask=tmask).logits.numpy()
-    torch_s, _ = _median_s(lambda: tmodel(tids, attention_mask=tmask), args.repeats)
-  results.update(jax_forward_s=jax_s, torch_forward_s=torch_s,
-                 jax_tokens_per_s=tokens / jax_s, torch_tokens_per_s=tokens / torch_s,
-                 jax_over_torch_speed=torch_s / jax_s,
-                 max_abs_logit_diff=float(np.abs(np.asarray(out) - ref).max()))
-  print(f"forward  flax  median {1e3 * jax_s:8.2f} ms  {tokens / jax_s:10.0f} tok/s "
-        f"(compile {results['jax_compile_s']:.2f} s)")
-  print(f"forward  torch median {1e3 * torch_s:8.2f} ms  {tokens / torch_s:10.0f} tok/s")
-  print(f"ratio flax/torch throughput {torch_s / jax_s:.2f}x; max |logit diff| "
-        f"{results['max_abs_logit_diff']:.2e}")
-
-  if not args.skip_generate:
-    prompt = jids[:, : min(32, args.length)]
-    kw = dict(key=jax.random.key(0), max_new_tokens=args.new_tokens, temperature=1.0)
-    t0 = time.perf_counter()
-    jax.block_until_ready(sampling.generate(model, prompt, **kw))
-    results["generate_compile_s"] = time.perf_counter() - t0
-    gen_s, _ = _median_s(lambda: jax.block_until_ready(sampling.generate(model, prompt, **kw)),
-                         max(3, args.repeats // 2))
-    new = args.batch * args.new_tokens
-    results.update(generate_s=gen_s, generate_new_tokens_per_s=new / gen_s)
-    print(f"generate flax  median {1e3 * gen_s:8.2f} ms  {new / gen_s:10.0f} new tok/s "
-          f"(batch {args.batch}, prompt {prompt.shape[1]}, {args.new_tokens} new, KV cache)")
-
-  if not args.skip_export:
-    seqs = [rng.integers(0, vocab, args.length).tolist() for _ in range(args.export_seqs)]
     with tempfile.TemporaryDirectory() as tmp:
-      stats = export_mod.export_logits(tmodel, [str(i) for i in range(len(seqs))], seqs, tmp,
-                                       meta={"teacher": "synthetic"}, vocab_size=vocab,
-                                       top_k=args.top_k, batch_tokens=args.batch * args.length,
-                                       progress=False)
-      index_bytes = os.path.getsize(os.path.join(tmp, "index.json"))
-    results.update(export_tokens_per_s=stats["tokens_per_s"],
-                   export_bytes_per_token=stats["bytes_per_token"],
-                   export_index_bytes=index_bytes, export_tokens=stats["tokens"])
-    print(f"export   torch {stats['tokens_per_s']:10.0f} tok/s  {stats['bytes_per_token']:.1f} "
-          f"bytes/token in shards (top-k {args.top_k}; index.json {index_bytes} bytes for "
-          f"{len(seqs)} sequences)")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=2)
-  return results
+        tmodel.save_pretrained(tmp)
+        t0 = time.perf_counter()
+        model, _ = hf.load_hf(tmp)
+        results["load_hf_s"] = time.perf_counter() - t0
+
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def fwd(state, ids, mask):
+        return nnx.merge(graphdef, state)(ids, mask)
+
+    jids, jmask = jnp.asarray(ids), jnp.asarray(mask)
+    t0 = time.perf_counter()
+    out = fwd(state, jids, jmask).block_until_ready()
+    results["jax_compile_s"] = time.perf_counter() - t0
+    jax_s, _ = _median_s(lambda: fwd(state, jids, jmask).block_until_ready(), args.repeats)
+
+    tids, tmask = torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
+    with torch.inference_mode():
+        ref = tmodel(tids, attention_mask=tmask).logits.numpy()
+        torch_s, _ = _median_s(lambda: tmodel(tids, attention_mask=tmask), args.repeats)
+    results.update(jax_forward_s=jax_s, torch_forward_s=torch_s,
+                   jax_tokens_per_s=tokens / jax_s, torch_tokens_per_s=tokens / torch_s,
+                   jax_over_torch_speed=torch_s / jax_s,
+                   max_abs_logit_diff=float(np.abs(np.asarray(out) - ref).max()))
+    print(f"forward  flax  median {1e3 * jax_s:8.2f} ms  {tokens / jax_s:10.0f} tok/s "
+          f"(compile {results['jax_compile_s']:.2f} s)")
+    print(f"forward  torch median {1e3 * torch_s:8.2f} ms  {tokens / torch_s:10.0f} tok/s")
+    print(f"ratio flax/torch throughput {torch_s / jax_s:.2f}x; max |logit diff| "
+          f"{results['max_abs_logit_diff']:.2e}")
+
+    if not args.skip_generate:
+        prompt = jids[:, : min(32, args.length)]
+        kw = dict(key=jax.random.key(0), max_new_tokens=args.new_tokens, temperature=1.0)
+        t0 = time.perf_counter()
+        jax.block_until_ready(sampling.generate(model, prompt, **kw))
+        results["generate_compile_s"] = time.perf_counter() - t0
+        gen_s, _ = _median_s(lambda: jax.block_until_ready(sampling.generate(model, prompt, **kw)),
+                             max(3, args.repeats // 2))
+        new = args.batch * args.new_tokens
+        results.update(generate_s=gen_s, generate_new_tokens_per_s=new / gen_s)
+        print(f"generate flax  median {1e3 * gen_s:8.2f} ms  {new / gen_s:10.0f} new tok/s "
+              f"(batch {args.batch}, prompt {prompt.shape[1]}, {args.new_tokens} new, KV cache)")
+
+    if not args.skip_export:
+        seqs = [rng.integers(0, vocab, args.length).tolist() for _ in range(args.export_seqs)]
+        with tempfile.TemporaryDirectory() as tmp:
+            stats = export_mod.export_logits(tmodel, [str(i) for i in range(len(seqs))], seqs, tmp,
+                                             meta={"teacher": "synthetic"}, vocab_size=vocab,
+                                             top_k=args.top_k,
+                                             batch_tokens=args.batch * args.length,
+                                             progress=False)
+            index_bytes = os.path.getsize(os.path.join(tmp, "index.json"))
+        results.update(export_tokens_per_s=stats["tokens_per_s"],
+                       export_bytes_per_token=stats["bytes_per_token"],
+                       export_index_bytes=index_bytes, export_tokens=stats["tokens"])
+        print(f"export   torch {stats['tokens_per_s']:10.0f} tok/s  {stats['bytes_per_token']:.1f} "
+              f"bytes/token in shards (top-k {args.top_k}; index.json {index_bytes} bytes for "
+              f"{len(seqs)} sequences)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
 
 
 if __name__ == "__main__":
-  main()
+    main()

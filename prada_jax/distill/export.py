@@ -1,4 +1,4 @@
-"""Teacher-logit exporter CLI: scores pool / student sequences with a PyTorch HF teacher into a store.
+"""Teacher-logit exporter CLI: scores pool or student sequences with a PyTorch HF teacher.
 
 Usage::
 
@@ -31,43 +31,43 @@ from prada_jax.distill import logits_store, scoring
 
 
 def read_sequences_jsonl(path: str) -> tuple[list[str], list[list[int]]]:
-  """Reads ``{"id", "tokens"}`` lines; errors name the file and line."""
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"--sequences {path}: file not found")
-  ids, seqs, seen = [], [], set()
-  with open(path) as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        rec = json.loads(line)
-        seq_id, toks = str(rec["id"]), rec["tokens"]
-      except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{path}:{lineno}: expected an object with 'id' and 'tokens' "
-                         f"({e})") from e
-      if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool)
-                                               for t in toks):
-        raise ValueError(f"{path}:{lineno}: 'tokens' must be a list of ints")
-      if seq_id in seen:
-        raise ValueError(f"{path}:{lineno}: duplicate id {seq_id!r}")
-      seen.add(seq_id)
-      ids.append(seq_id)
-      seqs.append(toks)
-  return ids, seqs
+    """Reads ``{"id", "tokens"}`` lines; errors name the file and line."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--sequences {path}: file not found")
+    ids, seqs, seen = [], [], set()
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                seq_id, toks = str(rec["id"]), rec["tokens"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{lineno}: expected an object with 'id' and 'tokens' "
+                                 f"({e})") from e
+            if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                     for t in toks):
+                raise ValueError(f"{path}:{lineno}: 'tokens' must be a list of ints")
+            if seq_id in seen:
+                raise ValueError(f"{path}:{lineno}: duplicate id {seq_id!r}")
+            seen.add(seq_id)
+            ids.append(seq_id)
+            seqs.append(toks)
+    return ids, seqs
 
 
 def check_tokenizer(teacher_fingerprint: str, teacher_len: int, expected: Mapping[str, Any],
                     teacher_where: str, data_where: str) -> None:
-  """Refuses a teacher whose tokenizer differs from the data's (fingerprint and length)."""
-  fp = expected.get("fingerprint")
-  n = expected.get("vocab_size")
-  if fp is not None and fp != teacher_fingerprint:
-    raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
-                     f"fingerprint {teacher_fingerprint} ({teacher_len} tokens) but "
-                     f"{data_where} was tokenized with fingerprint {fp} ({n} tokens)")
-  if n is not None and int(n) != teacher_len:
-    raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
-                     f"{teacher_len} tokens but {data_where} says vocab_size={n}")
+    """Refuses a teacher whose tokenizer differs from the data's (fingerprint and length)."""
+    fp = expected.get("fingerprint")
+    n = expected.get("vocab_size")
+    if fp is not None and fp != teacher_fingerprint:
+        raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
+                         f"fingerprint {teacher_fingerprint} ({teacher_len} tokens) but "
+                         f"{data_where} was tokenized with fingerprint {fp} ({n} tokens)")
+    if n is not None and int(n) != teacher_len:
+        raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
+                         f"{teacher_len} tokens but {data_where} says vocab_size={n}")
 
 
 def export_logits(model, seq_ids: Sequence[str], seqs: Sequence[Sequence[int]], out_dir: str, *,
@@ -76,159 +76,159 @@ def export_logits(model, seq_ids: Sequence[str], seqs: Sequence[Sequence[int]], 
                   value_dtype: str = "float16", temperature: float = 1.0, device=None,
                   progress: bool = True,
                   on_shard_written: Callable[[int], None] | None = None) -> dict:
-  """Scores ``seqs`` with the torch ``model`` and streams them into a logit store.
+    """Scores ``seqs`` with the torch ``model`` and streams them into a logit store.
 
-  Memory is bounded by one batch of logits (``batch_tokens`` × V floats) plus one shard of
-  top-k rows (``shard_tokens`` × bytes/token). Shards end on batch boundaries, so a resumed
-  export re-forms the same batches and writes byte-identical shards.
+    Memory is bounded by one batch of logits (``batch_tokens`` × V floats) plus one shard of
+    top-k rows (``shard_tokens`` × bytes/token). Shards end on batch boundaries, so a resumed
+    export re-forms the same batches and writes byte-identical shards.
 
-  Args:
-    model: transformers causal LM (eval mode).
-    seq_ids: N unique ids (stored as strings).
-    seqs: N token lists.
-    out_dir: store folder (resumed if it holds an index with the same meta / top_k).
-    meta: stored in the index (teacher, tokenizer fingerprint, ...).
-    vocab_size: the tokenizer's length; output rows past it are dropped.
-    top_k, batch_tokens, shard_tokens, value_dtype, temperature, device: see the CLI flags.
-    progress: show a tqdm bar (tokens).
-    on_shard_written: called with the number of shards written so far after each shard.
+    Args:
+      model: transformers causal LM (eval mode).
+      seq_ids: N unique ids (stored as strings).
+      seqs: N token lists.
+      out_dir: store folder (resumed if it holds an index with the same meta / top_k).
+      meta: stored in the index (teacher, tokenizer fingerprint, ...).
+      vocab_size: the tokenizer's length; output rows past it are dropped.
+      top_k, batch_tokens, shard_tokens, value_dtype, temperature, device: see the CLI flags.
+      progress: show a tqdm bar (tokens).
+      on_shard_written: called with the number of shards written so far after each shard.
 
-  Returns:
-    {"sequences", "tokens" (scored this run), "seconds", "tokens_per_s", "bytes",
-     "bytes_per_token", "skipped"}.
-  """
-  from tqdm import tqdm
+    Returns:
+      {"sequences", "tokens" (scored this run), "seconds", "tokens_per_s", "bytes",
+       "bytes_per_token", "skipped"}.
+    """
+    from tqdm import tqdm
 
-  if len(seq_ids) != len(seqs):
-    raise ValueError("seq_ids and seqs must have the same length")
-  for i, s in zip(seq_ids, seqs):
-    arr = np.asarray(s)
-    bad = arr[(arr < 0) | (arr >= vocab_size)]
-    if bad.size:
-      raise ValueError(f"sequence {i!r}: token id {int(bad[0])} outside [0, {vocab_size})")
-  writer = logits_store.LogitStoreWriter(out_dir, top_k, meta, shard_tokens=shard_tokens,
-                                         value_dtype=value_dtype)
-  total = sum(max(len(s) - 1, 0) for s in seqs)
-  scored, skipped = 0, 0
-  bar = tqdm(total=total, unit="tok", desc="teacher logits", disable=not progress)
-  start = time.perf_counter()
-  shards_before = len(writer.index["shards"])
-  for idx in scoring.plan_batches([len(s) for s in seqs], batch_tokens):
-    todo = [i for i in idx if not writer.done(seq_ids[i])]
-    n_tok = sum(max(len(seqs[i]) - 1, 0) for i in idx)
-    if not todo:
-      skipped += len(idx)
-      bar.update(n_tok)
-      continue
-    results = scoring.score_subset(model, [seqs[i] for i in todo], top_k=top_k, device=device,
-                                   temperature=temperature, vocab_size=vocab_size)
-    for i, r in zip(todo, results):
-      writer.add(seq_ids[i], r)
-      scored += r["logp_actual"].shape[0]
-    skipped += len(idx) - len(todo)
-    bar.update(n_tok)
-    if writer.maybe_flush() and on_shard_written is not None:
-      on_shard_written(len(writer.index["shards"]))
-  writer.close()
-  bar.close()
-  seconds = time.perf_counter() - start
-  new_shards = writer.index["shards"][shards_before:]
-  nbytes = sum(s["bytes"] for s in new_shards)
-  return {"sequences": len(seqs), "tokens": scored, "seconds": seconds,
-          "tokens_per_s": scored / seconds if seconds > 0 else float("nan"), "bytes": nbytes,
-          "bytes_per_token": nbytes / scored if scored else float("nan"), "skipped": skipped}
+    if len(seq_ids) != len(seqs):
+        raise ValueError("seq_ids and seqs must have the same length")
+    for i, s in zip(seq_ids, seqs):
+        arr = np.asarray(s)
+        bad = arr[(arr < 0) | (arr >= vocab_size)]
+        if bad.size:
+            raise ValueError(f"sequence {i!r}: token id {int(bad[0])} outside [0, {vocab_size})")
+    writer = logits_store.LogitStoreWriter(out_dir, top_k, meta, shard_tokens=shard_tokens,
+                                           value_dtype=value_dtype)
+    total = sum(max(len(s) - 1, 0) for s in seqs)
+    scored, skipped = 0, 0
+    bar = tqdm(total=total, unit="tok", desc="teacher logits", disable=not progress)
+    start = time.perf_counter()
+    shards_before = len(writer.index["shards"])
+    for idx in scoring.plan_batches([len(s) for s in seqs], batch_tokens):
+        todo = [i for i in idx if not writer.done(seq_ids[i])]
+        n_tok = sum(max(len(seqs[i]) - 1, 0) for i in idx)
+        if not todo:
+            skipped += len(idx)
+            bar.update(n_tok)
+            continue
+        results = scoring.score_subset(model, [seqs[i] for i in todo], top_k=top_k, device=device,
+                                       temperature=temperature, vocab_size=vocab_size)
+        for i, r in zip(todo, results):
+            writer.add(seq_ids[i], r)
+            scored += r["logp_actual"].shape[0]
+        skipped += len(idx) - len(todo)
+        bar.update(n_tok)
+        if writer.maybe_flush() and on_shard_written is not None:
+            on_shard_written(len(writer.index["shards"]))
+    writer.close()
+    bar.close()
+    seconds = time.perf_counter() - start
+    new_shards = writer.index["shards"][shards_before:]
+    nbytes = sum(s["bytes"] for s in new_shards)
+    return {"sequences": len(seqs), "tokens": scored, "seconds": seconds,
+            "tokens_per_s": scored / seconds if seconds > 0 else float("nan"), "bytes": nbytes,
+            "bytes_per_token": nbytes / scored if scored else float("nan"), "skipped": skipped}
 
 
 _TORCH_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _parse_args(argv):
-  p = argparse.ArgumentParser(prog="python -m prada_jax.distill.export",
-                              description="Export teacher top-k log-probs for distillation.")
-  p.add_argument("--teacher", required=True, help="local Hugging Face causal LM folder")
-  src = p.add_mutually_exclusive_group(required=True)
-  src.add_argument("--pool", help="trajectory pool folder (prada_jax.distill.pool)")
-  src.add_argument("--sequences", help='JSONL file of {"id": ..., "tokens": [...]} lines')
-  p.add_argument("--out", required=True, help="output store folder (resumed if present)")
-  p.add_argument("--top-k", type=int, default=64, help="candidates per token (default 64)")
-  p.add_argument("--batch-tokens", type=int, default=4096,
-                 help="rows × padded length per teacher forward (default 4096)")
-  p.add_argument("--shard-tokens", type=int, default=1 << 16,
-                 help="scored tokens per shard file (default 65536)")
-  p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1")
-  p.add_argument("--dtype", default="float32", choices=_TORCH_DTYPES,
-                 help="teacher compute dtype (log-softmax is always float32)")
-  p.add_argument("--value-dtype", default="float16", choices=("float16", "bfloat16"),
-                 help="storage dtype of the top-k log-probs")
-  p.add_argument("--temperature", type=float, default=1.0, help="teacher softmax temperature")
-  p.add_argument("--tokenizer", default=None,
-                 help="tokenizer folder if not stored with the teacher")
-  p.add_argument("--tokenizer-fingerprint", default=None,
-                 help="with --sequences: refuse a teacher whose tokenizer fingerprint differs")
-  p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-  args = p.parse_args(argv)
-  for flag in ("top_k", "batch_tokens", "shard_tokens"):
-    if getattr(args, flag) < 1:
-      p.error(f"--{flag.replace('_', '-')} must be >= 1")
-  if not args.temperature > 0:
-    p.error("--temperature must be > 0")
-  if not os.path.isdir(args.teacher):
-    p.error(f"--teacher {args.teacher}: not a local folder (no hub downloads)")
-  if args.tokenizer is not None and not os.path.isdir(args.tokenizer):
-    p.error(f"--tokenizer {args.tokenizer}: not a local folder")
-  return args
+    p = argparse.ArgumentParser(prog="python -m prada_jax.distill.export",
+                                description="Export teacher top-k log-probs for distillation.")
+    p.add_argument("--teacher", required=True, help="local Hugging Face causal LM folder")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--pool", help="trajectory pool folder (prada_jax.distill.pool)")
+    src.add_argument("--sequences", help='JSONL file of {"id": ..., "tokens": [...]} lines')
+    p.add_argument("--out", required=True, help="output store folder (resumed if present)")
+    p.add_argument("--top-k", type=int, default=64, help="candidates per token (default 64)")
+    p.add_argument("--batch-tokens", type=int, default=4096,
+                   help="rows × padded length per teacher forward (default 4096)")
+    p.add_argument("--shard-tokens", type=int, default=1 << 16,
+                   help="scored tokens per shard file (default 65536)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1")
+    p.add_argument("--dtype", default="float32", choices=_TORCH_DTYPES,
+                   help="teacher compute dtype (log-softmax is always float32)")
+    p.add_argument("--value-dtype", default="float16", choices=("float16", "bfloat16"),
+                   help="storage dtype of the top-k log-probs")
+    p.add_argument("--temperature", type=float, default=1.0, help="teacher softmax temperature")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer folder if not stored with the teacher")
+    p.add_argument("--tokenizer-fingerprint", default=None,
+                   help="with --sequences: refuse a teacher whose tokenizer fingerprint differs")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    args = p.parse_args(argv)
+    for flag in ("top_k", "batch_tokens", "shard_tokens"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1")
+    if not args.temperature > 0:
+        p.error("--temperature must be > 0")
+    if not os.path.isdir(args.teacher):
+        p.error(f"--teacher {args.teacher}: not a local folder (no hub downloads)")
+    if args.tokenizer is not None and not os.path.isdir(args.tokenizer):
+        p.error(f"--tokenizer {args.tokenizer}: not a local folder")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-  """CLI entry point; returns the export statistics (also printed as JSON)."""
-  args = _parse_args(sys.argv[1:] if argv is None else argv)
-  import torch
-  import transformers
+    """CLI entry point; returns the export statistics (also printed as JSON)."""
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+    import transformers
 
-  tok_dir = args.tokenizer or args.teacher
-  try:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
-  except (OSError, ValueError) as e:
-    raise ValueError(f"--teacher/--tokenizer {tok_dir}: cannot load a tokenizer ({e}); pass "
-                     "--tokenizer") from e
-  fingerprint = scoring.tokenizer_fingerprint(tokenizer)
-  n_tok = len(tokenizer)
-  if args.pool:
-    from prada_jax.distill.pool import load_pool
-    pool = load_pool(args.pool)
-    expected = pool.meta["tokenizer"]
-    data_where = os.path.join(args.pool, "pool.json")
-    offsets = np.asarray(pool.traj_offsets, np.int64)
-    tokens = np.asarray(pool.tokens)
-    # Views into the pool's token array: no per-token Python objects for large pools.
-    seqs = [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
-    seq_ids = [str(i) for i in range(len(seqs))]
-    source = {"pool": os.path.abspath(args.pool),
-              "pool_content_hash": pool.meta.get("content_hash")}
-  else:
-    seq_ids, seqs = read_sequences_jsonl(args.sequences)
-    expected = {"fingerprint": args.tokenizer_fingerprint}
-    data_where = args.sequences
-    source = {"sequences": os.path.abspath(args.sequences)}
-  check_tokenizer(fingerprint, n_tok, expected, tok_dir, data_where)
-  dtype = getattr(torch, args.dtype)
-  model = transformers.AutoModelForCausalLM.from_pretrained(args.teacher, dtype=dtype)
-  model = model.to(args.device).eval()
-  rows = model.get_output_embeddings().weight.shape[0]
-  if rows < n_tok:
-    raise ValueError(f"--teacher {args.teacher}: {rows} output rows < {n_tok} tokenizer tokens")
-  meta = {"teacher": os.path.abspath(args.teacher),
-          "teacher_model_type": model.config.model_type, "teacher_vocab_rows": int(rows),
-          "vocab_size": n_tok, "tokenizer_fingerprint": fingerprint,
-          "temperature": args.temperature, "compute_dtype": args.dtype, **source}
-  stats = export_logits(model, seq_ids, seqs, args.out, meta=meta, vocab_size=n_tok,
-                        top_k=args.top_k, batch_tokens=args.batch_tokens,
-                        shard_tokens=args.shard_tokens, value_dtype=args.value_dtype,
-                        temperature=args.temperature, device=args.device,
-                        progress=not args.no_progress)
-  print(json.dumps({"out": args.out, **stats}))
-  return stats
+    tok_dir = args.tokenizer or args.teacher
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--teacher/--tokenizer {tok_dir}: cannot load a tokenizer ({e}); pass "
+                         "--tokenizer") from e
+    fingerprint = scoring.tokenizer_fingerprint(tokenizer)
+    n_tok = len(tokenizer)
+    if args.pool:
+        from prada_jax.distill.pool import load_pool
+        pool = load_pool(args.pool)
+        expected = pool.meta["tokenizer"]
+        data_where = os.path.join(args.pool, "pool.json")
+        offsets = np.asarray(pool.traj_offsets, np.int64)
+        tokens = np.asarray(pool.tokens)
+        # Views into the pool's token array: no per-token Python objects for large pools.
+        seqs = [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+        seq_ids = [str(i) for i in range(len(seqs))]
+        source = {"pool": os.path.abspath(args.pool),
+                  "pool_content_hash": pool.meta.get("content_hash")}
+    else:
+        seq_ids, seqs = read_sequences_jsonl(args.sequences)
+        expected = {"fingerprint": args.tokenizer_fingerprint}
+        data_where = args.sequences
+        source = {"sequences": os.path.abspath(args.sequences)}
+    check_tokenizer(fingerprint, n_tok, expected, tok_dir, data_where)
+    dtype = getattr(torch, args.dtype)
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.teacher, dtype=dtype)
+    model = model.to(args.device).eval()
+    rows = model.get_output_embeddings().weight.shape[0]
+    if rows < n_tok:
+        raise ValueError(f"--teacher {args.teacher}: {rows} output rows < {n_tok} tokenizer tokens")
+    meta = {"teacher": os.path.abspath(args.teacher),
+            "teacher_model_type": model.config.model_type, "teacher_vocab_rows": int(rows),
+            "vocab_size": n_tok, "tokenizer_fingerprint": fingerprint,
+            "temperature": args.temperature, "compute_dtype": args.dtype, **source}
+    stats = export_logits(model, seq_ids, seqs, args.out, meta=meta, vocab_size=n_tok,
+                          top_k=args.top_k, batch_tokens=args.batch_tokens,
+                          shard_tokens=args.shard_tokens, value_dtype=args.value_dtype,
+                          temperature=args.temperature, device=args.device,
+                          progress=not args.no_progress)
+    print(json.dumps({"out": args.out, **stats}))
+    return stats
 
 
 if __name__ == "__main__":
-  main()
+    main()
