@@ -99,6 +99,23 @@ def replicate(tree, mesh: Mesh):
     return jax.device_put(tree, replicated_sharding(mesh))
 
 
+def shard_axis(tree, mesh: Mesh, axis: int):
+    """Places every leaf of ``tree`` with axis ``axis`` split over ``batch`` (e.g. axis 1 of a
+    seed-stacked ``[S, E, ...]`` learner state); other axes are replicated."""
+    spec = P(*([None] * axis + [BATCH_AXIS]))
+    return jax.device_put(tree, NamedSharding(mesh, spec))
+
+
+def place_state(state, mesh: Mesh, batch_fields: tuple[str, ...], axis: int = 0):
+    """A ``flax.struct`` state with the fields ``batch_fields`` sharded on ``axis`` (the
+    environment / sequence axis) and every other field (params, optimiser state, keys,
+    counters) replicated. A 1-device mesh gives the same values on that one device."""
+    rest = state.replace(**{f: None for f in batch_fields})
+    placed = replicate(rest, mesh)
+    return placed.replace(**{f: shard_axis(getattr(state, f), mesh, axis)
+                             for f in batch_fields})
+
+
 def is_process_zero() -> bool:
     """Only process 0 writes logs, checkpoints metadata and results."""
     return jax.process_index() == 0
