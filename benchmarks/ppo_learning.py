@@ -65,15 +65,18 @@ def run(workdir, num_slots=1500, num_envs=16, eval_seed=1234, step=None) -> dict
     ppo = [rows[f"ppo_seed{p.meta['seed']}"]["episode_return"] for p in policies]
     base = {k: rows[k]["episode_return"] for k in ("all_keep", "all_nominate", "random_p0.5")}
     oracle = rows["oracle_label_classifier"]["episode_return"]
-    # Returns are negative-offset (every step pays its draft); compare against the best
-    # constant as the zero point so "90% of the classifier" is about the screening gain.
+    # Coarse returns are negative (every step pays its draft's compute), so a plain ratio of
+    # returns is meaningless. "Reaches 90% of the classifier" is judged on the screening gain
+    # over the best constant policy: (ppo − best_const) >= 0.9 · (classifier − best_const).
+    best_const = max(base["all_keep"], base["all_nominate"])
+    gain_ratio = [(r - best_const) / (oracle - best_const) if oracle != best_const
+                  else float("nan") for r in ppo]
     verdict = {
         "beats_every_baseline_all_seeds": bool(all(r > max(base.values()) for r in ppo)),
-        "ratio_to_classifier_per_seed": [r / oracle if oracle != 0 else float("nan")
-                                         for r in ppo],
-        "gain_over_best_constant_ratio_per_seed": [
-            (r - max(base["all_keep"], base["all_nominate"]))
-            / (oracle - max(base["all_keep"], base["all_nominate"])) for r in ppo],
+        "return_minus_classifier_per_seed": [r - oracle for r in ppo],
+        "gain_over_best_constant_vs_classifier_per_seed": gain_ratio,
+        "reaches_90pct_of_classifier_all_seeds": bool(
+            oracle > best_const and all(g >= 0.9 for g in gain_ratio)),
     }
     result = {"workdir": str(workdir), "step": policies[0].meta["step"],
               "seeds": [p.meta["seed"] for p in policies], "trace_info": trace_info,
