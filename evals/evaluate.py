@@ -20,6 +20,8 @@ Policies (``PolicySpec``; DESIGN §8):
 * ``PRADA``: the screening policy's greedy action carrying the critic's ΔQ, threshold scheduler
   with the learned multipliers (λ_s, µ).
 * ``PRADA (λ=µ=0)``: the same scheduler with both multipliers at 0 (what the dual ascent buys).
+* ``Policy + FIFO-greedy``: the same nominations served first come first served while M and B
+  last (DESIGN §6's scheduler baseline).
 
 Measurement window: the first ``warmup_slots`` slots are discarded (the env starts with a burst
 of ``initial_users``); per-user metrics count users that finish inside the window.
@@ -28,7 +30,8 @@ Metrics per seed (units in ``evals.report.METRICS``): accuracy, mean and p95 lat
 latencies are whole slots, histogrammed per slot), processing / communication / queueing delay
 per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
 server utilisation (mean busy units / M per slot), outage rate (outages / upload attempts),
-blocked rate (blocked / arrivals), fallback share (steps that used a trace fallback / steps).
+blocked rate (blocked / arrivals), fallback share (steps that used a trace fallback / steps),
+and the env objective ``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
 """
 from __future__ import annotations
 
@@ -75,7 +78,8 @@ def baseline_specs() -> list[PolicySpec]:
 
 def policy_specs(lambda_s: float | None, mu: float | None) -> list[PolicySpec]:
     """Rows that use the screening policy. PRADA rows need multipliers (None: only λ=µ=0)."""
-    rows = [PolicySpec("Policy (no limits)", "policy", "offload_all", unlimited=True)]
+    rows = [PolicySpec("Policy (no limits)", "policy", "offload_all", unlimited=True),
+            PolicySpec("Policy + FIFO-greedy", "policy", "fifo_greedy")]
     if lambda_s is not None:
         rows.append(PolicySpec("PRADA", "policy", "threshold", float(lambda_s), float(mu or 0.0)))
     rows.append(PolicySpec("PRADA (λ=µ=0)", "policy", "threshold", 0.0, 0.0))
@@ -247,7 +251,9 @@ class Evaluator:
         totals = self._fn(self.keys, params, self.net_params,
                           jnp.asarray(_SCREEN[spec.screen], jnp.int32),
                           jnp.asarray(spec.p_random, jnp.float32))
-        return per_seed_metrics(jax.device_get(totals), self.tau_s)
+        m = per_seed_metrics(jax.device_get(totals), self.tau_s)
+        m["objective"] = m["accuracy"] - float(params.beta) * m["latency_mean_s"]
+        return m
 
     def run_all(self, specs: Sequence[PolicySpec], **param_overrides
                 ) -> dict[str, dict[str, np.ndarray]]:

@@ -33,10 +33,12 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
     "blocked_rate": ("blocked", "share of arrivals blocked (env full)", 3, 1.0),
     "fallback_share": ("fallback", "share of steps that used a trace fallback", 3, 1.0),
     "finished": ("finished", "problems finished per run", 0, 1.0),
+    "objective": ("objective", "accuracy − β · mean latency (PRM units)", 3, 1.0),
+    "nomination_rate": ("nominate", "share of decision points nominated", 3, 1.0),
 }
 TABLE_METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
                  "queueing_s", "offload_rate", "server_util", "outage_rate", "blocked_rate",
-                 "fallback_share")
+                 "fallback_share", "objective")
 
 
 def summarize(per_seed: Mapping[str, Mapping[str, Sequence[float]]],

@@ -240,7 +240,7 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
         lam, mu = multipliers if multipliers is not None else (0.0, 0.0)
         rows[name] = e2.run(ev.PolicySpec(name, "policy", "threshold", lam, mu))
     order = ["All-SLM", "All-LLM", "Random (matched)", "RSD (online PRM)", "Policy (no limits)",
-             "PRADA (λ=µ=0)", "PRADA"]
+             "Policy + FIFO-greedy", "PRADA (λ=µ=0)", "PRADA"]
     ordered = {k: rows[k] for k in order if k in rows}
     ordered.update({k: v for k, v in rows.items() if k not in ordered})
     return ordered, info

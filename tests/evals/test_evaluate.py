@@ -31,7 +31,8 @@ def results():
 def test_known_accuracies_and_order(results):
     res, p = results
     acc = {k: v["accuracy"] for k, v in res.items()}
-    for name in ("All-LLM", "RSD (online PRM)", "Policy (no limits)", "PRADA", "PRADA (λ=µ=0)"):
+    for name in ("All-LLM", "RSD (online PRM)", "Policy (no limits)", "Policy + FIFO-greedy",
+                 "PRADA", "PRADA (λ=µ=0)"):
         np.testing.assert_array_equal(acc[name], 1.0, err_msg=name)
     assert np.all((acc["All-SLM"] > 0.25) & (acc["All-SLM"] < 0.75))
     assert np.all(acc["Random (matched)"] > acc["All-SLM"])
@@ -61,6 +62,9 @@ def test_rates_and_delay_split(results):
         assert np.all(m["latency_p95_s"] >= m["latency_mean_s"] * 0.5)
         assert np.all(m["finished"] > 50)
     assert np.all(llm["latency_mean_s"] > slm["latency_mean_s"])
+    for name, m in res.items():   # env objective with the default β = 0.2 PRM units / s
+        np.testing.assert_allclose(m["objective"], m["accuracy"] - 0.2 * m["latency_mean_s"],
+                                   rtol=1e-6, err_msg=name)
 
 
 def test_reductions_match_numpy():
