@@ -14,8 +14,9 @@ Model (every choice below is an assumption where DESIGN is silent):
   assigns every nomination and every queued request local / queue / immediate. The env enforces,
   whatever the scheduler says: a request that has waited ``max_wait_slots`` is not queued again
   (local); an immediate request whose SNR is below γ_th is an outage (done locally, no resource
-  used); immediates are admitted by longest wait first while ≤ M jobs and ≤ B Hz are in use,
-  the rest queue. A finished service moves the user to child 1 (the LLM's step).
+  used); if the immediates still exceed the free server units or bandwidth they are admitted in
+  user-slot order while the running totals fit (``prada_jax.sched.base.prefix_admit``; the
+  schedulers here never over-ask, so this is a safety net) and the rest queue. A finished service moves the user to child 1 (the LLM's step).
 * The RSD scheduler ignores the screening action (every step is a candidate) and the env charges
   the online PRM's forward pass to every draft (``prada_jax.latency.prm_delay_s``).
 * Arrivals: ``Poisson(arrival_rate_hz·τ)`` per slot, placed at the end of the slot into EMPTY
@@ -47,7 +48,7 @@ import numpy as np
 from flax import struct
 
 from prada_jax import latency as lat
-from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, greedy_fill
+from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, prefix_admit
 from prada_jax.sched.registry import RSD_INDEX, SCHEDULERS, scheduler_index
 from prada_jax.traces.format import TraceSet
 
@@ -500,8 +501,7 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     out_hit = cand & (dec == IMMEDIATE) & req["outage"]
     dec = jnp.where(out_hit, LOCAL, dec)
     want = cand & (dec == IMMEDIATE)
-    order = jnp.argsort(-state.wait, stable=True).astype(jnp.int32)
-    ok = greedy_fill(want, order, req["bandwidth_hz"], free_units, free_bw)
+    ok = prefix_admit(want, req["bandwidth_hz"], free_units, free_bw)
     dec = jnp.where(want & ~ok, jnp.where(exp, LOCAL, QUEUE), dec)
 
     res_local = (deciding & ~nominated) | (cand & (dec == LOCAL))

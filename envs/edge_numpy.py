@@ -284,7 +284,7 @@ class EdgeEnvNumPy:
         scfg = dict(cfg, queue_len=queue_len)
         dec = schedule(self.sched, cands, free_units, free_bw, scfg)
 
-        # Env-side rules: expiry, outage, hard limits (longest wait first).
+        # Env-side rules: expiry, outage, hard limits (truncation in user-slot order).
         for i in dec:
             u = users[i]
             expired = u.wait >= cfg["max_wait_slots"]
@@ -293,14 +293,13 @@ class EdgeEnvNumPy:
             if dec[i] == IMMEDIATE and res[i]["outage"]:
                 dec[i] = LOCAL
                 outage[i] = True
-        units, bw_left = free_units, free_bw
-        for i in sorted(dec, key=lambda j: (-users[j].wait, j)):
+        asked_units, asked_bw = 0, 0.0
+        for i in sorted(dec):
             if dec[i] != IMMEDIATE:
                 continue
-            if units >= 1 and res[i]["bw"] <= bw_left:
-                units -= 1
-                bw_left -= res[i]["bw"]
-            else:
+            asked_units += 1
+            asked_bw += res[i]["bw"]
+            if asked_units > free_units or asked_bw > free_bw:
                 dec[i] = LOCAL if users[i].wait >= cfg["max_wait_slots"] else QUEUE
 
         finished_now = {}

@@ -74,6 +74,44 @@ class SchedParams:
     rsd_threshold: Any = 0.7
 
 
+def priority_rank(*keys):
+    """[C] int32 rank of each candidate when sorted ascending by ``keys`` (lexicographic, first
+    key most significant), ties by position. Pairwise comparisons (C² work, no sort op): for
+    the small C of a slot this is much cheaper than a sort on CPU, and it vectorises under vmap.
+
+    Args:
+      keys: one or more [C] arrays (no NaN).
+    """
+    c = keys[0].shape[0]
+    idx = jnp.arange(c)
+    before = idx[None, :] < idx[:, None]  # j before i on a full tie
+    for k in reversed(keys):
+        kj, ki = k[None, :], k[:, None]
+        before = (kj < ki) | ((kj == ki) & before)
+    return jnp.sum(before.astype(jnp.int32), axis=1)
+
+
+def greedy_fill_ranked(want, rank, bandwidth_hz, free_units, free_bw_hz):
+    """``greedy_fill`` with the priority given as a rank ([C] int32, a permutation of 0..C-1).
+
+    Unrolled over the C positions with one-hot selections (C is a static, small shape), so XLA
+    fuses it into a few kernels instead of a C-step loop.
+    """
+    units = jnp.asarray(free_units, jnp.int32)
+    bw_left = jnp.asarray(free_bw_hz, jnp.float32)
+    bw = bandwidth_hz.astype(jnp.float32)
+    ok = jnp.zeros(want.shape, bool)
+    for k in range(want.shape[0]):
+        sel = rank == k
+        w = jnp.any(sel & want)
+        b = jnp.sum(jnp.where(sel, bw, 0.0))
+        take = w & (units >= 1) & (b <= bw_left)
+        ok = ok | (sel & take)
+        units = units - take.astype(jnp.int32)
+        bw_left = jnp.where(take, bw_left - b, bw_left)
+    return ok
+
+
 def greedy_fill(want, order, bandwidth_hz, free_units, free_bw_hz):
     """Admits requests one by one in ``order`` while a server unit and the bandwidth remain.
 
@@ -89,18 +127,19 @@ def greedy_fill(want, order, bandwidth_hz, free_units, free_bw_hz):
     Returns:
       [C] bool, admitted requests; their count ≤ ``free_units`` and bandwidth sum ≤ ``free_bw_hz``.
     """
-    want_o = want[order]
-    bw_o = bandwidth_hz[order].astype(jnp.float32)
+    c = want.shape[0]
+    rank = jnp.zeros((c,), jnp.int32).at[order].set(jnp.arange(c, dtype=jnp.int32))
+    return greedy_fill_ranked(want, rank, bandwidth_hz, free_units, free_bw_hz)
 
-    def _body(carry, xs):
-        units, bw = carry
-        w, b = xs
-        ok = w & (units >= 1) & (b <= bw)
-        return (units - ok.astype(units.dtype), jnp.where(ok, bw - b, bw)), ok
 
-    init = (jnp.asarray(free_units, jnp.int32), jnp.asarray(free_bw_hz, jnp.float32))
-    _, ok_o = jax.lax.scan(_body, init, (want_o, bw_o))
-    return jnp.zeros_like(want).at[order].set(ok_o)
+def prefix_admit(want, bandwidth_hz, free_units, free_bw_hz):
+    """[C] bool: ``want`` truncated in position order where the running totals (over all wanted
+    requests up to and including this one) exceed the free resources. Admits everything when the
+    wanted set fits; never exceeds the limits. Vectorised (cumsum), used by the env as a safety
+    net behind the scheduler."""
+    cu = jnp.cumsum(want.astype(jnp.int32))
+    cb = jnp.cumsum(jnp.where(want, bandwidth_hz.astype(jnp.float32), 0.0))
+    return want & (cu <= free_units) & (cb <= free_bw_hz)
 
 
 def expired(x: SchedInputs, sp: SchedParams):

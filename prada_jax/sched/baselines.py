@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
-                                  greedy_fill)
+                                  greedy_fill_ranked, priority_rank)
 
 
 def _finish(x: SchedInputs, sp: SchedParams, admitted, wants_queue):
@@ -26,7 +26,7 @@ def keep_local(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
 def offload_all(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
     """Immediate while resources last (in user-slot order), else queue."""
     order = jnp.arange(x.candidate.shape[0], dtype=jnp.int32)
-    admitted = greedy_fill(x.candidate, order, x.bandwidth_hz, free_units, free_bw_hz)
+    admitted = greedy_fill_ranked(x.candidate, order, x.bandwidth_hz, free_units, free_bw_hz)
     return _finish(x, sp, admitted, jnp.ones_like(x.candidate))
 
 
@@ -36,7 +36,7 @@ def random_sched(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
     choice = jnp.clip(jnp.floor(3.0 * x.u_rand).astype(jnp.int32), 0, 2)
     want = x.candidate & (choice == IMMEDIATE)
     order = jnp.arange(x.candidate.shape[0], dtype=jnp.int32)
-    admitted = greedy_fill(want, order, x.bandwidth_hz, free_units, free_bw_hz)
+    admitted = greedy_fill_ranked(want, order, x.bandwidth_hz, free_units, free_bw_hz)
     wants_queue = (choice == QUEUE) | (choice == IMMEDIATE)
     return _finish(x, sp, admitted, wants_queue)
 
@@ -44,8 +44,8 @@ def random_sched(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
 def fifo_greedy(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
     """First come first served: longest-waiting first (ties by user slot), immediate while
     resources last, else queue."""
-    order = jnp.argsort(-x.wait_slots, stable=True).astype(jnp.int32)
-    admitted = greedy_fill(x.candidate, order, x.bandwidth_hz, free_units, free_bw_hz)
+    rank = priority_rank(-x.wait_slots)
+    admitted = greedy_fill_ranked(x.candidate, rank, x.bandwidth_hz, free_units, free_bw_hz)
     return _finish(x, sp, admitted, jnp.ones_like(x.candidate))
 
 
@@ -57,5 +57,5 @@ def rsd(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
     """
     want = x.candidate & (x.draft_prm < sp.rsd_threshold)
     order = jnp.arange(x.candidate.shape[0], dtype=jnp.int32)
-    admitted = greedy_fill(want, order, x.bandwidth_hz, free_units, free_bw_hz)
+    admitted = greedy_fill_ranked(want, order, x.bandwidth_hz, free_units, free_bw_hz)
     return _finish(x, sp, admitted, want)

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
-                                  greedy_fill)
+                                  greedy_fill_ranked, priority_rank)
 
 
 def advantages(x: SchedInputs, sp: SchedParams):
@@ -54,10 +54,8 @@ def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
     floor = jnp.maximum(w_bar, 0.0)
     want_imm = live & (g >= floor)
     reduced = reduced_gain(x, sp)
-    c = jnp.arange(g.shape[0], dtype=jnp.int32)
-    order = jnp.lexsort((c, jnp.where(want_imm, -g, jnp.inf),
-                         jnp.where(want_imm, -reduced, jnp.inf))).astype(jnp.int32)
-    admitted = greedy_fill(want_imm, order, x.bandwidth_hz, free_units, free_bw_hz)
+    rank = priority_rank(jnp.where(want_imm, -reduced, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
+    admitted = greedy_fill_ranked(want_imm, rank, x.bandwidth_hz, free_units, free_bw_hz)
     queue = live & ~admitted & (w_bar > 0)
     return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)
 

@@ -123,3 +123,24 @@ def test_poisson_inverse_cdf_matches_scipy():
         counts = np.bincount(n, minlength=8)[:8] / n.size
         np.testing.assert_allclose(counts, stats.poisson.pmf(np.arange(8), rate), atol=0.015)
     assert int(edge.poisson_inverse_cdf(keys[0], 0.0)) == 0
+
+
+def test_env_enforces_limits_against_a_rogue_scheduler(monkeypatch):
+    """A scheduler that asks to run everything at once: the env still keeps ≤ M and ≤ B."""
+    def rogue(x, free_units, free_bw_hz, sp):
+        return jnp.full(x.candidate.shape, 2, jnp.int8)
+
+    monkeypatch.setattr(edge, "SCHEDULERS", (rogue,) * 6)
+    params = edge.make_params(TRACES, scheduler="threshold", **STRESS)
+    step = jax.jit(lambda *a: edge.step(*a))  # a fresh function: traced with the rogue rule
+    key = jax.random.key(21)
+    _, state = edge.reset(key, params)
+    in_use, bw, demoted = [], [], 0
+    for t in range(60):
+        _, state, _, _, info = step(jax.random.fold_in(key, t), state, jnp.ones(U, jnp.int32),
+                                    params)
+        in_use.append(int(info["server_in_use"]))
+        bw.append(float(info["bandwidth_in_use_hz"]))
+        demoted += int(np.sum(np.asarray(info["decision"]) == 1))
+    assert max(in_use) == 2 and max(bw) <= 2.5e6 * (1 + 1e-6)
+    assert demoted > 0  # the rogue rule really over-asked and was cut back

@@ -160,3 +160,26 @@ def test_scheduler_index_errors():
         sched.scheduler_index("greedy")
     with pytest.raises(ValueError, match="scheduler index"):
         sched.scheduler_index(17)
+
+
+def test_prefix_admit_and_priority_rank_against_loops():
+    rng = np.random.default_rng(5)
+    adm = jax.jit(sched.prefix_admit)
+    for _ in range(30):
+        want = rng.uniform(size=7) < 0.7
+        bw = rng.uniform(1, 10, size=7).astype(np.float32)
+        fu, fb = int(rng.integers(0, 6)), float(rng.uniform(0, 40))
+        got = np.asarray(adm(jnp.asarray(want), jnp.asarray(bw), jnp.int32(fu), jnp.float32(fb)))
+        cu, cb, ref = 0, 0.0, np.zeros(7, bool)
+        for i in range(7):
+            if want[i]:
+                cu, cb = cu + 1, cb + bw[i]
+                ref[i] = cu <= fu and cb <= fb + 1e-6
+        np.testing.assert_array_equal(got, ref)
+        assert got.sum() <= fu and bw[got].sum() <= fb + 1e-4
+        if want.sum() <= fu and bw[want].sum() <= fb - 1e-4:
+            np.testing.assert_array_equal(got, want)
+    k1 = rng.integers(0, 3, size=9).astype(np.float32)
+    k2 = rng.integers(0, 2, size=9).astype(np.float32)
+    rank = np.asarray(sched.priority_rank(jnp.asarray(k1), jnp.asarray(k2)))
+    np.testing.assert_array_equal(np.argsort(rank), np.lexsort((np.arange(9), k2, k1)))
