@@ -9,7 +9,7 @@ reliability diagram (``reliability.png``), plus ``calibration.json`` and TensorB
 with the same seed and ``prm_miscalibration=m`` (identical trees, features, tokens and
 correctness — only the PRM read changes: ``sigmoid((1 + m)·logit(v) + noise)``), a screening
 policy is trained by PPO on each PRM (``--ppo_config``), and both are evaluated on the same
-held-out, calibrated env (correctness never depends on the PRM). Reported: each policy's
+calibrated env of the same problems (correctness never depends on the PRM). Reported: each policy's
 PRADA (λ_s = µ = 0) accuracy as a share of All-LLM's ("retention"), per seed, and the paired
 drop in retention with a 95% CI. A calibrated policy from ``--policy`` is reused if given.
 """

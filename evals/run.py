@@ -19,11 +19,12 @@ flags.DEFINE_string("policy", None, "train.ppo run directory of the screening po
 flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
 flags.DEFINE_string("dual", None, "train.dual run directory with the learned multipliers.")
 flags.DEFINE_string("traces", None, "trace folder or synthetic preset (gsm8k, gaokao2023en, "
-                    "mmlu_stem). Default: the policy's preset with held-out problems "
-                    "(generator seed + 1000), else gsm8k.")
+                    "mmlu_stem). Default: the policy's trace set (same preset, generator "
+                    "seed and problems), else gsm8k.")
 flags.DEFINE_integer("problems", None, "problems of a synthetic preset (default: the "
                      "policy's, else the benchmark's count).")
-flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset.")
+flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset (default: the "
+                     "policy's; another seed also redraws the synthetic feature projection).")
 flags.DEFINE_string("out", None, "output folder (default: <policy>/eval, else "
                     "checkpoints/eval).")
 flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).", lower_bound=1)

@@ -8,8 +8,8 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
                     PRM calibration AUC) — ``traces/summary.txt``;
 2. ``ppo/``         the stage-1 screening policy (``train.ppo`` library, orbax checkpoints, TB);
 3. ``dual/``        the learned multipliers λ_s, µ (``train.dual`` library);
-4. ``eval/``        the benchmark table on held-out synthetic problems (mean ± 95% CI over
-                    seeds), results.json / .csv, figures, TB;
+4. ``eval/``        the benchmark table on the synthetic problems the policy trained on (mean
+                    ± 95% CI over seeds), results.json / .csv, figures, TB;
 5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees;
 6. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
 
@@ -56,7 +56,7 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         "summary_presets": list(PRESETS),
         "summary_problems": None,          # None: each benchmark's published count
         "train_problems": None,            # problems of the training trace set (seed 0)
-        "eval_problems": None,             # held-out problems (generator seed 1000)
+        "eval_problems": None,             # evaluation problems (None: all; same generator seed)
         "ppo_variant": "",                 # train/configs/ppo.py variant
         # demo: the ppo.py default sizes with 150 instead of 300 updates (compile-dominated
         # on CPU; see docs/evals.md for timings)
@@ -260,7 +260,7 @@ def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: 
 
     d = workdir / "eval" / preset
     key = {"eval": s["eval"], "problems": s["eval_problems"], "policy": str(policy_dir),
-           "dual": str(dual_dir)}
+           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET}
     done = None if redo else stage_done(d, key)
     if done:
         log(f"eval [{preset}]: reusing the finished evaluation in {d}")
@@ -279,11 +279,13 @@ def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: 
     e = s["eval"]
     log(f"eval [{preset}]: {e['seeds']} seeds x {e['slots']} slots, U={env_kw['num_users']} "
         f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
-        f"λ={env_kw['arrival_rate_hz']:g}/s on held-out synthetic problems")
+        f"λ={env_kw['arrival_rate_hz']:g}/s on synthetic problems (generator seed "
+        f"{traces.info.get('trace_seed')})")
     per_seed, info = suite.evaluate_rows(traces, env_kw, policy=policy, multipliers=mult,
                                          seeds=e["seeds"], slots=e["slots"],
                                          warmup_slots=e["warmup_slots"], progress=log)
-    title = (f"{preset} (SYNTHETIC traces, held-out problems): U={env_kw['num_users']} "
+    title = (f"{preset} (SYNTHETIC traces, seed {traces.info.get('trace_seed')}): "
+             f"U={env_kw['num_users']} "
              f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
              f"λ={env_kw['arrival_rate_hz']:g}/s, {e['seeds']} seeds, mean ± 95% CI")
     meta = {"traces": traces.info, "policy": str(policy_dir), "dual": str(dual_dir),
@@ -310,7 +312,7 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
 
     d = workdir / "sweep" / preset
     key = {"sweep": s["sweep"], "problems": s["eval_problems"], "policy": str(policy_dir),
-           "dual": str(dual_dir)}
+           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET}
     done = None if redo else stage_done(d, key)
     if done:
         log(f"sweep [{preset}]: reusing the finished sweep in {d}")

@@ -74,12 +74,14 @@ def test_multiplier_shapes_and_errors(tmp_path):
         suite.load_multipliers(str(tmp_path / "nodual"))
 
 
-def test_resolve_traces_defaults_to_held_out():
+def test_resolve_traces_defaults_to_the_policy_traces():
     cfg = {"env": {"preset": "mmlu_stem", "trace_seed": 2, "problems": 50, "trace_dir": ""}}
     import ml_collections
     pol = suite.LoadedPolicy(None, None, {}, ml_collections.ConfigDict(cfg), "p")
-    assert suite.resolve_traces(pol, None, None, None) == ("mmlu_stem", 50, 1002)
-    assert suite.resolve_traces(None, "gsm8k", None, None) == ("gsm8k", None, 1000)
+    off = suite.HELD_OUT_SEED_OFFSET
+    assert suite.resolve_traces(pol, None, None, None) == ("mmlu_stem", 50, 2 + off)
+    assert suite.resolve_traces(pol, "gsm8k", None, 9) == ("gsm8k", 50, 9)
+    assert suite.resolve_traces(None, "gsm8k", None, None) == ("gsm8k", None, off)
     assert suite.resolve_traces(None, "gsm8k", 7, 3) == ("gsm8k", 7, 3)
 
 
