@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prada_jax import checkpointing, config_utils
+from prada_jax import checkpointing, config_utils, parallel
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import learner, losses, networks
 
@@ -90,6 +90,11 @@ def validate_config(config) -> None:
              f"({config.ppo.total_env_steps}) must cover at least one chunk "
              f"(num_envs*rollout_len*updates_per_chunk = {per_chunk})")
     cu.check_int(config, "log.checkpoint_every", "log.keep_checkpoints", minimum=1)
+    if "mesh" in config:
+        try:
+            parallel.validate_mesh_config(config.mesh)
+        except ValueError as e:
+            raise cu.ConfigError(str(e)) from e
     cu.check(int(config.log.checkpoint_every) % int(config.ppo.updates_per_chunk) == 0,
              "log.checkpoint_every", f"({config.log.checkpoint_every}) must be a multiple of "
              f"ppo.updates_per_chunk ({config.ppo.updates_per_chunk}): checkpoints are taken "
@@ -297,6 +302,21 @@ def _policy_meta(config, setup: Setup) -> dict:
                                                           for i in range(int(config.num_seeds))]}
 
 
+def _place_on_mesh(config, states):
+    """Seed-stacked states ``[S, E, ...]``: env fields split over the ``batch`` mesh axis (axis
+    1, environments), everything else replicated. No-op without ``config.mesh``."""
+    if "mesh" not in config:
+        return states
+    mesh = parallel.make_mesh(int(config.mesh.num_devices))
+    try:
+        parallel.check_divisible(int(config.ppo.num_envs), mesh, "config.ppo.num_envs")
+    except ValueError as e:
+        raise config_utils.ConfigError(str(e)) from e
+    logging.info("mesh: %d device(s) on axis %r", mesh.shape[parallel.BATCH_AXIS],
+                 parallel.BATCH_AXIS)
+    return parallel.place_state(states, mesh, ("env_state", "obs", "ep_return"), axis=1)
+
+
 def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
                        max_chunks: int | None = None) -> dict:
     """Trains (or resumes) a run in ``workdir``.
@@ -315,11 +335,18 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
       ConfigError: a bad config field (before anything is written).
       NonFiniteLossError: a train/* metric became non-finite; the last good checkpoint stays.
     """
+    if "mesh" in config:
+        try:
+            parallel.validate_mesh_config(config.mesh)
+        except ValueError as e:
+            raise config_utils.ConfigError(str(e)) from e
+        parallel.maybe_initialize_distributed(config.mesh)
     setup = build_setup(config, env_and_params)
     workdir = config_utils.prepare_workdir(workdir)
-    config_utils.write_config_json(config, workdir)
     meta = _policy_meta(config, setup)
-    (workdir / POLICY_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    if parallel.is_process_zero():   # several hosts share the workdir: one writer
+        config_utils.write_config_json(config, workdir)
+        (workdir / POLICY_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     num_seeds = int(config.num_seeds)
     seeds = meta["seeds"]
     writers = [MetricWriter(workdir / "tb" if num_seeds == 1 else workdir / "tb" / f"seed{s}")
@@ -336,6 +363,7 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
     else:
         for w in writers:
             w.write_texts(0, {"config": "```\n" + config_utils.config_to_json(config) + "\n```"})
+    states = _place_on_mesh(config, states)
     k = setup.settings.updates_per_chunk
     total_updates = setup.total_chunks * k
     chunk_fn = make_jitted_chunk(setup)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from prada_jax import parallel
+
 PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
 VARIANTS = PRESETS + ("true", "smoke", "toy")
 
@@ -74,6 +76,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.log.checkpoint_every = 50     # updates between checkpoints (multiple of updates_per_chunk)
     c.log.keep_checkpoints = 3      # newest checkpoints kept
     c.log.progress = True           # tqdm progress bar on stderr
+
+    # Data parallelism: environments split over the devices of a 1-D ``batch`` mesh, parameters
+    # replicated; multi-host start-up flags (see prada_jax/parallel.py and docs/BENCHMARKS.md).
+    c.mesh = parallel.mesh_config()
 
     for variant in (arg or "").split(","):
         variant = variant.strip()
