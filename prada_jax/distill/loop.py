@@ -78,6 +78,12 @@ def validate_config(config) -> None:
              "student.num_heads", "must be divisible by config.student.num_kv_heads")
     cu.check_choice(config, "train.compute_dtype", ("float32", "bfloat16"))
     cu.check(config.onpolicy.top_p <= 1.0, "onpolicy.top_p", "must be <= 1")
+    if "mesh" in config:
+        from prada_jax import parallel
+        try:
+            parallel.validate_mesh_config(config.mesh)
+        except ValueError as e:
+            raise cu.ConfigError(str(e)) from e
 
 
 def build_student(config, vocab_size: int):
@@ -133,9 +139,21 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     from prada_jax.checkpointing import Checkpointer
     from prada_jax.metric_writer import MetricWriter
 
+    from prada_jax import parallel
+
     validate_config(config)
+    mesh = None
+    if "mesh" in config:
+        parallel.maybe_initialize_distributed(config.mesh)
+        mesh = parallel.make_mesh(int(config.mesh.num_devices))
+        try:
+            parallel.check_divisible(int(config.train.batch_size), mesh,
+                                     "config.train.batch_size")
+        except ValueError as e:
+            raise cu.ConfigError(str(e)) from e
     workdir = cu.prepare_workdir(workdir)
-    cu.write_config_json(config, workdir)
+    if parallel.is_process_zero():
+        cu.write_config_json(config, workdir)
     paths = resolve_paths(config)
     pool = pool_lib.load_pool(paths["pool"])
     vocab = int(pool.meta["tokenizer"]["vocab_size"])
@@ -173,7 +191,9 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
         state, meta = ckpt.restore(state)
         start = int(meta.get("opt_step", ckpt.latest_step()))
         results.update(meta.get("results", {}))
-    else:
+    if mesh is not None:   # parameters / optimiser state replicated on every device
+        state = parallel.replicate(state, mesh)
+    if start == 0:
         results["before"] = _eval(graphdef, state.params, config, cfg, pool.meta["task"])
         if results["before"]:
             writer.write_scalars(0, {"eval/success_rate": results["before"]["success_rate"]})
@@ -209,6 +229,8 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
                 batch.update(topk_ids=g["topk_ids"], topk_logp=g["topk_logp"],
                              tail_mass=g["tail_mass"])
                 ntok = int(tb.action_mask.sum())
+            if mesh is not None:   # sequences split over the ``batch`` mesh axis
+                batch = parallel.shard_batch(batch, mesh)
             state, m = step_fn(state, batch)
             m = jax.device_get(m)
             for k, v in m.items():
@@ -255,9 +277,10 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     if results["after"]:
         writer.write_scalars(config.train.steps,
                              {"eval/success_rate": results["after"]["success_rate"]})
-    save_student(graphdef, state.params, cfg, workdir / "student_hf", config)
     writer.close()
-    (workdir / "results.json").write_text(json.dumps(results, indent=2))
+    if parallel.is_process_zero():
+        save_student(graphdef, state.params, cfg, workdir / "student_hf", config)
+        (workdir / "results.json").write_text(json.dumps(results, indent=2))
     return results
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from prada_jax import parallel
+
 VARIANTS = ("smoke", "uniform", "late", "sft", "jsd", "onpolicy", "bf16")
 
 
@@ -67,6 +69,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.log.ckpt_every = 100              # orbax checkpoint every N updates
     c.log.keep = 2                      # checkpoints kept
     c.log.progress = True               # tqdm progress bar
+
+    # Data parallelism: sequences of a batch split over a 1-D ``batch`` device mesh, parameters
+    # replicated; multi-host start-up flags (prada_jax/parallel.py, docs/BENCHMARKS.md).
+    c.mesh = parallel.mesh_config()
 
     c.eval = ml_collections.ConfigDict()
     c.eval.n_problems = 256             # task episodes before and after training (0 = skip)
