@@ -184,19 +184,25 @@ def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
 
     d = workdir / "ppo" / preset
     config = _ppo_config(s, preset)
-    key = config.to_dict()
-    if not redo and stage_done(d, json.loads(json.dumps(key, default=str))):
+    # The stage is keyed on what train.main chooses (variant, overrides, problems), not on the
+    # whole config: a new field in ppo.py must not retrain a finished run.
+    key = {"variant": s["ppo_variant"], "overrides": s["ppo_overrides"], "preset": preset,
+           "problems": s["train_problems"]}
+    if not redo and stage_done(d, key):
         log(f"ppo [{preset}]: reusing the finished run in {d}")
         return d
     log(f"ppo [{preset}]: training the screening policy ({config.ppo.total_env_steps} env "
         f"slots, U={config.env.num_users}) in {d}")
     result = trainer.train_and_evaluate(config, d)
     sc = result["scalars"][0]
-    log(f"ppo [{preset}]: done at update {result['update_step']}, episode return "
-        f"{sc.get('train/episode_return', float('nan')):.4f} (synthetic), nominate rate "
-        f"{sc.get('train/nominate_rate', float('nan')):.3f}")
-    mark_done(d, json.loads(json.dumps(key, default=str)),
-              {"update_step": result["update_step"], "env_steps": result["env_steps"]})
+    if not sc:
+        log(f"ppo [{preset}]: the run in {d} was already complete (update "
+            f"{result['update_step']})")
+    else:
+        log(f"ppo [{preset}]: done at update {result['update_step']}, episode return "
+            f"{sc.get('train/episode_return', float('nan')):.4f} (synthetic), nominate rate "
+            f"{sc.get('train/nominate_rate', float('nan')):.3f}")
+    mark_done(d, key, {"update_step": result["update_step"], "env_steps": result["env_steps"]})
     return d
 
 
