@@ -304,31 +304,36 @@ def action_spec(params: EnvParams) -> DiscreteSpec:
 
 # ----------------------------------------------------------------------------- helpers
 
-def poisson_inverse_cdf(key, rate, max_count: int = _MAX_ARRIVALS):
-    """Poisson(``rate``) sample by inverse CDF over ``0..max_count`` (int32 scalar).
-
-    Cheaper to compile than ``jax.random.poisson`` (no rejection loop). Counts above
-    ``max_count`` are truncated to it; with the default 64 that happens with probability
-    < 1e-40 at rate 2 arrivals/slot (far beyond any U ≤ 64 env's capacity anyway).
-    """
+def poisson_from_uniform(u, rate, max_count: int = _MAX_ARRIVALS):
+    """Poisson(``rate``) count from one uniform ``u`` in [0, 1) by inverse CDF over
+    ``0..max_count`` (int32). Cheaper to compile and run than ``jax.random.poisson`` (no rejection
+    loop). Counts above ``max_count`` are truncated to it; with the default 64 that has
+    probability < 1e-40 at 2 arrivals per slot (far beyond any U ≤ 64 env's capacity anyway)."""
     k = jnp.arange(max_count + 1, dtype=jnp.float32)
     log_pmf = k * jnp.log(jnp.maximum(rate, 1e-30)) - rate - jax.lax.lgamma(k + 1.0)
     cdf = jnp.cumsum(jnp.exp(log_pmf))
-    u = jax.random.uniform(key, (), jnp.float32)
     n = jnp.sum((cdf < u).astype(jnp.int32))
     return jnp.where(rate > 0, jnp.minimum(n, max_count), 0).astype(jnp.int32)
 
 
+def poisson_inverse_cdf(key, rate, max_count: int = _MAX_ARRIVALS):
+    """Poisson(``rate``) sample (int32 scalar) from ``key``; see ``poisson_from_uniform``."""
+    return poisson_from_uniform(jax.random.uniform(key, (), jnp.float32), rate, max_count)
+
+
 def draw_noise(key, params: EnvParams) -> Noise:
-    """All randomness of one slot, from one key."""
-    k_arr, k_prob, k_fade, k_u = jax.random.split(key, 4)
+    """All randomness of one slot from one key: 3·U + 1 uniforms in a single draw, mapped to the
+    arrival count (Poisson inverse CDF), the problems of new users (uniform over the trace set),
+    Rayleigh power gains (Exp(1) = −log(1 − u)) and the scheduler's uniforms."""
     u = params.num_users
     n_problems = params.traces.root.shape[0]
+    x = jax.random.uniform(key, (3 * u + 1,), jnp.float32)
+    problem = jnp.minimum((x[1:u + 1] * n_problems).astype(jnp.int32), n_problems - 1)
     return Noise(
-        n_arrivals=poisson_inverse_cdf(k_arr, params.arrival_rate_hz * params.tau_s),
-        problem=jax.random.randint(k_prob, (u,), 0, n_problems, dtype=jnp.int32),
-        fading=jax.random.exponential(k_fade, (u,), dtype=jnp.float32),
-        u_sched=jax.random.uniform(k_u, (u,), dtype=jnp.float32))
+        n_arrivals=poisson_from_uniform(x[0], params.arrival_rate_hz * params.tau_s),
+        problem=problem,
+        fading=-jnp.log1p(-x[u + 1:2 * u + 1]),
+        u_sched=x[2 * u + 1:])
 
 
 def _slots(delay_s, tau_s):
@@ -367,15 +372,23 @@ def _observe(state: EnvState, params: EnvParams):
     return jnp.where(state.active[:, None], obs, 0.0)
 
 
-def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot):
-    """Places up to ``n_arrivals`` new users into EMPTY slots (index order), starting at ``slot``."""
+def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot, draft=True):
+    """Places up to ``n_arrivals`` new users into EMPTY slots (index order), starting at ``slot``.
+
+    Returns ``(state, blocked, admit [U] bool)``. With ``draft=False`` the first draft's delay,
+    slots and SLM cache are left for the caller to fill (``step`` computes every draft that
+    starts in a slot in one pass).
+    """
     free = state.phase == EMPTY
     rank = jnp.cumsum(free.astype(jnp.int32)) - 1
     admit = free & (rank < n_arrivals)
     n_admit = jnp.sum(admit.astype(jnp.int32))
     root = params.traces.root[problem]
-    rsd_on = params.scheduler == RSD_INDEX
-    d_s, d_slots, cache = _start_draft(params, root, jnp.zeros_like(root), rsd_on)
+    if draft:
+        rsd_on = params.scheduler == RSD_INDEX
+        d_s, d_slots, cache = _start_draft(params, root, jnp.zeros_like(root), rsd_on)
+    else:
+        d_s, d_slots, cache = state.draft_s, state.remaining, state.edge_cached
     zf = jnp.zeros_like(state.proc_s)
     zi = jnp.zeros_like(state.offloads)
     w = lambda new, old: jnp.where(admit, new, old)  # noqa: E731
@@ -389,7 +402,7 @@ def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot):
         offloads=w(zi, state.offloads), outages=w(zi, state.outages), steps=w(zi, state.steps),
         fallbacks=w(zi, state.fallbacks),
         arrived=state.arrived + n_arrivals, blocked=state.blocked + n_arrivals - n_admit)
-    return state, n_arrivals - n_admit
+    return state, n_arrivals - n_admit, admit
 
 
 def _empty_state(u: int) -> EnvState:
@@ -411,7 +424,7 @@ def reset(key, params: EnvParams):
       obs [U, F+2] float32, state ``EnvState``.
     """
     noise = draw_noise(key, params)
-    state, _ = _admit(_empty_state(params.num_users), params, params.initial_users,
+    state, _, _ = _admit(_empty_state(params.num_users), params, params.initial_users,
                       noise.problem, jnp.asarray(0, jnp.int32))
     return _observe(state, params), state
 
@@ -522,7 +535,6 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     _, _, _, fb1 = _successor(tr, n, jnp.ones_like(n))
     fin_local = res_local & term0
     cont_local = res_local & ~term0
-    d_s0, d_slots0, cache0 = _start_draft(params, nxt0, state.edge_cached, rsd_on)
     d_total = jnp.maximum(req["delay_s"], 1e-30)
 
     phase1 = jnp.where(cont_local, DRAFT, phase)
@@ -532,14 +544,13 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     s = state.replace(
         phase=phase1,
         node=jnp.where(cont_local, nxt0, n),
-        remaining=jnp.where(cont_local, d_slots0,
+        # cont_local: the next draft starts this slot; its length is filled in below.
+        remaining=jnp.where(cont_local, _MAX_PHASE_SLOTS,
                             jnp.where(res_imm, _slots(req["delay_s"], tau), state.remaining)),
         wait=jnp.where(resolved, 0, state.wait),
         gain=gain,
-        draft_s=jnp.where(cont_local, d_s0, state.draft_s),
         svc_bw_hz=jnp.where(res_imm, req["bandwidth_hz"], state.svc_bw_hz),
         svc_comm_frac=jnp.where(res_imm, comm_step / d_total, state.svc_comm_frac),
-        edge_cached=jnp.where(cont_local, cache0, state.edge_cached),
         server_cached=jnp.where(res_imm, tr.ctx_tokens[n] + tr.cand_tokens[n, 1],
                                 state.server_cached),
         offloads=state.offloads + res_imm.astype(jnp.int32),
@@ -564,21 +575,19 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         remaining=s.remaining - (in_draft | in_svc).astype(jnp.int32))
 
     # End of slot: drafts become decision points; finished jobs move to the LLM's step.
-    draft_done = in_draft & (s.remaining <= 0)
+    draft_done = in_draft & ~cont_local & (s.remaining <= 0)
     svc_done = in_svc & (s.remaining <= 0)
     nxt1, term1, corr1, _ = _successor(tr, s.node, jnp.ones_like(s.node))
     fin_svc = svc_done & term1
     cont_svc = svc_done & ~term1
-    d_s1, d_slots1, cache1 = _start_draft(params, nxt1, tr.ctx_tokens[s.node], rsd_on)
+    # SLM cache before each new draft: kept draft → as after drafting; LLM step → the prefix.
+    cache_in = jnp.where(cont_svc, tr.ctx_tokens[s.node], s.edge_cached)
     phase2 = jnp.where(draft_done, DECIDE, s.phase)
     phase2 = jnp.where(cont_svc, DRAFT, phase2)
     phase2 = jnp.where(fin_svc, EMPTY, phase2)
     s = s.replace(
         phase=phase2,
         node=jnp.where(cont_svc, nxt1, s.node),
-        remaining=jnp.where(cont_svc, d_slots1, s.remaining),
-        draft_s=jnp.where(cont_svc, d_s1, s.draft_s),
-        edge_cached=jnp.where(cont_svc, cache1, s.edge_cached),
         svc_bw_hz=jnp.where(svc_done, 0.0, s.svc_bw_hz))
 
     done = fin_local | fin_svc
@@ -596,7 +605,17 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         user_fallbacks=jnp.where(done, s.fallbacks, 0))
     s = s.replace(finished=s.finished + n_done, t=t + 1)
 
-    s, blocked = _admit(s, params, noise.n_arrivals, noise.problem, t + 1)
+    s, blocked, admit = _admit(s, params, noise.n_arrivals, noise.problem, t + 1, draft=False)
+    # Every draft that starts this slot (kept step, finished job, new user) in one pass.
+    fresh = cont_svc | admit
+    starts = cont_local | fresh
+    d_s, d_slots, cache_out = _start_draft(params, s.node, jnp.where(admit, 0, cache_in), rsd_on)
+    left_local = d_slots - 1  # a kept step's next draft already used this slot
+    s = s.replace(
+        phase=jnp.where(cont_local & (left_local <= 0), DECIDE, s.phase),
+        remaining=jnp.where(cont_local, left_local, jnp.where(fresh, d_slots, s.remaining)),
+        draft_s=jnp.where(starts, d_s, s.draft_s),
+        edge_cached=jnp.where(starts, cache_out, s.edge_cached))
     decision = jnp.where(cand | deciding, dec, -1)
     decision = jnp.where(deciding & ~nominated, LOCAL, decision)
     info = dict(
