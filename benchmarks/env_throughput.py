@@ -1,7 +1,7 @@
 """Edge-env throughput: user-slot steps per second, JAX (jit + vmap + scan) vs the NumPy reference.
 
     python -m benchmarks.env_throughput [--num_envs=1024] [--num_users=16] [--slots=64]
-        [--numpy_slots=300] [--scheduler=threshold] [--repeats=3] [--json=out.json]
+        [--numpy_slots=2000] [--scheduler=threshold] [--repeats=3] [--json=out.json]
 
 One user-slot step = one user slot advanced by one slot τ. The JAX env runs ``num_envs`` envs
 (vmap) for ``slots`` slots (lax.scan) in one jitted call with random screening actions and gains
@@ -22,7 +22,7 @@ from absl import app, flags
 _NUM_ENVS = flags.DEFINE_integer("num_envs", 1024, "JAX envs run in parallel (vmap)")
 _NUM_USERS = flags.DEFINE_integer("num_users", 16, "user slots U per env")
 _SLOTS = flags.DEFINE_integer("slots", 64, "slots per timed JAX call (scan length)")
-_NP_SLOTS = flags.DEFINE_integer("numpy_slots", 300, "slots the NumPy reference runs")
+_NP_SLOTS = flags.DEFINE_integer("numpy_slots", 2000, "slots the NumPy reference runs")
 _SCHED = flags.DEFINE_string("scheduler", "threshold", "stage-2 scheduler name")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "timed JAX calls (median reported)")
 _PROBLEMS = flags.DEFINE_integer("problems", 256, "synthetic gsm8k problems in the trace set")
@@ -114,7 +114,7 @@ def bench_numpy(traces, cfg, lat, slots, seed=0):
                 finished=env.finished)
 
 
-def run(num_envs=1024, num_users=16, slots=64, numpy_slots=300, scheduler="threshold",
+def run(num_envs=1024, num_users=16, slots=64, numpy_slots=2000, scheduler="threshold",
         repeats=3, problems=256) -> dict:
     import jax
 
