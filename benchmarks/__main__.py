@@ -1,0 +1,349 @@
+"""Benchmark suite: one process, one table of ratios measured in the same run.
+
+    python -m benchmarks [--gpu] [--quick] [--only env,ppo,...] [--out results.json]
+                         [--md table.md] [--repeats N]
+
+Parts (each calls the part's own benchmark function; medians over repeats after a warm-up):
+
+* ``env``: edge env, JAX (jit + vmap + scan) vs its NumPy reference, user-slot steps/s
+  (``benchmarks.env_throughput.run``).
+* ``scaling``: env throughput for E = 1 → 4096 envs, where it saturates
+  (``benchmarks.env_scaling.run``).
+* ``ppo``: PPO training env steps/s and the rollout / update share of a chunk
+  (``benchmarks.ppo_throughput.run``).
+* ``sched``: jitted threshold scheduler vs the exact MILP oracle (scipy HiGHS) on one slot
+  (``benchmarks.sched_vs_milp.run``).
+* ``lm``: Flax CausalLM forward vs transformers PyTorch on the same weights
+  (``benchmarks.lm_forward.main``; PyTorch runs on the CPU even in ``--gpu`` mode).
+* ``distill``: distillation train step (offline forward-KL on a synthetic top-k teacher),
+  tokens/s and, on a GPU/TPU with a known peak, model-FLOP utilisation from XLA's own FLOP
+  count of the compiled step.
+
+``--gpu`` uses GPU sizes (8192 envs × 32 users; a 0.5B-class Qwen2.5-shaped student in
+bfloat16). Every workload is SYNTHETIC (random weights, synthetic traces): the numbers measure
+speed only. "Before" numbers are the single-device figures the colleagues recorded in
+docs/ppo.md and docs/lm.md before the sharding change (issue 10), same machine type.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+PARTS = ("env", "scaling", "ppo", "lm", "distill", "sched")
+
+# Single-device CPU numbers recorded before issue 10 (2-core shared machine, heavy load).
+BEFORE = {
+    "ppo_env_steps_per_s": (8970.0, "docs/ppo.md: default config, median chunk 1.14 s"),
+    "ppo_rollout_share": (0.17, "docs/ppo.md"),
+    "lm_flax_tokens_per_s": (1188.0, "docs/lm.md: small preset, 4 x 128 tokens, fp32"),
+}
+
+# Dense bf16 peak FLOP/s per chip, by a substring of jax's device_kind (vendor datasheets).
+PEAK_BF16 = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("L40S", 362e12),
+             ("L4", 121e12), ("TPU v5p", 459e12), ("TPU v5 lite", 197e12), ("TPU v5e", 197e12),
+             ("TPU v4", 275e12), ("TPU v6", 918e12))
+
+# name: (vocab, hidden, intermediate, layers, heads, kv_heads, head_dim)
+STUDENTS = {
+    "small": (8192, 256, 704, 4, 8, 2, 32),                 # CPU: 4.9 M params
+    "qwen2.5-0.5b": (151936, 896, 4864, 24, 14, 2, 64),     # GPU: 0.49 B params (tied)
+}
+
+
+def peak_flops(device_kind: str) -> float | None:
+    for key, val in PEAK_BF16:
+        if key.lower() in device_kind.lower():
+            return val
+    return None
+
+
+def machine() -> dict:
+    import jax
+
+    d = jax.devices()
+    cpu_model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_model = next((ln.split(":", 1)[1].strip() for ln in f
+                              if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return dict(backend=jax.default_backend(), device_kind=d[0].device_kind, devices=len(d),
+                cpus=os.cpu_count(), cpu_model=cpu_model, python=platform.python_version(),
+                jax=jax.__version__, load_avg=list(os.getloadavg()),
+                date_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
+
+
+def bench_distill(student: str = "small", batch: int = 8, prompt_len: int = 64,
+                  action_len: int = 64, top_k: int = 8, dtype: str = "float32",
+                  repeats: int = 5) -> dict:
+    """Times ``prada_jax.distill.trainer.make_train_step`` (offline forward KL) on a synthetic
+    batch: B sequences of ``prompt_len`` prompt + ``action_len`` trained tokens.
+
+    tokens/s counts trained (action) tokens and processed (prompt + action) tokens per second
+    of the median step. FLOPs per step come from XLA's cost analysis of the compiled step;
+    MFU = FLOPs / step time / (peak bf16 FLOP/s × devices) when the device's peak is known.
+    With several devices the batch is split over the ``batch`` mesh axis.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from prada_jax import parallel
+    from prada_jax.distill.trainer import init_state, make_optimizer, make_train_step
+    from prada_jax.lm.config import LMConfig
+    from prada_jax.lm.model import CausalLM
+
+    vocab, hidden, inter, layers, heads, kv, hd = STUDENTS[student]
+    cfg = LMConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                   num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=hd,
+                   tie_word_embeddings=True)
+    dt = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype]
+    model = CausalLM(cfg, rngs=nnx.Rngs(params=0), dtype=dt)
+    tx = make_optimizer(1e-4, 1, 1000, 0.0, 1.0, grad_accum=1)
+    graphdef, state = init_state(model, tx, jax.random.key(0))
+    del model
+    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+    step = make_train_step(graphdef, tx, "offline", "fkl", num_turns=4)
+    rng = np.random.default_rng(0)
+    act = rng.integers(0, vocab, (batch, action_len)).astype(np.int32)
+    ids = np.concatenate([act[..., None], rng.integers(0, vocab, (batch, action_len, top_k - 1))],
+                         -1).astype(np.int32)
+    probs = np.full(top_k, 0.9 / top_k)
+    b = dict(prompt=rng.integers(0, vocab, (batch, prompt_len)).astype(np.int32),
+             prompt_mask=np.ones((batch, prompt_len), np.int32), action=act,
+             action_valid=np.ones((batch, action_len), np.int32),
+             action_mask=np.ones((batch, action_len), np.int32),
+             turn=rng.integers(0, 4, (batch,)).astype(np.int32), topk_ids=ids,
+             topk_logp=np.broadcast_to(np.log(probs), ids.shape).astype(np.float32),
+             tail_mass=np.full((batch, action_len), 0.1, np.float32))
+    ndev = len(jax.devices())
+    if ndev > 1 and batch % ndev == 0:
+        mesh = parallel.make_mesh(0)
+        state, b = parallel.replicate(state, mesh), parallel.shard_batch(b, mesh)
+    else:
+        b = jax.device_put(b)
+    flops = None
+    try:
+        ca = step.lower(state, b).compile().cost_analysis()
+        ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+        flops = float(ca.get("flops")) if ca and ca.get("flops") else None
+    except Exception:  # noqa: BLE001 - cost analysis is optional on some backends
+        flops = None
+    t0 = time.perf_counter()
+    state, m = step(state, b)
+    jax.block_until_ready(m)
+    compile_s = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        state, m = step(state, b)
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times)
+    kind = jax.devices()[0].device_kind
+    peak = peak_flops(kind) if jax.default_backend() != "cpu" else None
+    # Analytic cross-check: 6 N per processed token (fwd + bwd), N incl. the tied LM head.
+    analytic = 6.0 * n_params * batch * (prompt_len + action_len)
+    return dict(student=student, params=n_params, dtype=dtype, batch=batch,
+                prompt_len=prompt_len, action_len=action_len, top_k=top_k, devices=ndev,
+                compile_s=compile_s, step_s=med, loss=float(m["loss"]),
+                trained_tokens_per_s=batch * action_len / med,
+                processed_tokens_per_s=batch * (prompt_len + action_len) / med,
+                xla_flops_per_step=flops, analytic_6n_flops_per_step=analytic,
+                achieved_flops=(flops / med if flops else None), peak_flops_per_device=peak,
+                mfu=(flops / med / (peak * ndev) if flops and peak else None))
+
+
+def _import_absl_module(name: str):
+    """Imports ``benchmarks.<name>`` whose absl flags may share names with another part's
+    (``num_envs``, ``repeats``, ``json``): the suite never parses absl flags, so the earlier
+    definitions are dropped before the import."""
+    import importlib
+
+    from absl import flags
+
+    mod = f"benchmarks.{name}"
+    if mod not in sys.modules:
+        for flag in ("num_envs", "num_users", "repeats", "json", "num_seeds", "variant"):
+            if flag in flags.FLAGS:
+                delattr(flags.FLAGS, flag)
+    return importlib.import_module(mod)
+
+
+def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
+    if name == "env":
+        env_throughput = _import_absl_module("env_throughput")
+        if gpu:
+            return env_throughput.run(num_envs=8192, num_users=32, slots=64, numpy_slots=300,
+                                      repeats=repeats)
+        return env_throughput.run(num_envs=256 if quick else 1024, num_users=16,
+                                  slots=16 if quick else 64, numpy_slots=100 if quick else 300,
+                                  repeats=repeats)
+    if name == "scaling":
+        from benchmarks import env_scaling
+        if gpu:
+            return env_scaling.run((1, 16, 256, 1024, 4096, 8192, 32768), num_users=32,
+                                   slots=64, repeats=repeats)
+        envs = (1, 64, 4096) if quick else (1, 16, 256, 4096)
+        return env_scaling.run(envs, num_users=16, slots=8 if quick else 16, repeats=repeats)
+    if name == "ppo":
+        ppo_throughput = _import_absl_module("ppo_throughput")
+        if gpu:
+            return ppo_throughput.run(num_envs=2048, repeats=repeats)
+        return ppo_throughput.run(variant="smoke" if quick else "", repeats=repeats)
+    if name == "sched":
+        from benchmarks import sched_vs_milp
+        # 128 candidates: the stage-2 greedy fill is unrolled over the candidates, so its
+        # compile time grows with C (1024 takes minutes on a loaded 2-core CPU).
+        return sched_vs_milp.run(n=128, free_units=16, repeats=20, milp_repeats=3)
+    if name == "lm":
+        from benchmarks import lm_forward
+        argv = ["--preset", "tiny" if quick else "small", "--repeats", str(max(repeats, 3)),
+                "--skip-export", "--skip-generate"]
+        if gpu:
+            argv = ["--preset", "medium", "--batch", "8", "--length", "512", "--repeats", "10",
+                    "--skip-export", "--skip-generate"]
+        return lm_forward.main(argv)
+    if name == "distill":
+        if gpu:
+            return bench_distill("qwen2.5-0.5b", batch=16, prompt_len=512, action_len=512,
+                                 top_k=16, dtype="bfloat16", repeats=repeats)
+        if quick:
+            return bench_distill("small", batch=2, prompt_len=16, action_len=16, repeats=2)
+        return bench_distill("small", batch=8, prompt_len=64, action_len=64, repeats=repeats)
+    raise ValueError(f"unknown part {name!r}; choose from {PARTS}")
+
+
+def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
+    """(what, measured, ratio / comparison) rows for the table; missing parts are skipped."""
+    rows = []
+    if "env" in res:
+        r = res["env"]
+        rows.append(("edge env: JAX vs NumPy reference (user-slot steps/s)",
+                     f"{r['jax']['steps_per_s']:.3g} vs {r['numpy']['steps_per_s']:.3g} "
+                     f"(E={r['num_envs']}, U={r['num_users']})",
+                     f"{r['ratio']:.0f}x wall, {r['ratio_cpu']:.0f}x CPU-time"))
+    if "scaling" in res:
+        r = res["scaling"]
+        lo, hi = r["rows"][0], r["rows"][-1]
+        rows.append(("env throughput vs number of envs",
+                     " / ".join(f"E={x['num_envs']}: {x['steps_per_s']:.3g}" for x in r["rows"]),
+                     f"E={hi['num_envs']} is {hi['steps_per_s'] / lo['steps_per_s']:.0f}x E=1; "
+                     f"saturates (90%) at E={r['saturation_envs']}"))
+    if "ppo" in res:
+        r = res["ppo"]
+        cmp = ""
+        if r["variant"] == "default" and r["backend"] == "cpu" and r["num_envs"] == 16:
+            b = BEFORE["ppo_env_steps_per_s"][0]
+            cmp = f"; {r['env_steps_per_s'] / b:.2f}x the pre-issue {b:.0f}/s"
+        rows.append(("PPO training (env steps/s; rollout / update share)",
+                     f"{r['env_steps_per_s']:.4g} steps/s (E={r['num_envs']}, "
+                     f"U={r['num_users']})",
+                     f"rollout {100 * r['rollout_share']:.0f}% / update "
+                     f"{100 * r['update_share']:.0f}%{cmp}"))
+    if "sched" in res:
+        r = res["sched"]
+        rows.append((f"threshold scheduler vs MILP oracle ({r['candidates']} candidates)",
+                     f"{1e3 * r['threshold_s']:.3g} ms vs {1e3 * r['milp_s']:.3g} ms",
+                     f"{r['ratio_milp_over_threshold']:.0f}x faster; value ratio "
+                     f"{r['value_ratio']:.4f}"))
+    if "lm" in res:
+        r = res["lm"]
+        cmp = ""
+        if r.get("preset") == "small" and res.get("_machine", {}).get("backend") == "cpu":
+            b = BEFORE["lm_flax_tokens_per_s"][0]
+            cmp = f"; Flax {r['jax_tokens_per_s'] / b:.2f}x the pre-issue {b:.0f} tok/s"
+        rows.append(("Flax LM forward vs PyTorch (tok/s, same weights)",
+                     f"{r['jax_tokens_per_s']:.4g} vs {r['torch_tokens_per_s']:.4g}",
+                     f"{r['jax_over_torch_speed']:.2f}x{cmp}"))
+    if "distill" in res:
+        r = res["distill"]
+        mfu = f"MFU {100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "MFU n/a (CPU)"
+        rows.append((f"distillation step ({r['student']}, {r['dtype']})",
+                     f"{r['trained_tokens_per_s']:.4g} trained tok/s, "
+                     f"{r['processed_tokens_per_s']:.4g} processed tok/s",
+                     mfu))
+    return rows
+
+
+def format_table(rows, markdown: bool = False) -> str:
+    head = ("benchmark", "measured (same run)", "ratio")
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|---|---|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    w = [max(len(str(r[i])) for r in [head] + rows) for i in range(3)]
+    fmt = "  ".join("{:<%d}" % x for x in w)
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * x for x in w))]
+                     + [fmt.format(*r) for r in rows])
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpu", action="store_true", help="GPU sizes (8192 envs x 32 users, 0.5B "
+                    "student in bf16); needs an accelerator")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the suite)")
+    ap.add_argument("--only", default="", help=f"comma-separated parts of {','.join(PARTS)}")
+    ap.add_argument("--repeats", type=int, default=5, help="timed repeats per part (median)")
+    ap.add_argument("--out", default="", help="write all results to this JSON file")
+    ap.add_argument("--md", default="", help="write the ratio table as Markdown to this file")
+    args = ap.parse_args(argv)
+    parts = [p.strip() for p in args.only.split(",") if p.strip()] or list(PARTS)
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        ap.error(f"--only: unknown part(s) {bad}; choose from {','.join(PARTS)}")
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    if args.gpu and args.quick:
+        ap.error("--gpu and --quick are exclusive")
+
+    import jax
+
+    if args.gpu and jax.default_backend() == "cpu":
+        ap.error("--gpu: JAX sees no accelerator (backend cpu); install the CUDA build "
+                 "(see benchmarks/gpu.sh)")
+    res: dict = {"_machine": machine(), "_args": vars(args), "_before": BEFORE,
+                 "_synthetic": True}
+    print(f"machine: {res['_machine']}", flush=True)
+    for p in parts:
+        t0 = time.perf_counter()
+        print(f"== {p}", flush=True)
+        try:
+            res[p] = _run_part(p, args.gpu, args.quick, args.repeats)
+        except Exception as e:  # noqa: BLE001 - one failing part must not hide the others
+            traceback.print_exc()
+            res[p + "_error"] = f"{type(e).__name__}: {e}"
+        print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+    res["_machine"]["load_avg_end"] = list(os.getloadavg())
+    if "lm" in res:
+        res["lm"]["preset"] = ("medium" if args.gpu else "tiny" if args.quick else "small")
+    rows = ratio_rows(res)
+    print()
+    print(format_table(rows))
+    errors = {k: v for k, v in res.items() if k.endswith("_error")}
+    for k, v in errors.items():
+        print(f"FAILED {k[:-6]}: {v}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=2, default=str)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(format_table(rows, markdown=True) + "\n")
+    if errors:
+        sys.exit(1)
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
