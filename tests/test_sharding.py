@@ -152,6 +152,16 @@ _DISTILL = """
     jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(b), np.asarray(a),
                                                          rtol=2e-4, atol=2e-6), ref_p, p)
     assert l2 < l1   # the step learns on this batch
+
+    # the PPO trainer refuses an env count the mesh cannot split, naming the field
+    from prada_jax import config_utils
+    from prada_jax.rl import trainer
+    from train.configs import ppo as ppo_configs
+    config = ppo_configs.get_config("toy")     # 4 envs on 8 devices
+    try:
+        trainer._place_on_mesh(config, None)
+    except config_utils.ConfigError as e:
+        print("ERR", e)
     print("DISTILL-OK")
 """
 
@@ -164,4 +174,6 @@ def test_ppo_sharded_equals_unsharded_and_checkpoint_restores_on_2_devices(tmp_p
 
 
 def test_distill_step_sharded_equals_unsharded():
-    assert "DISTILL-OK" in _run(_DISTILL, devices=8)
+    out = _run(_DISTILL, devices=8)
+    assert "DISTILL-OK" in out
+    assert "ERR config.ppo.num_envs=4 must be divisible by the number of devices" in out
