@@ -33,11 +33,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from absl import app, flags, logging  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Run directory for every stage's outputs.")
-flags.DEFINE_bool("full", False, "Run the full three-benchmark study (long).")
-flags.DEFINE_bool("smoke", False, "Tiny sizes (tests); numbers are meaningless.")
-flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
-flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
+
+
+def _define_flags() -> None:
+    """Flags are defined only when run as a program, so importing this module (tests, other
+    launchers) never clashes with another launcher's ``--workdir``."""
+    flags.DEFINE_string("workdir", None, "Run directory for every stage's outputs.")
+    flags.DEFINE_bool("full", False, "Run the full three-benchmark study (long).")
+    flags.DEFINE_bool("smoke", False, "Tiny sizes (tests); numbers are meaningless.")
+    flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
+    flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
 
 PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
 STAGE_FILE = "stage_done.json"
@@ -443,4 +448,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)
