@@ -37,7 +37,7 @@ import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-PARTS = ("env", "scaling", "ppo", "lm", "distill", "sched")
+PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "sched")
 
 # Single-device CPU numbers recorded before issue 10 (2-core shared machine, heavy load).
 BEFORE = {
@@ -164,6 +164,45 @@ def bench_distill(student: str = "small", batch: int = 8, prompt_len: int = 64,
                 mfu=(flops / med / (peak * ndev) if flops and peak else None))
 
 
+def bench_mesh_overhead(repeats: int = 5, num_envs: int | None = None) -> dict:
+    """The single-device path before vs after issue 10, in one process: the default PPO chunk
+    on plain (uncommitted) states vs on states placed by the trainer's mesh code
+    (``trainer._place_on_mesh`` with ``config.mesh`` defaults: all devices, envs split).
+    Calls alternate so machine load hits both alike; medians of ``repeats`` each."""
+    import jax
+
+    from prada_jax.rl import trainer
+    from train.configs import ppo as ppo_configs
+
+    config = ppo_configs.get_config()
+    if num_envs:
+        config.ppo.num_envs = num_envs
+    setup = trainer.build_setup(config)
+    chunk = trainer.make_jitted_chunk(setup)
+    plain = setup.init_states(config)
+    placed = trainer._place_on_mesh(config, setup.init_states(config))  # noqa: SLF001
+    for _ in range(2):      # compile (plain and placed may differ in input sharding) + warm up
+        plain, m = chunk(plain, setup.env_params)
+        placed, m2 = chunk(placed, setup.env_params)
+        jax.block_until_ready((m, m2))
+    tp, tq = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        plain, m = chunk(plain, setup.env_params)
+        jax.block_until_ready(m)
+        tp.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        placed, m2 = chunk(placed, setup.env_params)
+        jax.block_until_ready(m2)
+        tq.append(time.perf_counter() - t0)
+    s = setup.settings
+    steps = s.num_envs * s.rollout_len * s.updates_per_chunk
+    a, b = statistics.median(tp), statistics.median(tq)
+    return dict(devices=len(jax.devices()), num_envs=s.num_envs, chunk_s_plain=a,
+                chunk_s_mesh=b, env_steps_per_s_plain=steps / a, env_steps_per_s_mesh=steps / b,
+                mesh_over_plain_speed=a / b, repeats=repeats)
+
+
 def _import_absl_module(name: str):
     """Imports ``benchmarks.<name>`` whose absl flags may share names with another part's
     (``num_envs``, ``repeats``, ``json``): the suite never parses absl flags, so the earlier
@@ -201,6 +240,8 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
         if gpu:
             return ppo_throughput.run(num_envs=2048, repeats=repeats)
         return ppo_throughput.run(variant="smoke" if quick else "", repeats=repeats)
+    if name == "mesh1":
+        return bench_mesh_overhead(repeats=repeats, num_envs=1024 if gpu else None)
     if name == "sched":
         from benchmarks import sched_vs_milp
         # 128 candidates: the stage-2 greedy fill is unrolled over the candidates, so its
@@ -251,6 +292,12 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
                      f"U={r['num_users']})",
                      f"rollout {100 * r['rollout_share']:.0f}% / update "
                      f"{100 * r['update_share']:.0f}%{cmp}"))
+    if "mesh1" in res:
+        r = res["mesh1"]
+        rows.append((f"PPO chunk: mesh path vs plain ({r['devices']} device(s), same run)",
+                     f"{r['env_steps_per_s_mesh']:.4g} vs {r['env_steps_per_s_plain']:.4g} "
+                     f"steps/s (E={r['num_envs']})",
+                     f"{r['mesh_over_plain_speed']:.2f}x"))
     if "sched" in res:
         r = res["sched"]
         rows.append((f"threshold scheduler vs MILP oracle ({r['candidates']} candidates)",
