@@ -183,3 +183,26 @@ def test_prefix_admit_and_priority_rank_against_loops():
     k2 = rng.integers(0, 2, size=9).astype(np.float32)
     rank = np.asarray(sched.priority_rank(jnp.asarray(k1), jnp.asarray(k2)))
     np.testing.assert_array_equal(np.argsort(rank), np.lexsort((np.arange(9), k2, k1)))
+
+
+def test_large_slot_loop_fill_equals_plain_python_greedy():
+    """Above UNROLL_MAX_CANDIDATES the fill runs as a fori_loop; both paths must admit exactly
+    what a plain-Python greedy pass in rank order admits."""
+    import jax
+    from prada_jax.sched import base
+
+    rng = np.random.default_rng(7)
+    for c in (base.UNROLL_MAX_CANDIDATES, base.UNROLL_MAX_CANDIDATES + 40):
+        want = rng.uniform(size=c) < 0.7
+        rank = rng.permutation(c).astype(np.int32)
+        bw = rng.uniform(1e5, 2e6, size=c).astype(np.float32)
+        units, free_bw = 17, np.float32(1.5e7)
+        got = np.asarray(jax.jit(base.greedy_fill_ranked)(want, rank, bw, units, free_bw))
+        ref = np.zeros(c, bool)
+        left_u, left_b = units, free_bw
+        for i in np.argsort(rank):
+            if want[i] and left_u >= 1 and bw[i] <= left_b:
+                ref[i] = True
+                left_u -= 1
+                left_b = np.float32(left_b - bw[i])
+        np.testing.assert_array_equal(got, ref)
