@@ -244,9 +244,8 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
         return bench_mesh_overhead(repeats=repeats, num_envs=1024 if gpu else None)
     if name == "sched":
         from benchmarks import sched_vs_milp
-        # 128 candidates: the stage-2 greedy fill is unrolled over the candidates, so its
-        # compile time grows with C (1024 takes minutes on a loaded 2-core CPU).
-        return sched_vs_milp.run(n=128, free_units=16, repeats=20, milp_repeats=3)
+        # one 1024-candidate slot (issue 5); above 64 candidates the greedy fill is a loop
+        return sched_vs_milp.run(n=1024, free_units=64, repeats=20, milp_repeats=3)
     if name == "lm":
         from benchmarks import lm_forward
         argv = ["--preset", "tiny" if quick else "small", "--repeats", str(max(repeats, 3)),
