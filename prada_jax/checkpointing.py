@@ -117,7 +117,8 @@ class Checkpointer:
             return False
         if step in self._manager.all_steps():
             return False
-        data = jax.device_get(keys_to_data(state))
+        # jax.Arrays go to orbax as they are: each process writes its own shards (multi-host).
+        data = keys_to_data(state)
         args = ocp.args.Composite(state=ocp.args.StandardSave(data),
                                   meta=ocp.args.JsonSave(dict(meta or {})))
         saved = self._manager.save(step, args=args, force=True)
@@ -147,7 +148,19 @@ class Checkpointer:
             raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory} "
                                     f"(have {self.all_steps()})")
         abstract = jax.eval_shape(keys_to_data, template)
-        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), abstract)
+
+        def _target(a, t):
+            # Restore onto the template's sharding where it has one (a sharded learner state on
+            # a mesh, possibly of another device count than the one that saved it).
+            # Leaves without one (NumPy, typed keys) go to the first local device, whatever
+            # topology saved them.
+            sharding = getattr(t, "sharding", None)
+            if not (isinstance(t, jax.Array) and not _is_typed_key(t) and sharding is not None
+                    and tuple(t.shape) == tuple(a.shape)):
+                sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+            return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+
+        abstract = jax.tree.map(_target, abstract, template)
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                   meta=ocp.args.JsonRestore())
         try:

@@ -215,6 +215,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
             writer.write_scalars(env_slots, scalars)
             meta = {"chunk": chunk, "env_slots": env_slots,
                     "load_mean": [float(v) for v in np.ravel(load_mean)]}
+            writer.flush()  # curves before a checkpoint are on disk before it (resume)
             if ckpt.save(chunk, carry, meta=meta, force=chunk == stop):
                 mult = _final_multipliers(carry, dcfg, load_mean)
                 dual.save_multipliers(workdir, mult, dict(info, chunk=chunk,

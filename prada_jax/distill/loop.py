@@ -267,6 +267,8 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
             acc, tokens_done = {}, 0
         meta = {"opt_step": done, "results": {k: v for k, v in results.items()
                                               if k == "before"}}
+        if ckpt.should_save(done) or done == config.train.steps:
+            writer.flush()  # curves before a checkpoint are on disk before it (resume)
         ckpt.save(done, state, meta=meta, force=done == config.train.steps)
     bar.close()
     ckpt.close()

@@ -396,6 +396,11 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
             for w, sc in zip(writers, scalars):
                 w.write_scalars(env_steps, sc)
             last_scalars = scalars
+            if ckpt.should_save(update):
+                # Curves up to a checkpoint are on disk before it: a resume restarts after the
+                # checkpoint and would not rewrite them.
+                for w in writers:
+                    w.flush()
             ckpt.save(update, states, meta={"update_step": update, "env_steps": env_steps})
             done_chunks += 1
             if bar is not None:
