@@ -438,11 +438,11 @@ def main(argv):
         raise app.UsageError("--workdir is required, e.g. --workdir=checkpoints/demo")
     if FLAGS.full and FLAGS.smoke:
         raise app.UsageError("--full and --smoke exclude each other")
-    print(config_utils.runtime_info(), flush=True)
-    # The stages report through the progress lines and tables above; library INFO logs (orbax's
+    # The stages report through progress lines and tables; library INFO logs (orbax's
     # checkpoint manager in particular) would bury them. --verbosity=0 brings them back.
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+    print(config_utils.runtime_info(), flush=True)
     mode = "full" if FLAGS.full else ("smoke" if FLAGS.smoke else "demo")
     try:
         run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo)
