@@ -538,8 +538,11 @@ def _restore_params(ckpt: checkpointing.Checkpointer, params_template, step):
                                 f"(have {ckpt.all_steps()})")
     path = ckpt.directory / str(step) / "state"
     with ocp.PyTreeCheckpointer() as pc:
+        item = {"params": params_template}
+        # Restore onto the template's devices, whatever topology saved the run.
         restored = pc.restore(path, args=ocp.args.PyTreeRestore(
-            item={"params": params_template}, partial_restore=True))
+            item=item, partial_restore=True,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
     params = restored["params"]
     meta_path = ckpt.directory / str(step) / "meta" / "metadata"
     ckpt_meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
