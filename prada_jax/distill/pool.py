@@ -45,6 +45,8 @@ from typing import Any, Sequence
 import numpy as np
 from flax import struct
 
+from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
+
 FORMAT_VERSION = 1
 POOL_FILE = "pool.safetensors"
 META_FILE = "pool.json"
@@ -106,14 +108,6 @@ class Pool:
 
     def to_dict(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(getattr(self, k)) for k in FIELDS}
-
-
-def file_hash(path: os.PathLike | str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
 
 
 def _check_offsets(name: str, off: np.ndarray, total: int, where) -> None:
@@ -266,7 +260,6 @@ def save_pool(pool: Pool | dict, out_dir: os.PathLike | str, meta: dict | None =
     ``meta`` (or ``pool.meta``) needs ``task`` and ``tokenizer``; version, counts and hash are
     filled in here.
     """
-    from safetensors.numpy import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -287,13 +280,7 @@ def save_pool(pool: Pool | dict, out_dir: os.PathLike | str, meta: dict | None =
                 content_hash="")
     _check_meta(full, out / META_FILE)
     validate_arrays(arrays, full["tokenizer"]["vocab_size"], out / POOL_FILE)
-    tmp = out / (POOL_FILE + ".tmp")
-    save_file(arrays, str(tmp))
-    full["content_hash"] = file_hash(tmp)
-    tmp_meta = out / (META_FILE + ".tmp")
-    tmp_meta.write_text(json.dumps(full, indent=2, sort_keys=True))
-    os.replace(tmp, out / POOL_FILE)
-    os.replace(tmp_meta, out / META_FILE)
+    write_arrays_and_meta(out / POOL_FILE, arrays, out / META_FILE, full)
     return out
 
 

@@ -38,7 +38,6 @@ run code.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -46,6 +45,8 @@ from typing import Any
 
 import numpy as np
 from flax import struct
+
+from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
 
 FORMAT_VERSION = 1
 NODES_FILE = "nodes.safetensors"
@@ -124,14 +125,6 @@ class TraceSet:
         return {k: np.asarray(getattr(self, k)) for k in ALL_FIELDS}
 
 
-def file_hash(path: os.PathLike | str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
-
-
 def save(traces: TraceSet, out_dir: os.PathLike | str, meta: dict) -> Path:
     """Validates ``traces`` and writes ``nodes.safetensors`` + ``meta.json`` into ``out_dir``.
 
@@ -139,7 +132,6 @@ def save(traces: TraceSet, out_dir: os.PathLike | str, meta: dict) -> Path:
     max depth, format version and content hash are filled in here. Files are written to
     temporary names and renamed, so an interrupted save never leaves a half-written set.
     """
-    from safetensors.numpy import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,13 +150,7 @@ def save(traces: TraceSet, out_dir: os.PathLike | str, meta: dict) -> Path:
     )
     full_meta.setdefault("feature_names", [f"f{i}" for i in range(arrays["feat"].shape[1])])
     validate_arrays(arrays, full_meta, out / NODES_FILE)
-    tmp_nodes = out / (NODES_FILE + ".tmp")
-    save_file(arrays, str(tmp_nodes))
-    full_meta["content_hash"] = file_hash(tmp_nodes)
-    tmp_meta = out / (META_FILE + ".tmp")
-    tmp_meta.write_text(json.dumps(full_meta, indent=2, sort_keys=True))
-    os.replace(tmp_nodes, out / NODES_FILE)
-    os.replace(tmp_meta, out / META_FILE)
+    write_arrays_and_meta(out / NODES_FILE, arrays, out / META_FILE, full_meta)
     return out
 
 
