@@ -52,19 +52,8 @@ def main(argv):
         raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
     try:
-        policy = suite.load_policy(FLAGS.policy, FLAGS.step) if FLAGS.policy else None
-        mult = None
-        dual_info = {}
-        if FLAGS.dual:
-            if policy is None:
-                raise suite.EvalError("--dual needs --policy (PRADA = policy + multipliers)")
-            lam, mu, dual_info = suite.load_multipliers(FLAGS.dual)
-            mult = (lam, mu)
-        spec, problems, tseed = suite.resolve_traces(policy, FLAGS.traces, FLAGS.problems,
-                                               FLAGS.trace_seed)
-        traces = suite.load_traces(spec, problems, tseed)
-        if policy is not None:
-            suite.check_policy_traces(policy, traces)
+        policy, mult, dual_info, traces = suite.load_inputs(
+            FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
         extras = [suite.load_policy(p) for p in FLAGS.checkpoints]
     except suite.EvalError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -177,6 +177,27 @@ def _unpack_multipliers(out) -> tuple[float, float, dict]:
     raise EvalError(f"train.dual.load_multipliers returned an unexpected {type(out).__name__}")
 
 
+def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,
+                traces_flag: str | None, problems: int | None, trace_seed: int):
+    """What ``evals.run`` and ``evals.sweep`` load from their flags, checked together.
+
+    Returns ``(policy or None, (lambda_s, mu) or None, dual_info dict, traces)``. Raises
+    ``EvalError`` naming the flag and folder.
+    """
+    policy = load_policy(policy_dir, step) if policy_dir else None
+    mult, dual_info = None, {}
+    if dual_dir:
+        if policy is None:
+            raise EvalError("--dual needs --policy (PRADA = policy + multipliers)")
+        lam, mu, dual_info = load_multipliers(dual_dir)
+        mult = (lam, mu)
+    spec, n, tseed = resolve_traces(policy, traces_flag, problems, trace_seed)
+    traces = load_traces(spec, n, tseed)
+    if policy is not None:
+        check_policy_traces(policy, traces)
+    return policy, mult, dual_info, traces
+
+
 def env_kwargs_from(config: Any | None, overrides: dict) -> dict:
     """Env settings for evaluation: the contention env (M, B, λ, outages on) with the policy
     run's U, β, τ, M, B, λ where it has them, then ``overrides`` (non-None flags)."""

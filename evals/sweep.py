@@ -256,18 +256,8 @@ def main(argv):
         if FLAGS.warmup_slots >= FLAGS.slots:
             raise ValueError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
-        policy = suite.load_policy(FLAGS.policy, FLAGS.step) if FLAGS.policy else None
-        mult = None
-        if FLAGS.dual:
-            if policy is None:
-                raise suite.EvalError("--dual needs --policy")
-            lam, mu, _ = suite.load_multipliers(FLAGS.dual)
-            mult = (lam, mu)
-        spec, problems, tseed = suite.resolve_traces(policy, FLAGS.traces, FLAGS.problems,
-                                                       FLAGS.trace_seed)
-        traces = suite.load_traces(spec, problems, tseed)
-        if policy is not None:
-            suite.check_policy_traces(policy, traces)
+        policy, mult, _, traces = suite.load_inputs(
+            FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
