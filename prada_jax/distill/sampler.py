@@ -123,6 +123,21 @@ class TurnSampler:
                              f"({int(self.action_lens.max())} tokens)")
         self.truncated_prefixes = int(np.sum(self.prefix_lens > self.P))
         self.max_turns = int(counts.max())
+        self.log_ratio = None   # per-pair log br when set from an exact-ratio refresh
+
+    def set_probs(self, probs: np.ndarray, kappa: float | None = None) -> None:
+        """Replaces the pair probabilities (adaptive schedules, :mod:`prada_jax.distill.ratio`):
+        ``probs`` [K_total] finite, >= 0, positive sum (renormalised here). ``kappa`` records
+        the κ they came from, if any."""
+        p = np.asarray(probs, np.float64)
+        if p.shape != self.probs.shape:
+            raise ValueError(f"probs must have one entry per pool turn {self.probs.shape}, got "
+                             f"{p.shape}")
+        if not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
+            raise ValueError("probs must be finite, non-negative and not all zero")
+        self.probs = p / p.sum()
+        if kappa is not None:
+            self.kappa = check_kappa(kappa)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """[n] int64 indices into the pool's turn arrays, drawn ∝ the pair probabilities."""
