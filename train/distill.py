@@ -1,7 +1,11 @@
 """ReOPD distillation launcher.
 
     python -m train.distill --config=train/configs/distill.py[:variant] --workdir=DIR \
-        [--config.sampler.kappa=1.0 ...]
+        [--kappa=0.6|auto] [--config.sampler.schedule=exact-ratio ...]
+
+``--kappa=auto`` sets κ = exp(−c̄) from the student's mean per-turn gap c̄ to the teacher on
+the pool (re-estimated every ``config.sampler.refresh_every`` updates); ``--kappa=<float>``
+is the same as ``--config.sampler.kappa=<float>``.
 
 Rerunning on an existing workdir resumes from its latest checkpoint. See docs/distill.md.
 """
@@ -20,6 +24,26 @@ from prada_jax import config_utils  # noqa: E402
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. train/configs/distill.py:smoke", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, results).")
+_KAPPA = flags.DEFINE_string(
+    "kappa", None, "Turn-decay base: a number in (0, 1] (= --config.sampler.kappa) or 'auto' "
+    "(kappa = exp(-mean per-turn teacher-student gap), --config.sampler.schedule=auto).")
+
+
+def apply_kappa_flag(config, value: str | None) -> None:
+    """Applies ``--kappa`` (None = leave the config alone); bad values raise ConfigError."""
+    if value is None:
+        return
+    if value.strip().lower() == "auto":
+        config.sampler.schedule = "auto"
+        return
+    try:
+        k = float(value)
+    except ValueError:
+        raise config_utils.ConfigError(
+            f"--kappa must be a number in (0, 1] or 'auto', got {value!r}") from None
+    if not (0.0 < k <= 1.0):
+        raise config_utils.ConfigError(f"--kappa must lie in (0, 1], got {value!r}")
+    config.sampler.kappa = k
 
 
 def main(argv):
@@ -33,6 +57,7 @@ def main(argv):
     from prada_jax.distill.pool import PoolFormatError
     from prada_jax.distill.teacher_table import TeacherLogitsMismatch
     try:
+        apply_kappa_flag(_CONFIG.value, _KAPPA.value)
         res = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     except (config_utils.ConfigError, PoolFormatError, TeacherLogitsMismatch,
             FileNotFoundError) as e:

@@ -35,10 +35,17 @@ from flax import nnx
 
 from prada_jax import config_utils as cu
 from prada_jax.distill import pool as pool_lib
+from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill import teacher_table
-from prada_jax.distill.sampler import SCHEDULES, TurnSampler, check_kappa
+from prada_jax.distill.sampler import SCHEDULES, TurnSampler, check_kappa, pair_weights
 from prada_jax.distill.task import arith
 from prada_jax.distill.trainer import init_state, make_optimizer, make_train_step, onpolicy_round
+
+
+# Adaptive turn weightings (prada_jax/distill/ratio.py), re-estimated from the current student
+# every ``sampler.refresh_every`` updates: "auto" = κ^t with κ = exp(−c̄), "exact-ratio" =
+# clipped per-prefix likelihood ratio br_{i,t}.
+ADAPTIVE = ("auto", "exact-ratio")
 
 
 def resolve_paths(config) -> dict[str, Path]:
@@ -62,7 +69,12 @@ def validate_config(config) -> None:
     except ValueError:
         raise cu.ConfigError(f"config.sampler.kappa must lie in (0, 1], got "
                              f"{config.sampler.kappa!r}") from None
-    cu.check_choice(config, "sampler.schedule", SCHEDULES)
+    cu.check_choice(config, "sampler.schedule", SCHEDULES + ADAPTIVE)
+    cu.check_int(config, "sampler.refresh_every", minimum=0)
+    cu.check_range(config, "sampler.kappa_min", 0.0, 1.0, low_open=True)
+    cu.check_range(config, "sampler.ratio_min", 0.0, 1.0, low_open=True)
+    cu.check(config.sampler.ratio_max >= 1.0, "sampler.ratio_max",
+             f"must be >= 1 (the first turn's ratio), got {config.sampler.ratio_max!r}")
     cu.check_positive(config, "loss.temperature", "optim.lr", "optim.clip_norm",
                       "onpolicy.temperature", "onpolicy.top_p")
     cu.check_range(config, "loss.beta", 0.0, 1.0, low_open=True, high_open=True)
@@ -157,10 +169,15 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     paths = resolve_paths(config)
     pool = pool_lib.load_pool(paths["pool"])
     vocab = int(pool.meta["tokenizer"]["vocab_size"])
-    sampler = TurnSampler(pool, kappa=config.sampler.kappa, schedule=config.sampler.schedule)
+    schedule = config.sampler.schedule
+    adaptive = schedule in ADAPTIVE
+    sampler = TurnSampler(pool, kappa=config.sampler.kappa,
+                          schedule="kappa" if adaptive else schedule)
     onpolicy = config.mode == "onpolicy"
     table = None
-    if not onpolicy:
+    if not onpolicy or adaptive:
+        table = teacher_table.load(paths["logits"], pool)
+    elif paths["logits"].is_dir():   # on-policy: the exported logits only feed the diagnostic
         table = teacher_table.load(paths["logits"], pool)
     if onpolicy and teacher_score_fn is None:
         teacher_score_fn = _teacher_score_fn(paths["teacher"], config.loss.top_k)
@@ -184,19 +201,60 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     writer = MetricWriter(workdir / "tb")
     writer.write_texts(0, {"config": cu.config_to_json(config)})
     results: dict = {"mode": config.mode, "loss": config.loss.kind,
-                     "kappa": config.sampler.kappa, "schedule": config.sampler.schedule,
-                     "seed": config.seed, "synthetic": True}
+                     "kappa": None if adaptive else config.sampler.kappa,
+                     "schedule": schedule, "seed": config.seed, "synthetic": True, "ratio": []}
     start = 0
+    meta: dict = {}
     if ckpt.latest_step() is not None:
         state, meta = ckpt.restore(state)
         start = int(meta.get("opt_step", ckpt.latest_step()))
         results.update(meta.get("results", {}))
     if mesh is not None:   # parameters / optimiser state replicated on every device
         state = parallel.replicate(state, mesh)
+    logp_fn = ratio_lib.token_logp_fn(graphdef) if table is not None else None
+    refresh_every = int(config.sampler.refresh_every)
+
+    def refresh(step: int, params, update_weights: bool) -> None:
+        """Ratio diagnostic of the current student; for adaptive schedules new weights."""
+        diag = ratio_lib.diagnose_student(logp_fn, params, pool, table,
+                                          config.sampler.kappa_min)
+        scal = diag.scalars()
+        rec = {"step": step, **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                                for k, v in diag.summary().items()}}
+        if update_weights and schedule == "auto":
+            sampler.set_probs(pair_weights(pool, diag.kappa_auto), kappa=diag.kappa_auto)
+            sampler.log_ratio = None
+        elif update_weights and schedule == "exact-ratio":
+            sampler.set_probs(ratio_lib.exact_ratio_probs(pool, diag.log_ratio,
+                                                          config.sampler.ratio_min,
+                                                          config.sampler.ratio_max))
+            sampler.log_ratio = diag.log_ratio
+            low = float(np.mean(diag.log_ratio < np.log(config.sampler.ratio_min)))
+            scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low
+        if adaptive:
+            scal["distill/kappa"] = rec["kappa_used"] = (
+                sampler.kappa if schedule == "auto" else float("nan"))
+            scal = {k: v for k, v in scal.items() if np.isfinite(v)}
+        writer.write_scalars(step, scal)
+        results["ratio"].append(rec)
+
+    if adaptive and start > 0 and "sampler" in meta:   # the weights in force at the checkpoint
+        sm = meta["sampler"]
+        if schedule == "auto":
+            sampler.set_probs(pair_weights(pool, sm["kappa"]), kappa=sm["kappa"])
+        else:
+            sampler.set_probs(ratio_lib.exact_ratio_probs(
+                pool, np.asarray(sm["log_ratio"]), config.sampler.ratio_min,
+                config.sampler.ratio_max))
+            sampler.log_ratio = np.asarray(sm["log_ratio"])
+    elif adaptive and start > 0:
+        refresh(start, state.params, True)
     if start == 0:
         results["before"] = _eval(graphdef, state.params, config, cfg, pool.meta["task"])
         if results["before"]:
             writer.write_scalars(0, {"eval/success_rate": results["before"]["success_rate"]})
+        if logp_fn is not None:
+            refresh(0, state.params, adaptive)
     base_key = jax.random.key(config.seed)
     prompts_cache: dict = {}
     update_times, tokens_done, turn_hist = [], 0, np.zeros(num_turns)
@@ -265,8 +323,14 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
             writer.write_scalars(done, scal)
             bar.set_postfix(loss=f"{scal['distill/loss']:.4f}", kl=f"{scal['distill/kl']:.4f}")
             acc, tokens_done = {}, 0
+        if logp_fn is not None and (
+                (refresh_every and done % refresh_every == 0) or done == config.train.steps):
+            refresh(done, state.params, adaptive and done < config.train.steps)
         meta = {"opt_step": done, "results": {k: v for k, v in results.items()
-                                              if k == "before"}}
+                                              if k in ("before", "ratio")}}
+        if adaptive:
+            meta["sampler"] = {"kappa": sampler.kappa, "log_ratio": (
+                None if sampler.log_ratio is None else sampler.log_ratio.tolist())}
         if ckpt.should_save(done) or done == config.train.steps:
             writer.flush()  # curves before a checkpoint are on disk before it (resume)
         ckpt.save(done, state, meta=meta, force=done == config.train.steps)
@@ -275,6 +339,8 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     results["env_calls_during_training"] = int(env_calls)
     results["update_s_median"] = float(np.median(update_times)) if update_times else None
     results["turn_histogram"] = turn_hist.tolist()
+    if schedule == "auto":
+        results["kappa"] = sampler.kappa   # the last estimate in force
     results["after"] = _eval(graphdef, state.params, config, cfg, pool.meta["task"])
     if results["after"]:
         writer.write_scalars(config.train.steps,

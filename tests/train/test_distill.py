@@ -112,3 +112,64 @@ def test_bad_inputs(cache, tmp_path):
                         "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
     with pytest.raises(TeacherLogitsMismatch, match="pool"):
         train_and_evaluate(_config(cache, **{"data.pool_dir": str(other)}), tmp_path / "c")
+
+
+@pytest.mark.parametrize("variant", ["auto", "exact"])
+def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, variant):
+    """auto / exact-ratio: the weights are re-estimated every refresh from the current student
+    (κ = clip(exp(−c̄)) of that refresh), logged, and a run resumed from a mid-run checkpoint
+    ends with the same student and the same diagnostics as an uninterrupted one."""
+    import math
+    import shutil
+
+    from safetensors.numpy import load_file
+
+    from prada_jax.distill.loop import train_and_evaluate
+    cfg = dict(**{"sampler.refresh_every": 2, "eval.n_problems": 0, "sampler.kappa_min": 0.05})
+    a = tmp_path / "a"
+    res = train_and_evaluate(_config(cache, variant, **cfg), a)
+    steps = [r["step"] for r in res["ratio"]]
+    assert steps == [0, 2, 4]
+    if variant == "auto":
+        for r in res["ratio"][:-1]:
+            assert r["kappa_used"] == pytest.approx(max(0.05, math.exp(-max(r["mean_gap"], 0))))
+        assert res["kappa"] == res["ratio"][1]["kappa_used"]
+    else:
+        assert 0.0 <= res["ratio"][0]["clipped_low_frac"] <= 1.0
+    sc = _scalars(a / "tb")
+    assert [s for s, _ in sc["ratio/slope"]] == [0, 2, 4] and "ratio/r2" in sc
+    assert "ratio/log_ratio_turn_1" in sc and "ratio/mean_gap" in sc
+    # interrupt after update 2: drop the step-4 checkpoint and results, rerun
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    shutil.rmtree(b / "checkpoints" / "4")
+    (b / "results.json").unlink()
+    res_b = train_and_evaluate(_config(cache, variant, **cfg), b)
+    wa = load_file(str(a / "student_hf" / "model.safetensors"))
+    wb = load_file(str(b / "student_hf" / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k])
+    assert [r["step"] for r in res_b["ratio"]] == steps
+    assert res_b["ratio"][-1]["mean_gap"] == res["ratio"][-1]["mean_gap"]
+
+
+def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
+    import subprocess
+    import sys
+    from prada_jax.distill.loop import train_and_evaluate
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        train_and_evaluate(_config(cache, "onpolicy", "auto",
+                                   **{"data.logits_dir": str(tmp_path / "nowhere")}),
+                           tmp_path / "x")
+    from prada_jax import config_utils as cu
+    with pytest.raises(cu.ConfigError, match="ratio_max"):
+        train_and_evaluate(_config(cache, "exact", **{"sampler.ratio_max": 0.5}), tmp_path / "y")
+    root = Path(__file__).resolve().parents[2]
+    for bad, msg in (("1.5", "--kappa must lie in (0, 1]"), ("often", "--kappa must be a number")):
+        p = subprocess.run([sys.executable, "-m", "train.distill",
+                            "--config=train/configs/distill.py:smoke",
+                            f"--workdir={tmp_path / 'z'}", f"--kappa={bad}",
+                            f"--config.data.cache={cache}"],
+                           cwd=root, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2 and msg in p.stderr, p.stderr[-500:]

@@ -1,7 +1,9 @@
 """ReOPD distillation config (``python -m train.distill --config=train/configs/distill.py``).
 
 Variants (``:a,b`` combines): ``smoke`` (seconds-long CPU run), ``uniform`` (κ = 1),
-``late`` (late-step-heavy p ∝ κ^(K-1-t)), ``sft`` (cross-entropy on teacher tokens),
+``late`` (late-step-heavy p ∝ κ^(K-1-t)), ``auto`` (κ = exp(−c̄) from the measured
+per-turn teacher–student gap, re-estimated during training), ``exact`` (clipped per-prefix
+likelihood-ratio weights instead of κ^t), ``sft`` (cross-entropy on teacher tokens),
 ``jsd`` (JSD(β) on top-k + tail), ``onpolicy`` (ReOPD as published: student samples,
 teacher scores, reverse-KL policy gradient), ``bf16`` (bfloat16 compute).
 Turn index t counts agent turns from 0. Defaults target the built-in arithmetic task whose
@@ -13,7 +15,7 @@ import ml_collections
 
 from prada_jax import parallel
 
-VARIANTS = ("smoke", "uniform", "late", "sft", "jsd", "onpolicy", "bf16")
+VARIANTS = ("smoke", "uniform", "late", "auto", "exact", "sft", "jsd", "onpolicy", "bf16")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -29,7 +31,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.sampler = ml_collections.ConfigDict()
     c.sampler.kappa = 0.6               # κ in (0, 1]; p(t) ∝ κ^t over a trajectory's turns
-    c.sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t))
+    c.sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t)) |
+    #   "auto" (κ = exp(−c̄), c̄ = mean per-turn teacher–student gap on the pool, re-estimated) |
+    #   "exact-ratio" (p(t|i) ∝ clipped prefix likelihood ratio br_{i,t}; prada_jax/distill/ratio.py)
+    c.sampler.refresh_every = 50        # updates between ratio diagnostics (logged as ratio/* in
+    #                                     every mode) and adaptive re-estimates; 0 = start and end
+    c.sampler.kappa_min = 1e-3          # "auto": floor of κ
+    c.sampler.ratio_min = 1e-3          # "exact-ratio": br clipped to [ratio_min, ratio_max]
+    c.sampler.ratio_max = 10.0
 
     c.loss = ml_collections.ConfigDict()
     c.loss.kind = "fkl"                 # offline: fkl | jsd | sft; on-policy: rkl
@@ -98,6 +107,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.sampler.kappa = 1.0
         elif v == "late":
             c.sampler.schedule = "late"
+        elif v == "auto":
+            c.sampler.schedule = "auto"
+        elif v == "exact":
+            c.sampler.schedule = "exact-ratio"
         elif v == "sft":
             c.loss.kind = "sft"
         elif v == "jsd":
