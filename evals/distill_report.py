@@ -9,9 +9,17 @@ Runs, for every seed (student init, batch draws, sampling keys), in this order:
 * ``fkl_k1``     offline forward KL, κ = 1 (uniform turns)
 * ``fkl_late``   offline forward KL, late-heavy p ∝ 0.6^(K-1-t)
 * ``sft``        cross-entropy on teacher tokens, κ = 0.6
+* ``fkl_auto``   offline forward KL, κ = exp(−c̄) re-estimated from the student every
+  ``sampler.refresh_every`` updates (beyond the paper; :mod:`prada_jax.distill.ratio`)
+* ``fkl_exact``  offline forward KL, turns weighted by the clipped per-prefix likelihood ratio
 * ``reopd_k0.6`` / ``reopd_k1``  on-policy ReOPD (student samples, teacher scores, reverse-KL
   policy gradient), warm-started from that seed's ``fkl_*`` student after ``--warm-steps``
-  offline updates (a random student's samples carry no signal on this task)
+  offline updates (a random student's samples carry no signal on this task); ``reopd_auto``
+  is on-policy ReOPD with the automatic κ, from the ``warm_k0.6`` start
+
+Every run also logs the pool likelihood-ratio diagnostic (mean per-turn gap c̄, exp(−c̄), and
+the regression of log br on the turn index: slope, R²) at its start and end; the report
+summarises the end-of-run values per method, and paired differences to ``fkl_k0.6``.
 
 and writes ``report.json`` + ``report.md`` (mean ± 95% Student-t CI over seeds of the task
 success rate, the environment calls during training, and the median wall time per update).
@@ -56,10 +64,13 @@ def run(out: Path, cache: str, seeds, steps: int, warm_steps: int, onpolicy_step
         "fkl_k1": ("uniform", {}),
         "fkl_late": ("late", {}),
         "sft": ("sft", {}),
+        "fkl_auto": ("auto", {}),
+        "fkl_exact": ("exact", {}),
         "warm_k0.6": ("", {}),
         "warm_k1": ("uniform", {}),
         "reopd_k0.6": ("onpolicy", {}),
         "reopd_k1": ("onpolicy,uniform", {}),
+        "reopd_auto": ("onpolicy,auto", {}),
     }
     for seed in seeds:
         for name in methods:
@@ -72,9 +83,10 @@ def run(out: Path, cache: str, seeds, steps: int, warm_steps: int, onpolicy_step
                 n_steps = warm_steps
             if name.startswith("reopd"):
                 n_steps = onpolicy_steps
-                warm = out / f"warm_{name.split('_')[1]}" / f"seed{seed}" / "student_hf"
+                tag = {"auto": "k0.6"}.get(name.split("_")[1], name.split("_")[1])
+                warm = out / f"warm_{tag}" / f"seed{seed}" / "student_hf"
                 if not warm.is_dir():
-                    raise FileNotFoundError(f"{warm}: run warm_{name.split('_')[1]} first")
+                    raise FileNotFoundError(f"{warm}: run warm_{tag} first")
                 over = dict(over, **{"student.init": str(warm), "optim.warmup_steps": 5,
                                      "optim.lr": 1e-3})
             cfg = _config(cache, seed, variant, n_steps, n_eval, **over)
@@ -104,6 +116,25 @@ def summarize(runs: dict, cache: str) -> dict:
             "env_calls_during_training": int(sum(r["env_calls_during_training"] for r in rs)),
             "update_s_median": mean_ci([r["update_s_median"] for r in rs]).to_dict(),
             "seeds": [r["seed"] for r in rs]}
+        end = [r["ratio"][-1] for r in rs if r.get("ratio")]
+        if end:
+            table[name]["ratio_end"] = {
+                k: mean_ci([e[k] for e in end if e.get(k) is not None]).to_dict()
+                for k in ("mean_gap", "kappa_auto", "slope", "r2")}
+        start = [r["ratio"][0] for r in rs if r.get("ratio") and r["ratio"][0]["step"] == 0]
+        if start and name.startswith("reopd"):
+            table[name]["ratio_start"] = {
+                k: mean_ci([e[k] for e in start if e.get(k) is not None]).to_dict()
+                for k in ("mean_gap", "kappa_auto", "slope", "r2")}
+        if name.endswith("auto"):
+            table[name]["kappa_final"] = mean_ci([r["kappa"] for r in rs]).to_dict()
+    ref = {r["seed"]: r["after"]["success_rate"] for k, r in runs.items()
+           if k.startswith("fkl_k0.6/")}
+    for name in names:
+        pairs = [(r["after"]["success_rate"], ref[r["seed"]]) for k, r in runs.items()
+                 if k.split("/")[0] == name and r["seed"] in ref]
+        if name != "fkl_k0.6" and len(pairs) >= 2:
+            table[name]["minus_fkl_k0.6"] = mean_ci([a - b for a, b in pairs]).to_dict()
     tpath = Path(cache) / "teacher_eval.json"
     if tpath.is_file():
         t = json.loads(tpath.read_text())
@@ -114,22 +145,38 @@ def summarize(runs: dict, cache: str) -> dict:
 
 
 def to_markdown(table: dict) -> str:
-    lines = ["| method | task success (mean ± 95% CI over seeds) | env calls in training | "
-             "median s / update |", "|---|---|---|---|"]
+    lines = ["| method | task success (mean ± 95% CI over seeds) | minus fkl_k0.6 (paired) | "
+             "env calls in training | median s / update |", "|---|---|---|---|---|"]
     if "teacher" in table:
         t = table["teacher"]
         lines.append(f"| teacher (PyTorch, n={t['n']}) | {t['success_rate']:.3f} "
-                     f"(Wilson [{t['wilson95'][0]:.3f}, {t['wilson95'][1]:.3f}]) | – | – |")
+                     f"(Wilson [{t['wilson95'][0]:.3f}, {t['wilson95'][1]:.3f}]) | – | – | – |")
     if "student_before" in table:
         b = table["student_before"]
         lines.append(f"| student before distillation | {b['mean']:.3f} ± "
-                     f"{b['ci_half_width']:.3f} | – | – |")
+                     f"{b['ci_half_width']:.3f} | – | – | – |")
     for name, row in table.items():
         if name in ("teacher", "student_before"):
             continue
         s, u = row["success"], row["update_s_median"]
+        d = row.get("minus_fkl_k0.6")
+        dd = f"{d['mean']:+.3f} ± {d['ci_half_width']:.3f}" if d else "–"
         lines.append(f"| {name} | {s['mean']:.3f} ± {s['ci_half_width']:.3f} (n={s['n']}) | "
-                     f"{row['env_calls_during_training']} | {u['mean']:.3f} |")
+                     f"{dd} | {row['env_calls_during_training']} | {u['mean']:.3f} |")
+    diag = [(n, r) for n, r in table.items() if isinstance(r, dict) and "ratio_end" in r]
+    if diag:
+        lines += ["", "Pool likelihood-ratio diagnostic of each method's final student "
+                  "(mean ± 95% CI over seeds; c̄ in nats per agent turn; OLS of log br_t on t):",
+                  "", "| method | c̄ | exp(−c̄) | slope | R² |", "|---|---|---|---|---|"]
+        for name, r in diag:
+            for tag in ("ratio_start", "ratio_end"):
+                if tag not in r:
+                    continue
+                e = r[tag]
+                label = name + (" (warm start)" if tag == "ratio_start" else "")
+                lines.append(f"| {label} | " + " | ".join(
+                    f"{e[k]['mean']:.3f} ± {e[k]['ci_half_width']:.3f}"
+                    for k in ("mean_gap", "kappa_auto", "slope", "r2")) + " |")
     return "\n".join(lines) + "\n\nAll numbers: synthetic arithmetic task.\n"
 
 

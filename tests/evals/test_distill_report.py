@@ -1,0 +1,39 @@
+"""evals.distill_report.summarize / to_markdown on hand-made run records: means, paired
+differences to fkl_k0.6 and the ratio-diagnostic rows against NumPy/SciPy."""
+import numpy as np
+from scipy import stats
+
+from evals.distill_report import summarize, to_markdown
+
+
+def _run(seed, success, gap, slope, kappa=0.6):
+    rec = {"step": 0, "mean_gap": gap + 1.0, "kappa_auto": float(np.exp(-gap - 1.0)),
+           "slope": slope - 1.0, "r2": 0.5}
+    end = {"step": 300, "mean_gap": gap, "kappa_auto": float(np.exp(-gap)), "slope": slope,
+           "r2": 0.4}
+    return {"seed": seed, "after": {"success_rate": success}, "before": {"success_rate": 0.0},
+            "env_calls_during_training": 0, "update_s_median": 0.1, "kappa": kappa,
+            "ratio": [rec, end]}
+
+
+def test_summary_paired_differences_and_diagnostic_rows(tmp_path):
+    a = [0.5, 0.7, 0.4]
+    b = [0.6, 0.75, 0.55]
+    runs = {}
+    for s in range(3):
+        runs[f"fkl_k0.6/seed{s}"] = _run(s, a[s], 0.4 + 0.1 * s, -0.8)
+        runs[f"fkl_auto/seed{s}"] = _run(s, b[s], 0.3, -0.5 - 0.1 * s, kappa=0.7 + 0.01 * s)
+        runs[f"reopd_k0.6/seed{s}"] = _run(s, a[s] + 0.01, 0.5, -1.0)
+    t = summarize(runs, str(tmp_path))
+    d = np.subtract(b, a)
+    half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+    assert np.isclose(t["fkl_auto"]["minus_fkl_k0.6"]["mean"], d.mean())
+    assert np.isclose(t["fkl_auto"]["minus_fkl_k0.6"]["ci_half_width"], half)
+    assert "minus_fkl_k0.6" not in t["fkl_k0.6"]
+    assert np.isclose(t["fkl_auto"]["ratio_end"]["slope"]["mean"], -0.6)
+    assert np.isclose(t["fkl_auto"]["kappa_final"]["mean"], 0.71)
+    assert np.isclose(t["reopd_k0.6"]["ratio_start"]["mean_gap"]["mean"], 1.5)
+    assert "ratio_start" not in t["fkl_k0.6"]
+    md = to_markdown(t)
+    assert "| fkl_auto |" in md and "reopd_k0.6 (warm start)" in md and "synthetic" in md
+    assert f"{d.mean():+.3f} ± {half:.3f}" in md
