@@ -1,28 +1,31 @@
 """Multi-seed report of the built-in ReOPD task: teacher, student before/after each method.
 
     python -m evals.distill_report --out checkpoints/distill_report [--seeds 0,1,2] \
-        [--cache checkpoints/task_cache/seed0] [--steps 300] [--onpolicy-steps 100]
+        [--cache checkpoints/task_cache/seed0] [--steps 1000] [--warm-steps 300] \
+        [--cont-steps 300] [--onpolicy-steps 100] [--methods a,b,...]
 
-Runs, for every seed (student init, batch draws, sampling keys), in this order:
+Methods (``PLAN``), run for every seed (student init, batch draws, sampling keys):
 
-* ``fkl_k0.6``   offline forward KL on exported top-k + tail, κ = 0.6
-* ``fkl_k1``     offline forward KL, κ = 1 (uniform turns)
-* ``fkl_late``   offline forward KL, late-heavy p ∝ 0.6^(K-1-t)
-* ``sft``        cross-entropy on teacher tokens, κ = 0.6
-* ``fkl_auto``   offline forward KL, κ = exp(−c̄) re-estimated from the student every
-  ``sampler.refresh_every`` updates (beyond the paper; :mod:`prada_jax.distill.ratio`)
-* ``fkl_exact``  offline forward KL, turns weighted by the clipped per-prefix likelihood ratio
-* ``reopd_k0.6`` / ``reopd_k1``  on-policy ReOPD (student samples, teacher scores, reverse-KL
-  policy gradient), warm-started from that seed's ``fkl_*`` student after ``--warm-steps``
-  offline updates (a random student's samples carry no signal on this task); ``reopd_auto``
-  is on-policy ReOPD with the automatic κ, from the ``warm_k0.6`` start
+* from a random init, ``--steps`` offline updates: ``fkl_k0.6`` (forward KL on exported top-k +
+  tail, κ = 0.6), ``fkl_k1`` (κ = 1, uniform turns), ``fkl_late`` (late-heavy
+  p ∝ 0.6^(K-1-t)), ``sft`` (cross-entropy on teacher tokens), ``fkl_auto`` / ``fkl_exact``
+  (the adaptive weightings below, from scratch);
+* warm starts, ``--warm-steps`` offline updates: ``warm_k0.6``, ``warm_k1``;
+* continuations of ``warm_k0.6``, ``--cont-steps`` offline updates (lr 1e-3, 5 warm-up):
+  ``cont_k0.6``, ``cont_k1``, ``cont_auto`` (κ = exp(−c̄), c̄ the student's mean per-turn gap
+  to the teacher on the pool, re-estimated every ``sampler.refresh_every`` updates — beyond the
+  paper, :mod:`prada_jax.distill.ratio`), ``cont_exact`` (turns weighted by the clipped
+  per-prefix likelihood ratio br_{i,t} instead of κ^t);
+* on-policy ReOPD (student samples, teacher scores, reverse-KL policy gradient),
+  ``--onpolicy-steps`` updates: ``reopd_k0.6`` and ``reopd_auto`` from ``warm_k0.6``,
+  ``reopd_k1`` from ``warm_k1`` (a random student's samples carry no signal on this task).
 
-Every run also logs the pool likelihood-ratio diagnostic (mean per-turn gap c̄, exp(−c̄), and
-the regression of log br on the turn index: slope, R²) at its start and end; the report
-summarises the end-of-run values per method, and paired differences to ``fkl_k0.6``.
-
-and writes ``report.json`` + ``report.md`` (mean ± 95% Student-t CI over seeds of the task
-success rate, the environment calls during training, and the median wall time per update).
+Every run also logs the pool likelihood-ratio diagnostic (c̄, exp(−c̄), and the OLS of log br_t
+on the turn index: slope, R²) at its start and end. ``report.json`` + ``report.md`` hold the
+mean ± 95% Student-t CI over seeds of the task success rate, a paired difference to the
+method's reference (``fkl_k0.6`` from scratch, ``cont_k0.6`` for continuations, the warm start
+for ReOPD), the environment calls during training, the median wall time per update, and the
+diagnostic of each method's final student (and of the warm start for ReOPD).
 All data is synthetic (generated arithmetic problems).
 """
 from __future__ import annotations
@@ -53,44 +56,53 @@ def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over
     return c
 
 
-def run(out: Path, cache: str, seeds, steps: int, warm_steps: int, onpolicy_steps: int,
-        n_eval: int, methods) -> dict:
+# name -> (config variant, warm start it continues from or None, budget); budgets: "steps"
+# (offline from a random init), "warm" (the warm starts), "cont" (offline continuation of a
+# warm start), "onpolicy" (ReOPD updates from a warm start).
+PLAN = {
+    "fkl_k0.6": ("", None, "steps"),
+    "fkl_k1": ("uniform", None, "steps"),
+    "fkl_late": ("late", None, "steps"),
+    "sft": ("sft", None, "steps"),
+    "fkl_auto": ("auto", None, "steps"),
+    "fkl_exact": ("exact", None, "steps"),
+    "warm_k0.6": ("", None, "warm"),
+    "warm_k1": ("uniform", None, "warm"),
+    "cont_k0.6": ("", "warm_k0.6", "cont"),
+    "cont_k1": ("uniform", "warm_k0.6", "cont"),
+    "cont_auto": ("auto", "warm_k0.6", "cont"),
+    "cont_exact": ("exact", "warm_k0.6", "cont"),
+    "reopd_k0.6": ("onpolicy", "warm_k0.6", "onpolicy"),
+    "reopd_k1": ("onpolicy,uniform", "warm_k1", "onpolicy"),
+    "reopd_auto": ("onpolicy,auto", "warm_k0.6", "onpolicy"),
+}
+
+
+def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods) -> dict:
+    """Runs every (method, seed) not yet in ``<out>/runs.json``; ``budgets`` maps the PLAN
+    budget names to optimizer updates."""
     from prada_jax.distill.loop import train_and_evaluate
+    unknown = [m for m in methods if m not in PLAN]
+    if unknown:
+        raise ValueError(f"--methods: unknown {unknown}; choose from {sorted(PLAN)}")
     out.mkdir(parents=True, exist_ok=True)
     res_path = out / "runs.json"
     runs = json.loads(res_path.read_text()) if res_path.is_file() else {}
-    plan = {
-        "fkl_k0.6": ("", {}),
-        "fkl_k1": ("uniform", {}),
-        "fkl_late": ("late", {}),
-        "sft": ("sft", {}),
-        "fkl_auto": ("auto", {}),
-        "fkl_exact": ("exact", {}),
-        "warm_k0.6": ("", {}),
-        "warm_k1": ("uniform", {}),
-        "reopd_k0.6": ("onpolicy", {}),
-        "reopd_k1": ("onpolicy,uniform", {}),
-        "reopd_auto": ("onpolicy,auto", {}),
-    }
     for seed in seeds:
         for name in methods:
             key = f"{name}/seed{seed}"
             if key in runs:
                 continue
-            variant, over = plan[name]
-            n_steps = steps
-            if name.startswith("warm"):
-                n_steps = warm_steps
-            if name.startswith("reopd"):
-                n_steps = onpolicy_steps
-                tag = {"auto": "k0.6"}.get(name.split("_")[1], name.split("_")[1])
-                warm = out / f"warm_{tag}" / f"seed{seed}" / "student_hf"
+            variant, warm_from, budget = PLAN[name]
+            over = {}
+            if warm_from is not None:
+                warm = out / warm_from / f"seed{seed}" / "student_hf"
                 if not warm.is_dir():
-                    raise FileNotFoundError(f"{warm}: run warm_{tag} first")
-                over = dict(over, **{"student.init": str(warm), "optim.warmup_steps": 5,
-                                     "optim.lr": 1e-3})
-            cfg = _config(cache, seed, variant, n_steps, n_eval, **over)
+                    raise FileNotFoundError(f"{warm}: run {warm_from} first")
+                over = {"student.init": str(warm), "optim.warmup_steps": 5, "optim.lr": 1e-3}
+            cfg = _config(cache, seed, variant, budgets[budget], n_eval, **over)
             r = train_and_evaluate(cfg, out / name / f"seed{seed}")
+            r["budget"], r["warm_from"] = budget, warm_from
             runs[key] = r
             res_path.write_text(json.dumps(runs, indent=2))
             print(f"{key}: before {r.get('before', {}).get('success_rate')} after "
@@ -98,6 +110,14 @@ def run(out: Path, cache: str, seeds, steps: int, warm_steps: int, onpolicy_step
                   f"{r['env_calls_during_training']} update_s {r['update_s_median']:.3f}",
                   flush=True)
     return runs
+
+
+def reference_of(name: str) -> str | None:
+    """The run a method is compared with, paired by seed (None for the references)."""
+    if name not in PLAN or name in ("fkl_k0.6", "cont_k0.6") or name.startswith("warm"):
+        return None
+    variant, warm_from, budget = PLAN[name]
+    return {"steps": "fkl_k0.6", "cont": "cont_k0.6", "onpolicy": warm_from}[budget]
 
 
 def summarize(runs: dict, cache: str) -> dict:
@@ -128,13 +148,17 @@ def summarize(runs: dict, cache: str) -> dict:
                 for k in ("mean_gap", "kappa_auto", "slope", "r2")}
         if name.endswith("auto"):
             table[name]["kappa_final"] = mean_ci([r["kappa"] for r in rs]).to_dict()
-    ref = {r["seed"]: r["after"]["success_rate"] for k, r in runs.items()
-           if k.startswith("fkl_k0.6/")}
     for name in names:
+        ref_name = reference_of(name)
+        if ref_name is None:
+            continue
+        ref = {r["seed"]: r["after"]["success_rate"] for k, r in runs.items()
+               if k.split("/")[0] == ref_name}
         pairs = [(r["after"]["success_rate"], ref[r["seed"]]) for k, r in runs.items()
                  if k.split("/")[0] == name and r["seed"] in ref]
-        if name != "fkl_k0.6" and len(pairs) >= 2:
-            table[name]["minus_fkl_k0.6"] = mean_ci([a - b for a, b in pairs]).to_dict()
+        if len(pairs) >= 2:
+            table[name]["paired"] = {"ref": ref_name,
+                                     **mean_ci([a - b for a, b in pairs]).to_dict()}
     tpath = Path(cache) / "teacher_eval.json"
     if tpath.is_file():
         t = json.loads(tpath.read_text())
@@ -145,7 +169,7 @@ def summarize(runs: dict, cache: str) -> dict:
 
 
 def to_markdown(table: dict) -> str:
-    lines = ["| method | task success (mean ± 95% CI over seeds) | minus fkl_k0.6 (paired) | "
+    lines = ["| method | task success (mean ± 95% CI over seeds) | paired difference | "
              "env calls in training | median s / update |", "|---|---|---|---|---|"]
     if "teacher" in table:
         t = table["teacher"]
@@ -159,8 +183,8 @@ def to_markdown(table: dict) -> str:
         if name in ("teacher", "student_before"):
             continue
         s, u = row["success"], row["update_s_median"]
-        d = row.get("minus_fkl_k0.6")
-        dd = f"{d['mean']:+.3f} ± {d['ci_half_width']:.3f}" if d else "–"
+        d = row.get("paired")
+        dd = f"{d['mean']:+.3f} ± {d['ci_half_width']:.3f} vs {d['ref']}" if d else "–"
         lines.append(f"| {name} | {s['mean']:.3f} ± {s['ci_half_width']:.3f} (n={s['n']}) | "
                      f"{dd} | {row['env_calls_during_training']} | {u['mean']:.3f} |")
     diag = [(n, r) for n, r in table.items() if isinstance(r, dict) and "ratio_end" in r]
@@ -186,11 +210,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="checkpoints/distill_report")
     p.add_argument("--cache", default="checkpoints/task_cache/seed0")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=300, help="offline updates per run")
-    p.add_argument("--warm-steps", type=int, default=150, help="offline warm start of ReOPD")
-    p.add_argument("--onpolicy-steps", type=int, default=100, help="on-policy updates")
+    p.add_argument("--steps", type=int, default=1000, help="offline updates from random init")
+    p.add_argument("--warm-steps", type=int, default=300,
+                   help="offline updates of the warm starts (warm_k0.6, warm_k1)")
+    p.add_argument("--cont-steps", type=int, default=300,
+                   help="offline updates continuing a warm start (cont_*)")
+    p.add_argument("--onpolicy-steps", type=int, default=100, help="on-policy updates (reopd_*)")
     p.add_argument("--n-eval", type=int, default=256, help="task episodes per evaluation")
-    p.add_argument("--methods", default="fkl_k0.6,fkl_k1,sft,warm_k0.6,reopd_k0.6")
+    p.add_argument("--methods", default="fkl_k0.6,fkl_k1,sft,warm_k0.6,cont_k0.6,cont_auto,"
+                   "cont_exact,reopd_k0.6,reopd_auto",
+                   help=f"comma-separated, in run order; from {', '.join(PLAN)}")
     p.add_argument("--merge-from", default="",
                    help="comma-separated report folders whose runs.json are merged in first "
                         "(e.g. one folder per seed run in parallel)")
@@ -206,8 +235,13 @@ def main(argv=None) -> int:
         if (out / "runs.json").is_file():
             merged.update(json.loads((out / "runs.json").read_text()))
         (out / "runs.json").write_text(json.dumps(merged, indent=2))
-    runs = run(out, args.cache, seeds, args.steps, args.warm_steps, args.onpolicy_steps,
-               args.n_eval, methods)
+    budgets = {"steps": args.steps, "warm": args.warm_steps, "cont": args.cont_steps,
+               "onpolicy": args.onpolicy_steps}
+    try:
+        runs = run(out, args.cache, seeds, budgets, args.n_eval, methods)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     table = summarize(runs, args.cache)
     (out / "report.json").write_text(json.dumps(table, indent=2))
     md = to_markdown(table)

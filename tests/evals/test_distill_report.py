@@ -23,17 +23,22 @@ def test_summary_paired_differences_and_diagnostic_rows(tmp_path):
     for s in range(3):
         runs[f"fkl_k0.6/seed{s}"] = _run(s, a[s], 0.4 + 0.1 * s, -0.8)
         runs[f"fkl_auto/seed{s}"] = _run(s, b[s], 0.3, -0.5 - 0.1 * s, kappa=0.7 + 0.01 * s)
+        runs[f"warm_k0.6/seed{s}"] = _run(s, a[s] - 0.01, 0.5, -1.0)
         runs[f"reopd_k0.6/seed{s}"] = _run(s, a[s] + 0.01, 0.5, -1.0)
     t = summarize(runs, str(tmp_path))
     d = np.subtract(b, a)
     half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
-    assert np.isclose(t["fkl_auto"]["minus_fkl_k0.6"]["mean"], d.mean())
-    assert np.isclose(t["fkl_auto"]["minus_fkl_k0.6"]["ci_half_width"], half)
-    assert "minus_fkl_k0.6" not in t["fkl_k0.6"]
+    assert t["fkl_auto"]["paired"]["ref"] == "fkl_k0.6"
+    assert np.isclose(t["fkl_auto"]["paired"]["mean"], d.mean())
+    assert np.isclose(t["fkl_auto"]["paired"]["ci_half_width"], half)
+    assert "paired" not in t["fkl_k0.6"]
+    # ReOPD is compared with its warm start, paired by seed
+    assert t["reopd_k0.6"]["paired"]["ref"] == "warm_k0.6"
+    assert np.isclose(t["reopd_k0.6"]["paired"]["mean"], 0.02)
     assert np.isclose(t["fkl_auto"]["ratio_end"]["slope"]["mean"], -0.6)
     assert np.isclose(t["fkl_auto"]["kappa_final"]["mean"], 0.71)
     assert np.isclose(t["reopd_k0.6"]["ratio_start"]["mean_gap"]["mean"], 1.5)
     assert "ratio_start" not in t["fkl_k0.6"]
     md = to_markdown(t)
     assert "| fkl_auto |" in md and "reopd_k0.6 (warm start)" in md and "synthetic" in md
-    assert f"{d.mean():+.3f} ± {half:.3f}" in md
+    assert f"{d.mean():+.3f} ± {half:.3f} vs fkl_k0.6" in md
