@@ -29,8 +29,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.slots < 1 or a.envs < 1:
         ap.error("--slots and --envs must be >= 1")
-    from prada_jax import config_utils, dual
-    from train import dual as launcher
+    from prada_jax import config_utils, dual, dual_train
 
     wd = Path(a.workdir)
     try:
@@ -39,13 +38,13 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    launcher.validate_config(config)
-    traces, trace_info = launcher.load_traces(config)
-    env_params = launcher.build_env_params(config, traces)
-    policy_fn, policy_info = launcher.build_policy(config, traces)
+    dual_train.validate_config(config)
+    traces, trace_info = dual_train.load_traces(config)
+    env_params = dual_train.build_env_params(config, traces)
+    policy_fn, policy_info = dual_train.build_policy(config, traces)
     t0 = time.perf_counter()
-    gap = launcher.measure_gap(config, traces, env_params, policy_fn, mult, a.slots, a.envs,
-                               seed=a.seed)
+    gap = dual_train.measure_gap(config, traces, env_params, policy_fn, mult, a.slots, a.envs,
+                                 seed=a.seed)
     gap["wall_s"] = time.perf_counter() - t0
     gap["scenario"] = {"traces": trace_info, "policy": policy_info,
                        "num_servers": int(config.env.num_servers),
@@ -60,7 +59,7 @@ def main(argv=None) -> int:
         print(f"  {name:12s} threshold/oracle: mean {gap[pre + 'mean']:.4f}  p5 "
               f"{gap[pre + 'p5']:.4f}  min {gap[pre + 'min']:.4f}  pooled "
               f"{gap[pre + 'pooled']:.4f}  infeasible {gap[pre + 'infeasible']}")
-    out = Path(a.out) if a.out else wd / launcher.GAP_FILE
+    out = Path(a.out) if a.out else wd / dual_train.GAP_FILE
     out.write_text(json.dumps(gap, indent=2))
     print(f"wrote {out}")
     return 0

@@ -1,4 +1,5 @@
-"""train.dual launcher: :smoke config, checkpoints + curves, exact resume, exports, bad flags."""
+"""train.dual launcher + prada_jax.dual_train library: :smoke config, checkpoints + curves,
+exact resume, exports, bad flags, no absl flags defined at import."""
 import json
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from prada_jax import config_utils, dual
-from train import dual as launcher
+from prada_jax import dual_train
 from train.configs import dual as dual_configs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,17 +26,17 @@ def _scalars(logdir):
 def test_smoke_run_resumes_exactly_and_exports(tmp_path):
     cfg = dual_configs.get_config("smoke")
     # Split run: one chunk, then resume to the end (2 chunks).
-    r1 = launcher.train_and_evaluate(cfg, tmp_path / "split", max_chunks=1)
+    r1 = dual_train.train_and_evaluate(cfg, tmp_path / "split", max_chunks=1)
     assert r1["chunk"] == 1 and "gap" not in r1
     assert (tmp_path / "split/checkpoints/1").is_dir()
-    r2 = launcher.train_and_evaluate(cfg, tmp_path / "split")
+    r2 = dual_train.train_and_evaluate(cfg, tmp_path / "split")
     assert r2["chunk"] == 2
     # Straight run in another folder: identical multipliers (same seed, exact resume).
-    r3 = launcher.train_and_evaluate(cfg, tmp_path / "straight")
+    r3 = dual_train.train_and_evaluate(cfg, tmp_path / "straight")
     assert r2["multipliers"] == r3["multipliers"]
     assert r2["scalars"]["dual/lambda_s"] == r3["scalars"]["dual/lambda_s"]
 
-    m = launcher.load_multipliers(tmp_path / "split")
+    m = dual_train.load_multipliers(tmp_path / "split")
     assert isinstance(m, dual.Multipliers) and m.lambda_s >= 0 and m.mu >= 0
     np.testing.assert_allclose([m.lambda_s, m.mu], list(r2["multipliers"]), rtol=1e-6)
     saved = json.loads((tmp_path / "split/multipliers.json").read_text())
@@ -76,7 +77,7 @@ def test_bad_config_is_refused_naming_the_field(tmp_path, field, value):
         node = node[p]
     node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], str) else value
     with pytest.raises(config_utils.ConfigError, match=f"config.{field}"):
-        launcher.train_and_evaluate(cfg, tmp_path / "bad")
+        dual_train.train_and_evaluate(cfg, tmp_path / "bad")
 
 
 def test_cli_rejects_bad_flag_with_exit_code_2(tmp_path):
@@ -86,6 +87,41 @@ def test_cli_rejects_bad_flag_with_exit_code_2(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "config.env.num_servers" in proc.stderr
+
+
+def test_cli_policy_flag_reaches_the_config(tmp_path):
+    # --policy overrides config.policy_dir: a folder that is no train.ppo run is refused
+    # (exit 2) with a message naming the missing file inside it.
+    missing = tmp_path / "no_ppo_run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "train.dual", "--config=train/configs/dual.py:smoke",
+         f"--workdir={tmp_path / 'cli'}", f"--policy={missing}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "error:" in proc.stderr and str(missing) in proc.stderr
+
+
+def test_import_defines_no_absl_flags():
+    # absl.app / absl.logging define their own flags (verbosity, ...) when imported; train.dual
+    # and the library must add none, so another absl program (with its own --config/--workdir)
+    # can import them. Run in a fresh interpreter: this test process may have other flags.
+    code = """
+import absl.app, absl.logging
+from absl import flags
+import ml_collections.config_flags
+before = set(flags.FLAGS)
+import prada_jax.dual_train
+import train.dual
+added = set(flags.FLAGS) - before
+assert not added, sorted(added)
+assert train.dual.train_and_evaluate is prada_jax.dual_train.train_and_evaluate
+flags.DEFINE_string("workdir", None, "a host program's own --workdir")
+flags.DEFINE_string("config", None, "a host program's own --config")
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
 def test_unknown_variant_is_refused():

@@ -1,0 +1,335 @@
+"""Stage-2 training library: learns the multipliers λ_s and µ for one scenario over edge-env
+rollouts and measures the duality gap of the resulting hard threshold rule.
+
+``train_and_evaluate(config, workdir)`` is what ``python -m train.dual`` calls (``config`` is a
+``train/configs/dual.py`` ConfigDict, validated once by ``validate_config``, whose errors name
+the field). Nominations come from the PPO policy of ``config.policy_dir``
+(``prada_jax.rl.trainer.load_policy``) or, if that is empty, from the privileged trace rule of
+``prada_jax.dual.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
+
+    <workdir>/config.json         resolved config
+    <workdir>/checkpoints/<chunk>/ orbax: env states, observations, dual state, PRNG key
+                                  (rerunning on the workdir resumes exactly from the latest)
+    <workdir>/tb/                 TensorBoard curves (dual/*, env/*, perf/*, eval/gap_*),
+                                  x = env slots (slots per env × envs)
+    <workdir>/multipliers.json    λ_s (PRM units per server unit), µ (PRM units per Hz), ...;
+                                  rewritten at every checkpoint
+    <workdir>/gap.json            duality-gap report (end of the run, if eval.gap_slots > 0)
+
+The duality gap (``measure_gap``) is the per-slot value of the hard threshold decision with the
+learned multipliers (after its feasibility repair) as a fraction of the exact oracle's
+(``prada_jax.sched.oracle``), with λ_s = µ = 0 on the same slots as a reference.
+``load_multipliers(workdir) -> Multipliers(lambda_s, mu)`` (µ per Hz) is the export for
+evaluation. Measured numbers: docs/dual.md. No flags are defined here: importing this module
+from another absl program is safe.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prada_jax import config_utils
+from prada_jax import dual
+from prada_jax.dual import load_multipliers
+
+__all__ = ["GAP_FILE", "NonFiniteError", "validate_config", "load_traces", "build_env_params",
+           "build_policy", "train_and_evaluate", "collect_slots", "threshold_decisions",
+           "measure_gap", "load_multipliers"]
+
+GAP_FILE = "gap.json"
+
+_log = logging.getLogger(__name__)
+
+
+class NonFiniteError(RuntimeError):
+    """A logged value went NaN/inf; the last good checkpoint is kept."""
+
+
+# ----------------------------------------------------------------------------- config
+
+def validate_config(config) -> dual.DualConfig:
+    """Checks every field once; errors name the field. Returns the static DualConfig."""
+    cu = config_utils
+    cu.check_int(config, "seed", minimum=0)
+    cu.check_positive(config, "env.bandwidth_hz", "env.tau_s")
+    cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
+    cu.check_int(config, "env.num_users", "env.num_servers", minimum=1)
+    cu.check_int(config, "env.max_wait_slots", "env.problems", "env.trace_seed", minimum=0)
+    cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
+    if not config.env.trace_dir:
+        cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
+    elif not Path(config.env.trace_dir).is_dir():
+        raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a folder")
+    cu.check_int(config, "train.num_envs", "train.rollout_len", "train.num_chunks",
+                 "train.sgd_steps", minimum=1)
+    cu.check_int(config, "log.checkpoint_every", "log.keep_checkpoints", minimum=1)
+    cu.check_int(config, "eval.gap_slots", minimum=0)
+    cu.check_int(config, "eval.gap_envs", minimum=1)
+    if config.dual.conditioned and int(config.dual.load_features) != dual.LOAD_FEATURES:
+        raise cu.ConfigError(f"config.dual.load_features must be {dual.LOAD_FEATURES} for "
+                             f"the edge env, got {config.dual.load_features}")
+    try:
+        return dual.config_from(config.dual)
+    except ValueError as e:
+        raise cu.ConfigError(str(e)) from None
+
+
+def load_traces(config):
+    """``(traces, info)``: ``env.trace_dir`` if set, else the synthetic preset."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    if config.env.trace_dir:
+        traces = tf.load(config.env.trace_dir)
+        meta = tf.read_meta(config.env.trace_dir)
+        info = {"source": str(config.env.trace_dir), "benchmark": meta["benchmark"],
+                "synthetic": bool(meta["synthetic"])}
+    else:
+        traces, _ = synthetic.generate(config.env.preset, seed=int(config.env.trace_seed),
+                                       problems=int(config.env.problems) or None)
+        info = {"source": f"synthetic:{config.env.preset}", "benchmark": config.env.preset,
+                "synthetic": True}
+    info.update(num_problems=traces.num_problems, num_nodes=traces.num_nodes,
+                feature_dim=traces.feature_dim)
+    return traces, info
+
+
+def build_env_params(config, traces):
+    """Edge env params of the scenario, running the threshold scheduler."""
+    from envs import registry
+
+    e = config.env
+    _, params = registry.make(
+        "edge", traces=traces, num_users=int(e.num_users), scheduler="threshold",
+        num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
+        arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
+        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode)
+    return params
+
+
+def build_policy(config, traces):
+    """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule."""
+    if not config.policy_dir:
+        thr = float(config.policy.rule_threshold)
+        return dual.make_trace_rule_policy(thr), {"kind": "trace_rule", "threshold": thr,
+                                                  "note": "privileged: reads cand_prm"}
+    from prada_jax.rl import trainer
+
+    policy, ppo_config = trainer.load_policy(config.policy_dir)
+    trainer.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
+    fn = dual.make_ppo_policy(policy.apply_fn, policy.params, greedy=bool(config.policy.greedy))
+    return fn, {"kind": "ppo", "workdir": str(config.policy_dir),
+                "step": int(policy.meta.get("step", -1))}
+
+
+# ----------------------------------------------------------------------------- training
+
+# Jitted functions reused by later calls in the same process with the same static settings
+# (tests, resumption, train.main's stages): a new closure would trace and compile again.
+_JIT_CACHE: dict = {}
+
+
+def _policy_key(policy_info: dict):
+    """Hashable identity of a policy, or a unique object (no reuse) for a PPO policy whose
+    parameters are baked into the compiled function."""
+    if policy_info.get("kind") == "trace_rule":
+        return ("trace_rule", float(policy_info["threshold"]))
+    return object()
+
+
+def _cached(key, build):
+    if key not in _JIT_CACHE:
+        _JIT_CACHE[key] = build()
+    return _JIT_CACHE[key]
+
+
+def _scalars(m) -> dict[str, float]:
+    return {k: float(np.asarray(v)) for k, v in jax.device_get(m).items() if np.size(v) == 1}
+
+
+def _final_multipliers(carry: dual.RolloutCarry, dcfg: dual.DualConfig, load_mean):
+    if dcfg.conditioned:
+        m = dual.multipliers(carry.dual, dcfg, jnp.asarray(load_mean, jnp.float32))
+    else:
+        m = dual.multipliers(carry.dual, dcfg)
+    return dual.Multipliers(float(m.lambda_s), float(m.mu))
+
+
+def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dict:
+    """Learns the multipliers; writes checkpoints, curves, multipliers.json and gap.json.
+
+    Returns a dict with ``chunk``, ``multipliers`` and the last chunk's ``scalars`` (and
+    ``gap`` if evaluated in this call).
+    """
+    from prada_jax.checkpointing import Checkpointer
+    from prada_jax.metric_writer import MetricWriter, all_finite
+
+    dcfg = validate_config(config)
+    workdir = config_utils.prepare_workdir(workdir)
+    config_utils.write_config_json(config, workdir)
+    traces, trace_info = load_traces(config)
+    env_params = build_env_params(config, traces)
+    policy_fn, policy_info = build_policy(config, traces)
+    scenario = {"traces": trace_info, "policy": policy_info,
+                "num_users": int(config.env.num_users), "num_servers": int(config.env.num_servers),
+                "bandwidth_hz": float(config.env.bandwidth_hz),
+                "arrival_rate_hz": float(config.env.arrival_rate_hz),
+                "beta": float(config.env.beta), "tau_s": float(config.env.tau_s)}
+
+    chunk_fn = _cached(("chunk", dcfg, int(config.train.rollout_len),
+                        int(config.train.sgd_steps), _policy_key(policy_info)),
+                       lambda: jax.jit(dual.make_train_chunk(
+                           dcfg, policy_fn, int(config.train.rollout_len),
+                           int(config.train.sgd_steps))))
+    carry = dual.init_rollout(jax.random.key(int(config.seed)), env_params, dcfg,
+                              int(config.train.num_envs))
+    ckpt = Checkpointer(workdir / "checkpoints", save_every=int(config.log.checkpoint_every),
+                        max_to_keep=int(config.log.keep_checkpoints))
+    start = 0
+    load_mean = np.zeros(dual.LOAD_FEATURES, np.float32)
+    if ckpt.latest_step() is not None:
+        carry, meta = ckpt.restore(carry)
+        start = int(ckpt.latest_step())
+        load_mean = np.asarray(meta.get("load_mean", load_mean), np.float32)
+        _log.info("resumed %s at chunk %d", workdir, start)
+    num_chunks = int(config.train.num_chunks)
+    stop = num_chunks if max_chunks is None else min(num_chunks, start + int(max_chunks))
+    slots_per_chunk = int(config.train.rollout_len) * int(config.train.num_envs)
+    info = {"mode": dcfg.mode, "conditioned": dcfg.conditioned, "scenario": scenario,
+            "synthetic_traces": bool(trace_info["synthetic"])}
+    scalars: dict[str, float] = {}
+    bar = None
+    if config.log.progress and stop > start:
+        from tqdm import tqdm
+        bar = tqdm(total=stop - start, desc="dual", unit="chunk")
+    with MetricWriter(workdir / "tb") as writer:
+        if start == 0:
+            writer.write_texts(0, {"config": config_utils.config_to_json(config)})
+        t0 = time.perf_counter()
+        for chunk in range(start + 1, stop + 1):
+            carry, m = chunk_fn(carry, env_params)
+            scalars = _scalars(m)
+            load_mean = np.asarray(m["dual/load_mean"])
+            env_slots = chunk * slots_per_chunk
+            # accuracy / latency are NaN in a chunk where no user finished: not an error.
+            finite = {k: v for k, v in scalars.items()
+                      if k not in ("env/accuracy", "env/latency_s")}
+            if not all_finite(finite):
+                bad = sorted(k for k, v in finite.items() if not math.isfinite(v))
+                raise NonFiniteError(f"non-finite {bad} in chunk {chunk} (env slots "
+                                     f"{env_slots - slots_per_chunk}..{env_slots}); the last "
+                                     f"good checkpoint is chunk {ckpt.latest_step()}")
+            scalars["perf/chunks_per_s"] = (chunk - start) / (time.perf_counter() - t0)
+            writer.write_scalars(env_slots, scalars)
+            meta = {"chunk": chunk, "env_slots": env_slots,
+                    "load_mean": [float(v) for v in np.ravel(load_mean)]}
+            writer.flush()  # curves before a checkpoint are on disk before it (resume)
+            if ckpt.save(chunk, carry, meta=meta, force=chunk == stop):
+                mult = _final_multipliers(carry, dcfg, load_mean)
+                dual.save_multipliers(workdir, mult, dict(info, chunk=chunk,
+                                                          env_slots=env_slots,
+                                                          final=chunk == num_chunks))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(lam=f"{scalars['dual/lambda_s']:.4f}",
+                                mu_mhz=f"{scalars['dual/mu_per_mhz']:.4f}")
+        if bar is not None:
+            bar.close()
+        ckpt.close()
+        result = {"chunk": stop, "scalars": scalars}
+        if start == stop and (workdir / dual.MULTIPLIERS_FILE).is_file():
+            result["multipliers"] = load_multipliers(workdir)
+        else:
+            result["multipliers"] = _final_multipliers(carry, dcfg, load_mean)
+        if stop == num_chunks and int(config.eval.gap_slots) > 0 and (
+                start < stop or not (workdir / GAP_FILE).is_file()):
+            gap = measure_gap(config, traces, env_params, policy_fn, result["multipliers"],
+                              int(config.eval.gap_slots), int(config.eval.gap_envs),
+                              seed=int(config.seed) + 1, policy_key=_policy_key(policy_info))
+            (workdir / GAP_FILE).write_text(json.dumps(dict(gap, scenario=scenario), indent=2))
+            writer.write_scalars(stop * slots_per_chunk,
+                                 {f"eval/gap_{k}": v for k, v in gap.items()
+                                  if isinstance(v, float)})
+            result["gap"] = gap
+    return result
+
+
+# ----------------------------------------------------------------------------- duality gap
+
+def collect_slots(env_params, policy_fn, mult: dual.Multipliers, num_slots: int,
+                  num_envs: int, seed: int, rollout_len: int = 100, policy_key=None):
+    """Rolls out ``num_envs`` envs with fixed multipliers (hard threshold rule) until at least
+    ``num_slots`` slots with ≥ 1 valid candidate are collected.
+
+    Returns (SchedInputs [S, U], SlotBatch [S, U]) as NumPy trees (slots with candidates only,
+    first ``num_slots`` of them in rollout order).
+    """
+    # A frozen learner holding the given multipliers exactly (projection mode: params = values).
+    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6)
+    key = ("collect", rollout_len, object() if policy_key is None else policy_key)
+    rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
+                                                             learn=False)))
+    carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
+    values = jnp.array([mult.lambda_s, mult.mu * 1e6], jnp.float32)
+    carry = carry._replace(dual=carry.dual._replace(params={"raw": values}))
+    xs, bs, have = [], [], 0
+    for _ in range(10_000):
+        carry, out = rollout(carry, env_params)
+        x, b = jax.device_get((out["x"], out["batch"]))
+        flat = lambda a: np.asarray(a).reshape((-1,) + np.shape(a)[2:])  # noqa: E731
+        x, b = jax.tree.map(flat, x), jax.tree.map(flat, b)
+        keep = np.asarray(b.valid).any(-1)
+        xs.append(jax.tree.map(lambda a: a[keep], x))
+        bs.append(jax.tree.map(lambda a: a[keep], b))
+        have += int(keep.sum())
+        if have >= num_slots:
+            break
+    cat = lambda *a: np.concatenate(a)[:num_slots]  # noqa: E731
+    return jax.tree.map(cat, *xs), jax.tree.map(cat, *bs)
+
+
+def threshold_decisions(x, batch, env_params, mult: dual.Multipliers) -> np.ndarray:
+    """Hard threshold rule (with its feasibility repair) on collected slots: [S, U] int8."""
+    from envs import edge
+    from prada_jax.sched.threshold import threshold_decide
+
+    sp = edge.sched_params(env_params).replace(lambda_s=jnp.float32(mult.lambda_s),
+                                               mu=jnp.float32(mult.mu))
+    fn = _cached("threshold", lambda: jax.jit(jax.vmap(threshold_decide,
+                                                       in_axes=(0, 0, 0, None))))
+    free_units = jnp.asarray(batch.free_units).astype(jnp.int32)
+    return np.asarray(fn(x, free_units, jnp.asarray(batch.free_bw), sp))
+
+
+def measure_gap(config, traces, env_params, policy_fn, mult: dual.Multipliers,
+                num_slots: int, num_envs: int, seed: int, policy_key=None) -> dict:
+    """Duality gap of the hard threshold rule with ``mult`` on ≥ num_slots env slots.
+
+    Value of the rule's decision (after its feasibility repair) as a fraction of the exact
+    oracle's (``prada_jax.sched.oracle``) per slot; also the same rule with λ_s = µ = 0 on the
+    same slots as a reference. Slots are drawn from rollouts running ``mult``.
+    """
+    from prada_jax.sched import oracle
+
+    del config, traces
+    x, batch = collect_slots(env_params, policy_fn, mult, num_slots, num_envs, seed,
+                             policy_key=policy_key)
+    out: dict = {"lambda_s": float(mult.lambda_s), "mu": float(mult.mu)}
+    for name, m in (("learned", mult), ("zero", dual.Multipliers(0.0, 0.0))):
+        d = threshold_decisions(x, batch, env_params, m)
+        rep = oracle.threshold_vs_oracle(batch.w, batch.w_bar, batch.b, batch.valid,
+                                         batch.free_units, batch.free_bw, d)
+        pre = "" if name == "learned" else "zero_"
+        out.update({f"{pre}slots": rep.slots, f"{pre}positive_slots": rep.positive,
+                    f"{pre}mean": rep.mean, f"{pre}p5": rep.p5, f"{pre}min": rep.min,
+                    f"{pre}pooled": rep.pooled, f"{pre}infeasible": rep.infeasible,
+                    f"{pre}milp_slots": rep.milp_slots})
+    out["candidates_per_slot"] = float(np.mean(np.sum(batch.valid, -1)))
+    return out
