@@ -214,8 +214,9 @@ def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
 def _dual_command(s: dict, preset: str, policy_dir: Path, d: Path, env_kw: dict) -> list[str]:
     """``python -m train.dual`` command line for one benchmark (same scenario as the eval).
 
-    ``train.dual`` defines absl flags at import (``--workdir`` clashes with ours), so it runs
-    as a subprocess rather than being imported."""
+    ``train.dual`` defines its absl flags only when run as a program, so its library
+    (``prada_jax.dual_train``) could be imported here; the stage still runs it as a subprocess,
+    and this command line is also the stage's rerun key (``stage_done``)."""
     cfg = Path(__file__).resolve().parent / "configs" / "dual.py"
     variant = ",".join(v for v in (s["dual_variant"], preset) if v)
     cmd = [sys.executable, "-m", "train.dual", f"--config={cfg}:{variant}", f"--workdir={d}",

@@ -53,6 +53,16 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
     np.testing.assert_allclose(tb["dual/lambda_s"][-1], r2["scalars"]["dual/lambda_s"])
     assert "eval/gap_mean" in tb
 
+    # benchmarks.duality_gap rebuilds the run's scenario through the library.
+    from benchmarks import duality_gap
+
+    out = tmp_path / "bench_gap.json"
+    assert duality_gap.main(["--workdir", str(tmp_path / "split"), "--slots", "5", "--envs",
+                             "2", "--out", str(out)]) == 0
+    bench = json.loads(out.read_text())
+    assert bench["slots"] == 5 and bench["infeasible"] == 0 and bench["zero_infeasible"] == 0
+    np.testing.assert_allclose([bench["lambda_s"], bench["mu"]], [m.lambda_s, m.mu], rtol=1e-6)
+
 
 def test_load_multipliers_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="multipliers.json"):
