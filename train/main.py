@@ -7,7 +7,7 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
                     summary table (problems, nodes, steps, tokens, all-SLM / all-LLM accuracy,
                     PRM calibration AUC) — ``traces/summary.txt``;
 2. ``ppo/``         the stage-1 screening policy (``train.ppo`` library, orbax checkpoints, TB);
-3. ``dual/``        the learned multipliers λ_s, µ (``train.dual`` library);
+3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.dual_train``, run as ``python -m train.dual``);
 4. ``eval/``        the benchmark table on the synthetic problems the policy trained on (mean
                     ± 95% CI over seeds), results.json / .csv, figures, TB;
 5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees;
