@@ -17,16 +17,23 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
 from prada_jax import config_utils  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, e.g. train/configs/distill.py:smoke", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, results).")
-_KAPPA = flags.DEFINE_string(
-    "kappa", None, "Turn-decay base: a number in (0, 1] (= --config.sampler.kappa) or 'auto' "
-    "(kappa = exp(-mean per-turn teacher-student gap), --config.sampler.schedule=auto).")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+    """Flags are defined only when run as a program, so importing this module (tests, other
+    launchers) never clashes with another launcher's ``--config`` / ``--workdir``."""
+    from ml_collections import config_flags
+
+    config_flags.DEFINE_config_file(
+        "config", None, "Config file, e.g. train/configs/distill.py:smoke", lock_config=True)
+    flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, results).")
+    flags.DEFINE_string(
+        "kappa", None, "Turn-decay base: a number in (0, 1] (= --config.sampler.kappa) or "
+        "'auto' (kappa = exp(-mean per-turn teacher-student gap), "
+        "--config.sampler.schedule=auto).")
 
 
 def apply_kappa_flag(config, value: str | None) -> None:
@@ -48,17 +55,17 @@ def apply_kappa_flag(config, value: str | None) -> None:
 
 def main(argv):
     config_utils.reject_extra_argv(argv)
-    if _CONFIG.value is None:
+    if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=train/configs/distill.py")
-    if not _WORKDIR.value:
+    if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     logging.info(config_utils.runtime_info())
     from prada_jax.distill.loop import train_and_evaluate
     from prada_jax.distill.pool import PoolFormatError
     from prada_jax.distill.teacher_table import TeacherLogitsMismatch
     try:
-        apply_kappa_flag(_CONFIG.value, _KAPPA.value)
-        res = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        apply_kappa_flag(FLAGS.config, FLAGS.kappa)
+        res = train_and_evaluate(FLAGS.config, FLAGS.workdir)
     except (config_utils.ConfigError, PoolFormatError, TeacherLogitsMismatch,
             FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -71,4 +78,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)

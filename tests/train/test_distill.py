@@ -173,3 +173,29 @@ def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
                             f"--config.data.cache={cache}"],
                            cwd=root, capture_output=True, text=True, timeout=300)
         assert p.returncode == 2 and msg in p.stderr, p.stderr[-500:]
+
+
+def test_kappa_flag_and_launchers_define_no_flags_on_import():
+    import subprocess
+    import sys
+
+    from prada_jax import config_utils as cu
+    from train.configs.distill import get_config
+    from train.distill import apply_kappa_flag
+    c = get_config()
+    apply_kappa_flag(c, None)
+    assert c.sampler.schedule == "kappa" and c.sampler.kappa == 0.6
+    apply_kappa_flag(c, "0.8")
+    assert c.sampler.kappa == 0.8
+    apply_kappa_flag(c, "AUTO")
+    assert c.sampler.schedule == "auto"
+    for bad in ("0", "-0.2", "nan", "x"):
+        with pytest.raises(cu.ConfigError, match="--kappa"):
+            apply_kappa_flag(c, bad)
+    code = ("from absl import app, flags, logging; before = set(flags.FLAGS); "
+            "import train.distill, train.ppo, train.dual; "
+            "print(sorted(set(flags.FLAGS) - before))")
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr[-500:]
