@@ -1,7 +1,7 @@
 """Duality gap of the learned threshold rule, measured against the exact slot oracle.
 
     python -m benchmarks.duality_gap --workdir=DUAL_WORKDIR [--slots=1000] [--envs=16]
-        [--seed=1] [--out=FILE.json]
+        [--seed=1] [--env_chunks=5] [--out=FILE.json]
 
 Rebuilds the run's scenario from ``<workdir>/config.json`` (traces, env, policy), loads its
 multipliers (``multipliers.json``), rolls the env out with them until ``--slots`` slots with at
@@ -9,6 +9,10 @@ least one candidate are collected, and compares per slot the value of the hard t
 decision (after its feasibility repair) with the oracle's optimum (enumeration ≤ 10 candidates,
 else scipy MILP). Prints mean, 5th percentile and min of the per-slot ratio, the pooled ratio,
 and the same for λ_s = µ = 0 on the same slots; writes JSON (default ``<workdir>/gap.json``).
+The rule is the run's (``config.dual.queue_price``: the opt-in admission-price form). Because
+the per-slot oracle is myopic, it also rolls the env out for ``--env_chunks`` × 100 slots per
+env with the run's multipliers and with λ_s = µ = 0 (same seed) and prints the long-run env
+reward per slot, accuracy, latency and queue length of both (0 = skip).
 """
 from __future__ import annotations
 
@@ -25,10 +29,14 @@ def main(argv=None) -> int:
     ap.add_argument("--slots", type=int, default=1000)
     ap.add_argument("--envs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--env_chunks", type=int, default=5,
+                    help="100-slot chunks per env of the long-run env rollouts (0 = skip)")
     ap.add_argument("--out", default="", help="JSON output (default <workdir>/gap.json)")
     a = ap.parse_args(argv)
     if a.slots < 1 or a.envs < 1:
         ap.error("--slots and --envs must be >= 1")
+    if a.env_chunks < 0:
+        ap.error("--env_chunks must be >= 0")
     from prada_jax import config_utils, dual, dual_train
 
     wd = Path(a.workdir)
@@ -44,7 +52,7 @@ def main(argv=None) -> int:
     policy_fn, policy_info = dual_train.build_policy(config, traces)
     t0 = time.perf_counter()
     gap = dual_train.measure_gap(config, traces, env_params, policy_fn, mult, a.slots, a.envs,
-                                 seed=a.seed)
+                                 seed=a.seed, env_chunks=a.env_chunks)
     gap["wall_s"] = time.perf_counter() - t0
     gap["scenario"] = {"traces": trace_info, "policy": policy_info,
                        "num_servers": int(config.env.num_servers),
@@ -52,13 +60,21 @@ def main(argv=None) -> int:
                        "arrival_rate_hz": float(config.env.arrival_rate_hz),
                        "num_users": int(config.env.num_users)}
     tag = " (synthetic traces)" if trace_info.get("synthetic") else ""
-    print(f"multipliers: lambda_s {mult.lambda_s:.5f}, mu {mult.mu * 1e6:.5f} per MHz{tag}")
+    rule = "admission price (queue_price)" if gap.get("queue_price") else "DESIGN §6"
+    print(f"multipliers: lambda_s {mult.lambda_s:.5f}, mu {mult.mu * 1e6:.5f} per MHz{tag}; "
+          f"rule: {rule}")
     print(f"{gap['positive_slots']} of {gap['slots']} slots with a positive optimum "
           f"({gap['candidates_per_slot']:.2f} candidates/slot, {gap['milp_slots']} by MILP)")
     for pre, name in (("", "learned"), ("zero_", "lambda=mu=0")):
         print(f"  {name:12s} threshold/oracle: mean {gap[pre + 'mean']:.4f}  p5 "
               f"{gap[pre + 'p5']:.4f}  min {gap[pre + 'min']:.4f}  pooled "
               f"{gap[pre + 'pooled']:.4f}  infeasible {gap[pre + 'infeasible']}")
+    for pre, name in (("", "learned"), ("zero_", "lambda=mu=0")):
+        if pre + "env" in gap:
+            e = gap[pre + "env"]
+            print(f"  {name:12s} env ({e['env_slots']} env-slots): reward/slot "
+                  f"{e['reward_per_slot']:.4f}  accuracy {e['accuracy']:.4f}  latency "
+                  f"{e['latency_s']:.3f} s  queue {e['queue_len']:.2f}")
     out = Path(a.out) if a.out else wd / dual_train.GAP_FILE
     out.write_text(json.dumps(gap, indent=2))
     print(f"wrote {out}")

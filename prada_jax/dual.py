@@ -34,6 +34,29 @@ Two ways to learn the multipliers (``DualConfig.mode``):
   T is annealed geometrically from ``temperature`` to ``temperature_min``, and multipliers
   are softplus-parameterised (never negative). Evaluation uses the hard rule.
 
+Opt-in admission price (``queue_price=True``, off by default). DESIGN §6's rule charges the
+price only to running now, so it prefers immediate over queue iff ``λ_s + µ·b_i ≤ β·τ·(1+q)``
+and the learned price parks at that kink (docs/dual.md). With ``queue_price`` the price is
+charged to queueing too (a queued request will use a unit and its upload later): the choice
+values are ``(0, w̄_i − λ_s − µ·b_i, w_i − λ_s − µ·b_i)``, so
+
+    D(λ_s, µ) = mean_s [ Σ_i max(0, w̄_i − λ_s − µ·b_i, w_i − λ_s − µ·b_i)
+                         + λ_s·free_units_s + µ·free_bw_s ].
+
+This is the dual of the slot problem with the relaxed limits on *admissions*,
+``Σ_i (queue_i + imm_i) ≤ free_units`` and ``Σ_i b_i·(queue_i + imm_i) ≤ free_bw``: the price
+controls how many requests leave the edge (queued or run now) against the units and bandwidth
+free this slot. Its subgradient is minus the excess *admission* demand
+``(Σ (imm + queue) − free_units, Σ b·(imm + queue) − free_bw)`` of the unrepaired rule
+(:func:`excess_demand`); with ``β·τ > 0`` the unrepaired rule never queues (``w_i > w̄_i``),
+so this equals the immediate demand, and the smoothed form counts ``p_queue + p_imm``. Why
+free units and not "free units plus what the queue can absorb": the env's queue has no
+capacity of its own (a request leaves it by being served or by expiring after
+``max_wait_slots``), so every admission is eventually paid for by a unit that frees up; the
+supply of a slot is the units idle at its start (with ``skip_full_slots`` only slots with a
+free unit count). Counting a queue allowance would need a model of future free units, which
+the per-slot dual does not have. The env runs this rule as scheduler ``threshold_admission``.
+
 Optional (off by default, ``conditioned=True``; differentiable mode only): the multipliers
 are ``softplus(raw + MLP(load))`` where ``load`` [K] are per-slot load features (queue length,
 active users, free units, …, scaled by the caller to O(1)); the MLP's output layer starts at
@@ -78,6 +101,8 @@ class DualConfig:
       hidden: hidden width of that MLP.
       skip_full_slots: slots without a free server unit do not count in the excess demand
         or the dual objective (see :func:`slot_weights`).
+      queue_price: opt-in admission price: the multipliers are charged to queueing too
+        (module docstring); the env then runs scheduler ``threshold_admission``.
     """
 
     mode: str = "differentiable"
@@ -97,6 +122,7 @@ class DualConfig:
     load_features: int = 3
     hidden: int = 8
     skip_full_slots: bool = True
+    queue_price: bool = False
 
     def __post_init__(self):
         def bad(field, msg):
@@ -257,49 +283,65 @@ def temperature(step, config: DualConfig) -> jax.Array:
     return jnp.maximum(t, config.temperature_min)
 
 
-def choice_values(w, w_bar, b, lambda_s, mu) -> jax.Array:
+def choice_values(w, w_bar, b, lambda_s, mu, queue_price: bool = False) -> jax.Array:
     """Per-candidate Lagrangian value of (local, queue, immediate): [..., N, 3].
 
     w, w_bar, b: [..., N]; lambda_s, mu: scalars or [...] (µ in the unit of 1/b).
+    ``queue_price`` (static): queue is worth ``w̄ − λ_s − µ·b`` instead of ``w̄``.
     """
     lam = jnp.asarray(lambda_s)[..., None]
     mu = jnp.asarray(mu)[..., None]
-    imm = w - lam - mu * b
-    return jnp.stack([jnp.zeros_like(w), w_bar, imm], axis=-1)
+    if not queue_price:
+        imm = w - lam - mu * b  # DESIGN §6 (same operation order as before the option)
+        queue = w_bar
+    else:
+        price = lam + mu * b
+        imm = w - price
+        queue = w_bar - price
+    return jnp.stack([jnp.zeros_like(w), queue, imm], axis=-1)
 
 
-def hard_decision(w, w_bar, b, lambda_s, mu, valid=None) -> jax.Array:
+def hard_decision(w, w_bar, b, lambda_s, mu, valid=None, queue_price: bool = False
+                  ) -> jax.Array:
     """Threshold rule before any feasibility repair: the per-slot Lagrangian maximiser.
 
-    Immediate if ``w − λ_s − µ·b ≥ max(w̄, 0)``, else queue if ``w̄ > 0``, else local.
+    Immediate if ``w − λ_s − µ·b ≥ max(v_q, 0)``, else queue if ``v_q > 0``, else local, with
+    ``v_q = w̄`` (default) or ``w̄ − λ_s − µ·b`` (``queue_price``, static).
     Returns [..., N] int8 in {0 local, 1 queue, 2 immediate}; invalid candidates are local.
     """
-    imm = w - jnp.asarray(lambda_s)[..., None] - jnp.asarray(mu)[..., None] * b
-    d = jnp.where(imm >= jnp.maximum(w_bar, 0.0), IMMEDIATE,
-                  jnp.where(w_bar > 0.0, QUEUE, LOCAL)).astype(jnp.int8)
+    if not queue_price:
+        imm = w - jnp.asarray(lambda_s)[..., None] - jnp.asarray(mu)[..., None] * b
+        vq = w_bar
+    else:
+        price = jnp.asarray(lambda_s)[..., None] + jnp.asarray(mu)[..., None] * b
+        imm = w - price
+        vq = w_bar - price
+    d = jnp.where(imm >= jnp.maximum(vq, 0.0), IMMEDIATE,
+                  jnp.where(vq > 0.0, QUEUE, LOCAL)).astype(jnp.int8)
     if valid is not None:
         d = jnp.where(valid, d, LOCAL).astype(jnp.int8)
     return d
 
 
-def soft_decision(w, w_bar, b, lambda_s, mu, temp, valid=None) -> jax.Array:
+def soft_decision(w, w_bar, b, lambda_s, mu, temp, valid=None, queue_price: bool = False
+                  ) -> jax.Array:
     """Relaxed threshold rule: softmax over (local, queue, immediate) values / T: [..., N, 3].
 
     As T → 0 it tends to the one-hot of :func:`hard_decision` (away from ties). Invalid
-    candidates get probability 1 on local.
+    candidates get probability 1 on local. ``queue_price``: see :func:`choice_values`.
     """
-    p = jax.nn.softmax(choice_values(w, w_bar, b, lambda_s, mu) / temp, axis=-1)
+    p = jax.nn.softmax(choice_values(w, w_bar, b, lambda_s, mu, queue_price) / temp, axis=-1)
     if valid is not None:
         p = jnp.where(valid[..., None], p, jnp.array([1.0, 0.0, 0.0], p.dtype))
     return p
 
 
-def _slot_dual(w, w_bar, b_s, valid, free_units, free_bw_s, m, temp):
+def _slot_dual(w, w_bar, b_s, valid, free_units, free_bw_s, m, temp, queue_price=False):
     """Per-slot dual value [...]; hard max if ``temp`` is None, else smooth max at ``temp``.
 
     b_s, free_bw_s already in units of bw_scale_hz; m: [..., 2] or [2] (λ_s, µ_scaled).
     """
-    vals = choice_values(w, w_bar, b_s, m[..., 0], m[..., 1])
+    vals = choice_values(w, w_bar, b_s, m[..., 0], m[..., 1], queue_price)
     if temp is None:
         best = vals.max(axis=-1)
     else:
@@ -314,7 +356,7 @@ def dual_objective(params, batch: SlotBatch, config: DualConfig, temp=None) -> j
     b_s = batch.b / config.bw_scale_hz
     free_bw_s = batch.free_bw / config.bw_scale_hz
     per_slot = _slot_dual(batch.w, batch.w_bar, b_s, batch.valid, batch.free_units,
-                          free_bw_s, m, temp)
+                          free_bw_s, m, temp, config.queue_price)
     return _weighted_mean(per_slot, slot_weights(batch, config))
 
 
@@ -336,13 +378,19 @@ def _weighted_mean(v, weights):
     return jnp.sum(wts * v, axis=0) / jnp.maximum(jnp.sum(wts), 1.0)
 
 
-def excess_demand(batch: SlotBatch, mult: Multipliers) -> jax.Array:
+def excess_demand(batch: SlotBatch, mult: Multipliers, queue_price: bool = False) -> jax.Array:
     """Excess demand of the hard rule before repair, per slot: [..., 2].
 
     [..., 0] = Σ immediate − free_units (units); [..., 1] = Σ b·immediate − free_bw (Hz).
+    With ``queue_price`` (static) the demand the price controls is admissions: immediate and
+    queue both count (minus the subgradient of that dual function; module docstring).
     """
-    d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.valid)
-    imm = (d == IMMEDIATE).astype(jnp.float32)
+    d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.valid,
+                      queue_price=queue_price)
+    if queue_price:
+        imm = ((d == IMMEDIATE) | (d == QUEUE)).astype(jnp.float32)
+    else:
+        imm = (d == IMMEDIATE).astype(jnp.float32)
     return jnp.stack([imm.sum(-1) - batch.free_units,
                       (imm * batch.b).sum(-1) - batch.free_bw], axis=-1)
 
@@ -386,7 +434,8 @@ def update(state: DualState, batch: SlotBatch, config: DualConfig
 
 def _mean_excess(batch: SlotBatch, mult: Multipliers, config: DualConfig) -> jax.Array:
     """Mean excess over slots, bandwidth in units of bw_scale_hz: [2]."""
-    e = _weighted_mean(excess_demand(batch, mult), slot_weights(batch, config))
+    e = _weighted_mean(excess_demand(batch, mult, config.queue_price),
+                       slot_weights(batch, config))
     return e / jnp.array([1.0, config.bw_scale_hz], jnp.float32)
 
 
@@ -402,7 +451,7 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
     """
     load = batch.load if config.conditioned else None
     mult = multipliers(state, config, load)
-    e = excess_demand(batch, mult)
+    e = excess_demand(batch, mult, config.queue_price)
     wts = slot_weights(batch, config)
     temp = temperature(state.step, config)
     relaxed = dual_objective(state.params, batch, config, temp)
@@ -626,7 +675,8 @@ def make_rollout(config: DualConfig, policy_fn, rollout_len: int, learn: bool = 
     """``rollout(carry, env_params) -> (carry, out)``: ``rollout_len`` slots of E envs.
 
     Every env runs the *hard* threshold rule (``env_params.scheduler`` should be the threshold
-    index) with the current multipliers (per env and slot when conditioned). In the online
+    index; with ``config.queue_price`` it is set to ``threshold_admission``) with the current
+    multipliers (per env and slot when conditioned). In the online
     modes the dual state is updated every slot on the E envs' candidate sets (inside the scan);
     in the differentiable mode (or with ``learn=False``, for evaluation) it is left unchanged
     (see :func:`make_train_chunk`).
@@ -647,6 +697,9 @@ def make_rollout(config: DualConfig, policy_fn, rollout_len: int, learn: bool = 
         sp = edge.sched_params(env_params)
         batch = slot_from_sched(x, free_units, free_bw, sp, load)
         p = env_params.replace(lambda_s=lam, mu=mu)
+        if config.queue_price:  # the env must run the rule the learner prices
+            from prada_jax.sched.registry import THRESHOLD_ADMISSION_INDEX
+            p = p.replace(scheduler=jnp.asarray(THRESHOLD_ADMISSION_INDEX, jnp.int32))
         obs, env_state, reward, done, info = edge.step_with_noise(env_state, action, p, noise)
         stats = dict(reward=jnp.sum(reward), server_in_use=info["server_in_use"],
                      bandwidth_in_use_hz=info["bandwidth_in_use_hz"],
@@ -719,7 +772,7 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
         carry = carry._replace(dual=dual_state)
         m = metrics(dual_state, batch, config)
         used = Multipliers(out["lambda_s"], out["mu"])  # [T, E], what each slot ran with
-        e_used = excess_demand(batch, used)
+        e_used = excess_demand(batch, used, config.queue_price)
         w_used = slot_weights(batch, config)
         fin = jnp.sum(out["finished"])
         m.update({

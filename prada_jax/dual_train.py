@@ -41,7 +41,7 @@ from prada_jax.dual import load_multipliers
 
 __all__ = ["GAP_FILE", "NonFiniteError", "validate_config", "load_traces", "build_env_params",
            "build_policy", "train_and_evaluate", "collect_slots", "threshold_decisions",
-           "measure_gap", "load_multipliers"]
+           "measure_gap", "load_multipliers", "queue_price", "rollout_stats"]
 
 GAP_FILE = "gap.json"
 
@@ -72,6 +72,8 @@ def validate_config(config) -> dual.DualConfig:
     cu.check_int(config, "log.checkpoint_every", "log.keep_checkpoints", minimum=1)
     cu.check_int(config, "eval.gap_slots", minimum=0)
     cu.check_int(config, "eval.gap_envs", minimum=1)
+    if "env_chunks" in config.eval:  # absent from config.json files written before it
+        cu.check_int(config, "eval.env_chunks", minimum=0)
     if config.dual.conditioned and int(config.dual.load_features) != dual.LOAD_FEATURES:
         raise cu.ConfigError(f"config.dual.load_features must be {dual.LOAD_FEATURES} for "
                              f"the edge env, got {config.dual.load_features}")
@@ -101,13 +103,20 @@ def load_traces(config):
     return traces, info
 
 
+def queue_price(config) -> bool:
+    """``config.dual.queue_price`` (False for a config.json written before the field)."""
+    return bool(config.dual.get("queue_price", False))
+
+
 def build_env_params(config, traces):
-    """Edge env params of the scenario, running the threshold scheduler."""
+    """Edge env params of the scenario, running the threshold scheduler
+    (``threshold_admission`` when ``config.dual.queue_price``)."""
     from envs import registry
 
     e = config.env
+    sched = "threshold_admission" if queue_price(config) else "threshold"
     _, params = registry.make(
-        "edge", traces=traces, num_users=int(e.num_users), scheduler="threshold",
+        "edge", traces=traces, num_users=int(e.num_users), scheduler=sched,
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
         max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode)
@@ -202,7 +211,8 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     num_chunks = int(config.train.num_chunks)
     stop = num_chunks if max_chunks is None else min(num_chunks, start + int(max_chunks))
     slots_per_chunk = int(config.train.rollout_len) * int(config.train.num_envs)
-    info = {"mode": dcfg.mode, "conditioned": dcfg.conditioned, "scenario": scenario,
+    info = {"mode": dcfg.mode, "conditioned": dcfg.conditioned,
+            "queue_price": dcfg.queue_price, "scenario": scenario,
             "synthetic_traces": bool(trace_info["synthetic"])}
     scalars: dict[str, float] = {}
     bar = None
@@ -252,7 +262,8 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
                 start < stop or not (workdir / GAP_FILE).is_file()):
             gap = measure_gap(config, traces, env_params, policy_fn, result["multipliers"],
                               int(config.eval.gap_slots), int(config.eval.gap_envs),
-                              seed=int(config.seed) + 1, policy_key=_policy_key(policy_info))
+                              seed=int(config.seed) + 1, policy_key=_policy_key(policy_info),
+                              env_chunks=int(config.eval.get("env_chunks", 0)))
             (workdir / GAP_FILE).write_text(json.dumps(dict(gap, scenario=scenario), indent=2))
             writer.write_scalars(stop * slots_per_chunk,
                                  {f"eval/gap_{k}": v for k, v in gap.items()
@@ -264,16 +275,19 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
 # ----------------------------------------------------------------------------- duality gap
 
 def collect_slots(env_params, policy_fn, mult: dual.Multipliers, num_slots: int,
-                  num_envs: int, seed: int, rollout_len: int = 100, policy_key=None):
-    """Rolls out ``num_envs`` envs with fixed multipliers (hard threshold rule) until at least
-    ``num_slots`` slots with ≥ 1 valid candidate are collected.
+                  num_envs: int, seed: int, rollout_len: int = 100, policy_key=None,
+                  queue_price: bool = False):
+    """Rolls out ``num_envs`` envs with fixed multipliers (hard threshold rule; the
+    admission-price form if ``queue_price``) until at least ``num_slots`` slots with ≥ 1 valid
+    candidate are collected.
 
     Returns (SchedInputs [S, U], SlotBatch [S, U]) as NumPy trees (slots with candidates only,
     first ``num_slots`` of them in rollout order).
     """
     # A frozen learner holding the given multipliers exactly (projection mode: params = values).
-    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6)
-    key = ("collect", rollout_len, object() if policy_key is None else policy_key)
+    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6, queue_price=bool(queue_price))
+    key = ("collect", rollout_len, bool(queue_price),
+           object() if policy_key is None else policy_key)
     rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
                                                              learn=False)))
     carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
@@ -295,35 +309,81 @@ def collect_slots(env_params, policy_fn, mult: dual.Multipliers, num_slots: int,
     return jax.tree.map(cat, *xs), jax.tree.map(cat, *bs)
 
 
-def threshold_decisions(x, batch, env_params, mult: dual.Multipliers) -> np.ndarray:
-    """Hard threshold rule (with its feasibility repair) on collected slots: [S, U] int8."""
+def rollout_stats(env_params, policy_fn, mult: dual.Multipliers, num_chunks: int,
+                  num_envs: int, seed: int, rollout_len: int = 100, policy_key=None,
+                  queue_price: bool = False) -> dict:
+    """Long-run env outcome of the hard threshold rule with fixed multipliers.
+
+    Rolls ``num_envs`` envs from reset for ``num_chunks × rollout_len`` slots (the same slots
+    and noise for every ``mult`` given the same seed, until decisions differ) and returns
+    means over all env-slots: ``reward_per_slot`` (env reward summed over users, PRM units),
+    ``accuracy`` and ``latency_s`` (over users that finished), ``queue_len``,
+    ``server_in_use``, ``finished`` (users finished per env-slot). What the per-slot oracle
+    cannot see (it is myopic): the cost of a longer queue in later slots.
+    """
+    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6, queue_price=bool(queue_price))
+    key = ("collect", rollout_len, bool(queue_price),
+           object() if policy_key is None else policy_key)
+    rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
+                                                             learn=False)))
+    carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
+    values = jnp.array([mult.lambda_s, mult.mu * 1e6], jnp.float32)
+    carry = carry._replace(dual=carry.dual._replace(params={"raw": values}))
+    sums = {k: 0.0 for k in ("reward", "queue_len", "server_in_use", "finished", "correct",
+                             "latency_s")}
+    for _ in range(num_chunks):
+        carry, out = rollout(carry, env_params)
+        out = jax.device_get({k: out[k] for k in sums})
+        for k in sums:
+            sums[k] += float(np.sum(np.asarray(out[k], np.float64)))
+    n = num_chunks * rollout_len * num_envs
+    fin = max(sums["finished"], 1.0)
+    return {"reward_per_slot": sums["reward"] / n, "accuracy": sums["correct"] / fin,
+            "latency_s": sums["latency_s"] / fin, "queue_len": sums["queue_len"] / n,
+            "server_in_use": sums["server_in_use"] / n, "finished": sums["finished"] / n,
+            "env_slots": n}
+
+
+def threshold_decisions(x, batch, env_params, mult: dual.Multipliers,
+                        queue_price: bool = False) -> np.ndarray:
+    """Hard threshold rule (with its feasibility repair) on collected slots: [S, U] int8.
+    ``queue_price``: the opt-in admission-price form (``prada_jax.sched.threshold``)."""
+    import functools
+
     from envs import edge
     from prada_jax.sched.threshold import threshold_decide
 
     sp = edge.sched_params(env_params).replace(lambda_s=jnp.float32(mult.lambda_s),
                                                mu=jnp.float32(mult.mu))
-    fn = _cached("threshold", lambda: jax.jit(jax.vmap(threshold_decide,
-                                                       in_axes=(0, 0, 0, None))))
+    rule = functools.partial(threshold_decide, queue_price=bool(queue_price))
+    fn = _cached(("threshold", bool(queue_price)),
+                 lambda: jax.jit(jax.vmap(rule, in_axes=(0, 0, 0, None))))
     free_units = jnp.asarray(batch.free_units).astype(jnp.int32)
     return np.asarray(fn(x, free_units, jnp.asarray(batch.free_bw), sp))
 
 
 def measure_gap(config, traces, env_params, policy_fn, mult: dual.Multipliers,
-                num_slots: int, num_envs: int, seed: int, policy_key=None) -> dict:
+                num_slots: int, num_envs: int, seed: int, policy_key=None,
+                env_chunks: int = 5) -> dict:
     """Duality gap of the hard threshold rule with ``mult`` on ≥ num_slots env slots.
 
     Value of the rule's decision (after its feasibility repair) as a fraction of the exact
     oracle's (``prada_jax.sched.oracle``) per slot; also the same rule with λ_s = µ = 0 on the
-    same slots as a reference. Slots are drawn from rollouts running ``mult``.
+    same slots as a reference. Slots are drawn from rollouts running ``mult``. The rule is the
+    one the run trained (``config.dual.queue_price``: the admission-price form).
+    ``env_chunks`` > 0 adds ``env`` / ``zero_env``: :func:`rollout_stats` of the same rule with
+    ``mult`` and with λ_s = µ = 0 (``env_chunks`` × 100 slots × ``num_envs`` envs each, same
+    seed) — the long-run outcome the myopic per-slot oracle does not measure.
     """
     from prada_jax.sched import oracle
 
-    del config, traces
+    del traces
+    qp = queue_price(config)
     x, batch = collect_slots(env_params, policy_fn, mult, num_slots, num_envs, seed,
-                             policy_key=policy_key)
-    out: dict = {"lambda_s": float(mult.lambda_s), "mu": float(mult.mu)}
+                             policy_key=policy_key, queue_price=qp)
+    out: dict = {"lambda_s": float(mult.lambda_s), "mu": float(mult.mu), "queue_price": qp}
     for name, m in (("learned", mult), ("zero", dual.Multipliers(0.0, 0.0))):
-        d = threshold_decisions(x, batch, env_params, m)
+        d = threshold_decisions(x, batch, env_params, m, queue_price=qp)
         rep = oracle.threshold_vs_oracle(batch.w, batch.w_bar, batch.b, batch.valid,
                                          batch.free_units, batch.free_bw, d)
         pre = "" if name == "learned" else "zero_"
@@ -332,4 +392,8 @@ def measure_gap(config, traces, env_params, policy_fn, mult: dual.Multipliers,
                     f"{pre}pooled": rep.pooled, f"{pre}infeasible": rep.infeasible,
                     f"{pre}milp_slots": rep.milp_slots})
     out["candidates_per_slot"] = float(np.mean(np.sum(batch.valid, -1)))
+    if env_chunks > 0:
+        for pre, m in (("", mult), ("zero_", dual.Multipliers(0.0, 0.0))):
+            out[f"{pre}env"] = rollout_stats(env_params, policy_fn, m, env_chunks, num_envs,
+                                             seed + 1, policy_key=policy_key, queue_price=qp)
     return out

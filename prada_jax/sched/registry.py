@@ -2,20 +2,30 @@
 from __future__ import annotations
 
 from prada_jax.sched.baselines import fifo_greedy, keep_local, offload_all, random_sched, rsd
-from prada_jax.sched.threshold import threshold_decide
+from prada_jax.sched.threshold import threshold_admission_decide, threshold_decide
 
-#: name -> index into ``SCHEDULERS``; the env's ``params.scheduler`` holds the index.
+#: The paper's schedulers: name -> index into ``SCHEDULERS``; the env's ``params.scheduler``
+#: holds the index. Tests and evaluations that sweep "every scheduler" iterate over these.
 SCHEDULER_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd")
-SCHEDULERS = (keep_local, offload_all, random_sched, fifo_greedy, threshold_decide, rsd)
+#: Opt-in variants, indexed after the paper's (their indices never shift the ones above):
+#: ``threshold_admission`` is the threshold rule with the price charged to queueing too
+#: (``prada_jax.sched.threshold``, ``queue_price=True``; ``config.dual.queue_price``).
+OPT_IN_SCHEDULER_NAMES = ("threshold_admission",)
+ALL_SCHEDULER_NAMES = SCHEDULER_NAMES + OPT_IN_SCHEDULER_NAMES
+SCHEDULERS = (keep_local, offload_all, random_sched, fifo_greedy, threshold_decide, rsd,
+              threshold_admission_decide)
 RSD_INDEX = SCHEDULER_NAMES.index("rsd")
+THRESHOLD_INDEX = SCHEDULER_NAMES.index("threshold")
+THRESHOLD_ADMISSION_INDEX = ALL_SCHEDULER_NAMES.index("threshold_admission")
 
 
 def scheduler_index(name_or_index) -> int:
     """Index of a scheduler given its name or index; raises ``ValueError`` naming the field."""
     if isinstance(name_or_index, str):
-        if name_or_index not in SCHEDULER_NAMES:
-            raise ValueError(f"scheduler must be one of {SCHEDULER_NAMES}, got {name_or_index!r}")
-        return SCHEDULER_NAMES.index(name_or_index)
+        if name_or_index not in ALL_SCHEDULER_NAMES:
+            raise ValueError(f"scheduler must be one of {ALL_SCHEDULER_NAMES}, got "
+                             f"{name_or_index!r}")
+        return ALL_SCHEDULER_NAMES.index(name_or_index)
     i = int(name_or_index)
     if not 0 <= i < len(SCHEDULERS):
         raise ValueError(f"scheduler index must be in [0, {len(SCHEDULERS)}), got {i}")

@@ -1,4 +1,6 @@
 """prada_jax.dual: threshold rule = Lagrangian maximiser, relaxation, closed-form convergence."""
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -211,3 +213,117 @@ def test_env_threshold_rule_is_lagrangian_maximiser_and_matches_relaxation():
         p_mine = dual.soft_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, 0.03)
         c = np.asarray(x.candidate)
         np.testing.assert_allclose(np.asarray(p_env)[c], np.asarray(p_mine)[c], atol=1e-5)
+
+
+# Opt-in admission price (DualConfig.queue_price): the price is charged to queueing too. --------
+
+def _np_dual_admission(w, w_bar, b, valid, free_units, free_bw, lam, mu):
+    """NumPy transcription: mean_s [Σ_i max(0, w̄−λ−µb, w−λ−µb) + λ·F_s + µ·B_s] (hard max)."""
+    price = lam + mu * b
+    best = np.maximum(np.maximum(0.0, w_bar - price), w - price)
+    return float(np.mean(np.where(valid, best, 0.0).sum(-1) + lam * free_units + mu * free_bw))
+
+
+def _admission_batch(seed, slots=12, n=7):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0.3, 0.4, (slots, n))
+    w_bar = w - rng.uniform(0.0, 0.3, (slots, n))
+    b = rng.uniform(0.2e6, 2e6, (slots, n))
+    valid = rng.uniform(size=(slots, n)) < 0.85
+    free = rng.integers(1, 4, slots).astype(np.float64)
+    free_bw = rng.uniform(1e6, 5e6, slots)
+    return (w, w_bar, b, valid, free, free_bw), dual.make_batch(w, w_bar, b, valid, free, free_bw)
+
+
+def test_admission_dual_matches_numpy_and_subgradient_is_minus_admission_excess():
+    """D with the price on queue and immediate equals its NumPy transcription; its
+    finite-difference slopes equal minus the excess *admission* demand (imm + queue) of the
+    unrepaired rule (D is piecewise linear: exact away from kinks)."""
+    arrays, batch = _admission_batch(0)
+    cfg = dual.DualConfig(mode="subgradient", queue_price=True, skip_full_slots=False)
+    obj = jax.jit(lambda p: dual.dual_objective(p, batch, cfg))
+    h = 1e-3
+    for lam, mu_s in ((0.05, 0.01), (0.3, 0.05), (0.6, 0.2), (0.0, 0.0)):
+        p = {"raw": jnp.array([lam, mu_s], jnp.float32)}
+        np.testing.assert_allclose(float(obj(p)),
+                                   _np_dual_admission(*arrays, lam, mu_s / 1e6), rtol=1e-5)
+        e = np.asarray(dual._mean_excess(batch, dual.Multipliers(lam, mu_s / 1e6), cfg))
+        for k, step in enumerate(([h, 0.0], [0.0, h])):
+            hi = _np_dual_admission(*arrays, lam + step[0], (mu_s + step[1]) / 1e6)
+            lo = _np_dual_admission(*arrays, max(lam - step[0], 0.0),
+                                    max(mu_s - step[1], 0.0) / 1e6)
+            width = step[k] + min([lam, mu_s][k], h)
+            np.testing.assert_allclose((hi - lo) / width, -e[k], atol=1e-6, err_msg=f"{k}")
+        # Admission counts queue and immediate; with β·τ > 0 (w > w̄) queue is never chosen
+        # unrepaired, so it equals the immediate count of the priced rule.
+        d = dual.hard_decision(batch.w, batch.w_bar, batch.b, lam, mu_s / 1e6, batch.valid,
+                               queue_price=True)
+        assert not np.any(np.asarray(d) == dual.QUEUE)
+
+
+def test_admission_relaxed_gradient_counts_queue_and_immediate():
+    """dD_T/dλ = mean(F − Σ (p_queue + p_imm)) with the priced queue logit (softplus chain)."""
+    _, batch = _admission_batch(1)
+    cfg = dual.DualConfig(mode="differentiable", init_lambda_s=0.2, init_mu=0.1,
+                          queue_price=True, skip_full_slots=False)
+    state = dual.init(cfg)
+    temp = 0.15
+    g = np.asarray(jax.grad(dual.dual_objective)(state.params, batch, cfg, temp)["raw"])
+    m = np.asarray(jax.nn.softplus(state.params["raw"]), np.float64)
+    w, wb, b = (np.asarray(a, np.float64) for a in (batch.w, batch.w_bar, batch.b))
+    price = m[0] + m[1] * b / 1e6
+    z = np.stack([np.zeros_like(w), wb - price, w - price], -1) / temp
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    adm = np.where(np.asarray(batch.valid), p[..., 1] + p[..., 2], 0.0)
+    d_lam = np.mean(np.asarray(batch.free_units) - adm.sum(-1))
+    d_mu = np.mean((np.asarray(batch.free_bw) - (adm * b).sum(-1)) / 1e6)
+    sig = 1 / (1 + np.exp(-np.asarray(state.params["raw"], np.float64)))
+    np.testing.assert_allclose(g, [d_lam * sig[0], d_mu * sig[1]], rtol=1e-4, atol=1e-6)
+    # The default rule's gradient differs on the same batch (queue was free there).
+    cfg0 = dual.DualConfig(mode="differentiable", init_lambda_s=0.2, init_mu=0.1,
+                           skip_full_slots=False)
+    g0 = np.asarray(jax.grad(dual.dual_objective)(state.params, batch, cfg0, temp)["raw"])
+    assert abs(g0[0] - g[0]) > 1e-3
+
+
+def test_admission_closed_form_price_is_the_value_not_the_kink():
+    """N identical candidates, w = 1.3, w̄ = w − 0.1 > 0, M = 3 < N units. DESIGN §6's dual
+    D = N·max(w̄, w − λ) + λM is minimised at the kink λ* = w − w̄ = 0.1; with the admission
+    price D = N·max(0, w − λ) + λM, so λ* = w = 1.3 (the docs/dual.md finding, in closed form)."""
+    cfg = dual.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
+                          temperature_min=0.003, anneal_steps=500)
+    batch = dual.make_batch(jnp.full((2, 8), 1.3), jnp.full((2, 8), 1.2), jnp.zeros((2, 8)),
+                            jnp.ones((2, 8), bool), jnp.full((2,), 3.0), jnp.full((2,), 1e12))
+    for qp, want in ((False, 0.1), (True, 1.3)):
+        c = dataclasses.replace(cfg, queue_price=qp)
+        lam = float(dual.multipliers(_train(c, lambda k: batch, 800), c).lambda_s)
+        np.testing.assert_allclose(lam, want, rtol=0.02, err_msg=f"queue_price={qp}")
+
+
+def test_admission_uniform_candidates_subgradient():
+    """w ~ U(0,1), w̄ = w − 0.05, N = 32, M = 8: admissions = #{w > λ} ⇒ λ* = 1 − M/N = 0.75
+    (the default rule would stop at the kink 0.05 here)."""
+    cfg = dual.DualConfig(mode="subgradient", step_size=0.05, decay_steps=10, queue_price=True)
+
+    def batch_fn(key):
+        w = jax.random.uniform(key, (64, 32))
+        return dual.make_batch(w, w - 0.05, jnp.zeros((64, 32)), jnp.ones((64, 32), bool),
+                               jnp.full((64,), 8.0), jnp.full((64,), 1e12))
+
+    state = _train(cfg, batch_fn, 800)
+    np.testing.assert_allclose(float(dual.multipliers(state, cfg).lambda_s), 0.75, rtol=0.01)
+
+
+def test_admission_config_variant_and_field():
+    from train.configs import dual as dual_configs
+    from prada_jax import dual_train
+
+    c = dual_configs.get_config("heavy,admission")
+    assert c.dual.queue_price is True and c.env.num_servers == 1
+    assert dual_train.validate_config(c).queue_price is True
+    assert dual_train.validate_config(dual_configs.get_config("heavy")).queue_price is False
+    assert dual_train.queue_price(dual_configs.get_config()) is False
+    c.eval.env_chunks = -1
+    with pytest.raises(ValueError, match="config.eval.env_chunks"):
+        dual_train.validate_config(c)

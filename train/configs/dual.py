@@ -6,7 +6,8 @@
 Variants (comma-separated): ``smoke`` (seconds-long CPU run for tests), ``gsm8k`` /
 ``gaokao2023en`` / ``mmlu_stem`` (synthetic preset), ``heavy`` (M=1, 40 users/s: the server is
 over-subscribed), ``light`` (M=8, 100 MHz, 1 user/s), ``subgradient`` / ``pid`` (online modes
-instead of the differentiable one), ``conditioned`` (load-conditioned multipliers).
+instead of the differentiable one), ``conditioned`` (load-conditioned multipliers),
+``admission`` (opt-in: the price is charged to queueing too, ``dual.queue_price``).
 Env defaults follow ``envs.edge.make_params`` (assumptions, see docs/env.md).
 """
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import ml_collections
 
 PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
-VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "conditioned") + PRESETS
+VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "conditioned",
+            "admission") + PRESETS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -59,6 +61,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dual.load_features = 3        # queue/M, active users/U, free units/M (fixed by env)
     c.dual.hidden = 8               # hidden width of that MLP
     c.dual.skip_full_slots = True   # slots with no free server unit do not count in learning
+    c.dual.queue_price = False      # opt-in: charge λ_s, µ to queueing too (admission price;
+                                    # the env runs scheduler "threshold_admission")
 
     c.train = ml_collections.ConfigDict()
     c.train.num_envs = 16           # envs simulated in parallel (vmap)
@@ -74,6 +78,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.gap_slots = 1000         # slots with candidates for the duality-gap report; 0 = skip
     c.eval.gap_envs = 16            # envs rolled out to collect them
+    c.eval.env_chunks = 5           # long-run env outcome with the learned multipliers and
+                                    # with 0 (× 100 slots × gap_envs each); 0 = skip
 
     for variant in (arg or "").split(","):
         variant = variant.strip()
@@ -97,6 +103,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.log.progress = False
             c.eval.gap_slots = 20
             c.eval.gap_envs = 2
+            c.eval.env_chunks = 1
         elif variant == "heavy":
             c.env.num_servers = 1
             c.env.arrival_rate_hz = 40.0
@@ -108,4 +115,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.dual.mode = variant
         elif variant == "conditioned":
             c.dual.conditioned = True
+        elif variant == "admission":
+            c.dual.queue_price = True
     return c
