@@ -112,6 +112,43 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods) -> di
     return runs
 
 
+DIAG_KEYS = ("mean_gap", "kappa_auto", "slope", "r2")
+
+
+def heldout_diagnostics(runs: dict, roots, cache: str) -> int:
+    """Adds ``ratio_heldout`` (the prefix-ratio diagnostic of the run's final student on the
+    held-out pool ``<cache>/pool_heldout`` with ``<cache>/logits_heldout``) to every run that
+    lacks it and whose ``student_hf`` is found under one of ``roots`` as
+    ``<root>/<method>/seed<seed>/student_hf``. Returns how many were added (0 without a held-out
+    pool)."""
+    from flax import nnx
+
+    from prada_jax.distill import pool as pool_lib
+    from prada_jax.distill import ratio
+    from prada_jax.distill import teacher_table
+    from prada_jax.lm.hf import load_hf
+    hp, hl = Path(cache) / "pool_heldout", Path(cache) / "logits_heldout"
+    if not (hp.is_dir() and hl.is_dir()):
+        return 0
+    pool = pool_lib.load_pool(hp)
+    table = teacher_table.load(hl, pool)
+    added = 0
+    for key, r in runs.items():
+        if "ratio_heldout" in r:
+            continue
+        name, seed = key.split("/")
+        found = [Path(root) / name / seed / "student_hf" for root in roots]
+        found = [f for f in found if f.is_dir()]
+        if not found:
+            continue
+        model, _ = load_hf(found[0])
+        gd, params = nnx.split(model, nnx.Param)
+        d = ratio.diagnose_student(ratio.token_logp_fn(gd), params, pool, table)
+        r["ratio_heldout"] = {k: v for k, v in d.summary().items()}
+        added += 1
+    return added
+
+
 def reference_of(name: str) -> str | None:
     """The run a method is compared with, paired by seed (None for the references)."""
     if name not in PLAN or name in ("fkl_k0.6", "cont_k0.6") or name.startswith("warm"):
@@ -140,12 +177,17 @@ def summarize(runs: dict, cache: str) -> dict:
         if end:
             table[name]["ratio_end"] = {
                 k: mean_ci([e[k] for e in end if e.get(k) is not None]).to_dict()
-                for k in ("mean_gap", "kappa_auto", "slope", "r2")}
+                for k in DIAG_KEYS}
         start = [r["ratio"][0] for r in rs if r.get("ratio") and r["ratio"][0]["step"] == 0]
         if start and name.startswith("reopd"):
             table[name]["ratio_start"] = {
                 k: mean_ci([e[k] for e in start if e.get(k) is not None]).to_dict()
-                for k in ("mean_gap", "kappa_auto", "slope", "r2")}
+                for k in DIAG_KEYS}
+        held = [r["ratio_heldout"] for r in rs if r.get("ratio_heldout")]
+        if held:
+            table[name]["ratio_heldout"] = {
+                k: mean_ci([e[k] for e in held if e.get(k) is not None]).to_dict()
+                for k in DIAG_KEYS}
         if name.endswith("auto"):
             table[name]["kappa_final"] = mean_ci([r["kappa"] for r in rs]).to_dict()
     for name in names:
@@ -187,20 +229,25 @@ def to_markdown(table: dict) -> str:
         dd = f"{d['mean']:+.3f} ± {d['ci_half_width']:.3f} vs {d['ref']}" if d else "–"
         lines.append(f"| {name} | {s['mean']:.3f} ± {s['ci_half_width']:.3f} (n={s['n']}) | "
                      f"{dd} | {row['env_calls_during_training']} | {u['mean']:.3f} |")
-    diag = [(n, r) for n, r in table.items() if isinstance(r, dict) and "ratio_end" in r]
-    if diag:
-        lines += ["", "Pool likelihood-ratio diagnostic of each method's final student "
-                  "(mean ± 95% CI over seeds; c̄ in nats per agent turn; OLS of log br_t on t):",
+    for tags, title in ((("ratio_start", "ratio_end"), "the training pool"),
+                        (("ratio_heldout",), "the held-out pool (never trained on)")):
+        diag = [(n, r) for n, r in table.items()
+                if isinstance(r, dict) and any(t in r for t in tags)]
+        if not diag:
+            continue
+        lines += ["", f"Prefix likelihood-ratio diagnostic of each method's final student on "
+                  f"{title} (mean ± 95% CI over seeds; c̄ in nats per agent turn; OLS of "
+                  f"log br_t on t):",
                   "", "| method | c̄ | exp(−c̄) | slope | R² |", "|---|---|---|---|---|"]
         for name, r in diag:
-            for tag in ("ratio_start", "ratio_end"):
+            for tag in tags:
                 if tag not in r:
                     continue
                 e = r[tag]
                 label = name + (" (warm start)" if tag == "ratio_start" else "")
                 lines.append(f"| {label} | " + " | ".join(
                     f"{e[k]['mean']:.3f} ± {e[k]['ci_half_width']:.3f}"
-                    for k in ("mean_gap", "kappa_auto", "slope", "r2")) + " |")
+                    for k in DIAG_KEYS) + " |")
     return "\n".join(lines) + "\n\nAll numbers: synthetic arithmetic task.\n"
 
 
@@ -242,6 +289,9 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    roots = [out] + [Path(d) for d in args.merge_from.split(",") if d]
+    if heldout_diagnostics(runs, roots, args.cache):
+        (out / "runs.json").write_text(json.dumps(runs, indent=2))
     table = summarize(runs, args.cache)
     (out / "report.json").write_text(json.dumps(table, indent=2))
     md = to_markdown(table)

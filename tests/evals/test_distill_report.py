@@ -25,7 +25,12 @@ def test_summary_paired_differences_and_diagnostic_rows(tmp_path):
         runs[f"fkl_auto/seed{s}"] = _run(s, b[s], 0.3, -0.5 - 0.1 * s, kappa=0.7 + 0.01 * s)
         runs[f"warm_k0.6/seed{s}"] = _run(s, a[s] - 0.01, 0.5, -1.0)
         runs[f"reopd_k0.6/seed{s}"] = _run(s, a[s] + 0.01, 0.5, -1.0)
+    for s in range(3):
+        runs[f"fkl_auto/seed{s}"]["ratio_heldout"] = {"mean_gap": 0.5 + s, "kappa_auto": 0.5,
+                                                      "slope": -0.4, "r2": 0.3}
     t = summarize(runs, str(tmp_path))
+    assert np.isclose(t["fkl_auto"]["ratio_heldout"]["mean_gap"]["mean"], 1.5)
+    assert "ratio_heldout" not in t["fkl_k0.6"]
     d = np.subtract(b, a)
     half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
     assert t["fkl_auto"]["paired"]["ref"] == "fkl_k0.6"
@@ -41,4 +46,5 @@ def test_summary_paired_differences_and_diagnostic_rows(tmp_path):
     assert "ratio_start" not in t["fkl_k0.6"]
     md = to_markdown(t)
     assert "| fkl_auto |" in md and "reopd_k0.6 (warm start)" in md and "synthetic" in md
+    assert "held-out pool" in md and md.count("| fkl_auto |") == 3  # success, train, held-out
     assert f"{d.mean():+.3f} ± {half:.3f} vs fkl_k0.6" in md

@@ -7,7 +7,10 @@ writes, under ``<cache>/seed<seed>/``: ``teacher/`` (HF folder: Qwen2 from a con
 from scratch on synthetic solved episodes, safetensors + tokenizer), ``pool/`` (teacher
 trajectories recorded by running the task with the calculator), ``pool.jsonl`` (the same
 trajectories as chat messages), ``logits/`` (teacher top-k + tail per pool token) and
-``teacher_eval.json`` (teacher success on held-out problems). Everything is deterministic from
+``teacher_eval.json`` (teacher success on held-out problems), and ``pool_heldout/`` +
+``logits_heldout/`` (the same recording and export on another ``n_pool`` fresh problems, never
+trained on: the held-out set of the prefix likelihood-ratio diagnostic,
+``prada_jax.distill.ratio``). Everything is deterministic from
 the seed on CPU; reruns reuse finished stages. All data is synthetic.
 """
 from __future__ import annotations
@@ -226,7 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ldir = root / "logits"
     from prada_jax.distill.task.export_local import export_logits
     export_logits(tdir, pdir, ldir, args.top_k)
-    print(f"logits: {ldir} ({time.time() - t0:.0f}s total)")
+    hdir = root / "pool_heldout"
+    if not (hdir / pool_lib.META_FILE).is_file():
+        record_pool(model, arith.make_problems(args.seed * 1000 + 4, args.n_pool), hdir,
+                    seed=args.seed, extra_meta={"split": "heldout"})
+    export_logits(tdir, hdir, root / "logits_heldout", args.top_k)
+    print(f"logits: {ldir}, held-out pool {hdir} ({time.time() - t0:.0f}s total)")
     return 0
 
 
