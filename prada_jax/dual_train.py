@@ -274,6 +274,20 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
 
 # ----------------------------------------------------------------------------- duality gap
 
+def _frozen_rollout(env_params, policy_fn, mult: dual.Multipliers, num_envs: int, seed: int,
+                    rollout_len: int, policy_key, queue_price: bool):
+    """(jitted rollout without learning, its initial carry) for fixed multipliers: a frozen
+    learner holding them exactly (projection mode: params = values)."""
+    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6, queue_price=bool(queue_price))
+    key = ("collect", rollout_len, bool(queue_price),
+           object() if policy_key is None else policy_key)
+    rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
+                                                             learn=False)))
+    carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
+    values = jnp.array([mult.lambda_s, mult.mu * 1e6], jnp.float32)
+    return rollout, carry._replace(dual=carry.dual._replace(params={"raw": values}))
+
+
 def collect_slots(env_params, policy_fn, mult: dual.Multipliers, num_slots: int,
                   num_envs: int, seed: int, rollout_len: int = 100, policy_key=None,
                   queue_price: bool = False):
@@ -284,15 +298,8 @@ def collect_slots(env_params, policy_fn, mult: dual.Multipliers, num_slots: int,
     Returns (SchedInputs [S, U], SlotBatch [S, U]) as NumPy trees (slots with candidates only,
     first ``num_slots`` of them in rollout order).
     """
-    # A frozen learner holding the given multipliers exactly (projection mode: params = values).
-    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6, queue_price=bool(queue_price))
-    key = ("collect", rollout_len, bool(queue_price),
-           object() if policy_key is None else policy_key)
-    rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
-                                                             learn=False)))
-    carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
-    values = jnp.array([mult.lambda_s, mult.mu * 1e6], jnp.float32)
-    carry = carry._replace(dual=carry.dual._replace(params={"raw": values}))
+    rollout, carry = _frozen_rollout(env_params, policy_fn, mult, num_envs, seed, rollout_len,
+                                     policy_key, queue_price)
     xs, bs, have = [], [], 0
     for _ in range(10_000):
         carry, out = rollout(carry, env_params)
@@ -321,14 +328,8 @@ def rollout_stats(env_params, policy_fn, mult: dual.Multipliers, num_chunks: int
     ``server_in_use``, ``finished`` (users finished per env-slot). What the per-slot oracle
     cannot see (it is myopic): the cost of a longer queue in later slots.
     """
-    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6, queue_price=bool(queue_price))
-    key = ("collect", rollout_len, bool(queue_price),
-           object() if policy_key is None else policy_key)
-    rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
-                                                             learn=False)))
-    carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
-    values = jnp.array([mult.lambda_s, mult.mu * 1e6], jnp.float32)
-    carry = carry._replace(dual=carry.dual._replace(params={"raw": values}))
+    rollout, carry = _frozen_rollout(env_params, policy_fn, mult, num_envs, seed, rollout_len,
+                                     policy_key, queue_price)
     sums = {k: 0.0 for k in ("reward", "queue_len", "server_in_use", "finished", "correct",
                              "latency_s")}
     for _ in range(num_chunks):
