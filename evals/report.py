@@ -152,11 +152,16 @@ def tag_name(label: str) -> str:
 
 def tb_scalars(summary: Mapping[str, Mapping[str, stats.MeanCI]], prefix: str = "eval"
                ) -> dict[str, float]:
-    """TensorBoard tags ``<prefix>/<policy>/<metric>`` (mean) and ``.../<metric>_ci`` (half)."""
+    """TensorBoard tags ``<prefix>/<policy>/<metric>`` (mean) and ``.../<metric>_ci`` (half).
+
+    Undefined values (NaN/inf, e.g. the latency of a policy under which nobody finished, or a
+    CI from a single seed) are left out of TensorBoard; results.json keeps them."""
     out = {}
     for pol, row in summary.items():
         tag_pol = tag_name(pol)
         for m, ci in row.items():
-            out[f"{prefix}/{tag_pol}/{m}"] = ci.mean
-            out[f"{prefix}/{tag_pol}/{m}_ci95"] = ci.half_width
+            for tag, v in ((f"{prefix}/{tag_pol}/{m}", ci.mean),
+                           (f"{prefix}/{tag_pol}/{m}_ci95", ci.half_width)):
+                if math.isfinite(v):
+                    out[tag] = v
     return out

@@ -4,6 +4,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 from scipy import stats as sps
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -49,3 +50,15 @@ def test_summary_table_json_csv_tb(tmp_path):
     acc.Reload()
     vals = acc.Scalars("eval/All-LLM/accuracy")
     np.testing.assert_allclose(vals[0].value, x.mean(), rtol=1e-6)
+
+
+def test_tb_scalars_leave_out_undefined_values():
+    from evals.stats import mean_ci
+    summ = {"All-SLM": {"accuracy": mean_ci([0.8, 0.9]), "latency_s": mean_ci([np.nan, np.nan])},
+            "PRADA": {"accuracy": mean_ci([0.85])}}
+    sc = report.tb_scalars(summ)
+    assert sc["eval/All-SLM/accuracy"] == pytest.approx(0.85)
+    assert "eval/All-SLM/latency_s" not in sc and "eval/All-SLM/latency_s_ci95" not in sc
+    assert sc["eval/PRADA/accuracy"] == pytest.approx(0.85)
+    assert "eval/PRADA/accuracy_ci95" not in sc      # one seed: no interval
+    assert all(np.isfinite(v) for v in sc.values())
