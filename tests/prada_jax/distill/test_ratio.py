@@ -151,3 +151,55 @@ def test_sampler_follows_replaced_probabilities():
         s.set_probs(p[:-1])
     with pytest.raises(ValueError, match="non-negative"):
         s.set_probs(-p)
+
+
+def test_cli_teacher_as_student_has_zero_gap_and_bad_student_exits_2(tmp_path, capsys):
+    """The CLI end to end on a saved pool, a teacher table made from a tiny model, and HF
+    student folders: the teacher scored against itself has c̄ = 0 (κ = 1, slope 0); another
+    model's numbers equal :func:`ratio.diagnose` on directly computed log-probs."""
+    import json
+
+    from prada_jax.distill import teacher_table
+    from prada_jax.lm.config import LMConfig
+    from prada_jax.lm.hf import save_hf
+    from prada_jax.lm.model import CausalLM
+    cfg = LMConfig(vocab_size=24, hidden_size=16, intermediate_size=32, num_layers=1,
+                   num_heads=2, num_kv_heads=1, head_dim=8, tie_word_embeddings=True)
+    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))
+                         for p in arith.make_problems(11, 6)))
+    P.save_pool(P.build_arrays(trajs, spans, [1] * 6), tmp_path / "pool",
+                {"task": arith.TASK_NAME,
+                 "tokenizer": P.tokenizer_meta(arith.build_tokenizer())})
+    pool = P.load_pool(tmp_path / "pool")
+    models = {}
+    for name, seed in (("teacher", 0), ("student", 1)):
+        m = CausalLM(cfg, rngs=nnx.Rngs(params=seed))
+        save_hf(m, cfg, tmp_path / name)
+        gd, params = nnx.split(m, nnx.Param)
+        models[name] = ratio.student_token_logp(ratio.token_logp_fn(gd), params, pool)
+    lt = models["teacher"]
+    toks = np.asarray(pool.tokens)
+    offs = np.asarray(pool.traj_offsets)
+    seqs = []
+    for i in range(pool.num_trajectories):
+        a, b = int(offs[i]), int(offs[i + 1])
+        lp = lt[a + 1:b]
+        seqs.append({"logp_actual": lp, "topk_ids": toks[a + 1:b, None],
+                     "topk_logp": lp[:, None], "tail_mass": 1.0 - np.exp(lp)})
+    teacher_table.save(teacher_table.from_sequences(pool, seqs), tmp_path / "logits",
+                       tmp_path / "pool")
+    base = ["--pool", str(tmp_path / "pool"), "--logits", str(tmp_path / "logits")]
+    assert ratio.main(base + ["--student", str(tmp_path / "teacher"), "--json",
+                              str(tmp_path / "t.json")]) == 0
+    t = json.loads((tmp_path / "t.json").read_text())
+    assert abs(t["mean_gap"]) < 1e-5 and t["kappa_auto"] == pytest.approx(1.0, abs=1e-5)
+    assert abs(t["slope"]) < 1e-5
+    assert ratio.main(base + ["--student", str(tmp_path / "student"), "--json",
+                              str(tmp_path / "s.json")]) == 0
+    s = json.loads((tmp_path / "s.json").read_text())
+    ref = ratio.diagnose(pool, lt, models["student"])
+    assert s["mean_gap"] == pytest.approx(ref.mean_gap, rel=1e-5)
+    assert s["slope"] == pytest.approx(ref.slope, rel=1e-5) and s["r2"] == pytest.approx(ref.r2)
+    assert "kappa = exp(-c)" in capsys.readouterr().out
+    assert ratio.main(base + ["--student", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err
