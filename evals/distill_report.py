@@ -39,6 +39,7 @@ import numpy as np
 
 
 def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over):
+    from prada_jax import config_utils as cu
     from train.configs.distill import get_config
     c = get_config(variant)
     c.data.cache = cache
@@ -48,11 +49,7 @@ def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over
     c.log.progress = False
     c.eval.n_problems = n_eval
     for k, v in over.items():
-        node = c
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = v
+        cu.set_field(c, k, v)
     return c
 
 

@@ -53,6 +53,14 @@ def get_field(config: Any, field: str) -> Any:
     return node
 
 
+def set_field(config: Any, field: str, value: Any) -> None:
+    """Sets a dotted field (``"sampler.kappa"``) of a ConfigDict / dict; ConfigError naming the
+    field if its parent is missing."""
+    parent, _, leaf = field.rpartition(".")
+    node = get_field(config, parent) if parent else config
+    node[leaf] = value
+
+
 def check(condition: bool, field: str, message: str) -> None:
     """Raises ``ConfigError("config.<field> <message>")`` unless ``condition``."""
     if not condition:

@@ -175,9 +175,9 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
                           schedule="kappa" if adaptive else schedule)
     onpolicy = config.mode == "onpolicy"
     table = None
-    if not onpolicy or adaptive:
-        table = teacher_table.load(paths["logits"], pool)
-    elif paths["logits"].is_dir():   # on-policy: the exported logits only feed the diagnostic
+    # offline losses and adaptive schedules need the exported logits; otherwise (on-policy)
+    # they only feed the ratio diagnostic, when present
+    if not onpolicy or adaptive or paths["logits"].is_dir():
         table = teacher_table.load(paths["logits"], pool)
     if onpolicy and teacher_score_fn is None:
         teacher_score_fn = _teacher_score_fn(paths["teacher"], config.loss.top_k)

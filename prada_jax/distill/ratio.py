@@ -49,18 +49,10 @@ from typing import Sequence
 import numpy as np
 
 from prada_jax.distill.pool import Pool
+from prada_jax.distill.sampler import pair_index
 
 
 # --------------------------------------------------------------------------- pure NumPy parts
-
-
-def _pair_index(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
-    """([K_total] trajectory index, [K_total] turn index t from 0) of each pool turn."""
-    counts = pool.turns_per_trajectory()
-    traj = np.repeat(np.arange(counts.size), counts)
-    offs = np.asarray(pool.turn_offsets, np.int64)
-    turn = np.arange(offs[-1]) - np.repeat(offs[:-1], counts)
-    return traj, turn
 
 
 def turn_gaps(pool: Pool, teacher_logp: np.ndarray, student_logp: np.ndarray) -> np.ndarray:
@@ -184,7 +176,7 @@ def diagnose(pool: Pool, teacher_logp: np.ndarray, student_logp: np.ndarray,
     """Per-turn gaps, prefix log-ratios, c̄ → κ, and the log-ratio-on-turn regression."""
     gaps = turn_gaps(pool, teacher_logp, student_logp)
     lr = prefix_log_ratio(pool, gaps)
-    _, turn = _pair_index(pool)
+    _, turn = pair_index(pool)
     reg = regress_on_turn(turn, lr)
     K = int(turn.max()) + 1
     n = np.bincount(turn, minlength=K)

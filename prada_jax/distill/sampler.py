@@ -50,6 +50,16 @@ def turn_weights(num_turns: int, kappa: float, schedule: str = "kappa") -> np.nd
     return w / w.sum()
 
 
+def pair_index(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+    """([K_total] int32 trajectory index, [K_total] int32 turn index t from 0) of every pool
+    turn, in pool order."""
+    counts = pool.turns_per_trajectory()
+    offs = np.asarray(pool.turn_offsets, np.int64)
+    traj = np.repeat(np.arange(counts.size), counts).astype(np.int32)
+    turn = (np.arange(offs[-1]) - np.repeat(offs[:-1], counts)).astype(np.int32)
+    return traj, turn
+
+
 def pair_weights(pool: Pool, kappa: float, schedule: str = "kappa",
                  per_trajectory: bool = True) -> np.ndarray:
     """[K_total] float64 probability of each (trajectory, turn) pair in pool order."""
@@ -109,9 +119,7 @@ class TurnSampler:
         self.schedule = schedule
         self.probs = pair_weights(pool, kappa, schedule, per_trajectory)
         counts = pool.turns_per_trajectory()
-        self.pair_traj = np.repeat(np.arange(counts.size), counts).astype(np.int32)
-        offs = np.asarray(pool.turn_offsets)
-        self.pair_turn = (np.arange(offs[-1]) - np.repeat(offs[:-1], counts)).astype(np.int32)
+        self.pair_traj, self.pair_turn = pair_index(pool)
         starts = np.asarray(pool.turn_starts)
         ends = np.asarray(pool.turn_ends)
         self.prefix_lens = starts - np.asarray(pool.traj_offsets)[self.pair_traj]

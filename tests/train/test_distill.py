@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from prada_jax import config_utils as cu  # noqa: E402
 from prada_jax.distill import pool as pool_lib  # noqa: E402
 from prada_jax.distill.task import arith  # noqa: E402
 
@@ -39,11 +40,7 @@ def _config(cache, *variants, **overrides):
     c = get_config(",".join(("smoke",) + variants))
     c.data.cache = str(cache)
     for k, v in overrides.items():
-        node = c
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = v
+        cu.set_field(c, k, v)
     return c
 
 
