@@ -231,10 +231,8 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
             sampler.log_ratio = diag.log_ratio
             low = float(np.mean(diag.log_ratio < np.log(config.sampler.ratio_min)))
             scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low
-        if adaptive:
-            scal["distill/kappa"] = rec["kappa_used"] = (
-                sampler.kappa if schedule == "auto" else float("nan"))
-            scal = {k: v for k, v in scal.items() if np.isfinite(v)}
+        if schedule == "auto":   # exact-ratio has no single κ to report
+            scal["distill/kappa"] = rec["kappa_used"] = sampler.kappa
         writer.write_scalars(step, scal)
         results["ratio"].append(rec)
 

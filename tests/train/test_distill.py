@@ -133,6 +133,9 @@ def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, varian
         assert res["kappa"] == res["ratio"][1]["kappa_used"]
     else:
         assert 0.0 <= res["ratio"][0]["clipped_low_frac"] <= 1.0
+    def no_nan(c):
+        raise AssertionError(f"results.json holds {c}")
+    json.loads((a / "results.json").read_text(), parse_constant=no_nan)   # strict JSON
     sc = _scalars(a / "tb")
     assert [s for s, _ in sc["ratio/slope"]] == [0, 2, 4] and "ratio/r2" in sc
     assert "ratio/log_ratio_turn_1" in sc and "ratio/mean_gap" in sc
