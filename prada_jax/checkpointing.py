@@ -331,11 +331,13 @@ class Checkpointer:
             return str(k)
         want = {tuple(_name(k) for k in p)
                 for p, _ in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+        # (only missing leaves: orbax also lists empty nodes, e.g. optax's EmptyState, that a
+        # flattened template does not have)
         missing = sorted("/".join(k) for k in want - got)
-        extra = sorted("/".join(k) for k in got - want)
-        if missing or extra:
-            return (f"{len(missing)} expected leaves missing (e.g. {missing[:2]}), "
-                    f"{len(extra)} unexpected (e.g. {extra[:2]})")
+        if missing:
+            extra = sorted("/".join(k) for k in got - want)
+            return (f"{len(missing)} expected leaves are not in it (e.g. {missing[:2]}; it has "
+                    f"{extra[:2]} instead)")
         return None
 
     def restore_latest(self, template: Any) -> tuple[Any, dict, int] | None:

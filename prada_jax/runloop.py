@@ -65,11 +65,11 @@ def _all(tag: str) -> bool:
 
 
 def no_checkpoint_note(ckpt) -> str:
-    """'the last good checkpoint (step N in DIR) is kept' or 'no checkpoint was saved yet'."""
+    """'the last good checkpoint (step N) is kept in DIR' or 'no checkpoint was saved yet'."""
     latest = None if ckpt is None else ckpt.latest_step()
     if latest is None:
         return "no checkpoint was saved yet"
-    return f"the last good checkpoint (step {latest} in {ckpt.directory}) is kept"
+    return f"the last good checkpoint (step {latest}) is kept in {ckpt.directory}"
 
 
 @dataclasses.dataclass
@@ -179,7 +179,7 @@ def run(state: Any, step_fn: Callable[[Any, int], tuple[Any, Any]], *, start: in
         progress: bool = False, desc: str = "", unit: str = "step",
         postfix_fn: Callable[[list], dict] | None = None,
         writer_names: Sequence[str] | None = None,
-        handle_signals: bool = True) -> LoopResult:
+        handle_signals: bool = True, step_name: str = "steps") -> LoopResult:
     """Runs ``step_fn`` from ``start`` until ``total`` steps (or ``max_calls`` calls).
 
     Args:
@@ -205,6 +205,7 @@ def run(state: Any, step_fn: Callable[[Any, int], tuple[Any, Any]], *, start: in
       postfix_fn: ``scalars -> dict`` of short strings for the bar.
       writer_names: how a writer is named in the non-finite message (e.g. ``seed 3``).
       handle_signals: catch SIGINT/SIGTERM as described in the module docstring.
+      step_name: the unit in the non-finite message (``updates``, ``chunks``, ...).
 
     Returns:
       A :class:`LoopResult`.
@@ -241,7 +242,7 @@ def run(state: Any, step_fn: Callable[[Any, int], tuple[Any, Any]], *, start: in
                         if len(scalars) > 1:
                             who = f" ({writer_names[i] if writer_names else f'writer {i}'})"
                         raise NonFiniteTraining(
-                            f"non-finite {bad[0]}{who} in steps {step + 1}..{after}; "
+                            f"non-finite {bad[0]}{who} in {step_name} {step + 1}..{after}; "
                             f"stopping; {no_checkpoint_note(ckpt)}")
                     for t in [t for t, v in sc.items() if not _finite(v)]:
                         del sc[t]

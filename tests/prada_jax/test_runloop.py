@@ -83,7 +83,7 @@ def test_non_finite_metric_stops_before_writing(tmp_path):
     with pytest.raises(errors.NonFiniteTraining) as e:
         _run(tmp_path, 6, step_fn=bad_at_4)
     msg = str(e.value)
-    assert "train/loss" in msg and "steps 4..4" in msg and "step 2 in" in msg
+    assert "train/loss" in msg and "steps 4..4" in msg and "(step 2) is kept" in msg
     assert "\n" not in msg
     assert len(_curves(tmp_path / "tb")["train/loss"]) == 3    # nothing non-finite written
     assert checkpointing.Checkpointer(tmp_path / "ck").all_steps() == [2]
