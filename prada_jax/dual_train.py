@@ -7,9 +7,11 @@ the field). Nominations come from the PPO policy of ``config.policy_dir``
 (``prada_jax.rl.trainer.load_policy``) or, if that is empty, from the privileged trace rule of
 ``prada_jax.dual.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
 
-    <workdir>/config.json         resolved config
+    <workdir>/config.json         resolved config (the one in force)
+    <workdir>/run.json            provenance: when the run started / resumed, what changed
     <workdir>/checkpoints/<chunk>/ orbax: env states, observations, dual state, PRNG key
-                                  (rerunning on the workdir resumes exactly from the latest)
+                                  (rerunning on the workdir checks the config against the
+                                  stored one, then resumes exactly from the newest intact step)
     <workdir>/tb/                 TensorBoard curves (dual/*, env/*, perf/*, eval/gap_*),
                                   x = env slots (slots per env × envs)
     <workdir>/multipliers.json    λ_s (PRM units per server unit), µ (PRM units per Hz), ...;
