@@ -3,16 +3,14 @@
     python -m train.ppo --config=train/configs/ppo.py[:variant] --workdir=DIR [--config.x=...]
 
 Rerunning on an existing workdir resumes from its latest checkpoint. See docs/ppo.md.
+``--helpconfig`` prints the resolved config. Exit codes (``prada_jax.cli``): 2 bad input (one
+line naming the flag/field/file), 3 non-finite training, 1 a bug.
 """
 from __future__ import annotations
 
-import os
-import sys
+from absl import app, flags, logging
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from absl import app, flags, logging  # noqa: E402
-from prada_jax import config_utils  # noqa: E402
+from prada_jax import cli, config_utils
 
 FLAGS = flags.FLAGS
 
@@ -38,15 +36,8 @@ def main(argv):
     logging.info(config_utils.runtime_info())
     from prada_jax.rl import trainer
 
-    try:
-        result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
-                                            max_chunks=FLAGS.max_chunks)
-    except config_utils.ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except trainer.NonFiniteLossError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(3)
+    result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
+                                        max_chunks=FLAGS.max_chunks)
     scal = result["scalars"][0]
     print(f"done: update {result['update_step']}, env steps {result['env_steps']}, "
           f"episode return {scal.get('train/episode_return', float('nan')):.4f}, "
@@ -54,5 +45,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags=_define_flags)

@@ -31,6 +31,7 @@ import numpy as np
 from prada_jax import checkpointing, config_utils, parallel
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import learner, losses, networks
+from prada_jax.errors import NonFiniteTraining
 
 __all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "load_policy",
            "Policy", "Setup", "make_act_fn", "NonFiniteLossError", "POLICY_META_FILE"]
@@ -40,7 +41,7 @@ _TRAIN_TAGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
                "grad_norm", "explained_variance")
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(NonFiniteTraining):
     """A train/* metric became NaN/inf; the message names the metric and the update range."""
 
 
@@ -113,25 +114,12 @@ def num_chunks(config) -> int:
 def load_traces(config):
     """The trace set of the config: ``env.trace_dir`` if set, else the synthetic preset.
 
-    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts.
+    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts
+    (the shared loader ``prada_jax.traces.loader.load_config_traces``).
     """
-    from prada_jax.traces import format as tf
-    from prada_jax.traces import synthetic
+    from prada_jax.traces.loader import load_config_traces
 
-    if config.env.trace_dir:
-        traces = tf.load(config.env.trace_dir)
-        meta = tf.read_meta(config.env.trace_dir)
-        info = {"source": str(config.env.trace_dir), "benchmark": meta["benchmark"],
-                "synthetic": bool(meta["synthetic"]), "content_hash": meta["content_hash"]}
-    else:
-        problems = int(config.env.problems) or None
-        traces, meta = synthetic.generate(config.env.preset, seed=int(config.env.trace_seed),
-                                          problems=problems)
-        info = {"source": f"synthetic:{config.env.preset}", "benchmark": config.env.preset,
-                "synthetic": True, "trace_seed": int(config.env.trace_seed)}
-    info.update(num_nodes=traces.num_nodes, num_problems=traces.num_problems,
-                feature_dim=traces.feature_dim)
-    return traces, info
+    return load_config_traces(config)
 
 
 def build_env(config, traces=None):

@@ -62,6 +62,7 @@ import numpy as np
 
 from prada_jax.traces import answers as answers_lib
 from prada_jax.traces import datasets as datasets_lib
+from prada_jax.errors import BadInput
 
 DEFAULT_SYSTEM_PROMPT = ("Please reason step by step, and put your final answer within "
                          "\\boxed{}.")
@@ -73,7 +74,7 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
-class BuildError(ValueError):
+class BuildError(BadInput):
     """Bad input to the builder: the message names the flag, file or field."""
 
 

@@ -19,12 +19,13 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from prada_jax.errors import BadInput
 
 BENCHMARKS = ("gsm8k", "gaokao2023en", "mmlu_stem")
 LETTERS = "ABCDE"
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInput):
     """A data file line that does not fit its benchmark's schema."""
 
 

@@ -34,13 +34,14 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
+from prada_jax.errors import BadInput
 
 PRM_CONFIG = "prm_config.json"
 VALUE_HEAD_FILE = "value_head.safetensors"
 STYLES = ("value-head", "step-tag")
 
 
-class PRMError(ValueError):
+class PRMError(BadInput):
     """A PRM folder or config that cannot be used. The message names the file and field."""
 
 
