@@ -46,7 +46,8 @@ from absl import logging as absl_logging  # noqa: E402
 from prada_jax.errors import (  # noqa: E402
     EXIT_BAD_INPUT, EXIT_NON_FINITE, BadInput, NonFiniteTraining)
 
-__all__ = ["run", "one_line", "fail", "EXIT_BAD_INPUT", "EXIT_NON_FINITE"]
+__all__ = ["run", "run_local", "parse_local", "one_line", "fail", "EXIT_BAD_INPUT",
+           "EXIT_NON_FINITE"]
 
 FLAGS = flags.FLAGS
 _TRACEBACK = "Traceback (most recent call last)"
@@ -208,3 +209,41 @@ def run(main: Callable[[list[str]], object], *,
                           "default or overridden values) and exit")
     app.run(_wrap(main), argv=list(argv) if argv is not None else None,
             flags_parser=_parse_flags)
+
+
+# ----------------------------------------------------------------------------- local flags
+# Commands that are also called in-process with an argv list (benchmarks: ``main(["--x=1"])``
+# from the suite runner and the tests) parse into their own ``FlagValues`` instead of the
+# global one, so calling them twice in one process never redefines a flag.
+
+def parse_local(define: Callable[[flags.FlagValues], None], argv: Sequence[str] | None,
+                prog: str, doc: str | None = None) -> flags.FlagValues:
+    """Defines flags with ``define(fv)`` on a fresh ``FlagValues``, parses ``argv`` (default
+    ``sys.argv[1:]``) and returns it. ``--help`` prints ``doc`` and the flags, then exits 0;
+    a bad flag, a bad value or a positional argument raises ``BadInput`` naming it."""
+    fv = flags.FlagValues()
+    define(fv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help", "--helpshort", "--helpfull") for a in argv):
+        print(f"{doc.strip()}\n" if doc else f"python -m {prog}\n")
+        print(fv.get_help() or "(no flags)")
+        sys.exit(0)
+    try:
+        rest = fv([prog, *argv])[1:]
+    except flags.Error as e:
+        raise BadInput(re.sub(r"^flag (--)", r"\1", one_line(e))) from None
+    if rest:
+        raise BadInput(f"unexpected command-line arguments: {' '.join(rest)}")
+    return fv
+
+
+def run_local(main: Callable[[list[str] | None], object]) -> None:
+    """``sys.exit`` of ``main(None)`` under the error contract, for ``parse_local`` commands.
+    An int result is the exit code; anything else (a results dict) means success."""
+    try:
+        rc = main(None)
+    except BadInput as e:
+        fail(one_line(e), EXIT_BAD_INPUT)
+    except NonFiniteTraining as e:
+        fail(one_line(e), EXIT_NON_FINITE)
+    sys.exit(rc if isinstance(rc, int) and not isinstance(rc, bool) else 0)

@@ -170,6 +170,30 @@ CASES: list[Case] = [
     Case("evals.calibration", ("--bins=0", "--out={out}"), r"--bins", slow=True),
     Case("evals.calibration", ("--traces={traces_badjson}", "--out={out}"),
          r"traces_badjson/meta\.json", slow=True),
+    # prada_jax.traces
+    Case("prada_jax.traces", ("validate", "{traces_nested}"), r"traces_nested/meta\.json"),
+    Case("prada_jax.traces", ("validate", "{traces_corrupt}"),
+         r"traces_corrupt/nodes\.safetensors", slow=True),
+    Case("prada_jax.traces", ("synth", "--preset=nope", "--out={out}"), r"--preset", slow=True),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--problems=0", "--out={out}"),
+         r"--problems", slow=True),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--prm_miss=2", "--out={out}"),
+         r"prm_miss", slow=True),
+    Case("prada_jax.traces", ("stats", "{traces_toplist}", "--json={out}"),
+         r"traces_toplist/meta\.json", slow=True),
+    Case("prada_jax.traces", ("frobnicate",), r"frobnicate", slow=True),
+    # benchmarks (argument parsing and input folders)
+    Case("benchmarks", ("--only=nope", "--out={out}"), r"--only"),
+    Case("benchmarks.duality_gap", ("--workdir={dual_nested}",), r"dual_nested"),
+    Case("benchmarks.duality_gap", ("--workdir={empty_dir}",), r"empty_dir/config\.json",
+         slow=True),
+    Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),
+    Case("benchmarks.env_scaling", ("--envs=a,b", "--json={out}"), r"--envs"),
+    Case("benchmarks.trace_load", ("--preset=nope", "--dir={out}"), r"--preset"),
+    Case("benchmarks.lm_forward", ("--batch=0", "--json={out}"), r"--batch"),
+    Case("benchmarks.ppo_learning", ("--workdir={policy_nockpt}",), r"policy_nockpt"),
+    Case("benchmarks.ppo_throughput", ("--num_envs=x", "--json={out}"), r"--num_envs"),
+    Case("benchmarks.env_throughput", ("--num_users=x", "--json={out}"), r"--num_users"),
 ]
 
 

@@ -420,14 +420,12 @@ def make_act_fn(apply_fn: Callable, action_fn: Callable | None = None,
     ``EdgeAction``) the critic's ΔQ is attached as the gain; otherwise an int32 [U] array.
     """
     def act_fn(params, key, obs):
-        logits, q = apply_fn(params, obs)
-        if greedy:
-            screen = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        else:
-            screen = jax.random.categorical(key, logits).astype(jnp.int32)
+        from prada_jax.rl.greedy import screen_and_gain
+
+        screen, gain = screen_and_gain(apply_fn, params, obs, key, greedy=greedy)
         if action_fn is None:
             return screen
-        return action_fn(screen, q[..., 1] - q[..., 0])
+        return action_fn(screen, gain)
     return act_fn
 
 
