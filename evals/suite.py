@@ -408,7 +408,8 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
         band = ([summary[n][metric].mean for n in names], [summary[n][metric].low for n in names],
                 [summary[n][metric].high for n in names])
         figs[metric] = plots.plot_bars(names, band, ylabel=label,
-                                       title=f"{label} (mean ± 95% CI) — {title}",
+                                       title=(f"{label} — {title}" if "95% CI" in title
+                                              else f"{label} (mean ± 95% CI) — {title}"),
                                        path=out / f"{metric}.png")
     comps = {c: [summary[n][m].mean for n in names] for c, m in
              (("processing", "processing_s"), ("communication", "communication_s"),
