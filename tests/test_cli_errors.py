@@ -70,6 +70,25 @@ def _run_dir(files: dict[str, str], dirs: tuple[str, ...] = ()) -> Callable[[Pat
     return build
 
 
+def _smoke_policy(path: Path) -> None:
+    """A real train.ppo smoke run (a few seconds of training; slow cases only)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, "-m", "train.ppo",
+                    f"--config={REPO}/train/configs/ppo.py:smoke", f"--workdir={path}"],
+                   cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
+
+
+def _dual_for(num_servers: int) -> Callable[[Path], None]:
+    """A train.dual-like folder whose multipliers.json records a scenario with M servers
+    (the rest as the ppo.py:smoke env) and a policy run that is not the one evaluated."""
+    scenario = {"num_users": 16, "num_servers": num_servers, "bandwidth_hz": 20e6,
+                "arrival_rate_hz": 4.0, "beta": 0.2, "tau_s": 0.05,
+                "traces": {"benchmark": "gsm8k"},
+                "policy": {"kind": "ppo", "workdir": "/elsewhere/ppo"}}
+    return _run_dir({"multipliers.json": json.dumps(
+        {"lambda_s": 0.1, "mu": 0.0, "scenario": scenario})})
+
+
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
 
 INPUTS: dict[str, Callable[[Path], None]] = {
@@ -83,6 +102,8 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "policy_nested": _run_dir({"config.json": _nested_json()}, ("checkpoints",)),
     "dual_nested": _run_dir({"multipliers.json": _nested_json()}),
     "dual_badjson": _run_dir({"multipliers.json": '{"lambda_s": 0.1, "mu": '}),
+    "policy_smoke": _smoke_policy,
+    "dual_m2": _dual_for(2),
 }
 
 
@@ -160,6 +181,9 @@ CASES: list[Case] = [
     Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers", slow=True),
     Case("evals.run", ("--bandwidth_hz=-1", "--out={out}"), r"--bandwidth_hz", slow=True),
     Case("evals.run", ("--seeds=0", "--out={out}"), r"--seeds", slow=True),
+    Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
+                       "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
+         r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
     # evals.sweep
     Case("evals.sweep", ("--m_grid=0,2", "--out={out}"), r"--m_grid"),
     Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
@@ -256,3 +280,58 @@ def test_every_command_has_a_default_case():
     slow = {c.command for c in CASES if c.slow}
     fast = {c.command for c in CASES if not c.slow}
     assert slow <= fast, f"commands with only slow cases: {sorted(slow - fast)}"
+
+
+# ----------------------------------------------------------------------------- units
+
+def test_one_line_messages():
+    from absl import flags
+
+    from prada_jax import cli
+
+    nested = ("flag --config=x.py:smok: Error whilst parsing config file:\n\nTraceback (most "
+              "recent call last):\n  File \"x.py\", line 3\n    raise ValueError()\n"
+              "ValueError: x.py: unknown variant 'smok'\n")
+    assert cli.one_line(flags.IllegalFlagValueError(nested)) == \
+        "flag --config=x.py:smok: x.py: unknown variant 'smok'"
+    assert cli.one_line(KeyError("config.a is missing")) == "config.a is missing"
+    assert cli.one_line(ValueError("a\n  b")) == "a b"
+
+
+def test_read_json_names_the_file_for_any_malformed_content(tmp_path):
+    from prada_jax.errors import BadInput
+    from prada_jax.jsonio import read_json
+
+    cases = {"nested.json": _nested_json().encode(), "bad.json": b"{not json",
+             "latin.json": b'{"a": "\xff"}', "list.json": b"[1, 2]", "empty.json": b""}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(BadInput, match=re.escape(str(tmp_path / name))):
+            read_json(tmp_path / name)
+    with pytest.raises(BadInput, match="missing.json: missing"):
+        read_json(tmp_path / "missing.json")
+    with pytest.raises(BadInput, match="not a file"):
+        read_json(tmp_path)
+    (tmp_path / "ok.json").write_text('{"a": [1, {"b": null}]}')
+    assert read_json(tmp_path / "ok.json") == {"a": [1, {"b": None}]}
+    assert read_json(tmp_path / "list.json", expect=list) == [1, 2]
+
+
+def test_scenario_mismatch_names_both_scenarios(tmp_path):
+    from evals import suite
+
+    env = {"num_users": 16, "num_servers": 4, "bandwidth_hz": 20e6, "arrival_rate_hz": 4.0,
+           "beta": 0.2, "tau_s": 0.05}
+    pol = suite.LoadedPolicy(None, None, {}, None, str(tmp_path / "p"))
+    same = {"scenario": dict(env, traces={"benchmark": "gsm8k"},
+                             policy={"kind": "ppo", "workdir": str(tmp_path / "p")})}
+    assert suite.scenario_mismatch(same, env, {"benchmark": "gsm8k"}, pol) is None
+    assert suite.scenario_mismatch({}, env, {"benchmark": "gsm8k"}, pol) is None  # old file
+    other = {"scenario": dict(same["scenario"], num_servers=2, bandwidth_hz=5e6)}
+    msg = suite.scenario_mismatch(other, env, {"benchmark": "gsm8k"}, pol)
+    assert "differs in M, B" in msg and "M=2" in msg and "M=4" in msg and "B=5 MHz" in msg
+    moved = {"scenario": dict(same["scenario"], policy={"kind": "ppo", "workdir": "/x"})}
+    assert "differs in policy" in suite.scenario_mismatch(moved, env, {"benchmark": "gsm8k"},
+                                                          pol)
+    assert "differs in traces" in suite.scenario_mismatch(
+        same, env, {"benchmark": "mmlu_stem"}, pol)

@@ -63,12 +63,12 @@ def main(argv):
         raise app.UsageError("--config is required, e.g. --config=train/configs/dual.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
-    logging.info(config_utils.runtime_info())
     config = FLAGS.config
     if FLAGS.policy is not None:
         with config.unlocked():
             config.policy_dir = FLAGS.policy
     _check_inputs(config)
+    logging.info(config_utils.runtime_info())
     result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
     m = result["multipliers"]
     print(f"done: chunk {result['chunk']}, lambda_s {m.lambda_s:.5f} PRM units/server unit, "

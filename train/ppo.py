@@ -33,8 +33,13 @@ def main(argv):
         raise app.UsageError("--config is required, e.g. --config=train/configs/ppo.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
-    logging.info(config_utils.runtime_info())
     from prada_jax.rl import trainer
+
+    # Bad input is reported before anything is logged or written (one stderr line, exit 2).
+    trainer.validate_config(FLAGS.config)
+    if FLAGS.config.env.get("trace_dir"):
+        trainer.load_traces(FLAGS.config)
+    logging.info(config_utils.runtime_info())
 
     result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
                                         max_chunks=FLAGS.max_chunks)
