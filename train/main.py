@@ -99,9 +99,12 @@ def stage_done(stage_dir: Path, settings) -> dict | None:
     f = Path(stage_dir) / STAGE_FILE
     if not f.is_file():
         return None
-    try:
-        data = json.loads(f.read_text())
-    except json.JSONDecodeError:
+    from prada_jax.errors import BadInput
+    from prada_jax.jsonio import read_json
+
+    try:   # a damaged marker (any malformed JSON) means: redo the stage
+        data = read_json(f)
+    except BadInput:
         return None
     if data.get("settings") != json.loads(json.dumps(settings)):
         return None

@@ -710,7 +710,9 @@ def _prepare_staging(out: Path, fingerprint: dict) -> Path:
     sfile = staging / SETTINGS_FILE
     has_batches = any(staging.glob("batch_*.safetensors"))
     if sfile.is_file() and has_batches:
-        old = json.loads(sfile.read_text())
+        from prada_jax.jsonio import read_json
+
+        old = read_json(sfile, error=BuildError)
         if old != fingerprint:
             diff = _diff_keys(old, fingerprint)
             raise BuildError(f"{sfile}: the staged batches were built with different settings "
@@ -858,8 +860,12 @@ def build(args: argparse.Namespace, *, slm: StepGenerator | None = None,
     else:
         from safetensors.numpy import save
 
-        hidden = getattr(slm, "hidden_size", None) or json.loads(
-            (slm_dir / "config.json").read_text())["hidden_size"]
+        from prada_jax.jsonio import read_json
+
+        hidden = getattr(slm, "hidden_size", None) or read_json(
+            slm_dir / "config.json", error=BuildError).get("hidden_size")
+        if not isinstance(hidden, int):
+            raise BuildError(f"{slm_dir / 'config.json'}: field 'hidden_size' must be an integer")
         projection = make_projection(int(hidden), st.feature_dim, st.seed)
         _atomic_write_bytes(proj_path, save({"projection": projection}))
     bar = None

@@ -67,6 +67,9 @@ def read_prm_config(path: os.PathLike | str, style: str | None = None) -> dict:
             cfg = json.loads(cfg_path.read_text())
         except json.JSONDecodeError as e:
             raise PRMError(f"{cfg_path}: not valid JSON ({e})") from None
+        except (RecursionError, UnicodeDecodeError, ValueError):
+            raise PRMError(f"{cfg_path}: not valid JSON (nested too deeply or not UTF-8)"
+                           ) from None
         if not isinstance(cfg, dict):
             raise PRMError(f"{cfg_path}: top level must be an object")
     file_style = cfg.get("style")
