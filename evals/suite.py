@@ -107,8 +107,8 @@ def load_policy(workdir: str, step: int | None = None, flag: str = "--policy") -
     from prada_jax import config_utils
 
     try:
-        config_utils.check_run_dir(path, flag, files=("config.json",), checkpoints=False,
-                                   kind="train.ppo run")
+        config_utils.check_run_dir(path, flag, files=("config.json", "policy_meta.json"),
+                                   checkpoints=False, kind="train.ppo run")
     except BadInput as e:
         raise EvalError(f"cannot load the policy checkpoint: {e}") from None
     if not ckpts.is_dir():
