@@ -2,7 +2,7 @@
 KV-cache generation and teacher-logit export throughput. Medians of repeats; one process.
 
     python -m benchmarks.lm_forward [--preset small] [--batch 4] [--length 128] [--repeats 10]
-                                    [--skip-export] [--skip-generate] [--torch-threads N]
+                                    [--skip_export] [--skip_generate] [--torch_threads N]
                                     [--json FILE]
 
 Weights are random (SYNTHETIC): the numbers measure speed only. The model is a Qwen2 config

@@ -1,6 +1,6 @@
 """Speed: the jitted threshold scheduler vs the exact MILP oracle on the same slot, one run.
 
-    python -m benchmarks.sched_vs_milp [--candidates 1024] [--free-units 64] [--repeats 50]
+    python -m benchmarks.sched_vs_milp [--candidates 1024] [--free_units 64] [--repeats 50]
 
 One random slot (synthetic numbers, not from traces): gains ΔQ ~ |N(0.05, 0.1)|-ish PRM units,
 delays 0.1–1 s, bandwidth needs 0.2–3 MHz, β = 0.2, τ = 50 ms, queue length 8, M = 4; the
