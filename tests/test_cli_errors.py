@@ -337,3 +337,20 @@ def test_scenario_mismatch_names_both_scenarios(tmp_path):
                                                           pol)
     assert "differs in traces" in suite.scenario_mismatch(
         same, env, {"benchmark": "mmlu_stem"}, pol)
+
+
+def test_quiet_logging_keeps_own_info_and_warnings():
+    import logging
+
+    from prada_jax import cli
+
+    flt = cli._OwnInfoOnly()
+
+    def rec(path, level):
+        return logging.LogRecord("absl", level, path, 1, "m", None, None)
+
+    orbax = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
+    assert not flt.filter(rec(orbax, logging.INFO))
+    assert flt.filter(rec(orbax, logging.WARNING))
+    assert flt.filter(rec(str(REPO / "prada_jax" / "rl" / "trainer.py"), logging.INFO))
+    assert flt.filter(rec(str(REPO / "train" / "ppo.py"), logging.INFO))
