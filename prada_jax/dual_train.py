@@ -87,23 +87,11 @@ def validate_config(config) -> dual.DualConfig:
 
 
 def load_traces(config):
-    """``(traces, info)``: ``env.trace_dir`` if set, else the synthetic preset."""
-    from prada_jax.traces import format as tf
-    from prada_jax.traces import synthetic
+    """``(traces, info)``: ``env.trace_dir`` if set, else the synthetic preset (the shared
+    loader ``prada_jax.traces.loader.load_config_traces``)."""
+    from prada_jax.traces.loader import load_config_traces
 
-    if config.env.trace_dir:
-        traces = tf.load(config.env.trace_dir)
-        meta = tf.read_meta(config.env.trace_dir)
-        info = {"source": str(config.env.trace_dir), "benchmark": meta["benchmark"],
-                "synthetic": bool(meta["synthetic"])}
-    else:
-        traces, _ = synthetic.generate(config.env.preset, seed=int(config.env.trace_seed),
-                                       problems=int(config.env.problems) or None)
-        info = {"source": f"synthetic:{config.env.preset}", "benchmark": config.env.preset,
-                "synthetic": True}
-    info.update(num_problems=traces.num_problems, num_nodes=traces.num_nodes,
-                feature_dim=traces.feature_dim)
-    return traces, info
+    return load_config_traces(config)
 
 
 def queue_price(config) -> bool:

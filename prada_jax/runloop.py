@@ -58,7 +58,7 @@ import numpy as np
 from prada_jax.errors import NonFiniteTraining
 
 __all__ = ["LoopResult", "run", "restore_or_init", "exit_code_for", "no_checkpoint_note",
-           "Stop"]
+           "Stop", "status_head"]
 
 
 def _all(tag: str) -> bool:
@@ -111,6 +111,17 @@ def exit_code_for(stopped_by: str | None) -> int:
     if stopped_by == "SIGTERM":
         return 128 + int(signal.SIGTERM)
     return 0
+
+
+def status_head(stopped_by: str | None, finished: bool, did_nothing: bool) -> str:
+    """The first words of a launcher's closing line: ``"stopped by SIGTERM, checkpoint saved
+    (rerun to continue)"``, ``"already finished (nothing to do)"``, ``"done"`` or ``"paused
+    (rerun to continue)"`` (``max_calls`` reached before the end)."""
+    if stopped_by in ("SIGINT", "SIGTERM"):
+        return f"stopped by {stopped_by}, checkpoint saved (rerun to continue)"
+    if finished and did_nothing:
+        return "already finished (nothing to do)"
+    return "done" if finished else "paused (rerun to continue)"
 
 
 def restore_or_init(ckpt, init_state: Any) -> tuple[Any, dict, int]:

@@ -3,18 +3,17 @@
     python -m train.ppo --config=train/configs/ppo.py[:variant] --workdir=DIR [--config.x=...]
 
 Rerunning on an existing workdir checks the config against the stored one, then resumes from
-its newest intact checkpoint. Exit codes: 2 bad input, 3 non-finite training, 130/143 stopped
-by SIGINT/SIGTERM (checkpoint saved). See docs/ppo.md.
+its newest intact checkpoint. ``--helpconfig`` prints the resolved config. Exit codes
+(``prada_jax.cli``): 2 bad input (one line naming the flag/field/file), 3 non-finite training,
+130/143 stopped by SIGINT/SIGTERM (checkpoint saved), 1 a bug. See docs/ppo.md.
 """
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from absl import app, flags, logging
 
-from absl import app, flags, logging  # noqa: E402
-from prada_jax import config_utils  # noqa: E402
+from prada_jax import cli, config_utils
 
 FLAGS = flags.FLAGS
 
@@ -37,19 +36,17 @@ def main(argv):
         raise app.UsageError("--config is required, e.g. --config=train/configs/ppo.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
-    logging.info(config_utils.runtime_info())
     from prada_jax.rl import trainer
 
-    from prada_jax import errors, runloop
-    try:
-        result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
-                                            max_chunks=FLAGS.max_chunks)
-    except (config_utils.ConfigError, errors.BadInput) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(errors.EXIT_BAD_INPUT)
-    except errors.NonFiniteTraining as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(errors.EXIT_NON_FINITE)
+    # Bad input is reported before anything is logged or written (one stderr line, exit 2).
+    trainer.validate_config(FLAGS.config)
+    if FLAGS.config.env.get("trace_dir"):
+        trainer.load_traces(FLAGS.config)
+    logging.info(config_utils.runtime_info())
+
+    from prada_jax import runloop
+    result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
+                                        max_chunks=FLAGS.max_chunks)
     print(summary_line(result))
     if result["stopped_by"] in ("SIGINT", "SIGTERM"):
         sys.exit(runloop.exit_code_for(result["stopped_by"]))
@@ -64,18 +61,11 @@ def summary_line(result: dict) -> str:
                            ("train/nominate_rate", "nominate rate", ".3f")):
         if tag in scal:
             parts.append(f"{name} {scal[tag]:{fmt}}")
-    stopped = result.get("stopped_by")
-    if stopped in ("SIGINT", "SIGTERM"):
-        head = f"stopped by {stopped}, checkpoint saved (rerun to continue)"
-    elif result.get("finished") and result.get("start_update") == result["update_step"]:
-        head = "already finished (nothing to do)"
-    elif result.get("finished"):
-        head = "done"
-    else:
-        head = "paused (rerun to continue)"
+    from prada_jax import runloop
+    head = runloop.status_head(result.get("stopped_by"), bool(result.get("finished")),
+                               result.get("start_update") == result["update_step"])
     return f"{head}: " + ", ".join(parts)
 
 
 if __name__ == "__main__":
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags=_define_flags)

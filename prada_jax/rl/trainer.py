@@ -118,25 +118,12 @@ def num_chunks(config) -> int:
 def load_traces(config):
     """The trace set of the config: ``env.trace_dir`` if set, else the synthetic preset.
 
-    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts.
+    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts
+    (the shared loader ``prada_jax.traces.loader.load_config_traces``).
     """
-    from prada_jax.traces import format as tf
-    from prada_jax.traces import synthetic
+    from prada_jax.traces.loader import load_config_traces
 
-    if config.env.trace_dir:
-        traces = tf.load(config.env.trace_dir)
-        meta = tf.read_meta(config.env.trace_dir)
-        info = {"source": str(config.env.trace_dir), "benchmark": meta["benchmark"],
-                "synthetic": bool(meta["synthetic"]), "content_hash": meta["content_hash"]}
-    else:
-        problems = int(config.env.problems) or None
-        traces, meta = synthetic.generate(config.env.preset, seed=int(config.env.trace_seed),
-                                          problems=problems)
-        info = {"source": f"synthetic:{config.env.preset}", "benchmark": config.env.preset,
-                "synthetic": True, "trace_seed": int(config.env.trace_seed)}
-    info.update(num_nodes=traces.num_nodes, num_problems=traces.num_problems,
-                feature_dim=traces.feature_dim)
-    return traces, info
+    return load_config_traces(config)
 
 
 def build_env(config, traces=None):
@@ -471,14 +458,12 @@ def make_act_fn(apply_fn: Callable, action_fn: Callable | None = None,
     ``EdgeAction``) the critic's ΔQ is attached as the gain; otherwise an int32 [U] array.
     """
     def act_fn(params, key, obs):
-        logits, q = apply_fn(params, obs)
-        if greedy:
-            screen = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        else:
-            screen = jax.random.categorical(key, logits).astype(jnp.int32)
+        from prada_jax.rl.greedy import screen_and_gain
+
+        screen, gain = screen_and_gain(apply_fn, params, obs, key, greedy=greedy)
         if action_fn is None:
             return screen
-        return action_fn(screen, q[..., 1] - q[..., 0])
+        return action_fn(screen, gain)
     return act_fn
 
 
