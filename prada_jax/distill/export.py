@@ -28,12 +28,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from prada_jax.distill import logits_store, scoring
+from prada_jax.errors import BadInput
 
 
 def read_sequences_jsonl(path: str) -> tuple[list[str], list[list[int]]]:
     """Reads ``{"id", "tokens"}`` lines; errors name the file and line."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"--sequences {path}: file not found")
+        raise BadInput(f"--sequences {path}: file not found")
     ids, seqs, seen = [], [], set()
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
@@ -43,13 +44,13 @@ def read_sequences_jsonl(path: str) -> tuple[list[str], list[list[int]]]:
                 rec = json.loads(line)
                 seq_id, toks = str(rec["id"]), rec["tokens"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{lineno}: expected an object with 'id' and 'tokens' "
+                raise BadInput(f"{path}:{lineno}: expected an object with 'id' and 'tokens' "
                                  f"({e})") from e
             if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool)
                                                      for t in toks):
-                raise ValueError(f"{path}:{lineno}: 'tokens' must be a list of ints")
+                raise BadInput(f"{path}:{lineno}: 'tokens' must be a list of ints")
             if seq_id in seen:
-                raise ValueError(f"{path}:{lineno}: duplicate id {seq_id!r}")
+                raise BadInput(f"{path}:{lineno}: duplicate id {seq_id!r}")
             seen.add(seq_id)
             ids.append(seq_id)
             seqs.append(toks)
@@ -62,11 +63,11 @@ def check_tokenizer(teacher_fingerprint: str, teacher_len: int, expected: Mappin
     fp = expected.get("fingerprint")
     n = expected.get("vocab_size")
     if fp is not None and fp != teacher_fingerprint:
-        raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
+        raise BadInput(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
                          f"fingerprint {teacher_fingerprint} ({teacher_len} tokens) but "
                          f"{data_where} was tokenized with fingerprint {fp} ({n} tokens)")
     if n is not None and int(n) != teacher_len:
-        raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
+        raise BadInput(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
                          f"{teacher_len} tokens but {data_where} says vocab_size={n}")
 
 
@@ -179,53 +180,87 @@ def _parse_args(argv):
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """CLI entry point; returns the export statistics (also printed as JSON)."""
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
-    import torch
-    import transformers
-
-    tok_dir = args.tokenizer or args.teacher
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--teacher/--tokenizer {tok_dir}: cannot load a tokenizer ({e}); pass "
-                         "--tokenizer") from e
-    fingerprint = scoring.tokenizer_fingerprint(tokenizer)
-    n_tok = len(tokenizer)
-    if args.pool:
+def export_store(teacher: str, out: str, *, pool: str | None = None,
+                 sequences: str | None = None, top_k: int = 64, batch_tokens: int = 4096,
+                 shard_tokens: int = 1 << 16, device: str = "cpu", dtype: str = "float32",
+                 value_dtype: str = "float16", temperature: float = 1.0,
+                 tokenizer: str | None = None, tokenizer_fingerprint: str | None = None,
+                 progress: bool = True) -> dict:
+    """Scores a pool's trajectories (ids ``str(i)``) or a JSONL file's sequences with the
+    teacher folder and writes (or resumes) the logit store ``out``: the one on-disk teacher-logit
+    format (:mod:`prada_jax.distill.logits_store`). Every bad input — a missing or damaged
+    teacher folder (a truncated weight shard is named), a folder without tokenizer files, a
+    tokenizer that differs from the pool's, ``top_k`` above the vocabulary (checked before the
+    teacher loads), a damaged or differently configured existing store — raises
+    :class:`~prada_jax.errors.BadInput` naming the flag or file. Returns the statistics of
+    :func:`export_logits`."""
+    if (pool is None) == (sequences is None):
+        raise BadInput("exactly one of --pool and --sequences is needed")
+    tok_dir = tokenizer or teacher
+    scoring.check_teacher_files(teacher)
+    tok = scoring.load_tokenizer(tok_dir, "--tokenizer" if tokenizer else "--teacher")
+    fingerprint = scoring.tokenizer_fingerprint(tok)
+    n_tok = len(tok)
+    if not 1 <= top_k <= n_tok:
+        raise BadInput(f"--top_k={top_k}: must lie in [1, {n_tok}] (the tokenizer at {tok_dir} "
+                       f"has {n_tok} tokens)")
+    if pool is not None:
         from prada_jax.distill.pool import load_pool
-        pool = load_pool(args.pool)
-        expected = pool.meta["tokenizer"]
-        data_where = os.path.join(args.pool, "pool.json")
-        offsets = np.asarray(pool.traj_offsets, np.int64)
-        tokens = np.asarray(pool.tokens)
+        p = load_pool(pool)
+        expected = p.meta["tokenizer"]
+        data_where = os.path.join(pool, "pool.json")
+        offsets = np.asarray(p.traj_offsets, np.int64)
+        tokens = np.asarray(p.tokens)
         # Views into the pool's token array: no per-token Python objects for large pools.
         seqs = [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
         seq_ids = [str(i) for i in range(len(seqs))]
-        source = {"pool": os.path.abspath(args.pool),
-                  "pool_content_hash": pool.meta.get("content_hash")}
+        source = {"pool": os.path.abspath(pool),
+                  "pool_content_hash": p.meta.get("content_hash")}
     else:
-        seq_ids, seqs = read_sequences_jsonl(args.sequences)
-        expected = {"fingerprint": args.tokenizer_fingerprint}
-        data_where = args.sequences
-        source = {"sequences": os.path.abspath(args.sequences)}
+        seq_ids, seqs = read_sequences_jsonl(sequences)
+        expected = {"fingerprint": tokenizer_fingerprint}
+        data_where = sequences
+        source = {"sequences": os.path.abspath(sequences)}
     check_tokenizer(fingerprint, n_tok, expected, tok_dir, data_where)
-    dtype = getattr(torch, args.dtype)
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.teacher, dtype=dtype)
-    model = model.to(args.device).eval()
+    for i, s in zip(seq_ids, seqs):
+        arr = np.asarray(s)
+        bad = arr[(arr < 0) | (arr >= n_tok)]
+        if bad.size:
+            raise BadInput(f"{data_where}: sequence {i!r}: token id {int(bad[0])} outside "
+                           f"[0, {n_tok}) of the tokenizer at {tok_dir}")
+    # a store being resumed must have the same top_k / dtypes: refuse before loading the teacher
+    index_path = os.path.join(out, logits_store.INDEX_FILE)
+    if os.path.isfile(index_path):
+        idx = logits_store._read_index(index_path)
+        if idx["top_k"] != top_k or idx["dtypes"].get("topk_logp") != value_dtype:
+            raise logits_store.LogitStoreError(
+                f"{index_path}: existing store has top_k={idx['top_k']}, topk_logp dtype "
+                f"{idx['dtypes'].get('topk_logp')}; cannot resume with --top_k={top_k}, "
+                f"--value_dtype={value_dtype} (use another --out)")
+    model = scoring.load_teacher(teacher, dtype=dtype, device=device)
     rows = model.get_output_embeddings().weight.shape[0]
     if rows < n_tok:
-        raise ValueError(f"--teacher {args.teacher}: {rows} output rows < {n_tok} tokenizer tokens")
-    meta = {"teacher": os.path.abspath(args.teacher),
+        raise BadInput(f"--teacher {teacher}: {rows} output rows < {n_tok} tokenizer tokens")
+    meta = {"teacher": os.path.abspath(teacher),
             "teacher_model_type": model.config.model_type, "teacher_vocab_rows": int(rows),
             "vocab_size": n_tok, "tokenizer_fingerprint": fingerprint,
-            "temperature": args.temperature, "compute_dtype": args.dtype, **source}
-    stats = export_logits(model, seq_ids, seqs, args.out, meta=meta, vocab_size=n_tok,
-                          top_k=args.top_k, batch_tokens=args.batch_tokens,
-                          shard_tokens=args.shard_tokens, value_dtype=args.value_dtype,
-                          temperature=args.temperature, device=args.device,
-                          progress=not args.no_progress)
+            "temperature": temperature, "compute_dtype": dtype, **source}
+    return export_logits(model, seq_ids, seqs, out, meta=meta, vocab_size=n_tok, top_k=top_k,
+                         batch_tokens=batch_tokens, shard_tokens=shard_tokens,
+                         value_dtype=value_dtype, temperature=temperature, device=device,
+                         progress=progress)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """CLI entry point; returns the export statistics (also printed as JSON)."""
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    stats = export_store(args.teacher, args.out, pool=args.pool, sequences=args.sequences,
+                         top_k=args.top_k, batch_tokens=args.batch_tokens,
+                         shard_tokens=args.shard_tokens, device=args.device, dtype=args.dtype,
+                         value_dtype=args.value_dtype, temperature=args.temperature,
+                         tokenizer=args.tokenizer,
+                         tokenizer_fingerprint=args.tokenizer_fingerprint,
+                         progress=not args.no_progress)
     print(json.dumps({"out": args.out, **stats}))
     return stats
 

@@ -49,7 +49,7 @@ from typing import Sequence
 import numpy as np
 
 from prada_jax.distill.pool import Pool
-from prada_jax.distill.sampler import pair_index
+from prada_jax.distill.sampler import exact_ratio_probs, pair_index  # noqa: F401 (re-export)
 
 
 # --------------------------------------------------------------------------- pure NumPy parts
@@ -99,21 +99,6 @@ def kappa_from_gap(mean_gap: float, kappa_min: float = 1e-3) -> float:
     if not math.isfinite(mean_gap):
         raise ValueError(f"the mean per-turn gap is not finite ({mean_gap!r})")
     return float(min(1.0, max(kappa_min, math.exp(-max(mean_gap, 0.0)))))
-
-
-def exact_ratio_probs(pool: Pool, log_ratio: np.ndarray, ratio_min: float = 1e-3,
-                      ratio_max: float = 10.0) -> np.ndarray:
-    """[K_total] float64 pair probabilities: trajectories uniform, then p(t | i) ∝
-    clip(br_{i,t}, ratio_min, ratio_max). The first turn has br = 1 by definition."""
-    if not (0.0 < ratio_min <= 1.0 <= ratio_max):
-        raise ValueError(f"need 0 < ratio_min <= 1 <= ratio_max, got {ratio_min!r}, "
-                         f"{ratio_max!r}")
-    lr = np.asarray(log_ratio, np.float64)
-    w = np.exp(np.clip(lr, math.log(ratio_min), math.log(ratio_max)))
-    offs = np.asarray(pool.turn_offsets, np.int64)
-    counts = np.diff(offs)
-    per_traj = np.add.reduceat(w, offs[:-1])
-    return w / np.repeat(per_traj, counts) / counts.size
 
 
 def regress_on_turn(turn: np.ndarray, y: np.ndarray) -> dict:

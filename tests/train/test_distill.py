@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from prada_jax import config_utils as cu  # noqa: E402
+from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.distill import pool as pool_lib  # noqa: E402
 from prada_jax.distill.task import arith  # noqa: E402
 
@@ -31,7 +32,7 @@ def cache(tmp_path_factory):
     pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * 12), root / "pool",
                        {"task": arith.TASK_NAME, "synthetic": True,
                         "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
-    export_logits(root / "teacher", root / "pool", root / "logits", top_k=4, use_exporter=False)
+    export_logits(root / "teacher", root / "pool", root / "logits", top_k=4)
     return root
 
 
@@ -158,7 +159,7 @@ def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
     import subprocess
     import sys
     from prada_jax.distill.loop import train_and_evaluate
-    with pytest.raises(FileNotFoundError, match="nowhere"):
+    with pytest.raises(BadInput, match="nowhere"):
         train_and_evaluate(_config(cache, "onpolicy", "auto",
                                    **{"data.logits_dir": str(tmp_path / "nowhere")}),
                            tmp_path / "x")

@@ -28,6 +28,7 @@ import numpy as np
 
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill.task import arith
+from prada_jax.distill.task.export_local import export_logits
 
 DEFAULTS = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256, steps=600,
                 batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=512, n_eval=256, top_k=8)
@@ -145,14 +146,10 @@ def torch_generate_fn(model, max_new_tokens: int = 10, temperature: float = 0.0,
 
 
 def load_teacher(path: os.PathLike | str):
-    import torch
-    from transformers import AutoModelForCausalLM
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"{path}: teacher folder not found")
-    torch.set_grad_enabled(False)
-    m = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    m.eval()
-    return m
+    """The PyTorch teacher of a Hugging Face folder (float32, eval mode); see
+    :func:`prada_jax.distill.scoring.load_teacher` (damaged folders raise ``BadInput``)."""
+    from prada_jax.distill.scoring import load_teacher as load
+    return load(path)
 
 
 def evaluate_torch(model, problems: Sequence[arith.Problem], batch: int = 256) -> dict:
@@ -227,7 +224,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"pool: {pool.meta['counts']}, teacher success in pool "
           f"{float(np.mean(pool.success)):.3f}")
     ldir = root / "logits"
-    from prada_jax.distill.task.export_local import export_logits
     export_logits(tdir, pdir, ldir, args.top_k)
     hdir = root / "pool_heldout"
     if not (hdir / pool_lib.META_FILE).is_file():

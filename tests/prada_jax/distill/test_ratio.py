@@ -186,8 +186,7 @@ def test_cli_teacher_as_student_has_zero_gap_and_bad_student_exits_2(tmp_path, c
         lp = lt[a + 1:b]
         seqs.append({"logp_actual": lp, "topk_ids": toks[a + 1:b, None],
                      "topk_logp": lp[:, None], "tail_mass": 1.0 - np.exp(lp)})
-    teacher_table.save(teacher_table.from_sequences(pool, seqs), tmp_path / "logits",
-                       tmp_path / "pool")
+    teacher_table.write_store(pool, seqs, tmp_path / "logits")
     base = ["--pool", str(tmp_path / "pool"), "--logits", str(tmp_path / "logits")]
     assert ratio.main(base + ["--student", str(tmp_path / "teacher"), "--json",
                               str(tmp_path / "t.json")]) == 0
