@@ -38,19 +38,40 @@ def main(argv):
     logging.info(config_utils.runtime_info())
     from prada_jax.rl import trainer
 
+    from prada_jax import errors, runloop
     try:
         result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
                                             max_chunks=FLAGS.max_chunks)
-    except config_utils.ConfigError as e:
+    except (config_utils.ConfigError, errors.BadInput) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except trainer.NonFiniteLossError as e:
+        sys.exit(errors.EXIT_BAD_INPUT)
+    except errors.NonFiniteTraining as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(3)
-    scal = result["scalars"][0]
-    print(f"done: update {result['update_step']}, env steps {result['env_steps']}, "
-          f"episode return {scal.get('train/episode_return', float('nan')):.4f}, "
-          f"nominate rate {scal.get('train/nominate_rate', float('nan')):.3f}")
+        sys.exit(errors.EXIT_NON_FINITE)
+    print(summary_line(result))
+    if result["stopped_by"] in ("SIGINT", "SIGTERM"):
+        sys.exit(runloop.exit_code_for(result["stopped_by"]))
+
+
+def summary_line(result: dict) -> str:
+    """One line: where the run stands and the last chunk's metrics (seed 0); a metric the
+    chunk did not have (no finished episode) is left out, never printed as NaN."""
+    scal = result["scalars"][0] if result["scalars"] else {}
+    parts = [f"update {result['update_step']}", f"env steps {result['env_steps']}"]
+    for tag, name, fmt in (("train/episode_return", "episode return", ".4f"),
+                           ("train/nominate_rate", "nominate rate", ".3f")):
+        if tag in scal:
+            parts.append(f"{name} {scal[tag]:{fmt}}")
+    stopped = result.get("stopped_by")
+    if stopped in ("SIGINT", "SIGTERM"):
+        head = f"stopped by {stopped}, checkpoint saved (rerun to continue)"
+    elif result.get("finished") and result.get("start_update") == result["update_step"]:
+        head = "already finished (nothing to do)"
+    elif result.get("finished"):
+        head = "done"
+    else:
+        head = "paused (rerun to continue)"
+    return f"{head}: " + ", ".join(parts)
 
 
 if __name__ == "__main__":
