@@ -53,7 +53,21 @@ def apply_kappa_flag(config, value: str | None) -> None:
     config.sampler.kappa = k
 
 
+def summary_line(res: dict) -> str:
+    """One line with the run's final metrics (task success before/after, env calls, update
+    time); never prints NaN: missing values say so."""
+    def rate(key):
+        v = (res.get(key) or {}).get("success_rate")
+        return "n/a" if v is None else f"{v:.3f}"
+    upd = res.get("update_s_median")
+    upd = "n/a" if upd is None else f"{upd:.4f} s"
+    return (f"task success: before {rate('before')} after {rate('after')}; env calls during "
+            f"training {res.get('env_calls_during_training', 'n/a')}; median update {upd}")
+
+
 def main(argv):
+    from prada_jax import runloop
+    from prada_jax.errors import BadInput, NonFiniteTraining
     config_utils.reject_extra_argv(argv)
     if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=train/configs/distill.py")
@@ -61,20 +75,20 @@ def main(argv):
         raise app.UsageError("--workdir is required")
     logging.info(config_utils.runtime_info())
     from prada_jax.distill.loop import train_and_evaluate
-    from prada_jax.distill.pool import PoolFormatError
-    from prada_jax.distill.teacher_table import TeacherLogitsMismatch
     try:
         apply_kappa_flag(FLAGS.config, FLAGS.kappa)
         res = train_and_evaluate(FLAGS.config, FLAGS.workdir)
-    except (config_utils.ConfigError, PoolFormatError, TeacherLogitsMismatch,
-            FileNotFoundError) as e:
+    except (BadInput, config_utils.ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    before = res.get("before", {}).get("success_rate")
-    after = res.get("after", {}).get("success_rate")
-    print(f"task success (synthetic arithmetic): before {before} after {after}; "
-          f"env calls during training {res['env_calls_during_training']}; "
-          f"median update {res['update_s_median']:.4f} s")
+    except NonFiniteTraining as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(3)
+    if res.get("finished") is False:
+        print(f"stopped ({res['stopped_by']}) at update {res['opt_step']}; rerun the same "
+              "command to resume", file=sys.stderr)
+        sys.exit(runloop.exit_code_for(res["stopped_by"]))
+    print(("finished earlier; " if res.get("already_finished") else "") + summary_line(res))
 
 
 if __name__ == "__main__":

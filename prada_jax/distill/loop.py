@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -42,6 +43,8 @@ import numpy as np
 from flax import nnx
 
 from prada_jax import config_utils as cu
+from prada_jax import run_state, runloop
+from prada_jax.errors import NonFiniteTraining
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill import tasks as tasks_lib
@@ -54,6 +57,12 @@ from prada_jax.distill.trainer import init_state, make_optimizer, make_train_ste
 # every ``sampler.refresh_every`` updates: "auto" = κ^t with κ = exp(−c̄), "exact-ratio" =
 # clipped per-prefix likelihood ratio br_{i,t}.
 ADAPTIVE = ("auto", "exact-ratio")
+
+# Config fields that may change when a workdir is resumed (they extend or observe the run;
+# ``prada_jax.run_state``): the total number of updates and the logging / checkpoint cadence.
+# Note: the learning-rate schedule is laid out over ``train.steps``, so extending a run changes
+# the schedule from the resumed update on (it does not equal a run started with the new total).
+OBSERVATIONAL = ("train.steps", "log.*")
 
 
 def resolve_paths(config) -> dict[str, Path]:
@@ -159,12 +168,17 @@ class DistillRun:
     meta: dict = dataclasses.field(default_factory=dict)
     base_key: Any = None
     prompts_cache: dict = dataclasses.field(default_factory=dict)
-    # host-side accumulators
-    update_times: list = dataclasses.field(default_factory=list)
-    tokens_done: int = 0
-    turn_hist: Any = None
-    acc: dict = dataclasses.field(default_factory=dict)
+    # host-side state that feeds curves and results.json; all of it is in every checkpoint
+    # (:func:`host_state`), so a resumed run's curves and results equal an uninterrupted run's
+    update_times: list = dataclasses.field(default_factory=list)   # [s] per update, no compile
+    tokens_done: int = 0            # tokens since the last log
+    turn_hist: Any = None           # [num_turns] sampled-turn histogram
+    acc: dict = dataclasses.field(default_factory=dict)   # metric sums since the last log
     env_calls: int = 0
+    # timing of this process only (not checkpointed): (seconds, tokens) of timed updates since
+    # the last log; the first update of a process compiles and is not timed
+    window: list = dataclasses.field(default_factory=list)
+    calls: int = 0
 
     @property
     def schedule(self) -> str:
@@ -199,9 +213,9 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
                                      "config.train.batch_size")
         except ValueError as e:
             raise cu.ConfigError(str(e)) from e
-    workdir = cu.prepare_workdir(workdir)
-    if parallel.is_process_zero():
-        cu.write_config_json(config, workdir)
+    if not workdir:
+        raise cu.ConfigError("--workdir is required")
+    check = run_state.check_resume(config, workdir, OBSERVATIONAL)   # writes nothing
     paths = resolve_paths(config)
     pool = pool_lib.load_pool(paths["pool"])
     if task is None:
@@ -236,10 +250,15 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
                               temperature=config.loss.temperature, beta=config.loss.beta,
                               rkl_coef=config.loss.rkl_coef, fkl_coef=config.loss.fkl_coef,
                               num_turns=num_turns)
+    # every input is loaded and checked: now the workdir may be written
+    workdir = cu.prepare_workdir(workdir)
+    if parallel.is_process_zero():
+        run_state.commit(config, workdir, check)
     ckpt = Checkpointer(workdir / "checkpoints", save_every=config.log.ckpt_every,
                         max_to_keep=config.log.keep)
     writer = MetricWriter(workdir / "tb")
-    writer.write_texts(0, {"config": cu.config_to_json(config)})
+    if check.fresh:
+        writer.write_texts(0, {"config": cu.config_to_json(config)})
     results: dict = {"mode": config.mode, "loss": config.loss.kind,
                      "kappa": None if adaptive else config.sampler.kappa,
                      "schedule": schedule, "seed": config.seed, "synthetic": True, "ratio": []}
@@ -253,15 +272,15 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
 
 
 def restore(run: DistillRun) -> None:
-    """Restores the latest checkpoint (state, results so far, the sampler's schedule state) if
-    there is one, sets ``run.start``; otherwise evaluates the untrained student ("before") and
+    """Restores the newest intact checkpoint (state, results so far, the sampler's schedule
+    state, the host-side counters) if there is one, sets ``run.start``; otherwise evaluates the untrained student ("before") and
     runs the first ratio diagnostic."""
     from prada_jax import parallel
-    ckpt = run.ckpt
-    if ckpt.latest_step() is not None:
-        run.state, run.meta = ckpt.restore(run.state)
-        run.start = int(run.meta.get("opt_step", ckpt.latest_step()))
+    run.state, run.meta, step = runloop.restore_or_init(run.ckpt, run.state)
+    if run.meta:
+        run.start = int(run.meta.get("opt_step", step))
         run.results.update(run.meta.get("results", {}))
+        load_host_state(run, run.meta.get("host"))
     if run.mesh is not None:   # parameters / optimiser state replicated on every device
         run.state = parallel.replicate(run.state, run.mesh)
     if run.adaptive and run.start > 0 and "sampler" in run.meta:
@@ -280,7 +299,12 @@ def restore(run: DistillRun) -> None:
 def refresh_ratio(run: DistillRun, step: int, update_weights: bool) -> None:
     """Ratio diagnostic of the current student (``ratio/*`` curves, ``results["ratio"]``); for
     adaptive schedules (when ``update_weights``) hands the sampler its new weights."""
+    from prada_jax.checkpointing import first_non_finite
     config, sampler = run.config, run.sampler
+    bad = first_non_finite(run.state.params)
+    if bad is not None:
+        raise NonFiniteTraining(f"non-finite student parameters ({bad}) at update {step}; "
+                                f"stopping; {runloop.no_checkpoint_note(run.ckpt)}")
     diag = ratio_lib.diagnose_student(run.logp_fn, run.state.params, run.pool, run.table,
                                       config.sampler.kappa_min)
     scal = diag.scalars()
@@ -314,6 +338,7 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
     config = run.config
     t0 = time.perf_counter()
     calls0 = run.task.tool_calls()
+    ntok_step = 0
     for micro in range(config.optim.grad_accum):
         s = opt_step * config.optim.grad_accum + micro
         rng = np.random.default_rng([config.seed, s])
@@ -343,22 +368,28 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
             run.acc[k] = run.acc.get(k, 0.0) + np.asarray(v, np.float64)
         run.acc["n"] = run.acc.get("n", 0) + 1
         run.tokens_done += ntok
+        ntok_step += ntok
     jax.block_until_ready(run.state.params)
     run.env_calls += run.task.tool_calls() - calls0
-    run.update_times.append(time.perf_counter() - t0)
+    dt = time.perf_counter() - t0
+    if run.calls > 0:   # the first update of a process includes compilation: not timed
+        run.update_times.append(dt)
+        run.window.append((dt, ntok_step))
+    run.calls += 1
 
 
 def log_metrics(run: DistillRun, done: int) -> dict:
-    """The ``distill/*`` scalars averaged since the last log; raises ``FloatingPointError`` on a
-    non-finite one (nothing written), else writes them and resets the accumulators."""
-    from prada_jax.metric_writer import all_finite
-    config, acc, every = run.config, run.acc, run.config.log.every
+    """The ``distill/*`` scalars averaged since the last log (``distill/tokens_per_s`` and
+    ``distill/update_s`` over the timed updates of the window, omitted when it has none);
+    resets the accumulators. The host loop checks them for finiteness before writing."""
+    acc = run.acc
     n = acc.pop("n")
     scal = {"distill/loss": acc["loss"] / n, "distill/kl": acc["kl"] / n,
-            "distill/grad_norm": acc["grad_norm"] / n,
-            "distill/tokens_per_s": run.tokens_done / max(sum(run.update_times[-every:]), 1e-9),
-            "distill/update_s": float(np.median(run.update_times[-every:])),
-            "distill/env_calls": run.env_calls}
+            "distill/grad_norm": acc["grad_norm"] / n, "distill/env_calls": run.env_calls}
+    if run.window:
+        secs = [w[0] for w in run.window]
+        scal["distill/tokens_per_s"] = sum(w[1] for w in run.window) / max(sum(secs), 1e-9)
+        scal["distill/update_s"] = float(np.median(secs))
     if "fkl" in acc:
         scal["distill/fkl"] = acc["fkl"] / n
     cnt = acc["kl_turn_count"]
@@ -366,27 +397,38 @@ def log_metrics(run: DistillRun, done: int) -> dict:
         if cnt[t] > 0:
             scal[f"distill/kl_turn_{t}"] = acc["kl_turn_sum"][t] / cnt[t]
         scal[f"distill/turn_frac_{t}"] = run.turn_hist[t] / max(run.turn_hist.sum(), 1)
-    if not all_finite(scal):
-        run.ckpt.close()
-        run.writer.close()
-        raise FloatingPointError(f"non-finite training metrics between updates "
-                                 f"{done - every} and {done}: {scal}")
-    run.writer.write_scalars(done, scal)
-    run.acc, run.tokens_done = {}, 0
+    run.acc, run.tokens_done, run.window = {}, 0, []
     return scal
 
 
-def save(run: DistillRun, done: int) -> None:
-    """Checkpoints on the ``log.ckpt_every`` cadence and at the last update, with the results so
-    far and the sampler's schedule state; curves are flushed first."""
-    config = run.config
+def host_state(run: DistillRun) -> dict:
+    """JSON-able host-side state that feeds curves and ``results.json``."""
+    return {"turn_hist": run.turn_hist.tolist(), "env_calls": int(run.env_calls),
+            "update_times": list(run.update_times), "tokens_done": int(run.tokens_done),
+            "acc": {k: (int(v) if k == "n" else np.asarray(v).tolist())
+                    for k, v in run.acc.items()}}
+
+
+def load_host_state(run: DistillRun, h: dict | None) -> None:
+    """Inverse of :func:`host_state` (checkpoints without it leave the fresh values)."""
+    if not h:
+        return
+    run.turn_hist = np.asarray(h["turn_hist"], np.float64)
+    run.env_calls = int(h["env_calls"])
+    run.update_times = [float(x) for x in h["update_times"]]
+    run.tokens_done = int(h["tokens_done"])
+    run.acc = {k: (int(v) if k == "n" else np.asarray(v, np.float64))
+               for k, v in h["acc"].items()}
+
+
+def checkpoint_meta(run: DistillRun, done: int) -> dict:
+    """The JSON meta stored with the checkpoint of update ``done``."""
     meta = {"opt_step": done, "results": {k: v for k, v in run.results.items()
-                                          if k in ("before", "ratio")}}
+                                          if k in ("before", "ratio")},
+            "host": host_state(run)}
     if run.adaptive:
         meta["sampler"] = run.sampler.schedule_state()
-    if run.ckpt.should_save(done) or done == config.train.steps:
-        run.writer.flush()  # curves before a checkpoint are on disk before it (resume)
-    run.ckpt.save(done, run.state, meta=meta, force=done == config.train.steps)
+    return meta
 
 
 def evaluate(run: DistillRun, params) -> dict:
@@ -406,7 +448,6 @@ def finish(run: DistillRun) -> dict:
     """Final evaluation, the student as a Hugging Face folder and ``results.json``."""
     from prada_jax import parallel
     config, results = run.config, run.results
-    run.ckpt.close()
     results["env_calls_during_training"] = int(run.env_calls)
     results["update_s_median"] = (float(np.median(run.update_times)) if run.update_times
                                   else None)
@@ -417,36 +458,95 @@ def finish(run: DistillRun) -> dict:
     if results["after"]:
         run.writer.write_scalars(config.train.steps,
                                  {"eval/success_rate": results["after"]["success_rate"]})
-    run.writer.close()
+    run.writer.flush()
     if parallel.is_process_zero():
         save_student(run.graphdef, run.state.params, run.cfg, run.workdir / "student_hf",
                      run.task)
-        (run.workdir / "results.json").write_text(json.dumps(results, indent=2))
+        tmp = run.workdir / "results.json.tmp"
+        tmp.write_text(json.dumps(results, indent=2))
+        os.replace(tmp, run.workdir / "results.json")
     return results
 
 
+def stored_results(workdir: Path) -> dict | None:
+    """``<workdir>/results.json`` of a finished run, or None (absent, unreadable, no "after")."""
+    try:
+        res = json.loads((Path(workdir) / "results.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return res if isinstance(res, dict) and "after" in res else None
+
+
 def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None,
-                       task: tasks_lib.Task | None = None) -> dict:
-    """Runs a distillation job (see the module docstring); returns the results dict."""
-    from tqdm import tqdm
+                       task: tasks_lib.Task | None = None, max_steps: int | None = None
+                       ) -> dict:
+    """Runs (or resumes) a distillation job on the shared host loop (``prada_jax.runloop``);
+    returns the results dict (also written to ``<workdir>/results.json``).
+
+    On an existing workdir the config is checked against the stored one before anything is
+    written (only :data:`OBSERVATIONAL` fields may change); the newest intact checkpoint is
+    restored with all host-side state, and the run says it resumed. A finished workdir is not
+    touched: the stored results are returned with ``"already_finished": True``. ``max_steps``
+    stops after that many updates in this call (checkpointed; the returned dict then has
+    ``"finished": False``); so does SIGINT/SIGTERM (``"stopped_by"``).
+
+    Raises:
+      BadInput subclasses (config, pool, logits, checkpoint, resume mismatch) before writing;
+      errors.NonFiniteTraining when a metric, the parameters at a refresh or the state at a
+        save is non-finite (the last good checkpoint stays, results.json is not written).
+    """
     run = build(config, workdir, task, teacher_score_fn)
-    restore(run)
+    steps = int(config.train.steps)
+    try:
+        restore(run)
+        if run.start >= steps:
+            stored = stored_results(run.workdir)
+            if stored is not None:
+                print(f"{run.workdir}: finished run ({run.start} of {steps} updates); nothing "
+                      "to do", flush=True)
+                return {**stored, "already_finished": True}
+        elif run.start > 0:
+            print(f"resumed {run.workdir} at update {run.start} of {steps}", flush=True)
+        if run.start < steps:
+            res = _run_updates(run, steps, max_steps)
+            run.state = res.state
+            if not res.finished:
+                return {"finished": False, "stopped_by": res.stopped_by, "opt_step": res.step}
+        return finish(run)
+    finally:
+        run.ckpt.close()
+        run.writer.close()
+
+
+def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
+    """The update loop: one :func:`optimizer_step` per call of the host loop's step function,
+    then the ratio refresh on its cadence; curves every ``log.every`` updates; checkpoints
+    (with :func:`checkpoint_meta`) every ``log.ckpt_every`` and at the end."""
+    config = run.config
     refresh_every = int(config.sampler.refresh_every)
-    steps = config.train.steps
-    bar = tqdm(range(run.start, steps), initial=run.start, total=steps,
-               desc=f"distill[{config.mode}/{config.loss.kind}]", disable=not config.log.progress)
-    for opt_step in bar:
+
+    def step_fn(state, opt_step):
+        run.state = state
         optimizer_step(run, opt_step)
         done = opt_step + 1
-        if done % config.log.every == 0 or done == steps:
-            scal = log_metrics(run, done)
-            bar.set_postfix(loss=f"{scal['distill/loss']:.4f}", kl=f"{scal['distill/kl']:.4f}")
         if run.logp_fn is not None and (
                 (refresh_every and done % refresh_every == 0) or done == steps):
             refresh_ratio(run, done, run.adaptive and done < steps)
-        save(run, done)
-    bar.close()
-    return finish(run)
+        return run.state, {}
+
+    def scalars_fn(_, done, wall_s):
+        if done % config.log.every == 0 or done == steps:
+            return log_metrics(run, done)
+        return None
+
+    return runloop.run(
+        run.state, step_fn, start=run.start, total=steps, max_calls=max_steps,
+        writers=[run.writer], ckpt=run.ckpt, scalars_fn=scalars_fn,
+        meta_fn=lambda st, done, sc: checkpoint_meta(run, done),
+        progress=bool(config.log.progress), desc=f"distill[{config.mode}/{config.loss.kind}]",
+        unit="upd", step_name="updates",
+        postfix_fn=lambda sc: {"loss": f"{sc[0]['distill/loss']:.4f}",
+                               "kl": f"{sc[0]['distill/kl']:.4f}"})
 
 
 def save_student(graphdef, params, cfg, out_dir: Path, task: tasks_lib.Task | None = None
