@@ -1,11 +1,11 @@
-"""Teacher-logit exporter CLI: scores pool or student sequences with a PyTorch HF teacher.
+"""Teacher-logit exporter (library): scores pool or student sequences with a PyTorch HF teacher.
 
-Usage::
+The command is ``python -m prada_jax.distill.export`` (``export/__main__.py``, absl flags)::
 
-  python -m prada_jax.distill.export --teacher PATH --pool POOL_DIR --out DIR \\
-      [--top-k 64] [--batch-tokens 4096] [--shard-tokens 65536] [--device cpu] \\
-      [--dtype float32] [--value-dtype float16] [--temperature 1.0] [--tokenizer PATH]
-  python -m prada_jax.distill.export --teacher PATH --sequences FILE.jsonl --out DIR ...
+  python -m prada_jax.distill.export --teacher=PATH --pool=POOL_DIR --out=DIR \\
+      [--top_k=64] [--batch_tokens=4096] [--shard_tokens=65536] [--device=cpu] \\
+      [--dtype=float32] [--value_dtype=float16] [--temperature=1.0] [--tokenizer=PATH]
+  python -m prada_jax.distill.export --teacher=PATH --sequences=FILE.jsonl --out=DIR ...
 
 ``--pool``: every trajectory ``i`` of the pool is scored under sequence id ``str(i)``.
 ``--sequences``: one JSON object per line, ``{"id": ..., "tokens": [...]}`` (student-sampled
@@ -18,10 +18,8 @@ torch and transformers are imported only when the exporter runs.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -140,44 +138,7 @@ def export_logits(model, seq_ids: Sequence[str], seqs: Sequence[Sequence[int]], 
             "bytes_per_token": nbytes / scored if scored else float("nan"), "skipped": skipped}
 
 
-_TORCH_DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m prada_jax.distill.export",
-                                description="Export teacher top-k log-probs for distillation.")
-    p.add_argument("--teacher", required=True, help="local Hugging Face causal LM folder")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--pool", help="trajectory pool folder (prada_jax.distill.pool)")
-    src.add_argument("--sequences", help='JSONL file of {"id": ..., "tokens": [...]} lines')
-    p.add_argument("--out", required=True, help="output store folder (resumed if present)")
-    p.add_argument("--top-k", type=int, default=64, help="candidates per token (default 64)")
-    p.add_argument("--batch-tokens", type=int, default=4096,
-                   help="rows × padded length per teacher forward (default 4096)")
-    p.add_argument("--shard-tokens", type=int, default=1 << 16,
-                   help="scored tokens per shard file (default 65536)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1")
-    p.add_argument("--dtype", default="float32", choices=_TORCH_DTYPES,
-                   help="teacher compute dtype (log-softmax is always float32)")
-    p.add_argument("--value-dtype", default="float16", choices=("float16", "bfloat16"),
-                   help="storage dtype of the top-k log-probs")
-    p.add_argument("--temperature", type=float, default=1.0, help="teacher softmax temperature")
-    p.add_argument("--tokenizer", default=None,
-                   help="tokenizer folder if not stored with the teacher")
-    p.add_argument("--tokenizer-fingerprint", default=None,
-                   help="with --sequences: refuse a teacher whose tokenizer fingerprint differs")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    args = p.parse_args(argv)
-    for flag in ("top_k", "batch_tokens", "shard_tokens"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be >= 1")
-    if not args.temperature > 0:
-        p.error("--temperature must be > 0")
-    if not os.path.isdir(args.teacher):
-        p.error(f"--teacher {args.teacher}: not a local folder (no hub downloads)")
-    if args.tokenizer is not None and not os.path.isdir(args.tokenizer):
-        p.error(f"--tokenizer {args.tokenizer}: not a local folder")
-    return args
+TORCH_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def export_store(teacher: str, out: str, *, pool: str | None = None,
@@ -228,10 +189,11 @@ def export_store(teacher: str, out: str, *, pool: str | None = None,
         if bad.size:
             raise BadInput(f"{data_where}: sequence {i!r}: token id {int(bad[0])} outside "
                            f"[0, {n_tok}) of the tokenizer at {tok_dir}")
-    # a store being resumed must have the same top_k / dtypes: refuse before loading the teacher
+    # a store being resumed must be intact, with the same top_k / dtypes: refuse before the
+    # teacher loads
     index_path = os.path.join(out, logits_store.INDEX_FILE)
     if os.path.isfile(index_path):
-        idx = logits_store._read_index(index_path)
+        idx = logits_store.TeacherLogits.open(out).index   # every listed shard intact
         if idx["top_k"] != top_k or idx["dtypes"].get("topk_logp") != value_dtype:
             raise logits_store.LogitStoreError(
                 f"{index_path}: existing store has top_k={idx['top_k']}, topk_logp dtype "
@@ -249,21 +211,3 @@ def export_store(teacher: str, out: str, *, pool: str | None = None,
                          batch_tokens=batch_tokens, shard_tokens=shard_tokens,
                          value_dtype=value_dtype, temperature=temperature, device=device,
                          progress=progress)
-
-
-def main(argv: Sequence[str] | None = None) -> dict:
-    """CLI entry point; returns the export statistics (also printed as JSON)."""
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
-    stats = export_store(args.teacher, args.out, pool=args.pool, sequences=args.sequences,
-                         top_k=args.top_k, batch_tokens=args.batch_tokens,
-                         shard_tokens=args.shard_tokens, device=args.device, dtype=args.dtype,
-                         value_dtype=args.value_dtype, temperature=args.temperature,
-                         tokenizer=args.tokenizer,
-                         tokenizer_fingerprint=args.tokenizer_fingerprint,
-                         progress=not args.no_progress)
-    print(json.dumps({"out": args.out, **stats}))
-    return stats
-
-
-if __name__ == "__main__":
-    main()
