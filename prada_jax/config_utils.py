@@ -25,6 +25,7 @@ import os
 import platform
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+from prada_jax.errors import BadInput
 
 __all__ = [
     "ConfigError", "get_field", "check", "check_positive", "check_nonnegative", "check_range",
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput):
     """A config field with a bad value; the message starts with ``config.<field>``."""
 
 

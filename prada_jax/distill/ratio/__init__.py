@@ -38,11 +38,9 @@ CLI (any student HF folder, e.g. ``<workdir>/student_hf``, on a pool and its exp
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -226,50 +224,3 @@ def diagnose_student(logp_fn, params, pool: Pool, table, kappa_min: float = 1e-3
     ls = student_token_logp(logp_fn, params, pool, batch_size)
     return diagnose(pool, np.asarray(table.logp_actual), ls, kappa_min)
 
-
-# --------------------------------------------------------------------------- CLI
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m prada_jax.distill.ratio",
-        description="Per-turn teacher-student gap, gap-adaptive kappa = exp(-mean gap) and the "
-                    "regression of the prefix log likelihood ratio on the turn index.")
-    p.add_argument("--pool", required=True, help="trajectory pool folder")
-    p.add_argument("--logits", required=True, help="exported teacher logits of that pool")
-    p.add_argument("--student", required=True, help="student Hugging Face folder")
-    p.add_argument("--kappa-min", type=float, default=1e-3, help="floor of the automatic kappa")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--json", default="", help="also write the summary here")
-    a = p.parse_args(argv)
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill import teacher_table
-    from prada_jax.lm.hf import load_hf
-    try:
-        pool = pool_lib.load_pool(a.pool)
-        table = teacher_table.load(a.logits, pool)
-        if not Path(a.student).is_dir():
-            raise FileNotFoundError(f"{a.student}: student folder not found")
-        from flax import nnx
-        model, _ = load_hf(a.student)
-        gd, params = nnx.split(model, nnx.Param)
-        diag = diagnose_student(token_logp_fn(gd), params, pool, table, a.kappa_min,
-                                a.batch_size)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    s = diag.summary()
-    print(f"mean per-turn gap c = {s['mean_gap']:.4f} nats -> kappa = exp(-c) = "
-          f"{s['kappa_auto']:.4g}")
-    print(f"log br_t ~ {s['intercept']:.4f} + {s['slope']:.4f} t   (R^2 = {s['r2']:.4f}, "
-          f"{sum(s['n_turn'])} pairs)")
-    for t, (g, r, n) in enumerate(zip(s["mean_gap_turn"], s["mean_log_ratio_turn"],
-                                      s["n_turn"])):
-        print(f"  turn {t}: n = {n:5d}  mean gap {g:9.4f}  mean log br {r:9.4f}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(s, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,11 +15,9 @@ the seed on CPU; reruns reuse finished stages. All data is synthetic.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -191,48 +189,3 @@ def record_pool(model, problems: Sequence[arith.Problem], out_dir: os.PathLike |
     meta.update(extra_meta or {})
     pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, succ), out_dir, meta)
     return pool_lib.load_pool(out_dir)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prada_jax.distill.task.teacher",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--cache", default="checkpoints/task_cache", help="output cache folder")
-    p.add_argument("--seed", type=int, default=0)
-    for k, v in DEFAULTS.items():
-        p.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
-    args = p.parse_args(argv)
-    import torch
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    root = Path(args.cache) / f"seed{args.seed}"
-    root.mkdir(parents=True, exist_ok=True)
-    tdir = root / "teacher"
-    t0 = time.time()
-    if not (tdir / "config.json").is_file():
-        train_teacher(tdir, args.seed, args.steps, args.batch, args.lr, args.warmup,
-                      args.n_train, args.hidden, args.layers, args.heads, args.kv_heads,
-                      args.intermediate)
-    print(f"teacher ready ({time.time() - t0:.0f}s)", flush=True)
-    model = load_teacher(tdir)
-    ev = evaluate_torch(model, arith.make_problems(args.seed * 1000 + 3, args.n_eval))
-    (root / "teacher_eval.json").write_text(json.dumps(ev, indent=2))
-    print(f"teacher success on held-out problems (synthetic): {ev['success_rate']:.3f}")
-    pdir = root / "pool"
-    if not (pdir / pool_lib.META_FILE).is_file():
-        record_pool(model, arith.make_problems(args.seed * 1000 + 2, args.n_pool), pdir,
-                    root / "pool.jsonl", seed=args.seed)
-    pool = pool_lib.load_pool(pdir)
-    print(f"pool: {pool.meta['counts']}, teacher success in pool "
-          f"{float(np.mean(pool.success)):.3f}")
-    ldir = root / "logits"
-    export_logits(tdir, pdir, ldir, args.top_k)
-    hdir = root / "pool_heldout"
-    if not (hdir / pool_lib.META_FILE).is_file():
-        record_pool(model, arith.make_problems(args.seed * 1000 + 4, args.n_pool), hdir,
-                    seed=args.seed, extra_meta={"split": "heldout"})
-    export_logits(tdir, hdir, root / "logits_heldout", args.top_k)
-    print(f"logits: {ldir}, held-out pool {hdir} ({time.time() - t0:.0f}s total)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
