@@ -89,6 +89,8 @@ def validate_config(config) -> None:
     cu.check_choice(config, "sampler.schedule", SCHEDULES + ADAPTIVE)
     cu.check_int(config, "sampler.refresh_every", minimum=0)
     cu.check_range(config, "sampler.kappa_min", 0.0, 1.0, low_open=True)
+    cu.check(float(config.sampler.get("auto_gap_max", float("inf"))) > 0.0,
+             "sampler.auto_gap_max", "must be > 0 (nats per turn; inf = never hold κ)")
     cu.check_range(config, "sampler.ratio_min", 0.0, 1.0, low_open=True)
     cu.check(config.sampler.ratio_max >= 1.0, "sampler.ratio_max",
              f"must be >= 1 (the first turn's ratio), got {config.sampler.ratio_max!r}")
@@ -311,7 +313,11 @@ def refresh_ratio(run: DistillRun, step: int, update_weights: bool) -> None:
     rec = {"step": step, **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
                             for k, v in diag.summary().items()}}
     if update_weights and run.schedule == "auto":
-        sampler.use_kappa(diag.kappa_auto)
+        # hold the configured κ while the gap is uninformative (from scratch: c̄ ≈ 20 nats)
+        held = not diag.mean_gap <= float(config.sampler.get("auto_gap_max", float("inf")))
+        sampler.use_kappa(config.sampler.kappa if held else diag.kappa_auto)
+        rec["kappa_held"] = held
+        scal["distill/kappa_held"] = float(held)
     elif update_weights and run.schedule == "exact-ratio":
         low = sampler.use_log_ratio(diag.log_ratio)
         scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low

@@ -130,7 +130,11 @@ def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, varian
     assert steps == [0, 2, 4]
     if variant == "auto":
         for r in res["ratio"][:-1]:
-            assert r["kappa_used"] == pytest.approx(max(0.05, math.exp(-max(r["mean_gap"], 0))))
+            # a gap above sampler.auto_gap_max (1 nat per turn) holds the configured κ
+            assert r["kappa_held"] == (r["mean_gap"] > 1.0)
+            want = 0.6 if r["kappa_held"] else max(0.05, math.exp(-max(r["mean_gap"], 0)))
+            assert r["kappa_used"] == pytest.approx(want)
+        assert res["ratio"][0]["kappa_held"]   # a random student: c̄ of many nats
         assert res["kappa"] == res["ratio"][1]["kappa_used"]
     else:
         assert 0.0 <= res["ratio"][0]["clipped_low_frac"] <= 1.0
@@ -153,6 +157,24 @@ def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, varian
         np.testing.assert_array_equal(wa[k], wb[k])
     assert [r["step"] for r in res_b["ratio"]] == steps
     assert res_b["ratio"][-1]["mean_gap"] == res["ratio"][-1]["mean_gap"]
+
+
+def test_auto_kappa_from_scratch_holds_configured_kappa_unless_disabled(cache, tmp_path):
+    """From a random init c̄ is many nats: ``auto`` holds sampler.kappa (no collapse to the
+    floor); with ``auto_gap_max = inf`` it uses exp(−c̄) clipped at kappa_min, as before."""
+    from prada_jax.distill.loop import train_and_evaluate
+    ov = {"sampler.refresh_every": 2, "eval.n_problems": 0, "train.steps": 2}
+    res = train_and_evaluate(_config(cache, "auto", **ov), tmp_path / "held")
+    r0 = res["ratio"][0]
+    assert r0["mean_gap"] > 1.0 and r0["kappa_held"] and r0["kappa_used"] == 0.6
+    res = train_and_evaluate(_config(cache, "auto", **ov, **{"sampler.auto_gap_max": 1e9}),
+                             tmp_path / "free")
+    r0 = res["ratio"][0]
+    assert not r0["kappa_held"]
+    assert r0["kappa_used"] == pytest.approx(max(1e-3, np.exp(-r0["mean_gap"])))
+    with pytest.raises(cu.ConfigError, match="auto_gap_max"):
+        train_and_evaluate(_config(cache, "auto", **{"sampler.auto_gap_max": 0.0}),
+                           tmp_path / "bad")
 
 
 def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
