@@ -205,8 +205,9 @@ def run(main: Callable[[list[str]], object], *,
     if define_flags is not None:
         define_flags()
     if _config_flag_names() and "helpconfig" not in FLAGS:
-        flags.DEFINE_bool("helpconfig", False, "print the resolved config (fields with their "
-                          "default or overridden values) and exit")
+        flags.DEFINE_flag(flags.BooleanFlag(
+            "helpconfig", False, "print the resolved config (fields with their default or "
+            "overridden values) and exit"), module_name=sys.argv[0])   # listed by --help
     app.run(_wrap(main), argv=list(argv) if argv is not None else None,
             flags_parser=_parse_flags)
 
