@@ -290,7 +290,12 @@ def main(argv=None) -> int:
     """``python -m evals.distill_report`` (absl flags; bad input raises ``BadInput``)."""
     from prada_jax import cli
     from prada_jax.errors import BadInput
-    args = cli.parse_local(_define, argv, "evals.distill_report", __doc__)
+    from absl import flags
+
+    from prada_jax.distill.entry import undash
+    names = flags.FlagValues()
+    _define(names)
+    args = cli.parse_local(_define, undash(argv, list(names)), "evals.distill_report", __doc__)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s]
     except ValueError:

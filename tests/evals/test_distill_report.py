@@ -61,7 +61,7 @@ def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
     for argv, msg in (([f"--out={out}", "--methods=fkl_k0.6,nope"], "--methods: unknown"),
                       ([f"--out={out}", "--seeds=0,x"], "--seeds=0,x"),
                       ([f"--out={out}", f"--merge_from={bad}"], "runs.json: not valid JSON"),
-                      ([f"--out={out}", "--warm-steps=3"], "warm-steps"),
+                      ([f"--out={out}", "--warm-steps=0"], "warm_steps"),
                       ([f"--out={out}", "--steps=0"], "--steps")):
         with pytest.raises(BadInput, match=msg.replace(".", r"\.")) as ei:
             distill_report.main(argv)

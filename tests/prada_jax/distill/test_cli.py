@@ -18,16 +18,17 @@ CASES = [
                                 "--out={tmp}/p"], r"--tokenizer .*no tokenizer files", True),
     ("prada_jax.distill.ratio", ["--pool={tmp}/missing", "--logits={tmp}", "--student={tmp}"],
      r"missing", False),
-    ("prada_jax.distill.ratio", ["--kappa_min=2", "--pool=a", "--logits=b", "--student=c"],
-     r"--kappa_min", True),
+    ("prada_jax.distill.ratio", ["--kappa-min=2", "--pool=a", "--logits=b", "--student=c"],
+     r"--kappa_min", True),   # the former dash spelling still parses
     ("prada_jax.distill.task.evaluate", ["--student={tmp}/missing"], r"--student .*missing",
      False),
     ("prada_jax.distill.task.evaluate", ["--n=0", "--student=x"], r"--n", True),
     ("prada_jax.distill.task.teacher", ["--cache={tmp}/c", "--steps=0"], r"--steps", False),
     ("prada_jax.distill.export", ["--teacher={tmp}/missing", "--pool={tmp}", "--out={tmp}/o"],
      r"--teacher .*missing", False),
-    ("prada_jax.distill.export", ["--teacher={tmp}", "--out={tmp}/o", "--top-k=3"],
-     r"top-k", True),
+    ("prada_jax.distill.export", ["--teacher={tmp}", "--pool={tmp}", "--out={tmp}/o",
+                                  "--top-k=3", "--no-progress"], r"--teacher .*no config\.json",
+     True),
 ]
 
 
