@@ -78,6 +78,8 @@ def main(argv):
              f"B={env_kw['bandwidth_hz'] / 1e6:g} MHz λ={env_kw['arrival_rate_hz']:g}/s, "
              f"{FLAGS.seeds} seeds, mean ± 95% CI")
     meta = {"traces": traces.info, "policy": FLAGS.policy, "dual": FLAGS.dual,
+            "policy_step": policy.meta.get("step") if policy else None,   # checkpoint evaluated
+            "checkpoint_steps": {p.workdir: p.meta.get("step") for p in extras},
             "multipliers": {"lambda_s": mult[0], "mu_per_hz": mult[1]} if mult else None,
             "dual_info": dual_info, **info}
     res = suite.write_outputs(per_seed, out, title=title, meta=meta)

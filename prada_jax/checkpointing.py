@@ -71,29 +71,44 @@ class DamagedCheckpoint(CheckpointError):
     """A checkpoint step has a missing, truncated or changed file, or unreadable metadata."""
 
 
+def _is_typed_key(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
+def _finite_flags(leaves):
+    import jax.numpy as jnp
+    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
+
+
+_finite_flags_jit = jax.jit(_finite_flags)
+
+
 def first_non_finite(tree: Any) -> str | None:
     """Key path of the first float leaf of ``tree`` holding a NaN/inf, or None if all finite.
 
-    Integer, boolean and PRNG-key leaves are skipped. Reads the values to the host.
+    Integer, boolean and PRNG-key leaves are skipped. ``jax.Array`` leaves are reduced on
+    their devices in one jitted call (sharded or multi-host arrays included; only one bool
+    per leaf comes to the host); NumPy leaves on the host.
     """
-    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    for path, x in leaves:
+    paths, dev, host = [], [], []
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
         dtype = getattr(x, "dtype", None)
         if dtype is None or _is_typed_key(x) or not jax.dtypes.issubdtype(dtype, np.inexact):
             continue
-        if not bool(np.all(np.isfinite(np.asarray(jax.device_get(x))))):
-            return jax.tree_util.keystr(path) or "<root>"
-    return None
-
-
-def _is_typed_key(x: Any) -> bool:
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        (dev if isinstance(x, jax.Array) else host).append((path, x))
+    bad = [p for p, x in host if not bool(np.all(np.isfinite(np.asarray(x))))]
+    if dev:
+        flags = np.asarray(_finite_flags_jit([x for _, x in dev]))
+        bad += [p for (p, _), ok in zip(dev, flags) if not ok]
+    if not bad:
+        return None
+    return jax.tree_util.keystr(bad[0]) or "<root>"
 
 
 def keys_to_data(tree: Any) -> Any:

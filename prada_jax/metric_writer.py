@@ -42,8 +42,8 @@ class MetricWriter:
         ``flush()`` puts them on disk.
 
     Each writer opens a new event file (``events.out.tfevents.<time>.<host>.<pid>.<n>``); a
-    resumed run appends a new file, and TensorBoard's reader drops points of the older file
-    past the step where the new one restarts.
+    resumed run appends a new file that starts with ``mark_restart`` (the host loop writes
+    it), so TensorBoard's reader drops points of the older file past the resumed step.
     """
 
     _count = itertools.count()
@@ -64,6 +64,18 @@ class MetricWriter:
         from tensorboardX.proto import event_pb2
         self._writer.write_event(event_pb2.Event(wall_time=time.time(), step=int(step),
                                                  summary=summary))
+
+    def mark_restart(self, step: int) -> None:
+        """Marks a restart from ``step``: TensorBoard's reader then drops every point with a
+        larger step written before it (points an interrupted run logged past the checkpoint
+        it resumes from), so each curve has one point per step. (A ``SessionLog.START`` event
+        at ``step + 1``: the reader purges points at steps >= the event's.)"""
+        if not self.enabled:
+            return
+        from tensorboardX.proto import event_pb2
+        self._writer.write_event(event_pb2.Event(
+            wall_time=time.time(), step=int(step) + 1,
+            session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
 
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         """One point per tag at x = ``step``. Values are converted with ``float()``; NaN/inf

@@ -5,8 +5,9 @@ boundaries and owns everything around it:
 
 * **restore-or-init** (:func:`restore_or_init`): the newest intact checkpoint, falling back
   (with one warning line) past a damaged newest step (``Checkpointer.restore_latest``);
-* **curves**: the trainer's ``scalars_fn`` turns one call's metrics into per-writer scalar
-  dicts; non-finite values of tags that are not checked (e.g. ``env/accuracy`` in a chunk where
+* **curves**: each writer first gets ``mark_restart(x)`` at the step it continues from, so
+  points an interrupted run wrote past its last checkpoint are dropped by TensorBoard's reader;
+  the trainer's ``scalars_fn`` turns one call's metrics into per-writer scalar dicts; non-finite values of tags that are not checked (e.g. ``env/accuracy`` in a chunk where
   no user finished) are dropped, so nothing non-finite reaches TensorBoard;
 * **non-finite guard**: if a checked tag is NaN/inf the loop stops *before* writing that
   boundary's curves or saving, keeps the last good checkpoint, and raises
@@ -220,6 +221,11 @@ def run(state: Any, step_fn: Callable[[Any, int], tuple[Any, Any]], *, start: in
     bar = None
     first = True
     k = int(steps_per_call)
+    # Points an interrupted run wrote past the checkpoint we continue from are superseded.
+    x0 = int(x_fn(state, step)) if x_fn is not None else step
+    for w in writers:
+        if hasattr(w, "mark_restart"):
+            w.mark_restart(x0)
     try:
         with _Signals(handle_signals) as sig:
             while step < total and (max_calls is None or calls < max_calls):

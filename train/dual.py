@@ -14,8 +14,10 @@ defines none. The library names are re-exported here for older callers; new code
 ``prada_jax.dual_train``. ``load_multipliers(workdir) -> Multipliers(lambda_s, mu)`` is the
 export for evaluation.
 
-Exit codes: 2 for a bad config field / flag / input file (the message names it), 3 when a
-logged value goes non-finite (the last good checkpoint is kept).
+Exit codes: 2 for a bad config field / flag / input file, or a resume whose config changes a
+computational field (the message names it), 3 when a logged value goes non-finite (the last
+good checkpoint is kept), 128 + N when stopped by signal N (SIGINT/SIGTERM; a checkpoint is
+saved at the current chunk and a rerun continues).
 """
 from __future__ import annotations
 
@@ -59,20 +61,32 @@ def main(argv):
     if FLAGS.policy is not None:
         with config.unlocked():
             config.policy_dir = FLAGS.policy
+    from prada_jax import errors, runloop
     try:
         result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
-    except config_utils.ConfigError as e:
+    except (config_utils.ConfigError, errors.BadInput) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(errors.EXIT_BAD_INPUT)
+    except errors.NonFiniteTraining as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(errors.EXIT_NON_FINITE)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except NonFiniteError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(3)
+        sys.exit(errors.EXIT_BAD_INPUT)
     m = result["multipliers"]
-    print(f"done: chunk {result['chunk']}, lambda_s {m.lambda_s:.5f} PRM units/server unit, "
+    stopped = result.get("stopped_by")
+    if stopped in ("SIGINT", "SIGTERM"):
+        head = f"stopped by {stopped}, checkpoint saved (rerun to continue)"
+    elif result.get("finished") and result.get("start_chunk") == result["chunk"]:
+        head = "already finished (nothing to do)"
+    elif result.get("finished"):
+        head = "done"
+    else:
+        head = "paused (rerun to continue)"
+    print(f"{head}: chunk {result['chunk']}, lambda_s {m.lambda_s:.5f} PRM units/server unit, "
           f"mu {m.mu * 1e6:.5f} PRM units/MHz")
+    if stopped in ("SIGINT", "SIGTERM"):
+        sys.exit(runloop.exit_code_for(stopped))
     if "gap" in result:
         g = result["gap"]
         print(f"duality gap (threshold/oracle value, {g['positive_slots']} slots): mean "

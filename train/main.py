@@ -200,7 +200,7 @@ def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
         f"slots, U={config.env.num_users}) in {d}")
     result = trainer.train_and_evaluate(config, d)
     sc = result["scalars"][0]
-    if not sc:
+    if not sc or result.get("start_update") == result["update_step"]:
         log(f"ppo [{preset}]: the run in {d} was already complete (update "
             f"{result['update_step']})")
     else:

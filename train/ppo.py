@@ -2,7 +2,9 @@
 
     python -m train.ppo --config=train/configs/ppo.py[:variant] --workdir=DIR [--config.x=...]
 
-Rerunning on an existing workdir resumes from its latest checkpoint. See docs/ppo.md.
+Rerunning on an existing workdir checks the config against the stored one, then resumes from
+its newest intact checkpoint. Exit codes: 2 bad input, 3 non-finite training, 130/143 stopped
+by SIGINT/SIGTERM (checkpoint saved). See docs/ppo.md.
 """
 from __future__ import annotations
 

@@ -3,12 +3,15 @@
 ``train_and_evaluate(config, workdir)`` is what ``python -m train.ppo`` calls. A run directory
 holds::
 
-    <workdir>/config.json        resolved config
+    <workdir>/config.json        resolved config (the one in force)
+    <workdir>/run.json           provenance: when the run started / resumed, what changed
     <workdir>/policy_meta.json   obs_dim, trace-set shape, preset, network sizes (for loaders)
     <workdir>/tb/ (or tb/seed<k>/ when num_seeds > 1)   TensorBoard curves, x = env steps
     <workdir>/checkpoints/<update>/   orbax checkpoints of the whole (seed-stacked) LearnerState
 
-Rerunning on an existing workdir restores the latest checkpoint and continues; the result is
+The host loop is ``prada_jax.runloop.run``. Rerunning on an existing workdir first checks the
+new config against the stored one (``prada_jax.run_state``; only ``observational_fields`` may
+change), then restores the newest intact checkpoint and continues; the result is
 bit-identical to an uninterrupted run on CPU (same seed), because the checkpoint holds the
 PRNG keys and the env state and the chunk is deterministic.
 
