@@ -1,8 +1,9 @@
 """Multi-seed report of the built-in ReOPD task: teacher, student before/after each method.
 
-    python -m evals.distill_report --out checkpoints/distill_report [--seeds 0,1,2] \
-        [--cache checkpoints/task_cache/seed0] [--steps 1000] [--warm-steps 300] \
-        [--cont-steps 300] [--onpolicy-steps 100] [--methods a,b,...]
+    python -m evals.distill_report --out=checkpoints/distill_report [--seeds=0,1,2] \
+        [--cache=checkpoints/task_cache/seed0] [--steps=1000] [--warm_steps=300] \
+        [--cont_steps=300] [--onpolicy_steps=100] [--n_eval=256] [--methods=a,b,...] \
+        [--merge_from=DIR,DIR]
 
 Methods (``PLAN``), run for every seed (student init, batch draws, sampling keys):
 
@@ -10,14 +11,14 @@ Methods (``PLAN``), run for every seed (student init, batch draws, sampling keys
   tail, κ = 0.6), ``fkl_k1`` (κ = 1, uniform turns), ``fkl_late`` (late-heavy
   p ∝ 0.6^(K-1-t)), ``sft`` (cross-entropy on teacher tokens), ``fkl_auto`` / ``fkl_exact``
   (the adaptive weightings below, from scratch);
-* warm starts, ``--warm-steps`` offline updates: ``warm_k0.6``, ``warm_k1``;
-* continuations of ``warm_k0.6``, ``--cont-steps`` offline updates (lr 1e-3, 5 warm-up):
+* warm starts, ``--warm_steps`` offline updates: ``warm_k0.6``, ``warm_k1``;
+* continuations of ``warm_k0.6``, ``--cont_steps`` offline updates (lr 1e-3, 5 warm-up):
   ``cont_k0.6``, ``cont_k1``, ``cont_auto`` (κ = exp(−c̄), c̄ the student's mean per-turn gap
   to the teacher on the pool, re-estimated every ``sampler.refresh_every`` updates — beyond the
   paper, :mod:`prada_jax.distill.ratio`), ``cont_exact`` (turns weighted by the clipped
   per-prefix likelihood ratio br_{i,t} instead of κ^t);
 * on-policy ReOPD (student samples, teacher scores, reverse-KL policy gradient),
-  ``--onpolicy-steps`` updates: ``reopd_k0.6`` and ``reopd_auto`` from ``warm_k0.6``,
+  ``--onpolicy_steps`` updates: ``reopd_k0.6`` and ``reopd_auto`` from ``warm_k0.6``,
   ``reopd_k1`` from ``warm_k1`` (a random student's samples carry no signal on this task).
 
 Every run also logs the pool likelihood-ratio diagnostic (c̄, exp(−c̄), and the OLS of log br_t
@@ -30,9 +31,7 @@ All data is synthetic (generated arithmetic problems).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -248,44 +247,79 @@ def to_markdown(table: dict) -> str:
     return "\n".join(lines) + "\n\nAll numbers: synthetic arithmetic task.\n"
 
 
+def read_json_object(path: Path, flag: str) -> dict:
+    """A JSON object file; ``BadInput`` naming the flag and file when missing or malformed."""
+    from prada_jax.errors import BadInput
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise BadInput(f"{flag}: {path}: cannot read ({e.strerror})") from None
+    except (ValueError, RecursionError) as e:
+        raise BadInput(f"{flag}: {path}: not valid JSON ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{flag}: {path}: top level must be an object")
+    return data
+
+
+def _define(fv) -> None:
+    from absl import flags
+    flags.DEFINE_string("out", "checkpoints/distill_report", "report folder", flag_values=fv)
+    flags.DEFINE_string("cache", "checkpoints/task_cache/seed0",
+                        "task cache (pool/, logits/, teacher/)", flag_values=fv)
+    flags.DEFINE_string("seeds", "0,1,2", "comma-separated student seeds", flag_values=fv)
+    flags.DEFINE_integer("steps", 1000, "offline updates from random init", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("warm_steps", 300,
+                         "offline updates of the warm starts (warm_k0.6, warm_k1)",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("cont_steps", 300, "offline updates continuing a warm start (cont_*)",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("onpolicy_steps", 100, "on-policy updates (reopd_*)", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("n_eval", 256, "task episodes per evaluation", lower_bound=0,
+                         flag_values=fv)
+    flags.DEFINE_string("methods", "fkl_k0.6,fkl_k1,sft,warm_k0.6,cont_k0.6,cont_auto,"
+                        "cont_exact,reopd_k0.6,reopd_auto",
+                        f"comma-separated, in run order; from {', '.join(PLAN)}", flag_values=fv)
+    flags.DEFINE_string("merge_from", "",
+                        "comma-separated report folders whose runs.json are merged in first "
+                        "(e.g. one folder per seed run in parallel)", flag_values=fv)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evals.distill_report",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="checkpoints/distill_report")
-    p.add_argument("--cache", default="checkpoints/task_cache/seed0")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=1000, help="offline updates from random init")
-    p.add_argument("--warm-steps", type=int, default=300,
-                   help="offline updates of the warm starts (warm_k0.6, warm_k1)")
-    p.add_argument("--cont-steps", type=int, default=300,
-                   help="offline updates continuing a warm start (cont_*)")
-    p.add_argument("--onpolicy-steps", type=int, default=100, help="on-policy updates (reopd_*)")
-    p.add_argument("--n-eval", type=int, default=256, help="task episodes per evaluation")
-    p.add_argument("--methods", default="fkl_k0.6,fkl_k1,sft,warm_k0.6,cont_k0.6,cont_auto,"
-                   "cont_exact,reopd_k0.6,reopd_auto",
-                   help=f"comma-separated, in run order; from {', '.join(PLAN)}")
-    p.add_argument("--merge-from", default="",
-                   help="comma-separated report folders whose runs.json are merged in first "
-                        "(e.g. one folder per seed run in parallel)")
-    args = p.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    """``python -m evals.distill_report`` (absl flags; bad input raises ``BadInput``)."""
+    from prada_jax import cli
+    from prada_jax.errors import BadInput
+    from absl import flags
+
+    from prada_jax.distill.entry import undash
+    names = flags.FlagValues()
+    _define(names)
+    args = cli.parse_local(_define, undash(argv, list(names)), "evals.distill_report", __doc__)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+    except ValueError:
+        raise BadInput(f"--seeds={args.seeds}: expected comma-separated integers") from None
     methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in PLAN]
+    if unknown:
+        raise BadInput(f"--methods: unknown {unknown}; choose from {sorted(PLAN)}")
+    sources = [Path(d) / "runs.json" for d in args.merge_from.split(",") if d]
+    merged = {}
+    for f in sources:
+        merged.update(read_json_object(f, "--merge_from"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.merge_from:
-        merged = {}
-        for d in args.merge_from.split(","):
-            merged.update(json.loads((Path(d) / "runs.json").read_text()))
+    if sources:
         if (out / "runs.json").is_file():
-            merged.update(json.loads((out / "runs.json").read_text()))
+            merged.update(read_json_object(out / "runs.json", "--out"))
         (out / "runs.json").write_text(json.dumps(merged, indent=2))
     budgets = {"steps": args.steps, "warm": args.warm_steps, "cont": args.cont_steps,
                "onpolicy": args.onpolicy_steps}
     try:
         runs = run(out, args.cache, seeds, budgets, args.n_eval, methods)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except FileNotFoundError as e:
+        raise BadInput(str(e)) from None
     roots = [out] + [Path(d) for d in args.merge_from.split(",") if d]
     if heldout_diagnostics(runs, roots, args.cache):
         (out / "runs.json").write_text(json.dumps(runs, indent=2))
@@ -298,4 +332,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from prada_jax import cli as _cli
+    _cli.run_local(main)

@@ -7,7 +7,11 @@
 the pool (re-estimated every ``config.sampler.refresh_every`` updates); ``--kappa=<float>``
 is the same as ``--config.sampler.kappa=<float>``.
 
-Rerunning on an existing workdir resumes from its latest checkpoint. See docs/distill.md.
+Rerunning on an existing workdir resumes from its latest checkpoint (the config is checked
+against the stored one first); a finished workdir prints its final metrics. ``--helpconfig``
+prints the resolved config. Exit codes (``prada_jax.cli``): 2 bad input (one line naming the
+flag/field/file), 3 non-finite training, 130/143 stopped by SIGINT/SIGTERM (checkpointed), 1 a
+bug. See docs/distill.md.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from absl import app, flags, logging  # noqa: E402
-from prada_jax import config_utils  # noqa: E402
+from prada_jax import cli, config_utils  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -34,6 +38,8 @@ def _define_flags() -> None:
         "kappa", None, "Turn-decay base: a number in (0, 1] (= --config.sampler.kappa) or "
         "'auto' (kappa = exp(-mean per-turn teacher-student gap), "
         "--config.sampler.schedule=auto).")
+    flags.DEFINE_integer("max_steps", None,
+                         "Stop after this many updates in this invocation (resume later).")
 
 
 def apply_kappa_flag(config, value: str | None) -> None:
@@ -53,30 +59,37 @@ def apply_kappa_flag(config, value: str | None) -> None:
     config.sampler.kappa = k
 
 
+def summary_line(res: dict) -> str:
+    """One line with the run's final metrics (task success before/after, env calls, update
+    time); never prints NaN: missing values say so."""
+    def rate(key):
+        v = (res.get(key) or {}).get("success_rate")
+        return "n/a" if v is None else f"{v:.3f}"
+    upd = res.get("update_s_median")
+    upd = "n/a" if upd is None else f"{upd:.4f} s"
+    return (f"task success: before {rate('before')} after {rate('after')}; env calls during "
+            f"training {res.get('env_calls_during_training', 'n/a')}; median update {upd}")
+
+
 def main(argv):
+    from prada_jax import runloop
     config_utils.reject_extra_argv(argv)
     if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=train/configs/distill.py")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
+    apply_kappa_flag(FLAGS.config, FLAGS.kappa)
     logging.info(config_utils.runtime_info())
     from prada_jax.distill.loop import train_and_evaluate
-    from prada_jax.distill.pool import PoolFormatError
-    from prada_jax.distill.teacher_table import TeacherLogitsMismatch
-    try:
-        apply_kappa_flag(FLAGS.config, FLAGS.kappa)
-        res = train_and_evaluate(FLAGS.config, FLAGS.workdir)
-    except (config_utils.ConfigError, PoolFormatError, TeacherLogitsMismatch,
-            FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    before = res.get("before", {}).get("success_rate")
-    after = res.get("after", {}).get("success_rate")
-    print(f"task success (synthetic arithmetic): before {before} after {after}; "
-          f"env calls during training {res['env_calls_during_training']}; "
-          f"median update {res['update_s_median']:.4f} s")
+    # BadInput (exit 2) and NonFiniteTraining (exit 3) are mapped by prada_jax.cli
+    res = train_and_evaluate(FLAGS.config, FLAGS.workdir, max_steps=FLAGS.max_steps)
+    if res.get("finished") is False:
+        print(f"stopped ({res['stopped_by']}) at update {res['opt_step']}; rerun the same "
+              "command to resume", file=sys.stderr)
+        return runloop.exit_code_for(res["stopped_by"])
+    print(("finished earlier; " if res.get("already_finished") else "") + summary_line(res))
+    return 0
 
 
 if __name__ == "__main__":
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags=_define_flags)

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import ml_dtypes
 import numpy as np
 
+from prada_jax.errors import BadInput
 from prada_jax.lm import safetensors_io
 from prada_jax.errors import BadInput
 

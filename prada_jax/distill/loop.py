@@ -16,17 +16,26 @@
    ``<workdir>/student_hf`` (safetensors; ``transformers`` loads it) and writes
    ``<workdir>/results.json``.
 
+The trainer knows no task: everything task-specific (token ids, tokenizer, environment call
+counter, teacher scorer, evaluator) comes from a :class:`prada_jax.distill.tasks.Task`, passed
+in or looked up by the pool's ``task`` name. The job is a sequence of named steps on a
+:class:`DistillRun`: :func:`build`, :func:`restore`, then per update :func:`optimizer_step`,
+:func:`log_metrics`, :func:`refresh_ratio` and :func:`save`, and finally :func:`evaluate` and
+:func:`finish`.
+
 Determinism: the batch of micro-step s is drawn with ``np.random.default_rng([seed, s])`` and
 the sampling key is ``fold_in(key(seed), s)``, so a resumed run continues the same sequence.
-The trainer never calls the environment: ``distill/env_calls`` is the calculator's call
+The trainer never calls the environment: ``distill/env_calls`` is the task's tool-call
 counter across the training steps (it must be 0).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,11 +43,13 @@ import numpy as np
 from flax import nnx
 
 from prada_jax import config_utils as cu
+from prada_jax import run_state, runloop
+from prada_jax.errors import NonFiniteTraining
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import ratio as ratio_lib
+from prada_jax.distill import tasks as tasks_lib
 from prada_jax.distill import teacher_table
-from prada_jax.distill.sampler import SCHEDULES, TurnSampler, check_kappa, pair_weights
-from prada_jax.distill.task import arith
+from prada_jax.distill.sampler import SCHEDULES, TurnSampler, check_kappa
 from prada_jax.distill.trainer import init_state, make_optimizer, make_train_step, onpolicy_round
 
 
@@ -46,6 +57,12 @@ from prada_jax.distill.trainer import init_state, make_optimizer, make_train_ste
 # every ``sampler.refresh_every`` updates: "auto" = κ^t with κ = exp(−c̄), "exact-ratio" =
 # clipped per-prefix likelihood ratio br_{i,t}.
 ADAPTIVE = ("auto", "exact-ratio")
+
+# Config fields that may change when a workdir is resumed (they extend or observe the run;
+# ``prada_jax.run_state``): the total number of updates and the logging / checkpoint cadence.
+# Note: the learning-rate schedule is laid out over ``train.steps``, so extending a run changes
+# the schedule from the resumed update on (it does not equal a run started with the new total).
+OBSERVATIONAL = ("train.steps", "log.*")
 
 
 def resolve_paths(config) -> dict[str, Path]:
@@ -72,6 +89,8 @@ def validate_config(config) -> None:
     cu.check_choice(config, "sampler.schedule", SCHEDULES + ADAPTIVE)
     cu.check_int(config, "sampler.refresh_every", minimum=0)
     cu.check_range(config, "sampler.kappa_min", 0.0, 1.0, low_open=True)
+    cu.check(float(config.sampler.get("auto_gap_max", float("inf"))) > 0.0,
+             "sampler.auto_gap_max", "must be > 0 (nats per turn; inf = never hold κ)")
     cu.check_range(config, "sampler.ratio_min", 0.0, 1.0, low_open=True)
     cu.check(config.sampler.ratio_max >= 1.0, "sampler.ratio_max",
              f"must be >= 1 (the first turn's ratio), got {config.sampler.ratio_max!r}")
@@ -98,7 +117,8 @@ def validate_config(config) -> None:
             raise cu.ConfigError(str(e)) from e
 
 
-def build_student(config, vocab_size: int):
+def build_student(config, vocab_size: int, task: tasks_lib.Task):
+    """The Flax student: ``config.student.init`` (HF folder) or a random Qwen2-style model."""
     from prada_jax.lm.config import LMConfig
     from prada_jax.lm.hf import load_hf
     from prada_jax.lm.model import CausalLM
@@ -111,30 +131,11 @@ def build_student(config, vocab_size: int):
                    intermediate_size=s.intermediate_size, num_layers=s.num_layers,
                    num_heads=s.num_heads, num_kv_heads=s.num_kv_heads,
                    head_dim=s.hidden_size // s.num_heads, tie_word_embeddings=True,
-                   max_position_embeddings=256, pad_token_id=arith.PAD_ID,
-                   eos_token_id=arith.EOS_ID, arch="qwen2")
+                   max_position_embeddings=256, pad_token_id=task.pad_id,
+                   eos_token_id=task.eos_id, arch="qwen2")
     model = CausalLM(cfg, rngs=nnx.Rngs(params=config.seed), dtype=dtype,
                      param_dtype=jnp.float32)
     return model, cfg
-
-
-def _teacher_score_fn(teacher_dir: Path, top_k: int) -> Callable:
-    from prada_jax.distill.task.export_local import score_sequences
-    from prada_jax.distill.task.teacher import load_teacher
-    model = load_teacher(teacher_dir)
-    return lambda seqs: score_sequences(model, seqs, top_k)
-
-
-def _eval(graphdef, params, config, cfg, task: str = arith.TASK_NAME) -> dict:
-    """Task success of the student on the built-in task ({} when the pool is another task)."""
-    from prada_jax.distill.task.evaluate import evaluate_model
-    if config.eval.n_problems == 0 or task != arith.TASK_NAME:
-        return {}
-    model = nnx.merge(graphdef, params)
-    if config.train.compute_dtype == "bfloat16":
-        model = _as_f32(model, cfg)
-    probs = arith.make_problems(config.eval.seed * 1000 + 3, config.eval.n_problems)
-    return evaluate_model(model, probs, batch=config.eval.batch_size)
 
 
 def _as_f32(model, cfg):
@@ -144,14 +145,65 @@ def _as_f32(model, cfg):
     return nnx.merge(gd, nnx.state(model))
 
 
-def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None) -> dict:
-    """Runs a distillation job (see the module docstring); returns the results dict."""
-    from tqdm import tqdm
+@dataclasses.dataclass
+class DistillRun:
+    """Everything one distillation job holds between its steps (host side)."""
 
+    config: Any
+    workdir: Path
+    task: tasks_lib.Task
+    pool: Any
+    sampler: TurnSampler
+    table: Any                      # TeacherTable or None (on-policy without exported logits)
+    teacher_score_fn: Callable | None
+    graphdef: Any
+    cfg: Any                        # LMConfig of the student
+    state: Any                      # TrainState (params, opt_state)
+    step_fn: Callable
+    ckpt: Any
+    writer: Any
+    mesh: Any
+    logp_fn: Callable | None        # student token log-probs for the ratio diagnostic
+    num_turns: int
+    results: dict
+    start: int = 0
+    meta: dict = dataclasses.field(default_factory=dict)
+    base_key: Any = None
+    prompts_cache: dict = dataclasses.field(default_factory=dict)
+    # host-side state that feeds curves and results.json; all of it is in every checkpoint
+    # (:func:`host_state`), so a resumed run's curves and results equal an uninterrupted run's
+    update_times: list = dataclasses.field(default_factory=list)   # [s] per update, no compile
+    tokens_done: int = 0            # tokens since the last log
+    turn_hist: Any = None           # [num_turns] sampled-turn histogram
+    acc: dict = dataclasses.field(default_factory=dict)   # metric sums since the last log
+    env_calls: int = 0
+    # timing of this process only (not checkpointed): (seconds, tokens) of timed updates since
+    # the last log; the first update of a process compiles and is not timed
+    window: list = dataclasses.field(default_factory=list)
+    calls: int = 0
+
+    @property
+    def schedule(self) -> str:
+        return self.config.sampler.schedule
+
+    @property
+    def adaptive(self) -> bool:
+        return self.schedule in ADAPTIVE
+
+    @property
+    def onpolicy(self) -> bool:
+        return self.config.mode == "onpolicy"
+
+
+def build(config, workdir, task: tasks_lib.Task | None = None,
+          teacher_score_fn: Callable | None = None) -> DistillRun:
+    """Validates the config, prepares the workdir, loads pool / teacher logits / student and
+    builds optimiser, jitted step, checkpointer and TensorBoard writer. ``task`` defaults to the
+    registered task of the pool's ``meta["task"]``; ``teacher_score_fn`` (on-policy) to the
+    task's teacher scorer on ``data.teacher_dir``."""
+    from prada_jax import parallel
     from prada_jax.checkpointing import Checkpointer
     from prada_jax.metric_writer import MetricWriter
-
-    from prada_jax import parallel
 
     validate_config(config)
     mesh = None
@@ -163,16 +215,20 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
                                      "config.train.batch_size")
         except ValueError as e:
             raise cu.ConfigError(str(e)) from e
-    workdir = cu.prepare_workdir(workdir)
-    if parallel.is_process_zero():
-        cu.write_config_json(config, workdir)
+    if not workdir:
+        raise cu.ConfigError("--workdir is required")
+    check = run_state.check_resume(config, workdir, OBSERVATIONAL)   # writes nothing
     paths = resolve_paths(config)
     pool = pool_lib.load_pool(paths["pool"])
+    if task is None:
+        task = tasks_lib.for_pool(pool.meta)
     vocab = int(pool.meta["tokenizer"]["vocab_size"])
     schedule = config.sampler.schedule
     adaptive = schedule in ADAPTIVE
     sampler = TurnSampler(pool, kappa=config.sampler.kappa,
-                          schedule="kappa" if adaptive else schedule)
+                          schedule="kappa" if adaptive else schedule,
+                          ratio_min=config.sampler.ratio_min,
+                          ratio_max=config.sampler.ratio_max)
     onpolicy = config.mode == "onpolicy"
     table = None
     # offline losses and adaptive schedules need the exported logits; otherwise (on-policy)
@@ -180,14 +236,14 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     if not onpolicy or adaptive or paths["logits"].is_dir():
         table = teacher_table.load(paths["logits"], pool)
     if onpolicy and teacher_score_fn is None:
-        teacher_score_fn = _teacher_score_fn(paths["teacher"], config.loss.top_k)
-    model, cfg = build_student(config, vocab)
+        teacher_score_fn = task.teacher_scorer(paths["teacher"], config.loss.top_k)
+    model, cfg = build_student(config, vocab, task)
     if cfg.vocab_size < vocab:
         raise cu.ConfigError(f"config.student.init: vocabulary {cfg.vocab_size} is smaller than "
                              f"the pool's tokenizer ({vocab})")
-    accum = config.optim.grad_accum
     tx = make_optimizer(config.optim.lr, config.optim.warmup_steps, config.train.steps,
-                        config.optim.weight_decay, config.optim.clip_norm, accum)
+                        config.optim.weight_decay, config.optim.clip_norm,
+                        config.optim.grad_accum)
     graphdef, state = init_state(model, tx, jax.random.key(config.seed))
     del model
     num_turns = max(sampler.max_turns, 1)
@@ -196,177 +252,319 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
                               temperature=config.loss.temperature, beta=config.loss.beta,
                               rkl_coef=config.loss.rkl_coef, fkl_coef=config.loss.fkl_coef,
                               num_turns=num_turns)
+    # every input is loaded and checked: now the workdir may be written
+    workdir = cu.prepare_workdir(workdir)
+    if parallel.is_process_zero():
+        run_state.commit(config, workdir, check)
     ckpt = Checkpointer(workdir / "checkpoints", save_every=config.log.ckpt_every,
                         max_to_keep=config.log.keep)
     writer = MetricWriter(workdir / "tb")
-    writer.write_texts(0, {"config": cu.config_to_json(config)})
+    if check.fresh:
+        writer.write_texts(0, {"config": cu.config_to_json(config)})
     results: dict = {"mode": config.mode, "loss": config.loss.kind,
                      "kappa": None if adaptive else config.sampler.kappa,
                      "schedule": schedule, "seed": config.seed, "synthetic": True, "ratio": []}
-    start = 0
-    meta: dict = {}
-    if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(state)
-        start = int(meta.get("opt_step", ckpt.latest_step()))
-        results.update(meta.get("results", {}))
-    if mesh is not None:   # parameters / optimiser state replicated on every device
-        state = parallel.replicate(state, mesh)
-    logp_fn = ratio_lib.token_logp_fn(graphdef) if table is not None else None
-    refresh_every = int(config.sampler.refresh_every)
-
-    def refresh(step: int, params, update_weights: bool) -> None:
-        """Ratio diagnostic of the current student; for adaptive schedules new weights."""
-        diag = ratio_lib.diagnose_student(logp_fn, params, pool, table,
-                                          config.sampler.kappa_min)
-        scal = diag.scalars()
-        rec = {"step": step, **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
-                                for k, v in diag.summary().items()}}
-        if update_weights and schedule == "auto":
-            sampler.set_probs(pair_weights(pool, diag.kappa_auto), kappa=diag.kappa_auto)
-            sampler.log_ratio = None
-        elif update_weights and schedule == "exact-ratio":
-            sampler.set_probs(ratio_lib.exact_ratio_probs(pool, diag.log_ratio,
-                                                          config.sampler.ratio_min,
-                                                          config.sampler.ratio_max))
-            sampler.log_ratio = diag.log_ratio
-            low = float(np.mean(diag.log_ratio < np.log(config.sampler.ratio_min)))
-            scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low
-        if schedule == "auto":   # exact-ratio has no single κ to report
-            scal["distill/kappa"] = rec["kappa_used"] = sampler.kappa
-        writer.write_scalars(step, scal)
-        results["ratio"].append(rec)
-
-    if adaptive and start > 0 and "sampler" in meta:   # the weights in force at the checkpoint
-        sm = meta["sampler"]
-        if schedule == "auto":
-            sampler.set_probs(pair_weights(pool, sm["kappa"]), kappa=sm["kappa"])
-        else:
-            sampler.set_probs(ratio_lib.exact_ratio_probs(
-                pool, np.asarray(sm["log_ratio"]), config.sampler.ratio_min,
-                config.sampler.ratio_max))
-            sampler.log_ratio = np.asarray(sm["log_ratio"])
-    elif adaptive and start > 0:
-        refresh(start, state.params, True)
-    if start == 0:
-        results["before"] = _eval(graphdef, state.params, config, cfg, pool.meta["task"])
-        if results["before"]:
-            writer.write_scalars(0, {"eval/success_rate": results["before"]["success_rate"]})
-        if logp_fn is not None:
-            refresh(0, state.params, adaptive)
-    base_key = jax.random.key(config.seed)
-    prompts_cache: dict = {}
-    update_times, tokens_done, turn_hist = [], 0, np.zeros(num_turns)
-    acc: dict = {}
-    env_calls = 0
-    bar = tqdm(range(start, config.train.steps), initial=start, total=config.train.steps,
-               desc=f"distill[{config.mode}/{config.loss.kind}]", disable=not config.log.progress)
-    for opt_step in bar:
-        t0 = time.perf_counter()
-        calls0 = arith.TOOL_CALLS.calls
-        for micro in range(accum):
-            s = opt_step * accum + micro
-            rng = np.random.default_rng([config.seed, s])
-            pairs = sampler.draw(rng, config.train.batch_size)
-            tb = sampler.batch(pairs)
-            turn_hist += np.bincount(tb.turn, minlength=num_turns)
-            if onpolicy:
-                prompts = [_prefix(pool, sampler, k, prompts_cache) for k in pairs]
-                batch, ntok = onpolicy_round(
-                    graphdef, state.params, jax.random.fold_in(base_key, s), tb,
-                    teacher_score_fn, max_new_tokens=config.onpolicy.max_new_tokens,
-                    temperature=config.onpolicy.temperature, top_p=config.onpolicy.top_p,
-                    stop_ids=arith.STOP_IDS if pool.meta["task"] == arith.TASK_NAME else (),
-                    pad_id=arith.PAD_ID, prompt_tokens=prompts)
-            else:
-                batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=tb.action,
-                             action_valid=(tb.action_pos >= 0).astype(np.int32),
-                             action_mask=tb.action_mask, turn=tb.turn)
-                g = table.gather(tb.action_pos)
-                batch.update(topk_ids=g["topk_ids"], topk_logp=g["topk_logp"],
-                             tail_mass=g["tail_mass"])
-                ntok = int(tb.action_mask.sum())
-            if mesh is not None:   # sequences split over the ``batch`` mesh axis
-                batch = parallel.shard_batch(batch, mesh)
-            state, m = step_fn(state, batch)
-            m = jax.device_get(m)
-            for k, v in m.items():
-                acc[k] = acc.get(k, 0.0) + np.asarray(v, np.float64)
-            acc["n"] = acc.get("n", 0) + 1
-            tokens_done += ntok
-        jax.block_until_ready(state.params)
-        env_calls += arith.TOOL_CALLS.calls - calls0
-        dt = time.perf_counter() - t0
-        update_times.append(dt)
-        done = opt_step + 1
-        if done % config.log.every == 0 or done == config.train.steps:
-            n = acc.pop("n")
-            scal = {"distill/loss": acc["loss"] / n, "distill/kl": acc["kl"] / n,
-                    "distill/grad_norm": acc["grad_norm"] / n,
-                    "distill/tokens_per_s": tokens_done / max(sum(update_times[-config.log.every:]), 1e-9),
-                    "distill/update_s": float(np.median(update_times[-config.log.every:])),
-                    "distill/env_calls": env_calls}
-            if "fkl" in acc:
-                scal["distill/fkl"] = acc["fkl"] / n
-            cnt = acc["kl_turn_count"]
-            for t in range(num_turns):
-                if cnt[t] > 0:
-                    scal[f"distill/kl_turn_{t}"] = acc["kl_turn_sum"][t] / cnt[t]
-                scal[f"distill/turn_frac_{t}"] = turn_hist[t] / max(turn_hist.sum(), 1)
-            from prada_jax.metric_writer import all_finite
-            if not all_finite(scal):
-                ckpt.close()
-                writer.close()
-                raise FloatingPointError(f"non-finite training metrics between updates "
-                                         f"{done - config.log.every} and {done}: {scal}")
-            writer.write_scalars(done, scal)
-            bar.set_postfix(loss=f"{scal['distill/loss']:.4f}", kl=f"{scal['distill/kl']:.4f}")
-            acc, tokens_done = {}, 0
-        if logp_fn is not None and (
-                (refresh_every and done % refresh_every == 0) or done == config.train.steps):
-            refresh(done, state.params, adaptive and done < config.train.steps)
-        meta = {"opt_step": done, "results": {k: v for k, v in results.items()
-                                              if k in ("before", "ratio")}}
-        if adaptive:
-            meta["sampler"] = {"kappa": sampler.kappa, "log_ratio": (
-                None if sampler.log_ratio is None else sampler.log_ratio.tolist())}
-        if ckpt.should_save(done) or done == config.train.steps:
-            writer.flush()  # curves before a checkpoint are on disk before it (resume)
-        ckpt.save(done, state, meta=meta, force=done == config.train.steps)
-    bar.close()
-    ckpt.close()
-    results["env_calls_during_training"] = int(env_calls)
-    results["update_s_median"] = float(np.median(update_times)) if update_times else None
-    results["turn_histogram"] = turn_hist.tolist()
-    if schedule == "auto":
-        results["kappa"] = sampler.kappa   # the last estimate in force
-    results["after"] = _eval(graphdef, state.params, config, cfg, pool.meta["task"])
-    if results["after"]:
-        writer.write_scalars(config.train.steps,
-                             {"eval/success_rate": results["after"]["success_rate"]})
-    writer.close()
-    if parallel.is_process_zero():
-        save_student(graphdef, state.params, cfg, workdir / "student_hf", config)
-        (workdir / "results.json").write_text(json.dumps(results, indent=2))
-    return results
+    return DistillRun(config=config, workdir=workdir, task=task, pool=pool, sampler=sampler,
+                      table=table, teacher_score_fn=teacher_score_fn, graphdef=graphdef,
+                      cfg=cfg, state=state, step_fn=step_fn, ckpt=ckpt, writer=writer,
+                      mesh=mesh,
+                      logp_fn=ratio_lib.token_logp_fn(graphdef) if table is not None else None,
+                      num_turns=num_turns, results=results,
+                      base_key=jax.random.key(config.seed), turn_hist=np.zeros(num_turns))
 
 
-def _prefix(pool, sampler, k, cache) -> list[int]:
-    k = int(k)
+def restore(run: DistillRun) -> None:
+    """Restores the newest intact checkpoint (state, results so far, the sampler's schedule
+    state, the host-side counters) if there is one, sets ``run.start``; otherwise evaluates the untrained student ("before") and
+    runs the first ratio diagnostic."""
+    from prada_jax import parallel
+    run.state, run.meta, step = runloop.restore_or_init(run.ckpt, run.state)
+    if run.meta:
+        run.start = int(run.meta.get("opt_step", step))
+        run.results.update(run.meta.get("results", {}))
+        load_host_state(run, run.meta.get("host"))
+    if run.mesh is not None:   # parameters / optimiser state replicated on every device
+        run.state = parallel.replicate(run.state, run.mesh)
+    if run.adaptive and run.start > 0 and "sampler" in run.meta:
+        run.sampler.load_schedule_state(run.meta["sampler"])   # the weights in force
+    elif run.adaptive and run.start > 0:
+        refresh_ratio(run, run.start, True)
+    if run.start == 0:
+        run.results["before"] = evaluate(run, run.state.params)
+        if run.results["before"]:
+            run.writer.write_scalars(0, {"eval/success_rate":
+                                         run.results["before"]["success_rate"]})
+        if run.logp_fn is not None:
+            refresh_ratio(run, 0, run.adaptive)
+
+
+def refresh_ratio(run: DistillRun, step: int, update_weights: bool) -> None:
+    """Ratio diagnostic of the current student (``ratio/*`` curves, ``results["ratio"]``); for
+    adaptive schedules (when ``update_weights``) hands the sampler its new weights."""
+    from prada_jax.checkpointing import first_non_finite
+    config, sampler = run.config, run.sampler
+    bad = first_non_finite(run.state.params)
+    if bad is not None:
+        raise NonFiniteTraining(f"non-finite student parameters ({bad}) at update {step}; "
+                                f"stopping; {runloop.no_checkpoint_note(run.ckpt)}")
+    diag = ratio_lib.diagnose_student(run.logp_fn, run.state.params, run.pool, run.table,
+                                      config.sampler.kappa_min)
+    scal = diag.scalars()
+    rec = {"step": step, **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                            for k, v in diag.summary().items()}}
+    if update_weights and run.schedule == "auto":
+        # hold the configured κ while the gap is uninformative (from scratch: c̄ ≈ 20 nats)
+        held = not diag.mean_gap <= float(config.sampler.get("auto_gap_max", float("inf")))
+        sampler.use_kappa(config.sampler.kappa if held else diag.kappa_auto)
+        rec["kappa_held"] = held
+        scal["distill/kappa_held"] = float(held)
+    elif update_weights and run.schedule == "exact-ratio":
+        low = sampler.use_log_ratio(diag.log_ratio)
+        scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low
+    if run.schedule == "auto":   # exact-ratio has no single κ to report
+        scal["distill/kappa"] = rec["kappa_used"] = sampler.kappa
+    run.writer.write_scalars(step, scal)
+    run.results["ratio"].append(rec)
+
+
+def _prefix(run: DistillRun, k) -> list[int]:
+    k, cache, pool = int(k), run.prompts_cache, run.pool
     if k not in cache:
         s = int(pool.turn_starts[k])
-        a = max(int(pool.traj_offsets[sampler.pair_traj[k]]), s - sampler.P)
+        a = max(int(pool.traj_offsets[run.sampler.pair_traj[k]]), s - run.sampler.P)
         cache[k] = np.asarray(pool.tokens[a:s]).tolist()
     return cache[k]
 
 
-def save_student(graphdef, params, cfg, out_dir: Path, config=None) -> Path:
-    """Saves the student as a Hugging Face folder (float32 safetensors + config + the task
-    tokenizer when the built-in task is used)."""
+def optimizer_step(run: DistillRun, opt_step: int) -> None:
+    """One optimiser update (``optim.grad_accum`` micro-batches): draw pairs, build the batch
+    (teacher logits gathered offline; student samples scored by the teacher on-policy), run the
+    jitted step; accumulates metrics, the sampled-turn histogram, tokens, env calls, time."""
+    from prada_jax import parallel
+    config = run.config
+    t0 = time.perf_counter()
+    calls0 = run.task.tool_calls()
+    ntok_step = 0
+    for micro in range(config.optim.grad_accum):
+        s = opt_step * config.optim.grad_accum + micro
+        rng = np.random.default_rng([config.seed, s])
+        pairs = run.sampler.draw(rng, config.train.batch_size)
+        tb = run.sampler.batch(pairs)
+        run.turn_hist += np.bincount(tb.turn, minlength=run.num_turns)
+        if run.onpolicy:
+            prompts = [_prefix(run, k) for k in pairs]
+            batch, ntok = onpolicy_round(
+                run.graphdef, run.state.params, jax.random.fold_in(run.base_key, s), tb,
+                run.teacher_score_fn, max_new_tokens=config.onpolicy.max_new_tokens,
+                temperature=config.onpolicy.temperature, top_p=config.onpolicy.top_p,
+                stop_ids=run.task.stop_ids, pad_id=run.task.pad_id, prompt_tokens=prompts)
+        else:
+            batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=tb.action,
+                         action_valid=(tb.action_pos >= 0).astype(np.int32),
+                         action_mask=tb.action_mask, turn=tb.turn)
+            g = run.table.gather(tb.action_pos)
+            batch.update(topk_ids=g["topk_ids"], topk_logp=g["topk_logp"],
+                         tail_mass=g["tail_mass"])
+            ntok = int(tb.action_mask.sum())
+        if run.mesh is not None:   # sequences split over the ``batch`` mesh axis
+            batch = parallel.shard_batch(batch, run.mesh)
+        run.state, m = run.step_fn(run.state, batch)
+        m = jax.device_get(m)
+        for k, v in m.items():
+            run.acc[k] = run.acc.get(k, 0.0) + np.asarray(v, np.float64)
+        run.acc["n"] = run.acc.get("n", 0) + 1
+        run.tokens_done += ntok
+        ntok_step += ntok
+    jax.block_until_ready(run.state.params)
+    run.env_calls += run.task.tool_calls() - calls0
+    dt = time.perf_counter() - t0
+    if run.calls > 0:   # the first update of a process includes compilation: not timed
+        run.update_times.append(dt)
+        run.window.append((dt, ntok_step))
+    run.calls += 1
+
+
+def log_metrics(run: DistillRun, done: int) -> dict:
+    """The ``distill/*`` scalars averaged since the last log (``distill/tokens_per_s`` and
+    ``distill/update_s`` over the timed updates of the window, omitted when it has none);
+    resets the accumulators. The host loop checks them for finiteness before writing."""
+    acc = run.acc
+    n = acc.pop("n")
+    scal = {"distill/loss": acc["loss"] / n, "distill/kl": acc["kl"] / n,
+            "distill/grad_norm": acc["grad_norm"] / n, "distill/env_calls": run.env_calls}
+    if run.window:
+        secs = [w[0] for w in run.window]
+        scal["distill/tokens_per_s"] = sum(w[1] for w in run.window) / max(sum(secs), 1e-9)
+        scal["distill/update_s"] = float(np.median(secs))
+    if "fkl" in acc:
+        scal["distill/fkl"] = acc["fkl"] / n
+    cnt = acc["kl_turn_count"]
+    for t in range(run.num_turns):
+        if cnt[t] > 0:
+            scal[f"distill/kl_turn_{t}"] = acc["kl_turn_sum"][t] / cnt[t]
+        scal[f"distill/turn_frac_{t}"] = run.turn_hist[t] / max(run.turn_hist.sum(), 1)
+    run.acc, run.tokens_done, run.window = {}, 0, []
+    return scal
+
+
+def host_state(run: DistillRun) -> dict:
+    """JSON-able host-side state that feeds curves and ``results.json``."""
+    return {"turn_hist": run.turn_hist.tolist(), "env_calls": int(run.env_calls),
+            "update_times": list(run.update_times), "tokens_done": int(run.tokens_done),
+            "acc": {k: (int(v) if k == "n" else np.asarray(v).tolist())
+                    for k, v in run.acc.items()}}
+
+
+def load_host_state(run: DistillRun, h: dict | None) -> None:
+    """Inverse of :func:`host_state` (checkpoints without it leave the fresh values)."""
+    if not h:
+        return
+    run.turn_hist = np.asarray(h["turn_hist"], np.float64)
+    run.env_calls = int(h["env_calls"])
+    run.update_times = [float(x) for x in h["update_times"]]
+    run.tokens_done = int(h["tokens_done"])
+    run.acc = {k: (int(v) if k == "n" else np.asarray(v, np.float64))
+               for k, v in h["acc"].items()}
+
+
+def checkpoint_meta(run: DistillRun, done: int) -> dict:
+    """The JSON meta stored with the checkpoint of update ``done``."""
+    meta = {"opt_step": done, "results": {k: v for k, v in run.results.items()
+                                          if k in ("before", "ratio")},
+            "host": host_state(run)}
+    if run.adaptive:
+        meta["sampler"] = run.sampler.schedule_state()
+    return meta
+
+
+def evaluate(run: DistillRun, params) -> dict:
+    """Task success of the student (the task's evaluator; {} without one or with
+    ``eval.n_problems`` = 0)."""
+    config = run.config
+    if config.eval.n_problems == 0 or run.task.evaluate is None:
+        return {}
+    model = nnx.merge(run.graphdef, params)
+    if config.train.compute_dtype == "bfloat16":
+        model = _as_f32(model, run.cfg)
+    return run.task.evaluate(model, config.eval.n_problems, config.eval.seed,
+                             config.eval.batch_size)
+
+
+def finish(run: DistillRun) -> dict:
+    """Final evaluation, the student as a Hugging Face folder and ``results.json``."""
+    from prada_jax import parallel
+    config, results = run.config, run.results
+    results["env_calls_during_training"] = int(run.env_calls)
+    results["update_s_median"] = (float(np.median(run.update_times)) if run.update_times
+                                  else None)
+    results["turn_histogram"] = run.turn_hist.tolist()
+    if run.schedule == "auto":
+        results["kappa"] = run.sampler.kappa   # the last estimate in force
+    results["after"] = evaluate(run, run.state.params)
+    if results["after"]:
+        run.writer.write_scalars(config.train.steps,
+                                 {"eval/success_rate": results["after"]["success_rate"]})
+    run.writer.flush()
+    if parallel.is_process_zero():
+        save_student(run.graphdef, run.state.params, run.cfg, run.workdir / "student_hf",
+                     run.task)
+        tmp = run.workdir / "results.json.tmp"
+        tmp.write_text(json.dumps(results, indent=2))
+        os.replace(tmp, run.workdir / "results.json")
+    return results
+
+
+def stored_results(workdir: Path) -> dict | None:
+    """``<workdir>/results.json`` of a finished run, or None (absent, unreadable, no "after")."""
+    try:
+        res = json.loads((Path(workdir) / "results.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return res if isinstance(res, dict) and "after" in res else None
+
+
+def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None,
+                       task: tasks_lib.Task | None = None, max_steps: int | None = None
+                       ) -> dict:
+    """Runs (or resumes) a distillation job on the shared host loop (``prada_jax.runloop``);
+    returns the results dict (also written to ``<workdir>/results.json``).
+
+    On an existing workdir the config is checked against the stored one before anything is
+    written (only :data:`OBSERVATIONAL` fields may change); the newest intact checkpoint is
+    restored with all host-side state, and the run says it resumed. A finished workdir is not
+    touched: the stored results are returned with ``"already_finished": True``. ``max_steps``
+    stops after that many updates in this call (checkpointed; the returned dict then has
+    ``"finished": False``); so does SIGINT/SIGTERM (``"stopped_by"``).
+
+    Raises:
+      BadInput subclasses (config, pool, logits, checkpoint, resume mismatch) before writing;
+      errors.NonFiniteTraining when a metric, the parameters at a refresh or the state at a
+        save is non-finite (the last good checkpoint stays, results.json is not written).
+    """
+    run = build(config, workdir, task, teacher_score_fn)
+    steps = int(config.train.steps)
+    try:
+        restore(run)
+        if run.start >= steps:
+            stored = stored_results(run.workdir)
+            if stored is not None:
+                print(f"{run.workdir}: finished run ({run.start} of {steps} updates); nothing "
+                      "to do", flush=True)
+                return {**stored, "already_finished": True}
+        elif run.start > 0:
+            print(f"resumed {run.workdir} at update {run.start} of {steps}", flush=True)
+        if run.start < steps:
+            res = _run_updates(run, steps, max_steps)
+            run.state = res.state
+            if not res.finished:
+                return {"finished": False, "stopped_by": res.stopped_by, "opt_step": res.step}
+        return finish(run)
+    finally:
+        run.ckpt.close()
+        run.writer.close()
+
+
+def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
+    """The update loop: one :func:`optimizer_step` per call of the host loop's step function,
+    then the ratio refresh on its cadence; curves every ``log.every`` updates; checkpoints
+    (with :func:`checkpoint_meta`) every ``log.ckpt_every`` and at the end."""
+    config = run.config
+    refresh_every = int(config.sampler.refresh_every)
+
+    def step_fn(state, opt_step):
+        run.state = state
+        optimizer_step(run, opt_step)
+        done = opt_step + 1
+        if run.logp_fn is not None and (
+                (refresh_every and done % refresh_every == 0) or done == steps):
+            refresh_ratio(run, done, run.adaptive and done < steps)
+        return run.state, {}
+
+    def scalars_fn(_, done, wall_s):
+        if done % config.log.every == 0 or done == steps:
+            return log_metrics(run, done)
+        return None
+
+    return runloop.run(
+        run.state, step_fn, start=run.start, total=steps, max_calls=max_steps,
+        writers=[run.writer], ckpt=run.ckpt, scalars_fn=scalars_fn,
+        meta_fn=lambda st, done, sc: checkpoint_meta(run, done),
+        progress=bool(config.log.progress), desc=f"distill[{config.mode}/{config.loss.kind}]",
+        unit="upd", step_name="updates",
+        postfix_fn=lambda sc: {"loss": f"{sc[0]['distill/loss']:.4f}",
+                               "kl": f"{sc[0]['distill/kl']:.4f}"})
+
+
+def save_student(graphdef, params, cfg, out_dir: Path, task: tasks_lib.Task | None = None
+                 ) -> Path:
+    """Saves the student as a Hugging Face folder (float32 safetensors + config + the task's
+    tokenizer when the task has one)."""
     from prada_jax.lm.hf import save_hf
     model = nnx.merge(graphdef, params)
     save_hf(model, cfg, out_dir, arch=cfg.arch)
-    try:
-        arith.build_tokenizer().save_pretrained(out_dir)
-    except Exception as e:  # noqa: BLE001 - the tokenizer is a convenience, weights suffice
-        print(f"note: tokenizer not saved next to the student ({e})")
+    if task is not None and task.build_tokenizer is not None:
+        try:
+            task.build_tokenizer().save_pretrained(out_dir)
+        except Exception as e:  # noqa: BLE001 - the tokenizer is a convenience, weights suffice
+            print(f"note: tokenizer not saved next to the student ({e})")
     return out_dir

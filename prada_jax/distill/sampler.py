@@ -19,6 +19,7 @@ action token j.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,21 @@ def pair_weights(pool: Pool, kappa: float, schedule: str = "kappa",
     return w / w.sum()
 
 
+def exact_ratio_probs(pool: Pool, log_ratio: np.ndarray, ratio_min: float = 1e-3,
+                      ratio_max: float = 10.0) -> np.ndarray:
+    """[K_total] float64 pair probabilities: trajectories uniform, then p(t | i) ∝
+    clip(br_{i,t}, ratio_min, ratio_max). The first turn has br = 1 by definition."""
+    if not (0.0 < ratio_min <= 1.0 <= ratio_max):
+        raise ValueError(f"need 0 < ratio_min <= 1 <= ratio_max, got {ratio_min!r}, "
+                         f"{ratio_max!r}")
+    lr = np.asarray(log_ratio, np.float64)
+    w = np.exp(np.clip(lr, math.log(ratio_min), math.log(ratio_max)))
+    offs = np.asarray(pool.turn_offsets, np.int64)
+    counts = np.diff(offs)
+    per_traj = np.add.reduceat(w, offs[:-1])
+    return w / np.repeat(per_traj, counts) / counts.size
+
+
 @struct.dataclass
 class TurnBatch:
     """One padded batch (NumPy arrays; axis letters B batch, P prompt, A action).
@@ -109,12 +125,20 @@ class TurnSampler:
       prompt_len / action_len: static P and A; default = the pool's maxima. A prefix longer
         than P keeps its last P tokens (left truncation, reported by ``truncated_prefixes``); an
         action longer than A raises.
+      ratio_min / ratio_max: clip of the prefix likelihood ratio in :meth:`use_log_ratio`.
+
+    The sampler owns its schedule state (the pair probabilities, the κ in force and, for
+    exact-ratio weights, the per-pair log br): adaptive schedules change it only through
+    :meth:`use_kappa` / :meth:`use_log_ratio`, and :meth:`schedule_state` /
+    :meth:`load_schedule_state` carry it through a checkpoint.
     """
 
     def __init__(self, pool: Pool, kappa: float = 0.6, schedule: str = "kappa",
                  prompt_len: int | None = None, action_len: int | None = None,
-                 per_trajectory: bool = True):
+                 per_trajectory: bool = True, ratio_min: float = 1e-3,
+                 ratio_max: float = 10.0):
         self.pool = pool
+        self.ratio_min, self.ratio_max = float(ratio_min), float(ratio_max)
         self.kappa = check_kappa(kappa)
         self.schedule = schedule
         self.probs = pair_weights(pool, kappa, schedule, per_trajectory)
@@ -146,6 +170,34 @@ class TurnSampler:
         self.probs = p / p.sum()
         if kappa is not None:
             self.kappa = check_kappa(kappa)
+
+    def use_kappa(self, kappa: float) -> None:
+        """κ^t sampling (trajectory uniform, then p(t) ∝ κ^t) with a new κ in (0, 1]."""
+        self.set_probs(pair_weights(self.pool, kappa), kappa=kappa)
+        self.log_ratio = None
+
+    def use_log_ratio(self, log_ratio: np.ndarray) -> float:
+        """Exact-ratio sampling: trajectory uniform, then p(t | i) ∝ clip(br_{i,t}, ratio_min,
+        ratio_max) from ``log_ratio`` [K_total] (nats). Returns the share of pairs at the
+        lower clip."""
+        lr = np.asarray(log_ratio)
+        self.set_probs(exact_ratio_probs(self.pool, lr, self.ratio_min, self.ratio_max))
+        self.log_ratio = lr
+        return float(np.mean(lr < np.log(self.ratio_min)))
+
+    def schedule_state(self) -> dict:
+        """JSON-able schedule state for a checkpoint (see :meth:`load_schedule_state`)."""
+        return {"kappa": self.kappa,
+                "log_ratio": None if self.log_ratio is None else self.log_ratio.tolist()}
+
+    def load_schedule_state(self, state: dict) -> None:
+        """Restores :meth:`schedule_state`: exact-ratio weights when it holds a ``log_ratio``,
+        else κ^t weights with its ``kappa``."""
+        if state.get("log_ratio") is not None:
+            self.use_log_ratio(np.asarray(state["log_ratio"]))
+            self.kappa = check_kappa(state["kappa"])
+        else:
+            self.use_kappa(state["kappa"])
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """[n] int64 indices into the pool's turn arrays, drawn ∝ the pair probabilities."""

@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from prada_jax.errors import BadInput
+
+# Files of which at least one must be present for ``AutoTokenizer`` to load a real tokenizer
+# (without them it can quietly build a 1-token tokenizer from the model config).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "tokenizer_config.json")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -25,6 +34,60 @@ def tokenizer_fingerprint(tokenizer) -> str:
     """
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     return "sha256:" + hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
+
+
+def check_teacher_files(path: os.PathLike | str, flag: str = "--teacher") -> Path:
+    """Checks a local Hugging Face model folder before ``from_pretrained`` reads it: the folder
+    and its ``config.json`` exist and every ``*.safetensors`` weight file is complete (a
+    truncated shard is named by file). Raises :class:`~prada_jax.errors.BadInput`."""
+    from prada_jax.lm import safetensors_io
+    d = Path(path)
+    if not d.is_dir():
+        raise BadInput(f"{flag} {d}: teacher folder not found (a local folder is needed)")
+    if not (d / "config.json").is_file():
+        raise BadInput(f"{flag} {d}: no config.json (not a Hugging Face model folder)")
+    shards = sorted(d.glob("*.safetensors"))
+    if not shards and not any(d.glob("*.bin")):
+        raise BadInput(f"{flag} {d}: no weight files (*.safetensors)")
+    for f in shards:
+        try:
+            safetensors_io.read_header(f)
+        except (safetensors_io.SafetensorsError, OSError) as e:
+            raise BadInput(f"{flag}: teacher weight file {e}") from None
+    return d
+
+
+def load_tokenizer(path: os.PathLike | str, flag: str = "--tokenizer"):
+    """``AutoTokenizer`` of a local folder that really holds tokenizer files (else
+    :class:`~prada_jax.errors.BadInput` naming the folder and the flag)."""
+    import transformers
+    d = Path(path)
+    if not d.is_dir():
+        raise BadInput(f"{flag} {d}: tokenizer folder not found")
+    if not any((d / f).is_file() for f in TOKENIZER_FILES):
+        raise BadInput(f"{flag} {d}: no tokenizer files ({', '.join(TOKENIZER_FILES)}); pass "
+                       "--tokenizer with the folder that has them")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(d))
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{flag} {d}: cannot load a tokenizer "
+                       f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+
+def load_teacher(path: os.PathLike | str, dtype: str = "float32", device: str = "cpu",
+                 flag: str = "--teacher"):
+    """The PyTorch teacher of a local Hugging Face folder (eval mode, ``dtype`` on ``device``);
+    damaged folders raise :class:`~prada_jax.errors.BadInput` naming the file."""
+    import torch
+    import transformers
+    d = check_teacher_files(path, flag)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(d),
+                                                                  dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise BadInput(f"{flag} {d}: cannot load the teacher ({first})") from None
+    return model.to(device).eval()
 
 
 def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:

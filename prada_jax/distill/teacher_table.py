@@ -7,14 +7,13 @@ it: ``topk_ids`` [T, k] int32, ``topk_logp`` [T, k] float32, ``tail_mass`` [T] f
 first token of each trajectory. This is the exporter's per-sequence layout ("entry i predicts
 token i + 1") shifted by one and concatenated.
 
-Sources: :func:`from_sequences` (any per-sequence list of dicts from a scoring function),
-:func:`load` (a folder written by :func:`save`, or one written by the project's exporter
-``prada_jax.distill.export``, read through ``prada_jax.distill.logits_store``). Every source is
-checked against the pool; a mismatch raises ``TeacherLogitsMismatch`` naming what differs.
+Sources: :func:`from_sequences` (any per-sequence list of dicts from a scoring function) and
+:func:`load` (a logit store, :mod:`prada_jax.distill.logits_store` — the one on-disk format,
+written by the exporter ``prada_jax.distill.export`` or by :func:`write_store`). Every source
+is checked against the pool; a mismatch raises ``TeacherLogitsMismatch`` naming what differs.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,12 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 from flax import struct
 
-from prada_jax.distill.pool import Pool, file_hash
+from prada_jax.distill.pool import Pool
 from prada_jax.errors import BadInput
-
-TABLE_FILE = "teacher_table.safetensors"
-TABLE_META = "teacher_table.json"
-
 
 class TeacherLogitsMismatch(BadInput):
     """Exported teacher logits that do not match the pool."""
@@ -122,52 +117,45 @@ def check_against_pool(table: TeacherTable, pool: Pool, source: str = "<table>",
                                     f"vocabulary [0, {vocab})")
 
 
-def save(table: TeacherTable, out_dir: os.PathLike | str, pool_dir: os.PathLike | str) -> Path:
-    from safetensors.numpy import save_file
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({"topk_ids": table.topk_ids, "topk_logp": table.topk_logp,
-               "tail_mass": table.tail_mass, "logp_actual": table.logp_actual},
-              str(out / TABLE_FILE))
-    meta = dict(table.meta)
-    meta["pool_content_hash"] = json.loads((Path(pool_dir) / "pool.json").read_text())[
-        "content_hash"]
-    meta["top_k"] = table.top_k
-    meta["content_hash"] = file_hash(out / TABLE_FILE)
-    (out / TABLE_META).write_text(json.dumps(meta, indent=2, sort_keys=True))
-    return out
+def write_store(pool: Pool, seqs: Sequence[dict], out_dir: os.PathLike | str,
+                meta: dict | None = None, value_dtype: str = "float16") -> Path:
+    """Writes per-trajectory score dicts (``from_sequences``' contract, ids ``str(i)``) as a
+    logit store (:mod:`prada_jax.distill.logits_store`, the one on-disk teacher-logit format)
+    recording the pool's content hash; :func:`load` reads it back."""
+    from prada_jax.distill import logits_store
+    from_sequences(pool, seqs)   # same shape checks as on load
+    k = int(np.asarray(seqs[0]["topk_ids"]).shape[-1])
+    m = {"pool_content_hash": pool.meta.get("content_hash"), **(meta or {})}
+    with logits_store.LogitStoreWriter(out_dir, k, m, value_dtype=value_dtype) as w:
+        for i, d in enumerate(seqs):
+            w.add(str(i), d)
+    return Path(out_dir)
 
 
 def load(path: os.PathLike | str, pool: Pool) -> TeacherTable:
-    """Loads teacher logits for ``pool`` from ``path`` and checks they match it."""
+    """Loads a logit store written for ``pool`` (by ``python -m prada_jax.distill.export`` or
+    :func:`write_store`) and checks it matches the pool; every problem raises
+    :class:`TeacherLogitsMismatch` / ``LogitStoreError`` (both ``BadInput``) naming the file."""
+    from prada_jax.distill.logits_store import INDEX_FILE, TeacherLogits
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: teacher logits folder not found")
-    if (path / TABLE_FILE).is_file():
-        from safetensors.numpy import load_file
-        meta = json.loads((path / TABLE_META).read_text())
-        arr = load_file(str(path / TABLE_FILE))
-        T = int(np.asarray(pool.tokens).shape[0])
-        if arr["topk_ids"].shape[0] != T:
-            raise TeacherLogitsMismatch(f"{path / TABLE_FILE}: {arr['topk_ids'].shape[0]} rows "
-                                        f"but the pool has {T} tokens")
-        table = TeacherTable(arr["topk_ids"], arr["topk_logp"], arr["tail_mass"],
-                             arr["logp_actual"], meta=meta)
-    else:
-        from prada_jax.distill.logits_store import TeacherLogits  # the exporter's store
-        store = TeacherLogits.open(path)
-        seqs = []
-        for i in range(pool.num_trajectories):
-            try:
-                seqs.append(store.get(i))
-            except (KeyError, IndexError) as e:
-                raise TeacherLogitsMismatch(f"{path}: no exported logits for pool trajectory "
-                                            f"{i} ({e})") from None
-        meta = dict(getattr(store, "meta", {}) or {})
-        table = from_sequences(pool, seqs, str(path), meta)
-        if "pool_content_hash" not in table.meta:
-            for key in ("pool_hash", "pool_content_hash"):
-                if key in meta:
-                    table.meta["pool_content_hash"] = meta[key]
+        raise TeacherLogitsMismatch(f"{path}: teacher logits folder not found")
+    if not (path / INDEX_FILE).is_file():
+        raise TeacherLogitsMismatch(
+            f"{path}: no {INDEX_FILE} (not a teacher-logit store; export one with "
+            "python -m prada_jax.distill.export, or rerun python -m prada_jax.distill.task.teacher "
+            "to regenerate the task cache)")
+    store = TeacherLogits.open(path)
+    seqs = []
+    for i in range(pool.num_trajectories):
+        try:
+            seqs.append(store.get(i))
+        except (KeyError, IndexError) as e:
+            raise TeacherLogitsMismatch(f"{path}: no exported logits for pool trajectory "
+                                        f"{i} ({e})") from None
+    meta = dict(getattr(store, "meta", {}) or {})
+    table = from_sequences(pool, seqs, str(path), meta)
+    if "pool_content_hash" not in table.meta and "pool_hash" in meta:
+        table.meta["pool_content_hash"] = meta["pool_hash"]
     check_against_pool(table, pool, str(path))
     return table

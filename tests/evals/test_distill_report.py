@@ -1,6 +1,7 @@
 """evals.distill_report.summarize / to_markdown on hand-made run records: means, paired
 differences to fkl_k0.6 and the ratio-diagnostic rows against NumPy/SciPy."""
 import numpy as np
+import pytest
 from scipy import stats
 
 from evals.distill_report import summarize, to_markdown
@@ -48,3 +49,21 @@ def test_summary_paired_differences_and_diagnostic_rows(tmp_path):
     assert "| fkl_auto |" in md and "reopd_k0.6 (warm start)" in md and "synthetic" in md
     assert "held-out pool" in md and md.count("| fkl_auto |") == 3  # success, train, held-out
     assert f"{d.mean():+.3f} ± {half:.3f} vs fkl_k0.6" in md
+
+
+def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
+    from evals import distill_report
+    from prada_jax.errors import BadInput
+    out = tmp_path / "rep"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "runs.json").write_text("[" * 100000 + "]" * 100000)
+    for argv, msg in (([f"--out={out}", "--methods=fkl_k0.6,nope"], "--methods: unknown"),
+                      ([f"--out={out}", "--seeds=0,x"], "--seeds=0,x"),
+                      ([f"--out={out}", f"--merge_from={bad}"], "runs.json: not valid JSON"),
+                      ([f"--out={out}", "--warm-steps=0"], "warm_steps"),
+                      ([f"--out={out}", "--steps=0"], "--steps")):
+        with pytest.raises(BadInput, match=msg.replace(".", r"\.")) as ei:
+            distill_report.main(argv)
+        assert "\n" not in str(ei.value)
+        assert not out.exists()

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from prada_jax import config_utils as cu  # noqa: E402
+from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.distill import pool as pool_lib  # noqa: E402
 from prada_jax.distill.task import arith  # noqa: E402
 
@@ -31,7 +32,7 @@ def cache(tmp_path_factory):
     pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * 12), root / "pool",
                        {"task": arith.TASK_NAME, "synthetic": True,
                         "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
-    export_logits(root / "teacher", root / "pool", root / "logits", top_k=4, use_exporter=False)
+    export_logits(root / "teacher", root / "pool", root / "logits", top_k=4)
     return root
 
 
@@ -129,7 +130,11 @@ def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, varian
     assert steps == [0, 2, 4]
     if variant == "auto":
         for r in res["ratio"][:-1]:
-            assert r["kappa_used"] == pytest.approx(max(0.05, math.exp(-max(r["mean_gap"], 0))))
+            # a gap above sampler.auto_gap_max (1 nat per turn) holds the configured κ
+            assert r["kappa_held"] == (r["mean_gap"] > 1.0)
+            want = 0.6 if r["kappa_held"] else max(0.05, math.exp(-max(r["mean_gap"], 0)))
+            assert r["kappa_used"] == pytest.approx(want)
+        assert res["ratio"][0]["kappa_held"]   # a random student: c̄ of many nats
         assert res["kappa"] == res["ratio"][1]["kappa_used"]
     else:
         assert 0.0 <= res["ratio"][0]["clipped_low_frac"] <= 1.0
@@ -154,11 +159,29 @@ def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, varian
     assert res_b["ratio"][-1]["mean_gap"] == res["ratio"][-1]["mean_gap"]
 
 
+def test_auto_kappa_from_scratch_holds_configured_kappa_unless_disabled(cache, tmp_path):
+    """From a random init c̄ is many nats: ``auto`` holds sampler.kappa (no collapse to the
+    floor); with ``auto_gap_max = inf`` it uses exp(−c̄) clipped at kappa_min, as before."""
+    from prada_jax.distill.loop import train_and_evaluate
+    ov = {"sampler.refresh_every": 2, "eval.n_problems": 0, "train.steps": 2}
+    res = train_and_evaluate(_config(cache, "auto", **ov), tmp_path / "held")
+    r0 = res["ratio"][0]
+    assert r0["mean_gap"] > 1.0 and r0["kappa_held"] and r0["kappa_used"] == 0.6
+    res = train_and_evaluate(_config(cache, "auto", **ov, **{"sampler.auto_gap_max": 1e9}),
+                             tmp_path / "free")
+    r0 = res["ratio"][0]
+    assert not r0["kappa_held"]
+    assert r0["kappa_used"] == pytest.approx(max(1e-3, np.exp(-r0["mean_gap"])))
+    with pytest.raises(cu.ConfigError, match="auto_gap_max"):
+        train_and_evaluate(_config(cache, "auto", **{"sampler.auto_gap_max": 0.0}),
+                           tmp_path / "bad")
+
+
 def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
     import subprocess
     import sys
     from prada_jax.distill.loop import train_and_evaluate
-    with pytest.raises(FileNotFoundError, match="nowhere"):
+    with pytest.raises(BadInput, match="nowhere"):
         train_and_evaluate(_config(cache, "onpolicy", "auto",
                                    **{"data.logits_dir": str(tmp_path / "nowhere")}),
                            tmp_path / "x")
@@ -199,3 +222,128 @@ def test_kappa_flag_and_launchers_define_no_flags_on_import():
     p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr[-500:]
+
+
+TIMING_TAGS = ("distill/tokens_per_s", "distill/update_s")
+
+
+def _same_run(a, b, skip_results=("update_s_median",)):
+    """Final weights bit-identical, results.json equal (timing aside), every curve point of
+    every non-timing tag equal."""
+    from safetensors.numpy import load_file
+    wa = load_file(str(a / "student_hf" / "model.safetensors"))
+    wb = load_file(str(b / "student_hf" / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k], err_msg=k)
+    ra = json.loads((a / "results.json").read_text())
+    rb = json.loads((b / "results.json").read_text())
+    for k in skip_results:
+        ra.pop(k, None), rb.pop(k, None)
+    assert ra == rb
+    sa, sb = _scalars(a / "tb"), _scalars(b / "tb")
+    assert set(sa) == set(sb)
+    for t in sa:
+        if t not in TIMING_TAGS:
+            assert sa[t] == sb[t], t
+
+
+def test_resume_equals_uninterrupted_run_and_finished_rerun(cache, tmp_path, capsys):
+    """Stop after update 5 (checkpoints at 2, 4, 5), lose the step-5 checkpoint, resume from
+    step 4 — whose window of metric sums (log every 3) is open — and end with the same weights,
+    results.json (histogram, env calls, ratio records) and curves as an uninterrupted run.
+    A finished workdir rerun changes nothing and returns its stored results; a changed seed is
+    refused before anything is written."""
+    import shutil
+
+    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.run_state import ConfigMismatch
+    ov = {"train.steps": 6, "log.every": 3, "log.ckpt_every": 2, "sampler.refresh_every": 3}
+    a, b = tmp_path / "a", tmp_path / "b"
+    train_and_evaluate(_config(cache, **ov), a)
+    part = train_and_evaluate(_config(cache, **ov), b, max_steps=5)
+    assert part["finished"] is False and part["opt_step"] == 5
+    assert not (b / "results.json").exists()
+    shutil.rmtree(b / "checkpoints" / "5")
+    capsys.readouterr()
+    train_and_evaluate(_config(cache, **ov), b)
+    assert "resumed" in capsys.readouterr().out
+    _same_run(a, b)
+    prov = json.loads((b / "run.json").read_text())["provenance"]
+    assert [p["event"] for p in prov] == ["start", "resume"]
+    before = (b / "results.json").read_bytes()
+    again = train_and_evaluate(_config(cache, **ov), b)
+    assert again["already_finished"] and "finished run" in capsys.readouterr().out
+    assert (b / "results.json").read_bytes() == before
+    assert again["after"] == json.loads(before)["after"]
+    cfg_before = (b / "config.json").read_bytes()
+    with pytest.raises(ConfigMismatch, match="seed: 0 → 1"):
+        train_and_evaluate(_config(cache, **ov, seed=1), b)
+    assert (b / "config.json").read_bytes() == cfg_before
+
+
+def test_diverging_run_raises_non_finite_and_keeps_last_good_checkpoint(cache, tmp_path):
+    import re
+
+    from prada_jax.checkpointing import Checkpointer
+    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.errors import NonFiniteTraining
+    wd = tmp_path / "nan"
+    with pytest.raises(NonFiniteTraining) as ei:
+        train_and_evaluate(_config(cache, **{"optim.lr": 1e30, "optim.clip_norm": 1e30,
+                                             "train.steps": 8, "log.every": 1,
+                                             "log.ckpt_every": 1, "eval.n_problems": 0}), wd)
+    m = re.search(r"non-finite distill/\w+ in updates (\d+)\.\.\d+; stopping; the last good "
+                  r"checkpoint \(step (\d+)\)", str(ei.value))
+    assert m, str(ei.value)
+    assert int(m.group(2)) == int(m.group(1)) - 1
+    assert not (wd / "results.json").exists()
+    ck = Checkpointer(wd / "checkpoints")
+    assert max(ck.all_steps()) == int(m.group(2))
+    ck.close()
+
+
+def _launch(cache, wd, *extra):
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.Popen([sys.executable, "-m", "train.distill",
+                             "--config=train/configs/distill.py:smoke", f"--workdir={wd}",
+                             f"--config.data.cache={cache}", *extra], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(cache, tmp_path):
+    """``python -m train.distill`` killed (SIGKILL) after its step-60 checkpoint has committed,
+    rerun to the end: final weights, every curve point (EventAccumulator) and results.json
+    equal an uninterrupted run's; a diverging run exits 3 with one line."""
+    import signal
+    import time
+
+    from prada_jax.checkpointing import MANIFEST_FILE
+    flags = ["--config.train.steps=400", "--config.log.every=7", "--config.log.ckpt_every=60",
+             "--config.sampler.refresh_every=50"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    p = _launch(cache, a, *flags)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-2000:]
+    p = _launch(cache, b, *flags)
+    t0 = time.time()
+    while not (b / "checkpoints" / "60" / MANIFEST_FILE).is_file():
+        assert p.poll() is None and time.time() - t0 < 600, "run ended before its checkpoint"
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (b / "results.json").exists(), "killed too late: the run had finished"
+    p = _launch(cache, b, *flags)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-2000:]
+    assert "resumed" in out
+    _same_run(a, b)
+    p = _launch(cache, tmp_path / "nan", "--config.optim.lr=1e30",
+                "--config.optim.clip_norm=1e30", "--config.log.every=1",
+                "--config.eval.n_problems=0")
+    out, err = p.communicate(timeout=600)
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 3 and len(lines) == 1 and "non-finite" in lines[0], err[-2000:]

@@ -37,6 +37,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sampler.refresh_every = 50        # updates between ratio diagnostics (logged as ratio/* in
     #                                     every mode) and adaptive re-estimates; 0 = start and end
     c.sampler.kappa_min = 1e-3          # "auto": floor of κ
+    c.sampler.auto_gap_max = 1.0        # "auto": while c̄ > this [nats per turn] the gap is
+    #   dominated by turns not learned yet (a random student has c̄ ≈ 20, κ = exp(−c̄) ≈ 0 would
+    #   starve every later turn), so the configured sampler.kappa is held; inf = never hold
     c.sampler.ratio_min = 1e-3          # "exact-ratio": br clipped to [ratio_min, ratio_max]
     c.sampler.ratio_max = 10.0
 

@@ -10,8 +10,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import importlib
+import re
+from pathlib import Path
+
 from prada_jax.distill import export, logits_store, scoring
 from prada_jax.distill.logits_store import TeacherLogits
+from prada_jax.errors import BadInput
+
+export_cli = importlib.import_module("prada_jax.distill.export.__main__")
 
 WORDS = 62         # word-level vocabulary (+ <unk>, <pad>; transformers' Qwen2Tokenizer adds eos)
 TEACHER_ROWS = 80  # teacher embedding rows: padding rows past the tokenizer
@@ -104,9 +111,9 @@ def test_pool_export_matches_direct_pytorch(teacher, tmp_path):
     path, model = teacher
     seqs = _sequences()
     _pool(tmp_path / "pool", seqs, path)
-    stats = export.main(["--teacher", path, "--pool", str(tmp_path / "pool"), "--out",
-                         str(tmp_path / "store"), "--top-k", "8", "--batch-tokens", "24",
-                         "--shard-tokens", "10", "--no-progress"])
+    stats = export_cli.main(["--teacher", path, "--pool", str(tmp_path / "pool"), "--out",
+                         str(tmp_path / "store"), "--top_k", "8", "--batch_tokens", "24",
+                         "--shard_tokens", "10", "--noprogress"])
     assert stats["tokens"] == sum(len(s) - 1 for s in seqs)
     store = TeacherLogits.open(tmp_path / "store", require_complete=True)
     assert store.meta["teacher_vocab_rows"] == TEACHER_ROWS and store.meta["vocab_size"] == N_TOK
@@ -171,8 +178,8 @@ def test_sequences_jsonl_cli(teacher, tmp_path):
     f = tmp_path / "seqs.jsonl"
     f.write_text("\n".join(json.dumps({"id": f"r{i}", "tokens": s}) for i, s in enumerate(seqs)))
     fp = scoring.tokenizer_fingerprint(_load_tokenizer(path))
-    export.main(["--teacher", path, "--sequences", str(f), "--out", str(tmp_path / "o"),
-                 "--top-k", "5", "--tokenizer-fingerprint", fp, "--no-progress"])
+    export_cli.main(["--teacher", path, "--sequences", str(f), "--out", str(tmp_path / "o"),
+                 "--top_k", "5", "--tokenizer_fingerprint", fp, "--noprogress"])
     store = TeacherLogits.open(tmp_path / "o", require_complete=True)
     direct = scoring.score_sequences(model, seqs, top_k=5, vocab_size=N_TOK)
     for i, r in enumerate(direct):
@@ -180,11 +187,11 @@ def test_sequences_jsonl_cli(teacher, tmp_path):
         np.testing.assert_array_equal(got["topk_ids"], r["topk_ids"])
         np.testing.assert_array_equal(got["logp_actual"], r["logp_actual"])
     with pytest.raises(ValueError, match="tokenizer mismatch"):
-        export.main(["--teacher", path, "--sequences", str(f), "--out", str(tmp_path / "o2"),
-                     "--tokenizer-fingerprint", "sha256:other", "--no-progress"])
+        export_cli.main(["--teacher", path, "--sequences", str(f), "--out", str(tmp_path / "o2"),
+                     "--tokenizer_fingerprint", "sha256:other", "--noprogress"])
     f.write_text('{"id": 1, "tokens": [1, 2]}\n{"id": 2, "tokens": "abc"}\n')
     with pytest.raises(ValueError, match=r"seqs\.jsonl:2"):
-        export.main(["--teacher", path, "--sequences", str(f), "--out", str(tmp_path / "o3")])
+        export_cli.main(["--teacher", path, "--sequences", str(f), "--out", str(tmp_path / "o3")])
 
 
 def test_teacher_with_other_tokenizer_is_refused(teacher, tmp_path):
@@ -193,17 +200,20 @@ def test_teacher_with_other_tokenizer_is_refused(teacher, tmp_path):
     other = tmp_path / "other_teacher"
     _teacher(other, permute=True)
     with pytest.raises(ValueError, match=r"tokenizer mismatch.*other_teacher.*pool\.json"):
-        export.main(["--teacher", str(other), "--pool", str(tmp_path / "pool"), "--out",
-                     str(tmp_path / "s"), "--no-progress"])
+        export_cli.main(["--teacher", str(other), "--pool", str(tmp_path / "pool"), "--out",
+                     str(tmp_path / "s"), "--noprogress"])
     assert not (tmp_path / "s").exists()
 
 
 def test_bad_flags(teacher, tmp_path):
     path, _ = teacher
-    with pytest.raises(SystemExit):
-        export.main(["--teacher", str(tmp_path / "nope"), "--sequences", "x", "--out", "y"])
-    with pytest.raises(SystemExit):
-        export.main(["--teacher", path, "--sequences", "x", "--out", "y", "--top-k", "0"])
+    with pytest.raises(BadInput, match="nope: teacher folder not found"):
+        export_cli.main(["--teacher", str(tmp_path / "nope"), "--sequences", "x", "--out", "y"])
+    with pytest.raises(BadInput, match="--top_k"):
+        export_cli.main(["--teacher", path, "--sequences", "x", "--out", "y", "--top_k", "0"])
+    with pytest.raises(BadInput, match="exactly one of --pool and --sequences"):
+        export_cli.main(["--teacher", path, "--out", "y"])
+    assert not (tmp_path / "y").exists()
 
 
 def test_out_of_range_token_names_sequence(teacher, tmp_path):
@@ -220,3 +230,91 @@ def test_imports_do_not_pull_torch():
             "sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ,
                                                                       JAX_PLATFORMS="cpu"))
+
+
+# --------------------------------------------------------------------------- error contract
+# Every exporter error past argument parsing is one BadInput line naming the file or flag
+# (exit 2 under the entry wrapper); nothing is written.
+
+def _bad_input_cases(teacher, tmp_path):
+    """(name, argv, regex the message must match) for the exporter's bad inputs."""
+    import shutil
+    path, _ = teacher
+    seqs = _sequences()
+    _pool(tmp_path / "pool", seqs, path)
+    pool = str(tmp_path / "pool")
+    store = tmp_path / "store"
+    export_cli.main(["--teacher", path, "--pool", pool, "--out", str(store), "--top_k", "4",
+                     "--shard_tokens", "10", "--noprogress"])
+    trunc = tmp_path / "store_trunc"
+    shutil.copytree(store, trunc)
+    shard = trunc / logits_store.shard_name(0)
+    shard.write_bytes(shard.read_bytes()[:-7])
+    broken = tmp_path / "teacher_trunc"
+    shutil.copytree(path, broken)
+    w = broken / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    notok = tmp_path / "teacher_notok"
+    notok.mkdir()
+    for f in ("config.json", "model.safetensors", "generation_config.json"):
+        if (Path(path) / f).is_file():
+            shutil.copy(Path(path) / f, notok / f)
+    other = tmp_path / "other_teacher"
+    _teacher(other, permute=True)
+    base = ["--pool", pool, "--noprogress"]
+    return [
+        ("truncated store shard", ["--teacher", path, "--out", str(trunc), "--top_k", "4",
+                                   "--shard_tokens", "10", *base],
+         r"shard_00000\.safetensors: truncated"),
+        ("top_k above the vocabulary", ["--teacher", path, "--out", str(tmp_path / "o1"),
+                                        "--top_k", "999", *base], r"--top_k=999: must lie in"),
+        ("tokenizer mismatch", ["--teacher", str(other), "--out", str(tmp_path / "o2"), *base],
+         r"tokenizer mismatch.*other_teacher"),
+        ("k changed on resume", ["--teacher", path, "--out", str(store), "--top_k", "5", *base],
+         r"index\.json: existing store has top_k=4.*--top_k=5"),
+        ("truncated teacher weight shard", ["--teacher", str(broken), "--out",
+                                            str(tmp_path / "o3"), *base],
+         r"teacher_trunc/model\.safetensors: truncated"),
+        ("teacher folder without tokenizer files", ["--teacher", str(notok), "--out",
+                                                    str(tmp_path / "o4"), *base],
+         r"teacher_notok: no tokenizer files"),
+    ]
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.stat().st_size if p.is_file() else -1)
+                  for p in Path(root).rglob("*"))
+
+
+def test_exporter_bad_inputs_are_one_line_bad_input(teacher, tmp_path, monkeypatch):
+    cases = _bad_input_cases(teacher, tmp_path)
+    loads = []
+    real = scoring.load_teacher
+    monkeypatch.setattr(scoring, "load_teacher", lambda *a, **k: loads.append(a) or real(*a, **k))
+    for name, argv, pattern in cases:
+        before, n = _tree(tmp_path), len(loads)
+        with pytest.raises(BadInput) as ei:
+            export_cli.main(argv)
+        msg = str(ei.value)
+        assert "\n" not in msg and re.search(pattern, msg), (name, msg)
+        assert _tree(tmp_path) == before, name
+        if name in ("top_k above the vocabulary", "k changed on resume", "truncated store shard",
+                    "teacher folder without tokenizer files", "tokenizer mismatch"):
+            assert len(loads) == n, f"{name}: the teacher was loaded before the check"
+
+
+@pytest.mark.slow
+def test_exporter_bad_inputs_exit_2_one_line_as_a_command(teacher, tmp_path):
+    """The same corpus through ``python -m prada_jax.distill.export``: exit 2, one stderr
+    line, nothing written."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[3]
+    for name, argv, pattern in _bad_input_cases(teacher, tmp_path):
+        before = _tree(tmp_path)
+        p = subprocess.run([sys.executable, "-m", "prada_jax.distill.export", *argv], cwd=root,
+                           capture_output=True, text=True, timeout=300)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (name, p.stderr[-1500:])
+        assert lines[0].startswith("error: ") and re.search(pattern, lines[0]), (name, lines)
+        assert _tree(tmp_path) == before, name

@@ -73,7 +73,9 @@ def test_convert_jsonl_matches_direct_tokenisation(tmp_path):
     problems = arith.make_problems(0, 4)
     lines = [{"messages": arith.solved_messages(p), "success": 1} for p in problems]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    assert P.main(["convert", "--jsonl", str(tmp_path / "d.jsonl"), "--tokenizer",
+    import importlib
+    pool_cli = importlib.import_module("prada_jax.distill.pool.__main__")
+    assert pool_cli.main(["convert", "--jsonl", str(tmp_path / "d.jsonl"), "--tokenizer",
                    str(tmp_path / "tok"), "--out", str(tmp_path / "p"), "--task", "a"]) == 0
     pool = P.load_pool(tmp_path / "p")
     for i, p in enumerate(problems):

@@ -157,9 +157,11 @@ def test_cli_teacher_as_student_has_zero_gap_and_bad_student_exits_2(tmp_path, c
     """The CLI end to end on a saved pool, a teacher table made from a tiny model, and HF
     student folders: the teacher scored against itself has c̄ = 0 (κ = 1, slope 0); another
     model's numbers equal :func:`ratio.diagnose` on directly computed log-probs."""
+    import importlib
     import json
 
     from prada_jax.distill import teacher_table
+    ratio_cli = importlib.import_module("prada_jax.distill.ratio.__main__")
     from prada_jax.lm.config import LMConfig
     from prada_jax.lm.hf import save_hf
     from prada_jax.lm.model import CausalLM
@@ -186,20 +188,20 @@ def test_cli_teacher_as_student_has_zero_gap_and_bad_student_exits_2(tmp_path, c
         lp = lt[a + 1:b]
         seqs.append({"logp_actual": lp, "topk_ids": toks[a + 1:b, None],
                      "topk_logp": lp[:, None], "tail_mass": 1.0 - np.exp(lp)})
-    teacher_table.save(teacher_table.from_sequences(pool, seqs), tmp_path / "logits",
-                       tmp_path / "pool")
+    teacher_table.write_store(pool, seqs, tmp_path / "logits")
     base = ["--pool", str(tmp_path / "pool"), "--logits", str(tmp_path / "logits")]
-    assert ratio.main(base + ["--student", str(tmp_path / "teacher"), "--json",
+    assert ratio_cli.main(base + ["--student", str(tmp_path / "teacher"), "--json",
                               str(tmp_path / "t.json")]) == 0
     t = json.loads((tmp_path / "t.json").read_text())
     assert abs(t["mean_gap"]) < 1e-5 and t["kappa_auto"] == pytest.approx(1.0, abs=1e-5)
     assert abs(t["slope"]) < 1e-5
-    assert ratio.main(base + ["--student", str(tmp_path / "student"), "--json",
+    assert ratio_cli.main(base + ["--student", str(tmp_path / "student"), "--json",
                               str(tmp_path / "s.json")]) == 0
     s = json.loads((tmp_path / "s.json").read_text())
     ref = ratio.diagnose(pool, lt, models["student"])
     assert s["mean_gap"] == pytest.approx(ref.mean_gap, rel=1e-5)
     assert s["slope"] == pytest.approx(ref.slope, rel=1e-5) and s["r2"] == pytest.approx(ref.r2)
     assert "kappa = exp(-c)" in capsys.readouterr().out
-    assert ratio.main(base + ["--student", str(tmp_path / "nowhere")]) == 2
-    assert "nowhere" in capsys.readouterr().err
+    from prada_jax.errors import BadInput
+    with pytest.raises(BadInput, match="nowhere: student folder not found"):
+        ratio_cli.main(base + ["--student", str(tmp_path / "nowhere")])

@@ -8,10 +8,8 @@ deterministic from ``--seed`` (the held-out set of :mod:`..teacher` uses ``seed 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from typing import Sequence
 
 import jax
@@ -71,22 +69,3 @@ def evaluate_model(model, problems: Sequence[arith.Problem], batch: int = 64,
     return {"success_rate": k / max(len(results), 1), "ci95": [lo, hi], "n": len(results),
             "tool_calls": int(sum(r.tool_calls for r in results)),
             "mean_turns": float(np.mean([r.turns for r in results]))}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prada_jax.distill.task.evaluate",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--student", required=True, help="Hugging Face folder of the model")
-    p.add_argument("--n", type=int, default=256, help="number of problems")
-    p.add_argument("--seed", type=int, default=0, help="problems: make_problems(seed*1000+3)")
-    p.add_argument("--batch", type=int, default=64)
-    args = p.parse_args(argv)
-    from prada_jax.lm.hf import load_hf
-    model, _ = load_hf(args.student)
-    res = evaluate_model(model, arith.make_problems(args.seed * 1000 + 3, args.n), args.batch)
-    print(json.dumps(res, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -34,17 +34,16 @@ optional ``success`` and ``task``) into a pool through the tokenizer's chat temp
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 from flax import struct
 
+from prada_jax.errors import BadInput
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
 from prada_jax.errors import BadInput
 
@@ -436,34 +435,3 @@ def convert_jsonl(jsonl_path: os.PathLike | str, tokenizer, out_dir: os.PathLike
             "source": {"jsonl": str(jsonl_path)}}
     meta.update(extra_meta or {})
     return save_pool(build_arrays(trajs, spans, succ), out_dir, meta)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prada_jax.distill.pool",
-                                description="Trajectory pool tools.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("convert", help="chat-formatted JSONL -> pool folder")
-    c.add_argument("--jsonl", required=True, help="input JSONL, one {'messages': [...]} a line")
-    c.add_argument("--tokenizer", required=True, help="local tokenizer folder (with chat template)")
-    c.add_argument("--out", required=True, help="output pool folder")
-    c.add_argument("--task", default=None, help="task name stored in pool.json")
-    v = sub.add_parser("validate", help="validate a pool folder")
-    v.add_argument("pool")
-    args = p.parse_args(argv)
-    if args.cmd == "convert":
-        from transformers import AutoTokenizer
-        if not Path(args.tokenizer).is_dir():
-            p.error(f"--tokenizer {args.tokenizer}: not a local folder")
-        tok = AutoTokenizer.from_pretrained(args.tokenizer)
-        out = convert_jsonl(args.jsonl, tok, args.out, task=args.task,
-                            tokenizer_name=args.tokenizer)
-        pool = load_pool(out)
-        print(f"wrote {out}: {pool.meta['counts']}")
-    else:
-        pool = validate_pool(args.pool)
-        print(f"{args.pool}: OK {pool.meta['counts']}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

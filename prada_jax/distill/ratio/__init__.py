@@ -38,18 +38,16 @@ CLI (any student HF folder, e.g. ``<workdir>/student_hf``, on a pool and its exp
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from prada_jax.distill.pool import Pool
-from prada_jax.distill.sampler import pair_index
+from prada_jax.distill.sampler import exact_ratio_probs, pair_index  # noqa: F401 (re-export)
 
 
 # --------------------------------------------------------------------------- pure NumPy parts
@@ -99,21 +97,6 @@ def kappa_from_gap(mean_gap: float, kappa_min: float = 1e-3) -> float:
     if not math.isfinite(mean_gap):
         raise ValueError(f"the mean per-turn gap is not finite ({mean_gap!r})")
     return float(min(1.0, max(kappa_min, math.exp(-max(mean_gap, 0.0)))))
-
-
-def exact_ratio_probs(pool: Pool, log_ratio: np.ndarray, ratio_min: float = 1e-3,
-                      ratio_max: float = 10.0) -> np.ndarray:
-    """[K_total] float64 pair probabilities: trajectories uniform, then p(t | i) ∝
-    clip(br_{i,t}, ratio_min, ratio_max). The first turn has br = 1 by definition."""
-    if not (0.0 < ratio_min <= 1.0 <= ratio_max):
-        raise ValueError(f"need 0 < ratio_min <= 1 <= ratio_max, got {ratio_min!r}, "
-                         f"{ratio_max!r}")
-    lr = np.asarray(log_ratio, np.float64)
-    w = np.exp(np.clip(lr, math.log(ratio_min), math.log(ratio_max)))
-    offs = np.asarray(pool.turn_offsets, np.int64)
-    counts = np.diff(offs)
-    per_traj = np.add.reduceat(w, offs[:-1])
-    return w / np.repeat(per_traj, counts) / counts.size
 
 
 def regress_on_turn(turn: np.ndarray, y: np.ndarray) -> dict:
@@ -241,50 +224,3 @@ def diagnose_student(logp_fn, params, pool: Pool, table, kappa_min: float = 1e-3
     ls = student_token_logp(logp_fn, params, pool, batch_size)
     return diagnose(pool, np.asarray(table.logp_actual), ls, kappa_min)
 
-
-# --------------------------------------------------------------------------- CLI
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m prada_jax.distill.ratio",
-        description="Per-turn teacher-student gap, gap-adaptive kappa = exp(-mean gap) and the "
-                    "regression of the prefix log likelihood ratio on the turn index.")
-    p.add_argument("--pool", required=True, help="trajectory pool folder")
-    p.add_argument("--logits", required=True, help="exported teacher logits of that pool")
-    p.add_argument("--student", required=True, help="student Hugging Face folder")
-    p.add_argument("--kappa-min", type=float, default=1e-3, help="floor of the automatic kappa")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--json", default="", help="also write the summary here")
-    a = p.parse_args(argv)
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill import teacher_table
-    from prada_jax.lm.hf import load_hf
-    try:
-        pool = pool_lib.load_pool(a.pool)
-        table = teacher_table.load(a.logits, pool)
-        if not Path(a.student).is_dir():
-            raise FileNotFoundError(f"{a.student}: student folder not found")
-        from flax import nnx
-        model, _ = load_hf(a.student)
-        gd, params = nnx.split(model, nnx.Param)
-        diag = diagnose_student(token_logp_fn(gd), params, pool, table, a.kappa_min,
-                                a.batch_size)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    s = diag.summary()
-    print(f"mean per-turn gap c = {s['mean_gap']:.4f} nats -> kappa = exp(-c) = "
-          f"{s['kappa_auto']:.4g}")
-    print(f"log br_t ~ {s['intercept']:.4f} + {s['slope']:.4f} t   (R^2 = {s['r2']:.4f}, "
-          f"{sum(s['n_turn'])} pairs)")
-    for t, (g, r, n) in enumerate(zip(s["mean_gap_turn"], s["mean_log_ratio_turn"],
-                                      s["n_turn"])):
-        print(f"  turn {t}: n = {n:5d}  mean gap {g:9.4f}  mean log br {r:9.4f}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(s, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

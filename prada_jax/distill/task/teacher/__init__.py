@@ -15,11 +15,9 @@ the seed on CPU; reruns reuse finished stages. All data is synthetic.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +26,7 @@ import numpy as np
 
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill.task import arith
+from prada_jax.distill.task.export_local import export_logits
 
 DEFAULTS = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256, steps=600,
                 batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=512, n_eval=256, top_k=8)
@@ -145,14 +144,10 @@ def torch_generate_fn(model, max_new_tokens: int = 10, temperature: float = 0.0,
 
 
 def load_teacher(path: os.PathLike | str):
-    import torch
-    from transformers import AutoModelForCausalLM
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"{path}: teacher folder not found")
-    torch.set_grad_enabled(False)
-    m = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    m.eval()
-    return m
+    """The PyTorch teacher of a Hugging Face folder (float32, eval mode); see
+    :func:`prada_jax.distill.scoring.load_teacher` (damaged folders raise ``BadInput``)."""
+    from prada_jax.distill.scoring import load_teacher as load
+    return load(path)
 
 
 def evaluate_torch(model, problems: Sequence[arith.Problem], batch: int = 256) -> dict:
@@ -194,49 +189,3 @@ def record_pool(model, problems: Sequence[arith.Problem], out_dir: os.PathLike |
     meta.update(extra_meta or {})
     pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, succ), out_dir, meta)
     return pool_lib.load_pool(out_dir)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prada_jax.distill.task.teacher",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--cache", default="checkpoints/task_cache", help="output cache folder")
-    p.add_argument("--seed", type=int, default=0)
-    for k, v in DEFAULTS.items():
-        p.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
-    args = p.parse_args(argv)
-    import torch
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    root = Path(args.cache) / f"seed{args.seed}"
-    root.mkdir(parents=True, exist_ok=True)
-    tdir = root / "teacher"
-    t0 = time.time()
-    if not (tdir / "config.json").is_file():
-        train_teacher(tdir, args.seed, args.steps, args.batch, args.lr, args.warmup,
-                      args.n_train, args.hidden, args.layers, args.heads, args.kv_heads,
-                      args.intermediate)
-    print(f"teacher ready ({time.time() - t0:.0f}s)", flush=True)
-    model = load_teacher(tdir)
-    ev = evaluate_torch(model, arith.make_problems(args.seed * 1000 + 3, args.n_eval))
-    (root / "teacher_eval.json").write_text(json.dumps(ev, indent=2))
-    print(f"teacher success on held-out problems (synthetic): {ev['success_rate']:.3f}")
-    pdir = root / "pool"
-    if not (pdir / pool_lib.META_FILE).is_file():
-        record_pool(model, arith.make_problems(args.seed * 1000 + 2, args.n_pool), pdir,
-                    root / "pool.jsonl", seed=args.seed)
-    pool = pool_lib.load_pool(pdir)
-    print(f"pool: {pool.meta['counts']}, teacher success in pool "
-          f"{float(np.mean(pool.success)):.3f}")
-    ldir = root / "logits"
-    from prada_jax.distill.task.export_local import export_logits
-    export_logits(tdir, pdir, ldir, args.top_k)
-    hdir = root / "pool_heldout"
-    if not (hdir / pool_lib.META_FILE).is_file():
-        record_pool(model, arith.make_problems(args.seed * 1000 + 4, args.n_pool), hdir,
-                    seed=args.seed, extra_meta={"split": "heldout"})
-    export_logits(tdir, hdir, root / "logits_heldout", args.top_k)
-    print(f"logits: {ldir}, held-out pool {hdir} ({time.time() - t0:.0f}s total)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

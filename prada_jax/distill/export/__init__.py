@@ -1,11 +1,11 @@
-"""Teacher-logit exporter CLI: scores pool or student sequences with a PyTorch HF teacher.
+"""Teacher-logit exporter (library): scores pool or student sequences with a PyTorch HF teacher.
 
-Usage::
+The command is ``python -m prada_jax.distill.export`` (``export/__main__.py``, absl flags)::
 
-  python -m prada_jax.distill.export --teacher PATH --pool POOL_DIR --out DIR \\
-      [--top-k 64] [--batch-tokens 4096] [--shard-tokens 65536] [--device cpu] \\
-      [--dtype float32] [--value-dtype float16] [--temperature 1.0] [--tokenizer PATH]
-  python -m prada_jax.distill.export --teacher PATH --sequences FILE.jsonl --out DIR ...
+  python -m prada_jax.distill.export --teacher=PATH --pool=POOL_DIR --out=DIR \\
+      [--top_k=64] [--batch_tokens=4096] [--shard_tokens=65536] [--device=cpu] \\
+      [--dtype=float32] [--value_dtype=float16] [--temperature=1.0] [--tokenizer=PATH]
+  python -m prada_jax.distill.export --teacher=PATH --sequences=FILE.jsonl --out=DIR ...
 
 ``--pool``: every trajectory ``i`` of the pool is scored under sequence id ``str(i)``.
 ``--sequences``: one JSON object per line, ``{"id": ..., "tokens": [...]}`` (student-sampled
@@ -18,22 +18,21 @@ torch and transformers are imported only when the exporter runs.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from prada_jax.distill import logits_store, scoring
+from prada_jax.errors import BadInput
 
 
 def read_sequences_jsonl(path: str) -> tuple[list[str], list[list[int]]]:
     """Reads ``{"id", "tokens"}`` lines; errors name the file and line."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"--sequences {path}: file not found")
+        raise BadInput(f"--sequences {path}: file not found")
     ids, seqs, seen = [], [], set()
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
@@ -43,13 +42,13 @@ def read_sequences_jsonl(path: str) -> tuple[list[str], list[list[int]]]:
                 rec = json.loads(line)
                 seq_id, toks = str(rec["id"]), rec["tokens"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{lineno}: expected an object with 'id' and 'tokens' "
+                raise BadInput(f"{path}:{lineno}: expected an object with 'id' and 'tokens' "
                                  f"({e})") from e
             if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool)
                                                      for t in toks):
-                raise ValueError(f"{path}:{lineno}: 'tokens' must be a list of ints")
+                raise BadInput(f"{path}:{lineno}: 'tokens' must be a list of ints")
             if seq_id in seen:
-                raise ValueError(f"{path}:{lineno}: duplicate id {seq_id!r}")
+                raise BadInput(f"{path}:{lineno}: duplicate id {seq_id!r}")
             seen.add(seq_id)
             ids.append(seq_id)
             seqs.append(toks)
@@ -62,11 +61,11 @@ def check_tokenizer(teacher_fingerprint: str, teacher_len: int, expected: Mappin
     fp = expected.get("fingerprint")
     n = expected.get("vocab_size")
     if fp is not None and fp != teacher_fingerprint:
-        raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
+        raise BadInput(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
                          f"fingerprint {teacher_fingerprint} ({teacher_len} tokens) but "
                          f"{data_where} was tokenized with fingerprint {fp} ({n} tokens)")
     if n is not None and int(n) != teacher_len:
-        raise ValueError(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
+        raise BadInput(f"tokenizer mismatch: the teacher tokenizer at {teacher_where} has "
                          f"{teacher_len} tokens but {data_where} says vocab_size={n}")
 
 
@@ -139,96 +138,76 @@ def export_logits(model, seq_ids: Sequence[str], seqs: Sequence[Sequence[int]], 
             "bytes_per_token": nbytes / scored if scored else float("nan"), "skipped": skipped}
 
 
-_TORCH_DTYPES = ("float32", "bfloat16", "float16")
+TORCH_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m prada_jax.distill.export",
-                                description="Export teacher top-k log-probs for distillation.")
-    p.add_argument("--teacher", required=True, help="local Hugging Face causal LM folder")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--pool", help="trajectory pool folder (prada_jax.distill.pool)")
-    src.add_argument("--sequences", help='JSONL file of {"id": ..., "tokens": [...]} lines')
-    p.add_argument("--out", required=True, help="output store folder (resumed if present)")
-    p.add_argument("--top-k", type=int, default=64, help="candidates per token (default 64)")
-    p.add_argument("--batch-tokens", type=int, default=4096,
-                   help="rows × padded length per teacher forward (default 4096)")
-    p.add_argument("--shard-tokens", type=int, default=1 << 16,
-                   help="scored tokens per shard file (default 65536)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1")
-    p.add_argument("--dtype", default="float32", choices=_TORCH_DTYPES,
-                   help="teacher compute dtype (log-softmax is always float32)")
-    p.add_argument("--value-dtype", default="float16", choices=("float16", "bfloat16"),
-                   help="storage dtype of the top-k log-probs")
-    p.add_argument("--temperature", type=float, default=1.0, help="teacher softmax temperature")
-    p.add_argument("--tokenizer", default=None,
-                   help="tokenizer folder if not stored with the teacher")
-    p.add_argument("--tokenizer-fingerprint", default=None,
-                   help="with --sequences: refuse a teacher whose tokenizer fingerprint differs")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    args = p.parse_args(argv)
-    for flag in ("top_k", "batch_tokens", "shard_tokens"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be >= 1")
-    if not args.temperature > 0:
-        p.error("--temperature must be > 0")
-    if not os.path.isdir(args.teacher):
-        p.error(f"--teacher {args.teacher}: not a local folder (no hub downloads)")
-    if args.tokenizer is not None and not os.path.isdir(args.tokenizer):
-        p.error(f"--tokenizer {args.tokenizer}: not a local folder")
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> dict:
-    """CLI entry point; returns the export statistics (also printed as JSON)."""
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
-    import torch
-    import transformers
-
-    tok_dir = args.tokenizer or args.teacher
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--teacher/--tokenizer {tok_dir}: cannot load a tokenizer ({e}); pass "
-                         "--tokenizer") from e
-    fingerprint = scoring.tokenizer_fingerprint(tokenizer)
-    n_tok = len(tokenizer)
-    if args.pool:
+def export_store(teacher: str, out: str, *, pool: str | None = None,
+                 sequences: str | None = None, top_k: int = 64, batch_tokens: int = 4096,
+                 shard_tokens: int = 1 << 16, device: str = "cpu", dtype: str = "float32",
+                 value_dtype: str = "float16", temperature: float = 1.0,
+                 tokenizer: str | None = None, tokenizer_fingerprint: str | None = None,
+                 progress: bool = True) -> dict:
+    """Scores a pool's trajectories (ids ``str(i)``) or a JSONL file's sequences with the
+    teacher folder and writes (or resumes) the logit store ``out``: the one on-disk teacher-logit
+    format (:mod:`prada_jax.distill.logits_store`). Every bad input — a missing or damaged
+    teacher folder (a truncated weight shard is named), a folder without tokenizer files, a
+    tokenizer that differs from the pool's, ``top_k`` above the vocabulary (checked before the
+    teacher loads), a damaged or differently configured existing store — raises
+    :class:`~prada_jax.errors.BadInput` naming the flag or file. Returns the statistics of
+    :func:`export_logits`."""
+    if (pool is None) == (sequences is None):
+        raise BadInput("exactly one of --pool and --sequences is needed")
+    tok_dir = tokenizer or teacher
+    scoring.check_teacher_files(teacher)
+    tok = scoring.load_tokenizer(tok_dir, "--tokenizer" if tokenizer else "--teacher")
+    fingerprint = scoring.tokenizer_fingerprint(tok)
+    n_tok = len(tok)
+    if not 1 <= top_k <= n_tok:
+        raise BadInput(f"--top_k={top_k}: must lie in [1, {n_tok}] (the tokenizer at {tok_dir} "
+                       f"has {n_tok} tokens)")
+    if pool is not None:
         from prada_jax.distill.pool import load_pool
-        pool = load_pool(args.pool)
-        expected = pool.meta["tokenizer"]
-        data_where = os.path.join(args.pool, "pool.json")
-        offsets = np.asarray(pool.traj_offsets, np.int64)
-        tokens = np.asarray(pool.tokens)
+        p = load_pool(pool)
+        expected = p.meta["tokenizer"]
+        data_where = os.path.join(pool, "pool.json")
+        offsets = np.asarray(p.traj_offsets, np.int64)
+        tokens = np.asarray(p.tokens)
         # Views into the pool's token array: no per-token Python objects for large pools.
         seqs = [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
         seq_ids = [str(i) for i in range(len(seqs))]
-        source = {"pool": os.path.abspath(args.pool),
-                  "pool_content_hash": pool.meta.get("content_hash")}
+        source = {"pool": os.path.abspath(pool),
+                  "pool_content_hash": p.meta.get("content_hash")}
     else:
-        seq_ids, seqs = read_sequences_jsonl(args.sequences)
-        expected = {"fingerprint": args.tokenizer_fingerprint}
-        data_where = args.sequences
-        source = {"sequences": os.path.abspath(args.sequences)}
+        seq_ids, seqs = read_sequences_jsonl(sequences)
+        expected = {"fingerprint": tokenizer_fingerprint}
+        data_where = sequences
+        source = {"sequences": os.path.abspath(sequences)}
     check_tokenizer(fingerprint, n_tok, expected, tok_dir, data_where)
-    dtype = getattr(torch, args.dtype)
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.teacher, dtype=dtype)
-    model = model.to(args.device).eval()
+    for i, s in zip(seq_ids, seqs):
+        arr = np.asarray(s)
+        bad = arr[(arr < 0) | (arr >= n_tok)]
+        if bad.size:
+            raise BadInput(f"{data_where}: sequence {i!r}: token id {int(bad[0])} outside "
+                           f"[0, {n_tok}) of the tokenizer at {tok_dir}")
+    # a store being resumed must be intact, with the same top_k / dtypes: refuse before the
+    # teacher loads
+    index_path = os.path.join(out, logits_store.INDEX_FILE)
+    if os.path.isfile(index_path):
+        idx = logits_store.TeacherLogits.open(out).index   # every listed shard intact
+        if idx["top_k"] != top_k or idx["dtypes"].get("topk_logp") != value_dtype:
+            raise logits_store.LogitStoreError(
+                f"{index_path}: existing store has top_k={idx['top_k']}, topk_logp dtype "
+                f"{idx['dtypes'].get('topk_logp')}; cannot resume with --top_k={top_k}, "
+                f"--value_dtype={value_dtype} (use another --out)")
+    model = scoring.load_teacher(teacher, dtype=dtype, device=device)
     rows = model.get_output_embeddings().weight.shape[0]
     if rows < n_tok:
-        raise ValueError(f"--teacher {args.teacher}: {rows} output rows < {n_tok} tokenizer tokens")
-    meta = {"teacher": os.path.abspath(args.teacher),
+        raise BadInput(f"--teacher {teacher}: {rows} output rows < {n_tok} tokenizer tokens")
+    meta = {"teacher": os.path.abspath(teacher),
             "teacher_model_type": model.config.model_type, "teacher_vocab_rows": int(rows),
             "vocab_size": n_tok, "tokenizer_fingerprint": fingerprint,
-            "temperature": args.temperature, "compute_dtype": args.dtype, **source}
-    stats = export_logits(model, seq_ids, seqs, args.out, meta=meta, vocab_size=n_tok,
-                          top_k=args.top_k, batch_tokens=args.batch_tokens,
-                          shard_tokens=args.shard_tokens, value_dtype=args.value_dtype,
-                          temperature=args.temperature, device=args.device,
-                          progress=not args.no_progress)
-    print(json.dumps({"out": args.out, **stats}))
-    return stats
-
-
-if __name__ == "__main__":
-    main()
+            "temperature": temperature, "compute_dtype": dtype, **source}
+    return export_logits(model, seq_ids, seqs, out, meta=meta, vocab_size=n_tok, top_k=top_k,
+                         batch_tokens=batch_tokens, shard_tokens=shard_tokens,
+                         value_dtype=value_dtype, temperature=temperature, device=device,
+                         progress=progress)

@@ -1,0 +1,26 @@
+"""Shared bits of the distillation commands' entry modules (``*/__main__.py``).
+
+:func:`undash` keeps the former argparse spellings working: ``--top-k=8`` / ``--top-k 8``
+become ``--top_k=8`` when ``top_k`` is one of the command's flags, and ``--no-progress``
+becomes ``--noprogress``. Everything else is left to absl (``prada_jax.cli.parse_local``).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Iterable, Sequence
+
+
+def undash(argv: Sequence[str] | None, names: Iterable[str]) -> list[str]:
+    """``argv`` (default ``sys.argv[1:]``) with dash spellings of ``names`` rewritten."""
+    names = set(names)
+    out = []
+    for a in list(sys.argv[1:] if argv is None else argv):
+        if a.startswith("--") and "-" in a[2:].split("=", 1)[0]:
+            key, eq, val = a[2:].partition("=")
+            new = key.replace("-", "_")
+            if new in names:
+                a = f"--{new}{eq}{val}"
+            elif new.startswith("no_") and new[3:] in names:
+                a = f"--no{new[3:]}{eq}{val}"
+        out.append(a)
+    return out

@@ -1,0 +1,98 @@
+"""The task interface the distillation trainer is given, and a registry of tasks by name.
+
+The trainer (:mod:`prada_jax.distill.loop`) imports no task: everything task-specific reaches
+it through a :class:`Task`, looked up by the pool's ``meta["task"]`` name (:func:`for_pool`)
+or passed in by the caller. A task bundles
+
+* its token ids the trainer needs (``pad_id``, ``eos_id``, ``stop_ids`` ending an agent turn),
+* ``build_tokenizer()`` (saved next to the student's Hugging Face folder),
+* ``tool_calls()`` — the environment's call counter in this process (the trainer logs its
+  increase over training steps as ``distill/env_calls``; it must stay 0),
+* ``build_pool(teacher_model, out_dir, n, seed)`` — records teacher trajectories as a pool,
+* ``teacher_scorer(teacher_dir, top_k)`` — a function ``list[list[int]] -> list[dict]`` with the
+  exporter's contract (:func:`prada_jax.distill.scoring.score_sequences`), for on-policy mode,
+* ``evaluate(model, n_problems, seed, batch)`` — runs the task with its tool on a Flax model and
+  returns ``{"success_rate", "ci95", "n", "tool_calls", "mean_turns"}``; ``None`` when the task
+  has no evaluator (the trainer then records no success rate).
+
+A pool of an unregistered task gets :func:`generic_task` (no evaluator, no stop ids, teacher
+scoring by the shared exporter path), so the trainer still runs on converted chat-JSONL pools.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+from prada_jax.errors import BadInput
+
+
+class Task(NamedTuple):
+    """What the trainer needs from a task (see the module docstring)."""
+
+    name: str
+    pad_id: int
+    eos_id: int
+    stop_ids: tuple[int, ...]
+    build_tokenizer: Optional[Callable[[], Any]]
+    tool_calls: Callable[[], int]
+    build_pool: Optional[Callable[..., Any]]
+    teacher_scorer: Callable[[Any, int], Callable]
+    evaluate: Optional[Callable[..., dict]]
+
+
+def hf_teacher_scorer(teacher_dir, top_k: int) -> Callable:
+    """Loads a Hugging Face teacher folder once; returns ``seqs -> score dicts`` (the one
+    teacher-scoring path, :func:`prada_jax.distill.scoring.score_sequences`)."""
+    from prada_jax.distill.scoring import load_teacher, score_sequences
+    model = load_teacher(teacher_dir)
+    return lambda seqs: score_sequences(model, seqs, top_k)
+
+
+def _arith() -> Task:
+    from prada_jax.distill.task import arith
+
+    def evaluate(model, n_problems: int, seed: int, batch: int) -> dict:
+        from prada_jax.distill.task.evaluate import evaluate_model
+        return evaluate_model(model, arith.make_problems(seed * 1000 + 3, n_problems),
+                              batch=batch)
+
+    def build_pool(teacher_model, out_dir, n: int, seed: int, **kw):
+        from prada_jax.distill.task.teacher import record_pool
+        return record_pool(teacher_model, arith.make_problems(seed * 1000 + 2, n), out_dir,
+                           seed=seed, **kw)
+
+    return Task(name=arith.TASK_NAME, pad_id=arith.PAD_ID, eos_id=arith.EOS_ID,
+                stop_ids=tuple(arith.STOP_IDS), build_tokenizer=arith.build_tokenizer,
+                tool_calls=lambda: arith.TOOL_CALLS.calls, build_pool=build_pool,
+                teacher_scorer=hf_teacher_scorer, evaluate=evaluate)
+
+
+_FACTORIES: dict[str, Callable[[], Task]] = {"arith_calc_v1": _arith}
+
+
+def register(name: str, factory: Callable[[], Task]) -> None:
+    """Adds a task factory under ``name`` (the ``task`` field its pools record)."""
+    _FACTORIES[name] = factory
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_FACTORIES)
+
+
+def get(name: str) -> Task:
+    """The registered task ``name``; :class:`~prada_jax.errors.BadInput` naming the choices."""
+    if name not in _FACTORIES:
+        raise BadInput(f"unknown distillation task {name!r}; registered: {sorted(_FACTORIES)}")
+    return _FACTORIES[name]()
+
+
+def generic_task(name: str = "generic") -> Task:
+    """A task known only by its pool: no evaluator, no stop ids, pad/eos id 0/1."""
+    return Task(name=name, pad_id=0, eos_id=1, stop_ids=(), build_tokenizer=None,
+                tool_calls=lambda: 0, build_pool=None, teacher_scorer=hf_teacher_scorer,
+                evaluate=None)
+
+
+def for_pool(pool_meta: dict) -> Task:
+    """The registered task a pool was recorded for, else :func:`generic_task`."""
+    name = str(pool_meta.get("task", ""))
+    return get(name) if name in _FACTORIES else generic_task(name or "generic")
