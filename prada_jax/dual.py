@@ -595,9 +595,7 @@ def edge_slot_inputs(state, action, params, noise):
     cand = nominated | queued
     gain = jnp.where(deciding, gain_in, state.gain)
     req = edge.request_scalars(state, params, noise.fading)
-    in_service = state.phase == edge.SERVICE
-    free_units = params.num_servers - jnp.sum(in_service.astype(jnp.int32))
-    free_bw = params.bandwidth_hz - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
+    free_units, free_bw = edge.free_resources(state, params)  # scenario's M_t, B_t
     tr = params.traces
     n = state.node
     queue_len = jnp.sum(queued.astype(jnp.int32))
