@@ -29,7 +29,7 @@ of ``initial_users``); per-user metrics count users that finish inside the windo
 Metrics per seed (units in ``evals.report.METRICS``): accuracy, mean and p95 latency (exact:
 latencies are whole slots, histogrammed per slot), processing / communication / queueing delay
 per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
-server utilisation (mean busy units / M per slot), outage rate (outages / upload attempts),
+server utilisation (mean busy units / M per slot), mean queue length (requests per slot), outage rate (outages / upload attempts),
 blocked rate (blocked / arrivals), fallback share (steps that used a trace fallback / steps),
 and the env objective ``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
 """
@@ -108,14 +108,18 @@ def _zero_apply(params, obs):
 
 @functools.lru_cache(maxsize=16)
 def make_evaluator(num_slots: int, warmup_slots: int,
-                   apply_fn: Callable | None = None) -> Callable:
-    """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random) -> totals``.
+                   apply_fn: Callable | None = None, mult_fn: Callable | None = None) -> Callable:
+    """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random[, mult_params])
+    -> totals``.
 
     Args:
       num_slots: T, slots simulated per seed (static).
       warmup_slots: W < T, slots discarded before measuring (static).
       apply_fn: ``apply_fn(net_params, obs [U, D]) -> (logits [U, 2], q [U, 2])`` of the
         screening policy; None for the baselines (net_params is then ignored).
+      mult_fn: optional ``mult_fn(mult_params, state, params) -> (lambda_s, mu)`` giving the
+        multipliers of each slot from the env state before it (load-conditioned multipliers,
+        ``evals.stage2``); None: the constant ``params.lambda_s`` / ``params.mu``.
     Returns:
       a jitted function; ``totals`` is a dict of [S] sums over the window plus
       ``latency_hist`` [S, T + 1] (finished users per latency in slots). Cached per
@@ -126,14 +130,14 @@ def make_evaluator(num_slots: int, warmup_slots: int,
     apply_fn = apply_fn or _zero_apply
     n_bins = num_slots + 1
 
-    def _one(key, params, net_params, screen_mode, p_random):
+    def _one(key, params, net_params, screen_mode, p_random, mult_params):
         reset_key, run_key = jax.random.split(key)
         obs, state = edge.reset(reset_key, params)
         u = params.num_users
         zf = jnp.zeros((), jnp.float32)
         acc0 = dict(finished=zf, correct=zf, latency_s=zf, processing_s=zf, communication_s=zf,
                     queueing_s=zf, offloads=zf, outages=zf, steps=zf, fallbacks=zf,
-                    server_busy=zf, slots=zf, arrivals=zf, blocked=zf, decisions=zf,
+                    server_busy=zf, queue_len=zf, slots=zf, arrivals=zf, blocked=zf, decisions=zf,
                     nominations=zf, latency_hist=jnp.zeros((n_bins,), jnp.float32))
 
         def _slot(carry, t):
@@ -149,8 +153,12 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                                 greedy)
             gain = jnp.where(screen_mode == SCREEN_POLICY, (q[..., 1] - q[..., 0]),
                              params.default_gain).astype(jnp.float32)
+            p_t = params
+            if mult_fn is not None:
+                lam, mu = mult_fn(mult_params, state, params)
+                p_t = params.replace(lambda_s=lam, mu=mu)
             obs, state, _, done, info = edge.step(env_key, state, edge.EdgeAction(screen, gain),
-                                                  params)
+                                                  p_t)
             w = (t >= warmup_slots).astype(jnp.float32)
             d = done.astype(jnp.float32) * w
             lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
@@ -167,6 +175,7 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                 steps=jnp.sum(d * f32(info["user_steps"])),
                 fallbacks=jnp.sum(d * f32(info["user_fallbacks"])),
                 server_busy=w * f32(info["server_in_use"]) / f32(params.num_servers),
+                queue_len=w * f32(info["queue_len"]),
                 slots=w, arrivals=w * f32(info["arrivals"]), blocked=w * f32(info["blocked"]),
                 decisions=w * jnp.sum(f32(info["decision_mask"])),
                 nominations=w * jnp.sum(f32(info["nominated"])))
@@ -177,7 +186,10 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                                       jnp.arange(num_slots, dtype=jnp.int32))
         return acc
 
-    batched = jax.vmap(_one, in_axes=(0, None, None, None, None))
+    def batched(keys, params, net_params, screen_mode, p_random, mult_params=None):
+        return jax.vmap(_one, in_axes=(0, None, None, None, None, None))(
+            keys, params, net_params, screen_mode, p_random, mult_params)
+
     return jax.jit(batched)
 
 
@@ -209,6 +221,7 @@ def per_seed_metrics(totals: dict, tau_s: float) -> dict[str, np.ndarray]:
         "offload_rate": ratio(t["offloads"], t["steps"]),
         "nomination_rate": ratio(t["nominations"], t["decisions"]),
         "server_util": ratio(t["server_busy"], t["slots"]),
+        "queue_len": ratio(t["queue_len"], t["slots"]),
         "outage_rate": ratio(t["outages"], t["offloads"] + t["outages"]),
         "blocked_rate": ratio(t["blocked"], t["arrivals"]),
         "fallback_share": ratio(t["fallbacks"], t["steps"]),

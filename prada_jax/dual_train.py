@@ -63,6 +63,10 @@ def validate_config(config) -> dual.DualConfig:
     cu.check_int(config, "env.num_users", "env.num_servers", minimum=1)
     cu.check_int(config, "env.max_wait_slots", "env.problems", "env.trace_seed", minimum=0)
     cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
+    if "scenario" in config.env:  # absent from config.json files written before it
+        from envs import scenarios
+        cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
+        cu.check_int(config, "env.scenario_length", minimum=1)
     if not config.env.trace_dir:
         cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
     elif not Path(config.env.trace_dir).is_dir():
@@ -113,13 +117,17 @@ def build_env_params(config, traces):
     (``threshold_admission`` when ``config.dual.queue_price``)."""
     from envs import registry
 
+    from envs import scenarios
+
     e = config.env
     sched = "threshold_admission" if queue_price(config) else "threshold"
+    scn = scenarios.preset(e.get("scenario", "nominal"),
+                           int(e.get("scenario_length", scenarios.DEFAULT_LENGTH)))
     _, params = registry.make(
         "edge", traces=traces, num_users=int(e.num_users), scheduler=sched,
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
-        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode)
+        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode, scenario=scn)
     return params
 
 
@@ -174,8 +182,9 @@ def _final_multipliers(carry: dual.RolloutCarry, dcfg: dual.DualConfig, load_mea
 def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dict:
     """Learns the multipliers; writes checkpoints, curves, multipliers.json and gap.json.
 
-    Returns a dict with ``chunk``, ``multipliers`` and the last chunk's ``scalars`` (and
-    ``gap`` if evaluated in this call).
+    Returns a dict with ``chunk``, ``multipliers``, ``dual_state`` (the learner's final
+    ``dual.DualState``: a conditioned map is evaluated from it) and the last chunk's
+    ``scalars`` (and ``gap`` if evaluated in this call).
     """
     from prada_jax.checkpointing import Checkpointer
     from prada_jax.metric_writer import MetricWriter, all_finite
@@ -190,7 +199,8 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
                 "num_users": int(config.env.num_users), "num_servers": int(config.env.num_servers),
                 "bandwidth_hz": float(config.env.bandwidth_hz),
                 "arrival_rate_hz": float(config.env.arrival_rate_hz),
-                "beta": float(config.env.beta), "tau_s": float(config.env.tau_s)}
+                "beta": float(config.env.beta), "tau_s": float(config.env.tau_s),
+                "scenario": str(config.env.get("scenario", "nominal"))}
 
     chunk_fn = _cached(("chunk", dcfg, int(config.train.rollout_len),
                         int(config.train.sgd_steps), _policy_key(policy_info)),
@@ -253,7 +263,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
         if bar is not None:
             bar.close()
         ckpt.close()
-        result = {"chunk": stop, "scalars": scalars}
+        result = {"chunk": stop, "scalars": scalars, "dual_state": carry.dual}
         if start == stop and (workdir / dual.MULTIPLIERS_FILE).is_file():
             result["multipliers"] = load_multipliers(workdir)
         else:

@@ -38,6 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.tau_s = 0.05              # slot length τ [s]
     c.env.max_wait_slots = 20       # a request that waited this many slots is kept local
     c.env.reward_mode = "true"      # "coarse" or "true" (the env's reward; logged only)
+    c.env.scenario = "nominal"      # envs.scenarios preset (per-slot load schedule)
+    c.env.scenario_length = 1200    # its length in slots (repeats; 60 s at τ = 50 ms)
 
     c.policy = ml_collections.ConfigDict()
     c.policy.rule_threshold = 0.0   # trace rule: nominate iff cand_prm[1] − cand_prm[0] > this
