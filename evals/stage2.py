@@ -71,13 +71,23 @@ PAIRS = {"learned_minus_zero": (ROW_CONST, ROW_ZERO),
          "conditioned_minus_best_constant": (ROW_COND, ROW_BEST)}
 
 # Sizes. ``full`` is what docs/results/stage2.md was measured with (unless it says otherwise).
+# ``env``: overrides of the policy run's env (the scarce server of these scenarios: M = 1 LLM
+# job at a time; an assumption chosen so that the contended presets load it, see docs/dual.md).
 SIZES = {
     "quick": dict(seeds=2, slots=240, warmup=40, scenario_length=240, num_users=16,
+                  eval_problems=60, env={"num_servers": 1, "arrival_rate_hz": 12.0},
                   ppo_variant="smoke", ppo_overrides={},
                   dual={"train.num_envs": 4, "train.rollout_len": 40, "train.num_chunks": 3,
                         "train.sgd_steps": 5, "dual.anneal_steps": 15},
                   grid=dict(lam=(0.0, 0.01, 0.1), mu_per_mhz=(0.0,), fine=False)),
+    "demo": dict(seeds=5, slots=1200, warmup=100, scenario_length=600, num_users=32,
+                 eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
+                 ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
+                 dual={"train.num_envs": 8, "train.rollout_len": 50, "train.num_chunks": 8,
+                       "train.sgd_steps": 10, "dual.anneal_steps": 80},
+                 grid=dict(lam=None, mu_per_mhz=(0.0,), fine=True)),
     "full": dict(seeds=8, slots=2400, warmup=200, scenario_length=1200, num_users=32,
+                 eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
                  ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
                  dual={"train.num_envs": 16, "train.rollout_len": 100, "train.num_chunks": 12,
                        "train.sgd_steps": 25, "dual.anneal_steps": 300},
@@ -298,11 +308,15 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
 
 
 def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
-        policy_dir: str | None = None, num_users: int | None = None, log=print) -> dict:
-    """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict."""
+        policy_dir: str | None = None, num_users: int | None = None, log=print,
+        size: str | None = None) -> dict:
+    """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
+
+    ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full")."""
     from evals import suite
 
-    size = dict(SIZES["quick" if quick else "full"])
+    size_name = size or ("quick" if quick else "full")
+    size = dict(SIZES[size_name])
     if seeds is not None:
         size["seeds"] = int(seeds)
     if num_users is not None:
@@ -312,9 +326,10 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     t_start = time.perf_counter()
     pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log)
     policy = suite.load_policy(str(pol_dir))
-    env_kw = suite.env_kwargs_from(policy.config, {"num_users": size["num_users"]})
+    env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
+                                                       num_users=size["num_users"]))
     env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
-    traces = suite.load_traces("gsm8k", None if not quick else 60,
+    traces = suite.load_traces("gsm8k", size.get("eval_problems"),
                                int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
     suite.check_policy_traces(policy, traces)
     base = edge.make_params(traces.traces, **{k: env_kw[k] for k in (
@@ -328,7 +343,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         "env": {k: env_kw[k] for k in ("num_users", "num_servers", "bandwidth_hz",
                                        "arrival_rate_hz", "beta", "tau_s")},
         "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
-        "scenario_length": size["scenario_length"], "quick": bool(quick),
+        "scenario_length": size["scenario_length"], "size": size_name,
         "dual_overrides": size["dual"], "ci95": "half-width of the 95% Student-t interval"}}
     for name in scenario_names:
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")

@@ -143,7 +143,7 @@ def build_policy(config, traces):
     trainer.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
     fn = dual.make_ppo_policy(policy.apply_fn, policy.params, greedy=bool(config.policy.greedy))
     return fn, {"kind": "ppo", "workdir": str(config.policy_dir),
-                "step": int(policy.meta.get("step", -1))}
+                "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy)}
 
 
 # ----------------------------------------------------------------------------- training
@@ -154,10 +154,14 @@ _JIT_CACHE: dict = {}
 
 
 def _policy_key(policy_info: dict):
-    """Hashable identity of a policy, or a unique object (no reuse) for a PPO policy whose
-    parameters are baked into the compiled function."""
+    """Hashable identity of a policy: the trace rule's threshold, or a PPO run's resolved folder,
+    checkpoint step and sampling mode (its parameters are baked into the compiled function, so
+    runs of the same checkpoint in one process, e.g. ``evals.stage2``, share it)."""
     if policy_info.get("kind") == "trace_rule":
         return ("trace_rule", float(policy_info["threshold"]))
+    if policy_info.get("kind") == "ppo" and int(policy_info.get("step", -1)) >= 0:
+        return ("ppo", str(Path(policy_info["workdir"]).resolve()), int(policy_info["step"]),
+                bool(policy_info.get("greedy", True)))
     return object()
 
 

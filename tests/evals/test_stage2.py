@@ -17,8 +17,8 @@ from evals import evaluate as ev
 from evals import grid, stage2
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = dict(seeds=3, slots=60, warmup=10, scenario_length=60, num_users=8,
-            ppo_variant="smoke", ppo_overrides={},
+TINY = dict(seeds=3, slots=60, warmup=10, scenario_length=60, num_users=8, eval_problems=60,
+            env={"num_servers": 1, "arrival_rate_hz": 12.0}, ppo_variant="smoke", ppo_overrides={},
             dual={"train.num_envs": 2, "train.rollout_len": 10, "train.num_chunks": 1,
                   "train.sgd_steps": 2, "dual.anneal_steps": 2},
             grid=dict(lam=(0.0, 0.1), mu_per_mhz=(0.0,), fine=False))
@@ -121,8 +121,8 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
     policy = suite.load_policy(str(out / "pol"))
     traces = suite.load_traces("gsm8k", 60, int(policy.config.env.trace_seed)
                                + suite.HELD_OUT_SEED_OFFSET)
-    params = edge.make_params(traces.traces, num_users=8, num_servers=4, bandwidth_hz=20e6,
-                              arrival_rate_hz=float(policy.config.env.arrival_rate_hz),
+    params = edge.make_params(traces.traces, num_users=8, num_servers=1, bandwidth_hz=20e6,
+                              arrival_rate_hz=12.0,
                               beta=float(policy.config.env.beta), tau_s=0.05,
                               scenario=scenarios.preset("burst", 60))
     e = ev.Evaluator(params, 3, 60, 10, policy.apply_fn, policy.params)
