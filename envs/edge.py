@@ -48,6 +48,7 @@ import numpy as np
 from flax import struct
 
 from prada_jax import latency as lat
+from prada_jax.errors import BadInput
 from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, prefix_admit
 from prada_jax.sched.registry import RSD_INDEX, SCHEDULERS, scheduler_index
 from prada_jax.traces.format import TraceSet
@@ -79,6 +80,9 @@ class EnvParams:
       max_wait_slots: a request that has waited this many slots is kept local.
       rsd_threshold: the RSD rule keeps a draft whose PRM score is ≥ this.
       true_reward: bool, ``true`` reward mode (else ``coarse``).
+      policy_true_reward: bool, the screening policy whose ΔQ the nominations carry was
+        trained with the ``true`` reward (else ``coarse``); the threshold rule then adds no
+        communication cost to ΔQ (``prada_jax.sched.threshold``).
       server_kv_cache: bool, per-user server KV cache (extension).
       downlink: bool, charge the download of the LLM step.
       ctx_scale: observation scale of context length [1 / tokens] (obs = tokens · scale).
@@ -104,6 +108,7 @@ class EnvParams:
     downlink: Any
     ctx_scale: Any
     num_users: int = struct.field(pytree_node=False, default=16)
+    policy_true_reward: Any = False
 
     @property
     def feature_dim(self) -> int:
@@ -201,6 +206,7 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 arrival_rate_hz: float = 4.0, initial_users: int | None = None,
                 default_gain: float = 0.05, max_wait_slots: int = 20,
                 rsd_threshold: float = 0.7, reward_mode: str = "coarse",
+                policy_reward_mode: str = "coarse",
                 server_kv_cache: bool = False, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
                 latency: lat.LatencyParams | None = None, **latency_overrides) -> EnvParams:
@@ -212,6 +218,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
 
     Args:
       traces: a ``TraceSet`` (NumPy or jnp arrays).
+      policy_reward_mode: the reward the screening policy was trained with (``coarse`` or
+        ``true``; ``policy_meta.json``'s ``reward_mode``): what the threshold rule still adds
+        to the ΔQ a nomination carries. Another value raises ``errors.BadInput``.
       feature_dim: if given, the feature dim the caller (e.g. a policy) expects; a trace set with
         a different one is refused.
       latency: latency constants (default ``prada_jax.latency.default_latency_params()``);
@@ -241,6 +250,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         raise ValueError(f"ctx_scale must be > 0, got {ctx_scale}")
     if reward_mode not in REWARD_MODES:
         raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+    if policy_reward_mode not in REWARD_MODES:
+        raise BadInput(f"policy_reward_mode (the screening policy's training reward) must be "
+                       f"one of {REWARD_MODES}, got {policy_reward_mode!r}")
     if initial_users is None:
         initial_users = num_users
     if not 0 <= int(initial_users) <= int(num_users):
@@ -272,7 +284,8 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         default_gain=f32(default_gain), max_wait_slots=i32(max_wait_slots),
         rsd_threshold=f32(rsd_threshold), true_reward=jnp.asarray(reward_mode == "true"),
         server_kv_cache=jnp.asarray(bool(server_kv_cache)), downlink=jnp.asarray(bool(downlink)),
-        ctx_scale=f32(ctx_scale), num_users=int(num_users))
+        ctx_scale=f32(ctx_scale), num_users=int(num_users),
+        policy_true_reward=jnp.asarray(policy_reward_mode == "true"))
 
 
 def replace_traces(params: EnvParams, traces: TraceSet) -> EnvParams:
@@ -287,7 +300,8 @@ def replace_traces(params: EnvParams, traces: TraceSet) -> EnvParams:
 def sched_params(params: EnvParams) -> SchedParams:
     return SchedParams(lambda_s=params.lambda_s, mu=params.mu, beta=params.beta,
                        tau_s=params.tau_s, num_servers=params.num_servers,
-                       max_wait_slots=params.max_wait_slots, rsd_threshold=params.rsd_threshold)
+                       max_wait_slots=params.max_wait_slots, rsd_threshold=params.rsd_threshold,
+                       policy_true_reward=params.policy_true_reward)
 
 
 # ----------------------------------------------------------------------------- specs
@@ -453,6 +467,54 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
                 upload_tokens=up_tokens)
 
 
+class CandidateSet(NamedTuple):
+    """The requests the stage-2 scheduler decides in one slot, and what it can use.
+
+    x: ``SchedInputs`` [U] (non-candidates masked by ``x.candidate``); free_units: int32 scalar,
+    server units not held by running jobs; free_bw_hz: float32 scalar, bandwidth not held [Hz];
+    req: ``request_scalars`` of every user this slot; deciding / nominated / queued: [U] bool,
+    users at a decision point / that nominate (or every decider under RSD) / already waiting.
+    """
+
+    x: SchedInputs
+    free_units: Any
+    free_bw_hz: Any
+    req: dict
+    deciding: Any
+    nominated: Any
+    queued: Any
+
+
+def candidate_set(state: EnvState, action, params: EnvParams, noise: Noise) -> CandidateSet:
+    """The slot's candidate set as ``step_with_noise`` hands it to the scheduler (the one place
+    it is built: stage-2 rollouts read it from here). ``action``: [U] int32 or ``EdgeAction``."""
+    tr = params.traces
+    u = params.num_users
+    if isinstance(action, EdgeAction):
+        screen = jnp.asarray(action.screen, jnp.int32)
+        gain_in = jnp.asarray(action.gain, jnp.float32)
+    else:
+        screen = jnp.asarray(action, jnp.int32)
+        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
+    phase, n = state.phase, state.node
+    deciding = phase == DECIDE
+    nominated = deciding & ((screen == 1) | (params.scheduler == RSD_INDEX))
+    queued = phase == QUEUE_PHASE
+    cand = nominated | queued
+    gain = jnp.where(deciding, gain_in, state.gain)
+    req = request_scalars(state, params, noise.fading)
+    in_service = phase == SERVICE
+    free_units = params.num_servers - jnp.sum(in_service.astype(jnp.int32))
+    free_bw = params.bandwidth_hz - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
+    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
+                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
+                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
+                    u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)),
+                    comm_s=req["upload_s"] + req["download_s"])
+    return CandidateSet(x=x, free_units=free_units, free_bw_hz=free_bw, req=req,
+                        deciding=deciding, nominated=nominated, queued=queued)
+
+
 def step(key, state: EnvState, action, params: EnvParams):
     """One slot. ``action``: [U] int32 screening actions or an ``EdgeAction``.
 
@@ -478,32 +540,15 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     """
     tr = params.traces
     tau = params.tau_s
-    u = params.num_users
-    if isinstance(action, EdgeAction):
-        screen = jnp.asarray(action.screen, jnp.int32)
-        gain_in = jnp.asarray(action.gain, jnp.float32)
-    else:
-        screen = jnp.asarray(action, jnp.int32)
-        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
     t = state.t
     phase = state.phase
     n = state.node
     rsd_on = params.scheduler == RSD_INDEX
 
-    deciding = phase == DECIDE
-    nominated = deciding & ((screen == 1) | rsd_on)
-    queued = phase == QUEUE_PHASE
-    cand = nominated | queued
-    gain = jnp.where(deciding, gain_in, state.gain)
-
-    req = request_scalars(state, params, noise.fading)
-    in_service = phase == SERVICE
-    free_units = params.num_servers - jnp.sum(in_service.astype(jnp.int32))
-    free_bw = params.bandwidth_hz - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
-    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
-                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
-                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
-                    u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)))
+    cs = candidate_set(state, action, params, noise)
+    x, free_units, free_bw, req = cs.x, cs.free_units, cs.free_bw_hz, cs.req
+    deciding, nominated, queued, cand, gain = (cs.deciding, cs.nominated, cs.queued,
+                                               x.candidate, x.gain)
     dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, free_units, free_bw,
                          sched_params(params))
     dec = jnp.where(cand, jnp.clip(dec.astype(jnp.int32), LOCAL, IMMEDIATE), LOCAL)
