@@ -9,7 +9,7 @@ least one candidate are collected, and compares per slot the value of the hard t
 decision (after its feasibility repair) with the oracle's optimum (enumeration ≤ 10 candidates,
 else scipy MILP). Prints mean, 5th percentile and min of the per-slot ratio, the pooled ratio,
 and the same for λ_s = µ = 0 on the same slots; writes JSON (default ``<workdir>/gap.json``).
-The rule is the run's (``config.dual.queue_price``: the opt-in admission-price form). Because
+The rule is the admission-price threshold rule (``prada_jax.sched.threshold``). Because
 the per-slot oracle is myopic, it also rolls the env out for ``--env_chunks`` × 100 slots per
 env with the run's multipliers and with λ_s = µ = 0 (same seed) and prints the long-run env
 reward per slot, accuracy, latency and queue length of both (0 = skip).
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
                        "arrival_rate_hz": float(config.env.arrival_rate_hz),
                        "num_users": int(config.env.num_users)}
     tag = " (synthetic traces)" if trace_info.get("synthetic") else ""
-    rule = "admission price (queue_price)" if gap.get("queue_price") else "DESIGN §6"
+    rule = "admission price"
     print(f"multipliers: lambda_s {mult.lambda_s:.5f}, mu {mult.mu * 1e6:.5f} per MHz{tag}; "
           f"rule: {rule}")
     print(f"{gap['positive_slots']} of {gap['slots']} slots with a positive optimum "

@@ -52,6 +52,7 @@ import numpy as np
 from flax import struct
 
 from prada_jax import latency as lat
+from prada_jax.errors import BadInput
 from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, prefix_admit
 from prada_jax.sched.registry import RSD_INDEX, SCHEDULERS, scheduler_index
 from prada_jax.traces.format import TraceSet
@@ -83,6 +84,9 @@ class EnvParams:
       max_wait_slots: a request that has waited this many slots is kept local.
       rsd_threshold: the RSD rule keeps a draft whose PRM score is ≥ this.
       true_reward: bool, ``true`` reward mode (else ``coarse``).
+      policy_true_reward: bool, the screening policy whose ΔQ the nominations carry was
+        trained with the ``true`` reward (else ``coarse``); the threshold rule then adds no
+        communication cost to ΔQ (``prada_jax.sched.threshold``).
       server_kv_cache: bool, per-user server KV cache (extension).
       downlink: bool, charge the download of the LLM step.
       ctx_scale: observation scale of context length [1 / tokens] (obs = tokens · scale).
@@ -115,6 +119,7 @@ class EnvParams:
     scn_channel_db: Any
     scn_servers: Any
     num_users: int = struct.field(pytree_node=False, default=16)
+    policy_true_reward: Any = False
 
     @property
     def feature_dim(self) -> int:
@@ -213,6 +218,7 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 arrival_rate_hz: float = 4.0, initial_users: int | None = None,
                 default_gain: float = 0.05, max_wait_slots: int = 20,
                 rsd_threshold: float = 0.7, reward_mode: str = "coarse",
+                policy_reward_mode: str = "coarse",
                 server_kv_cache: bool = False, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
                 scenario=None,
@@ -225,6 +231,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
 
     Args:
       traces: a ``TraceSet`` (NumPy or jnp arrays).
+      policy_reward_mode: the reward the screening policy was trained with (``coarse`` or
+        ``true``; ``policy_meta.json``'s ``reward_mode``): what the threshold rule still adds
+        to the ΔQ a nomination carries. Another value raises ``errors.BadInput``.
       feature_dim: if given, the feature dim the caller (e.g. a policy) expects; a trace set with
         a different one is refused.
       scenario: an ``envs.scenarios.Scenario`` schedule (default: static, length 1).
@@ -255,6 +264,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         raise ValueError(f"ctx_scale must be > 0, got {ctx_scale}")
     if reward_mode not in REWARD_MODES:
         raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+    if policy_reward_mode not in REWARD_MODES:
+        raise BadInput(f"policy_reward_mode (the screening policy's training reward) must be "
+                       f"one of {REWARD_MODES}, got {policy_reward_mode!r}")
     if initial_users is None:
         initial_users = num_users
     if not 0 <= int(initial_users) <= int(num_users):
@@ -290,7 +302,7 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         server_kv_cache=jnp.asarray(bool(server_kv_cache)), downlink=jnp.asarray(bool(downlink)),
         ctx_scale=f32(ctx_scale), scn_arrival=f32(scn.arrival), scn_bandwidth=f32(scn.bandwidth),
         scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers),
-        num_users=int(num_users))
+        num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"))
 
 
 def with_scenario(params: EnvParams, scenario) -> EnvParams:
@@ -338,7 +350,8 @@ def replace_traces(params: EnvParams, traces: TraceSet) -> EnvParams:
 def sched_params(params: EnvParams) -> SchedParams:
     return SchedParams(lambda_s=params.lambda_s, mu=params.mu, beta=params.beta,
                        tau_s=params.tau_s, num_servers=params.num_servers,
-                       max_wait_slots=params.max_wait_slots, rsd_threshold=params.rsd_threshold)
+                       max_wait_slots=params.max_wait_slots, rsd_threshold=params.rsd_threshold,
+                       policy_true_reward=params.policy_true_reward)
 
 
 # ----------------------------------------------------------------------------- specs
@@ -508,6 +521,52 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
                 upload_tokens=up_tokens)
 
 
+class CandidateSet(NamedTuple):
+    """The requests the stage-2 scheduler decides in one slot, and what it can use.
+
+    x: ``SchedInputs`` [U] (non-candidates masked by ``x.candidate``); free_units: int32 scalar,
+    server units not held by running jobs; free_bw_hz: float32 scalar, bandwidth not held [Hz];
+    req: ``request_scalars`` of every user this slot; deciding / nominated / queued: [U] bool,
+    users at a decision point / that nominate (or every decider under RSD) / already waiting.
+    """
+
+    x: SchedInputs
+    free_units: Any
+    free_bw_hz: Any
+    req: dict
+    deciding: Any
+    nominated: Any
+    queued: Any
+
+
+def candidate_set(state: EnvState, action, params: EnvParams, noise: Noise) -> CandidateSet:
+    """The slot's candidate set as ``step_with_noise`` hands it to the scheduler (the one place
+    it is built: stage-2 rollouts read it from here). ``action``: [U] int32 or ``EdgeAction``."""
+    tr = params.traces
+    u = params.num_users
+    if isinstance(action, EdgeAction):
+        screen = jnp.asarray(action.screen, jnp.int32)
+        gain_in = jnp.asarray(action.gain, jnp.float32)
+    else:
+        screen = jnp.asarray(action, jnp.int32)
+        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
+    phase, n = state.phase, state.node
+    deciding = phase == DECIDE
+    nominated = deciding & ((screen == 1) | (params.scheduler == RSD_INDEX))
+    queued = phase == QUEUE_PHASE
+    cand = nominated | queued
+    gain = jnp.where(deciding, gain_in, state.gain)
+    req = request_scalars(state, params, noise.fading)
+    free_units, free_bw = free_resources(state, params)  # the scenario's M_t, B_t
+    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
+                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
+                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
+                    u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)),
+                    comm_s=req["upload_s"] + req["download_s"])
+    return CandidateSet(x=x, free_units=free_units, free_bw_hz=free_bw, req=req,
+                        deciding=deciding, nominated=nominated, queued=queued)
+
+
 def step(key, state: EnvState, action, params: EnvParams):
     """One slot. ``action``: [U] int32 screening actions or an ``EdgeAction``.
 
@@ -534,32 +593,17 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     """
     tr = params.traces
     tau = params.tau_s
-    u = params.num_users
-    if isinstance(action, EdgeAction):
-        screen = jnp.asarray(action.screen, jnp.int32)
-        gain_in = jnp.asarray(action.gain, jnp.float32)
-    else:
-        screen = jnp.asarray(action, jnp.int32)
-        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
     t = state.t
     phase = state.phase
     n = state.node
     rsd_on = params.scheduler == RSD_INDEX
 
-    deciding = phase == DECIDE
-    nominated = deciding & ((screen == 1) | rsd_on)
-    queued = phase == QUEUE_PHASE
-    cand = nominated | queued
-    gain = jnp.where(deciding, gain_in, state.gain)
-
-    req = request_scalars(state, params, noise.fading)
+    cs = candidate_set(state, action, params, noise)
+    x, free_units, free_bw, req = cs.x, cs.free_units, cs.free_bw_hz, cs.req
+    deciding, nominated, queued, cand, gain = (cs.deciding, cs.nominated, cs.queued,
+                                               x.candidate, x.gain)
     cond = slot_conditions(params, t)
-    free_units, free_bw = free_resources(state, params)
     n_arrivals = poisson_from_uniform(noise.u_arrival, cond["arrival_rate_hz"] * tau)
-    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
-                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
-                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
-                    u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)))
     dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, free_units, free_bw,
                          sched_params(params))
     dec = jnp.where(cand, jnp.clip(dec.astype(jnp.int32), LOCAL, IMMEDIATE), LOCAL)

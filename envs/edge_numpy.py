@@ -117,23 +117,22 @@ def schedule(name, cands, free_units, free_bw, cfg):
     if name == "rsd":
         wants = {i: by[i]["draft_prm"] < cfg["rsd_threshold"] for i in idx}
         return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
-    if name == "threshold":
-        q = cfg["queue_len"] / cfg["num_servers"]
-        w_bar, red, wants, gi = {}, {}, {}, {}
+    if name in ("threshold", "threshold_admission"):
+        # Admission-price rule with each cost charged once (prada_jax.sched.threshold).
+        c_wait = cfg["beta"] * cfg["tau_s"] * (1.0 + cfg["queue_len"] / cfg["num_servers"])
+        red, wants, gi, qok = {}, {}, {}, {}
         for i in idx:
             c = by[i]
-            w = c["gain"] - cfg["beta"] * c["delay"]
-            w_bar[i] = c["gain"] - cfg["beta"] * (c["delay"] + cfg["tau_s"] * (1.0 + q))
-            g = w - cfg["lambda_s"] - cfg["mu"] * c["bw"]
-            best_other = max(w_bar[i], 0.0)
-            wants[i] = (not exp[i]) and g >= best_other
-            # g − w̄ = β·τ·(1+q) − λ_s − µ·b exactly; written out so equal requests tie exactly
-            red[i] = (cfg["beta"] * cfg["tau_s"] * (1.0 + q) - cfg["lambda_s"]
-                      - cfg["mu"] * c["bw"]) if w_bar[i] > 0 else g
+            w = c["gain"] if cfg.get("policy_reward_mode", "coarse") == "true" else \
+                c["gain"] - cfg["beta"] * c["comm"]
+            g = w - (cfg["lambda_s"] + cfg["mu"] * c["bw"])
+            wants[i] = (not exp[i]) and g >= 0.0
+            qok[i] = g - c_wait > 0.0
+            red[i] = c_wait if qok[i] else g  # value lost if rejected
             gi[i] = g
         order = sorted([i for i in idx if wants[i]], key=lambda i: (-red[i], -gi[i], i))
         admitted = _fill(order, wants, bw, free_units, free_bw)
-        return finish(admitted, {i: w_bar[i] > 0 for i in idx})
+        return finish(admitted, qok)
     raise ValueError(f"unknown scheduler {name!r}")
 
 
@@ -305,6 +304,7 @@ class EdgeEnvNumPy:
                 r = self._request(u, float(noise["fading"][i]))
                 res[i] = r
                 cands.append(dict(i=i, gain=u.gain, delay=r["delay"], bw=r["bw"], wait=u.wait,
+                                  comm=r["up"] + r["dn"],
                                   draft_prm=self.cprm[u.node][0], u=float(noise["u_sched"][i])))
         rate_t, bw_t, m_t, _ = self._cond(self.t)
         free_units = max(m_t - busy_units, 0)

@@ -117,9 +117,10 @@ def make_evaluator(num_slots: int, warmup_slots: int,
       warmup_slots: W < T, slots discarded before measuring (static).
       apply_fn: ``apply_fn(net_params, obs [U, D]) -> (logits [U, 2], q [U, 2])`` of the
         screening policy; None for the baselines (net_params is then ignored).
-      mult_fn: optional ``mult_fn(mult_params, state, params) -> (lambda_s, mu)`` giving the
-        multipliers of each slot from the env state before it (load-conditioned multipliers,
-        ``evals.stage2``); None: the constant ``params.lambda_s`` / ``params.mu``.
+      mult_fn: optional ``mult_fn(mult_params, state, params, action, env_key) -> (lambda_s,
+        mu)`` giving the multipliers of each slot from what the server sees before it
+        (``env_key`` is the key ``edge.step`` draws the slot's noise from; load-conditioned
+        multipliers, ``evals.stage2``); None: the constant ``params.lambda_s`` / ``params.mu``.
     Returns:
       a jitted function; ``totals`` is a dict of [S] sums over the window plus
       ``latency_hist`` [S, T + 1] (finished users per latency in slots). Cached per
@@ -155,7 +156,8 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                              params.default_gain).astype(jnp.float32)
             p_t = params
             if mult_fn is not None:
-                lam, mu = mult_fn(mult_params, state, params)
+                lam, mu = mult_fn(mult_params, state, params, edge.EdgeAction(screen, gain),
+                                  env_key)
                 p_t = params.replace(lambda_s=lam, mu=mu)
             obs, state, _, done, info = edge.step(env_key, state, edge.EdgeAction(screen, gain),
                                                   p_t)

@@ -120,25 +120,17 @@ def _mean_ci95(x) -> dict:
 
 # ----------------------------------------------------------------------------- evaluation
 
-def load_features(state, params) -> jax.Array:
-    """Load features of the conditioned multipliers [3] before a slot: queue length / M,
-    share of active user slots, free server units / M (the env's M_t this slot). Same as the
-    learner's (``prada_jax.dual.edge_slot_inputs``)."""
-    m = params.num_servers.astype(jnp.float32)
-    queue_len = jnp.sum((state.phase == edge.QUEUE_PHASE).astype(jnp.float32))
-    free_units, _ = edge.free_resources(state, params)
-    return jnp.stack([queue_len / m, jnp.mean(state.active.astype(jnp.float32)),
-                      free_units.astype(jnp.float32) / m]).astype(jnp.float32)
-
-
 @functools.lru_cache(maxsize=8)
 def conditioned_mult_fn(dcfg):
-    """``mult_fn(dual_state, env_state, params) -> (λ_s, µ per Hz)`` of a conditioned learner
-    with static config ``dcfg`` (cached: one compiled evaluator per config)."""
-    from prada_jax import dual
+    """``mult_fn(dual_state, env_state, params, action, env_key) -> (λ_s, µ per Hz)`` of a
+    conditioned learner with static config ``dcfg``: the slot's load features exactly as the
+    learner computed them (``prada_jax.dual_rollout.env_slot`` on the noise ``edge.step`` will
+    draw from ``env_key``). Cached: one compiled evaluator per config."""
+    from prada_jax import dual, dual_rollout
 
-    def fn(dual_state, state, params):
-        m = dual.multipliers(dual_state, dcfg, load_features(state, params))
+    def fn(dual_state, state, params, action, env_key):
+        _, batch = dual_rollout.env_slot(state, action, params, edge.draw_noise(env_key, params))
+        m = dual.multipliers(dual_state, dcfg, batch.load)
         return m.lambda_s.astype(jnp.float32), m.mu.astype(jnp.float32)
 
     return fn
@@ -280,8 +272,8 @@ def train_policy(out: Path, size: dict, log=print) -> Path:
 
 def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
                       conditioned: bool, seed: int = 0):
-    """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg,
-    scheduler index of the env it trained on)."""
+    """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
+    env params it trained on: their scheduler and value accounting are what PRADA rows run)."""
     from prada_jax import dual_train
     from train.configs import dual as dual_cfg
 
@@ -302,9 +294,9 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     c.eval.gap_slots = 0
     dcfg = dual_train.validate_config(c)
     traces, _ = dual_train.load_traces(c)
-    sched_index = int(dual_train.build_env_params(c, traces).scheduler)
+    env_params = dual_train.build_env_params(c, traces)
     result = dual_train.train_and_evaluate(c, d)
-    return d, result, dcfg, sched_index
+    return d, result, dcfg, env_params
 
 
 def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
@@ -347,10 +339,14 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         "dual_overrides": size["dual"], "ci95": "half-width of the 95% Student-t interval"}}
     for name in scenario_names:
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
-        _, r_const, _, sched = learn_multipliers(out, name, pol_dir, env_kw, size, False)
+        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_kw, size, False)
         _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_kw, size, True)
         const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
+        sched = int(dual_env.scheduler)
         runner.params = edge.with_scenario(base, scenarios.preset(name, size["scenario_length"]))
+        if hasattr(dual_env, "policy_true_reward"):  # value accounting of the policy's reward
+            runner.params = runner.params.replace(
+                policy_true_reward=dual_env.policy_true_reward)
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: evaluating (learned "
             f"λ_s={const[0]:.4g}, µ={const[1] * 1e6:.4g}/MHz)")
         ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,

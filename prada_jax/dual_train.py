@@ -5,7 +5,7 @@ rollouts and measures the duality gap of the resulting hard threshold rule.
 ``train/configs/dual.py`` ConfigDict, validated once by ``validate_config``, whose errors name
 the field). Nominations come from the PPO policy of ``config.policy_dir``
 (``prada_jax.rl.trainer.load_policy``) or, if that is empty, from the privileged trace rule of
-``prada_jax.dual.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
+``prada_jax.dual_rollout.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
 
     <workdir>/config.json         resolved config
     <workdir>/checkpoints/<chunk>/ orbax: env states, observations, dual state, PRNG key
@@ -37,11 +37,14 @@ import numpy as np
 
 from prada_jax import config_utils
 from prada_jax import dual
+from prada_jax import dual_rollout
 from prada_jax.dual import load_multipliers
+from prada_jax.errors import BadInput
 
 __all__ = ["GAP_FILE", "NonFiniteError", "validate_config", "load_traces", "build_env_params",
            "build_policy", "train_and_evaluate", "collect_slots", "threshold_decisions",
-           "measure_gap", "load_multipliers", "queue_price", "rollout_stats"]
+           "measure_gap", "load_multipliers", "queue_price", "rollout_stats",
+           "policy_reward_mode"]
 
 GAP_FILE = "gap.json"
 
@@ -78,9 +81,10 @@ def validate_config(config) -> dual.DualConfig:
     cu.check_int(config, "eval.gap_envs", minimum=1)
     if "env_chunks" in config.eval:  # absent from config.json files written before it
         cu.check_int(config, "eval.env_chunks", minimum=0)
-    if config.dual.conditioned and int(config.dual.load_features) != dual.LOAD_FEATURES:
-        raise cu.ConfigError(f"config.dual.load_features must be {dual.LOAD_FEATURES} for "
-                             f"the edge env, got {config.dual.load_features}")
+    if (config.dual.conditioned
+            and int(config.dual.load_features) != dual_rollout.LOAD_FEATURES):
+        raise cu.ConfigError(f"config.dual.load_features must be {dual_rollout.LOAD_FEATURES} "
+                             f"for the edge env, got {config.dual.load_features}")
     try:
         return dual.config_from(config.dual)
     except ValueError as e:
@@ -108,26 +112,50 @@ def load_traces(config):
 
 
 def queue_price(config) -> bool:
-    """``config.dual.queue_price`` (False for a config.json written before the field)."""
-    return bool(config.dual.get("queue_price", False))
+    """Always True: the threshold rule charges the admission price to queueing too
+    (``config.dual.queue_price`` is kept only so older configs load)."""
+    del config
+    return True
+
+
+def policy_reward_mode(config) -> str:
+    """The reward the screening policy was trained with (``coarse`` or ``true``), which decides
+    what the threshold rule adds to its ΔQ (``prada_jax.sched.threshold``).
+
+    Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``). A policy written before the
+    field is taken as ``coarse`` (the stage-1 default of train/configs/ppo.py at the time). The
+    privileged trace rule (no ``policy_dir``) carries a bare PRM difference and is treated as
+    ``coarse``. An unknown value raises ``errors.BadInput`` naming the file.
+    """
+    if not config.policy_dir:
+        return "coarse"
+    from envs.edge import REWARD_MODES
+    from prada_jax.rl import trainer
+
+    meta = trainer.read_policy_meta(config.policy_dir)
+    mode = meta.get("reward_mode", "coarse")
+    if mode not in REWARD_MODES:
+        raise BadInput(f"{Path(config.policy_dir) / trainer.POLICY_META_FILE}: reward_mode "
+                       f"must be one of {REWARD_MODES}, got {mode!r}")
+    return mode
 
 
 def build_env_params(config, traces):
-    """Edge env params of the scenario, running the threshold scheduler
-    (``threshold_admission`` when ``config.dual.queue_price``)."""
+    """Edge env params of the scenario, running the threshold scheduler with the value
+    accounting of the policy's training reward (:func:`policy_reward_mode`)."""
     from envs import registry
 
     from envs import scenarios
 
     e = config.env
-    sched = "threshold_admission" if queue_price(config) else "threshold"
     scn = scenarios.preset(e.get("scenario", "nominal"),
                            int(e.get("scenario_length", scenarios.DEFAULT_LENGTH)))
     _, params = registry.make(
-        "edge", traces=traces, num_users=int(e.num_users), scheduler=sched,
+        "edge", traces=traces, num_users=int(e.num_users), scheduler="threshold",
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
-        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode, scenario=scn)
+        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
+        policy_reward_mode=policy_reward_mode(config), scenario=scn)
     return params
 
 
@@ -135,15 +163,18 @@ def build_policy(config, traces):
     """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule."""
     if not config.policy_dir:
         thr = float(config.policy.rule_threshold)
-        return dual.make_trace_rule_policy(thr), {"kind": "trace_rule", "threshold": thr,
-                                                  "note": "privileged: reads cand_prm"}
+        return dual_rollout.make_trace_rule_policy(thr), {
+            "kind": "trace_rule", "threshold": thr, "note": "privileged: reads cand_prm",
+            "reward_mode": "coarse"}
     from prada_jax.rl import trainer
 
     policy, ppo_config = trainer.load_policy(config.policy_dir)
     trainer.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
-    fn = dual.make_ppo_policy(policy.apply_fn, policy.params, greedy=bool(config.policy.greedy))
+    fn = dual_rollout.make_ppo_policy(policy.apply_fn, policy.params,
+                                      greedy=bool(config.policy.greedy))
     return fn, {"kind": "ppo", "workdir": str(config.policy_dir),
-                "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy)}
+                "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy),
+                "reward_mode": policy_reward_mode(config)}
 
 
 # ----------------------------------------------------------------------------- training
@@ -175,7 +206,7 @@ def _scalars(m) -> dict[str, float]:
     return {k: float(np.asarray(v)) for k, v in jax.device_get(m).items() if np.size(v) == 1}
 
 
-def _final_multipliers(carry: dual.RolloutCarry, dcfg: dual.DualConfig, load_mean):
+def _final_multipliers(carry: dual_rollout.RolloutCarry, dcfg: dual.DualConfig, load_mean):
     if dcfg.conditioned:
         m = dual.multipliers(carry.dual, dcfg, jnp.asarray(load_mean, jnp.float32))
     else:
@@ -208,15 +239,15 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
 
     chunk_fn = _cached(("chunk", dcfg, int(config.train.rollout_len),
                         int(config.train.sgd_steps), _policy_key(policy_info)),
-                       lambda: jax.jit(dual.make_train_chunk(
+                       lambda: jax.jit(dual_rollout.make_train_chunk(
                            dcfg, policy_fn, int(config.train.rollout_len),
                            int(config.train.sgd_steps))))
-    carry = dual.init_rollout(jax.random.key(int(config.seed)), env_params, dcfg,
-                              int(config.train.num_envs))
+    carry = dual_rollout.init_rollout(jax.random.key(int(config.seed)), env_params, dcfg,
+                                      int(config.train.num_envs))
     ckpt = Checkpointer(workdir / "checkpoints", save_every=int(config.log.checkpoint_every),
                         max_to_keep=int(config.log.keep_checkpoints))
     start = 0
-    load_mean = np.zeros(dual.LOAD_FEATURES, np.float32)
+    load_mean = np.zeros(dual_rollout.LOAD_FEATURES, np.float32)
     if ckpt.latest_step() is not None:
         carry, meta = ckpt.restore(carry)
         start = int(ckpt.latest_step())
@@ -226,7 +257,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     stop = num_chunks if max_chunks is None else min(num_chunks, start + int(max_chunks))
     slots_per_chunk = int(config.train.rollout_len) * int(config.train.num_envs)
     info = {"mode": dcfg.mode, "conditioned": dcfg.conditioned,
-            "queue_price": dcfg.queue_price, "scenario": scenario,
+            "rule": "admission_price", "scenario": scenario,
             "synthetic_traces": bool(trace_info["synthetic"])}
     scalars: dict[str, float] = {}
     bar = None
@@ -292,12 +323,12 @@ def _frozen_rollout(env_params, policy_fn, mult: dual.Multipliers, num_envs: int
                     rollout_len: int, policy_key, queue_price: bool):
     """(jitted rollout without learning, its initial carry) for fixed multipliers: a frozen
     learner holding them exactly (projection mode: params = values)."""
-    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6, queue_price=bool(queue_price))
-    key = ("collect", rollout_len, bool(queue_price),
-           object() if policy_key is None else policy_key)
-    rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
-                                                             learn=False)))
-    carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
+    del queue_price
+    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6)
+    key = ("collect", rollout_len, object() if policy_key is None else policy_key)
+    rollout = _cached(key, lambda: jax.jit(dual_rollout.make_rollout(
+        dcfg, policy_fn, rollout_len, learn=False)))
+    carry = dual_rollout.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
     values = jnp.array([mult.lambda_s, mult.mu * 1e6], jnp.float32)
     return rollout, carry._replace(dual=carry.dual._replace(params={"raw": values}))
 
@@ -360,19 +391,17 @@ def rollout_stats(env_params, policy_fn, mult: dual.Multipliers, num_chunks: int
 
 
 def threshold_decisions(x, batch, env_params, mult: dual.Multipliers,
-                        queue_price: bool = False) -> np.ndarray:
+                        queue_price: bool = True) -> np.ndarray:
     """Hard threshold rule (with its feasibility repair) on collected slots: [S, U] int8.
-    ``queue_price``: the opt-in admission-price form (``prada_jax.sched.threshold``)."""
-    import functools
-
+    ``queue_price`` is ignored (kept for older callers)."""
     from envs import edge
     from prada_jax.sched.threshold import threshold_decide
 
+    del queue_price
     sp = edge.sched_params(env_params).replace(lambda_s=jnp.float32(mult.lambda_s),
                                                mu=jnp.float32(mult.mu))
-    rule = functools.partial(threshold_decide, queue_price=bool(queue_price))
-    fn = _cached(("threshold", bool(queue_price)),
-                 lambda: jax.jit(jax.vmap(rule, in_axes=(0, 0, 0, None))))
+    fn = _cached(("threshold",),
+                 lambda: jax.jit(jax.vmap(threshold_decide, in_axes=(0, 0, 0, None))))
     free_units = jnp.asarray(batch.free_units).astype(jnp.int32)
     return np.asarray(fn(x, free_units, jnp.asarray(batch.free_bw), sp))
 

@@ -47,24 +47,6 @@ def test_grid_ties_go_to_the_smallest_pair():
     assert g["best"]["lambda_s"] == 0.0 and g["best"]["mu_per_mhz"] == 0.0
 
 
-def test_load_features_match_the_learner():
-    from prada_jax import dual
-    from prada_jax.traces.testing import random_traces
-
-    tr = random_traces(seed=1, problems=8, depth=4, feature_dim=4)
-    p = edge.make_params(tr, num_users=6, num_servers=3, arrival_rate_hz=20.0,
-                         scenario=scenarios.preset("degraded", 40))
-    _, st = edge.reset(jax.random.key(0), p)
-    key = jax.random.key(1)
-    for t in range(30):
-        key, k1, k2 = jax.random.split(key, 3)
-        noise = edge.draw_noise(k1, p)
-        act = jnp.ones((6,), jnp.int32)
-        _, _, _, want = dual.edge_slot_inputs(st, act, p, noise)
-        np.testing.assert_allclose(stage2.load_features(st, p), want, rtol=1e-6)
-        _, st, _, _, _ = edge.step(k2, st, act, p)
-
-
 def test_paired_differences_and_ci_formula():
     rng = np.random.default_rng(0)
     per = {"a": {"objective": rng.normal(size=6)}, "b": {"objective": rng.normal(size=6)}}

@@ -61,10 +61,11 @@ def test_extracted_slots_match_the_env_decision(rollout):
 
 
 def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk):
-    """Over-subscribed (M=1, 60 users/s into 6 user slots): λ_s rises from 0 and the excess
-    demand before repair, with the multipliers each slot ran with, averages ≈ 0. Light load
-    (M=6, 400 MHz, 2 users/s): both multipliers are projected to 0."""
-    heavy = _params(num_servers=1, arrival_rate_hz=60.0)
+    """Over-subscribed (M=1, 60 users/s into 12 user slots: at λ_s = 0 more than one
+    admission per slot of one-slot jobs): λ_s rises from 0 and the long-run excess
+    (admissions − M/k̄ per slot), with the multipliers each slot ran with, averages ≈ 0.
+    Light load (M=6, 400 MHz, 2 users/s): both multipliers are projected to 0."""
+    heavy = _params(num_servers=1, arrival_rate_hz=60.0, num_users=12)
     light = _params(num_servers=6, bandwidth_hz=400e6, arrival_rate_hz=2.0)
     results = {}
     for name, params in (("heavy", heavy), ("light", light)):
@@ -80,11 +81,11 @@ def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk):
     lam = np.mean([r["dual/rollout_lambda_s"] for r in h])
     exc = np.mean([r["dual/rollout_excess_units"] for r in h])
     first_excess = results["heavy"][0]["dual/rollout_excess_units"]
-    # With DESIGN §6's w̄, immediate beats queue iff λ_s + µ·b ≤ β·τ·(1 + q): the price
-    # settles near that queueing cost (β·τ = 0.0025 here), not at the gains' scale.
+    # The admission price rises until admissions meet capacity (here above the queueing
+    # cost β·τ = 0.0025, below the largest gains).
     beta_tau = float(heavy.beta * heavy.tau_s)
-    assert 0.25 * beta_tau < lam < 20 * beta_tau, results["heavy"]
-    assert abs(exc) < 0.3 and abs(exc) < abs(first_excess) + 0.3, results["heavy"]
+    assert beta_tau < lam < 1.0, results["heavy"]
+    assert abs(exc) < 0.15 and abs(exc) < abs(first_excess) + 0.15, results["heavy"]
     lt = results["light"][-1]
     assert lt["dual/lambda_s"] == 0.0 and lt["dual/mu"] == 0.0, lt
     assert lt["dual/rollout_excess_units"] < -1.0, lt
