@@ -7,7 +7,9 @@ over the same S seeds for every pair) and returns the best pair. Coarse to fine,
 * coarse: λ_s ∈ {0} ∪ {10^-3, 10^-2.5, …, 10^0} PRM units per server unit (8 values),
   µ ∈ {0} ∪ {10^-3, 10^-2, 10^-1} PRM units per MHz (4 values): 32 pairs;
 * fine: around the coarse best (λ*, µ*): λ*·10^{−0.3, −0.2, …, 0.3} (7 values; if λ* = 0:
-  {0, 10^-4, 2·10^-4, 5·10^-4}) × µ*·10^{−0.5, 0, 0.5} (if µ* = 0: {0, 10^-4, 3·10^-4}).
+  {0, 10^-4, 2·10^-4, 5·10^-4}) × µ*·10^{−0.5, 0, 0.5} (if µ* = 0: µ = 0 only).
+
+Callers may pass a smaller coarse µ grid (``evals.stage2`` measures with µ ∈ {0, 10^-2}).
 
 The ΔQ a nomination carries is O(0.01–0.1) PRM units, so 10^-3 … 1 spans "no effect" to "keeps
 everything local". The grid pairs are vmapped into one compiled rollout. Because the grid picks
@@ -62,8 +64,8 @@ def search(eval_fn: Callable, lam: Sequence[float] = COARSE_LAMBDA,
     run(lam, mu_per_mhz)
     if fine:
         b_lam, b_mu = best()
-        run(fine_values(b_lam, np.arange(-0.3, 0.31, 0.1), (0.0, 1e-4, 2e-4, 5e-4)),
-            fine_values(b_mu, (-0.5, 0.0, 0.5), (0.0, 1e-4, 3e-4)))
+        mus = (0.0,) if b_mu <= 0.0 else fine_values(b_mu, (-0.5, 0.0, 0.5), ())
+        run(fine_values(b_lam, np.arange(-0.3, 0.31, 0.1), (0.0, 1e-4, 2e-4, 5e-4)), mus)
     b = best()
     fin = lambda v: v if np.isfinite(v) else None  # noqa: E731  (strict JSON)
     return {"best": {"lambda_s": b[0], "mu_per_mhz": b[1], "objective": fin(seen[b])},

@@ -86,12 +86,12 @@ SIZES = {
                  dual={"train.num_envs": 8, "train.rollout_len": 50, "train.num_chunks": 8,
                        "train.sgd_steps": 10, "dual.anneal_steps": 80},
                  grid=dict(lam=None, mu_per_mhz=(0.0,), fine=True)),
-    "full": dict(seeds=8, slots=2400, warmup=200, scenario_length=1200, num_users=32,
+    "full": dict(seeds=8, slots=1200, warmup=150, scenario_length=600, num_users=32,
                  eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
                  ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
-                 dual={"train.num_envs": 16, "train.rollout_len": 100, "train.num_chunks": 12,
-                       "train.sgd_steps": 25, "dual.anneal_steps": 300},
-                 grid=dict(lam=None, mu_per_mhz=None, fine=True)),
+                 dual={"train.num_envs": 8, "train.rollout_len": 100, "train.num_chunks": 8,
+                       "train.sgd_steps": 20, "dual.anneal_steps": 160},
+                 grid=dict(lam=None, mu_per_mhz=(0.0, 1e-2), fine=True)),
 }
 
 
@@ -119,6 +119,8 @@ def _mean_ci95(x) -> dict:
 
 
 # ----------------------------------------------------------------------------- evaluation
+
+GRID_BATCH = 8  # grid pairs per vmapped call (memory: 8 × seeds × one env rollout)
 
 @functools.lru_cache(maxsize=8)
 def conditioned_mult_fn(dcfg):
@@ -184,17 +186,23 @@ class Runner:
                     jnp.float32(0.0), dual_state)
         return self._metrics(totals, p)
 
-    def run_grid(self, sched_index: int, lams, mus) -> np.ndarray:
-        """Objective per seed [G, S] of PRADA at G constant pairs (vmapped over the pairs)."""
-        lams = jnp.asarray(lams, jnp.float32)
-        mus = jnp.asarray(mus, jnp.float32)
+    def run_grid(self, sched_index: int, lams, mus, batch: int = GRID_BATCH) -> np.ndarray:
+        """Objective per seed [G, S] of PRADA at G constant pairs, vmapped over the pairs in
+        batches of ``batch`` (the last one padded, so every call reuses one compilation)."""
+        lams = np.asarray(lams, np.float32)
+        mus = np.asarray(mus, np.float32)
+        n = lams.shape[0]
         p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32))
-        totals = _grid_fn(self._fn)(self.keys, p, self.net_params, lams, mus)
-        totals = jax.device_get(totals)
         out = []
-        for g in range(lams.shape[0]):
-            m = self._metrics({k: v[g] for k, v in totals.items()}, p)
-            out.append(m["objective"])
+        for i in range(0, n, batch):
+            la, mu = lams[i:i + batch], mus[i:i + batch]
+            pad = batch - la.shape[0]
+            la = np.concatenate([la, np.repeat(la[-1:], pad)])
+            mu = np.concatenate([mu, np.repeat(mu[-1:], pad)])
+            totals = jax.device_get(_grid_fn(self._fn)(self.keys, p, self.net_params,
+                                                       jnp.asarray(la), jnp.asarray(mu)))
+            for g in range(batch - pad):
+                out.append(self._metrics({k: v[g] for k, v in totals.items()}, p)["objective"])
         return np.asarray(out)
 
 
