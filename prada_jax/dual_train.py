@@ -66,6 +66,8 @@ def validate_config(config) -> dual.DualConfig:
     cu.check_int(config, "env.num_users", "env.num_servers", minimum=1)
     cu.check_int(config, "env.max_wait_slots", "env.problems", "env.trace_seed", minimum=0)
     cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
+    if "nominate_by" in config.policy:  # absent from config.json files written before it
+        cu.check_choice(config, "policy.nominate_by", dual_rollout.NOMINATE_BY)
     if not config.env.trace_dir:
         cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
     elif not Path(config.env.trace_dir).is_dir():
@@ -162,9 +164,11 @@ def build_policy(config, traces):
 
     policy, ppo_config = trainer.load_policy(config.policy_dir)
     trainer.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
+    nominate_by = str(config.policy.get("nominate_by", "actor"))
     fn = dual_rollout.make_ppo_policy(policy.apply_fn, policy.params,
-                                      greedy=bool(config.policy.greedy))
-    return fn, {"kind": "ppo", "workdir": str(config.policy_dir),
+                                      greedy=bool(config.policy.greedy),
+                                      nominate_by=nominate_by)
+    return fn, {"kind": "ppo", "workdir": str(config.policy_dir), "nominate_by": nominate_by,
                 "step": int(policy.meta.get("step", -1)),
                 "reward_mode": policy_reward_mode(config)}
 

@@ -118,3 +118,22 @@ def test_load_features_read_what_the_server_observes():
         seen_queue |= bool(x.queue_len > 0)
         _, state, _, _, _ = step(state, action, params, noise)
     assert seen_queue
+
+
+def test_ppo_policy_nominates_by_actor_or_critic():
+    """``nominate_by="critic"`` nominates iff the carried ΔQ > 0; ``"actor"`` by the logits
+    (whatever ΔQ says); an unknown value is bad input."""
+    from prada_jax import dual_rollout
+    from prada_jax.errors import BadInput
+
+    logits = jnp.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    q = jnp.array([[0.0, -0.1], [0.0, 0.2], [0.0, 0.3], [0.0, -0.4]])
+    apply_fn = lambda p, obs: (logits, q)  # noqa: E731
+    actor = dual_rollout.make_ppo_policy(apply_fn, None)(None, None, None, None)
+    critic = dual_rollout.make_ppo_policy(apply_fn, None, nominate_by="critic")(
+        None, None, None, None)
+    np.testing.assert_array_equal(np.asarray(actor.screen), [1, 0, 1, 0])
+    np.testing.assert_array_equal(np.asarray(critic.screen), [0, 1, 1, 0])
+    np.testing.assert_allclose(np.asarray(critic.gain), [-0.1, 0.2, 0.3, -0.4])
+    with pytest.raises(BadInput, match="nominate_by"):
+        dual_rollout.make_ppo_policy(apply_fn, None, nominate_by="both")
