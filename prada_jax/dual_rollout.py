@@ -110,21 +110,36 @@ def make_trace_rule_policy(threshold: float = 0.0):
     return policy_fn
 
 
-def make_ppo_policy(apply_fn, net_params, greedy: bool = True):
+NOMINATE_BY = ("actor", "critic")
+
+
+def make_ppo_policy(apply_fn, net_params, greedy: bool = True, nominate_by: str = "actor"):
     """The trained screening policy: ``apply_fn(params, obs) -> (logits [U,2], q [U,2])``.
 
-    Nominates by argmax of the logits (``greedy``) or by sampling; the nomination carries the
-    critic's ΔQ = Q(s,1) − Q(s,0). Returns ``policy_fn(key, obs, state, params)``.
+    ``nominate_by="actor"``: nominates by argmax of the logits (``greedy``) or by sampling;
+    ``"critic"``: nominates iff ΔQ > 0 (greedy with respect to the policy's own critic, so a
+    nomination always carries a positive value; an actor whose critic disagrees with it has
+    nominations with ΔQ < 0, which the threshold rule keeps local even at λ_s = µ = 0).
+    Either way the nomination carries the critic's ΔQ = Q(s,1) − Q(s,0).
+    Returns ``policy_fn(key, obs, state, params)``.
     """
     from envs import edge
+
+    if nominate_by not in NOMINATE_BY:
+        from prada_jax.errors import BadInput
+        raise BadInput(f"config.policy.nominate_by must be one of {NOMINATE_BY}, got "
+                       f"{nominate_by!r}")
 
     def policy_fn(key, obs, state, params):
         del state, params
         logits, q = apply_fn(net_params, obs)
-        screen = (jnp.argmax(logits, -1) if greedy
-                  else jax.random.categorical(key, logits, axis=-1))
-        return edge.EdgeAction(screen=screen.astype(jnp.int32),
-                               gain=(q[..., 1] - q[..., 0]).astype(jnp.float32))
+        gain = (q[..., 1] - q[..., 0]).astype(jnp.float32)
+        if nominate_by == "critic":
+            screen = gain > 0
+        else:
+            screen = (jnp.argmax(logits, -1) if greedy
+                      else jax.random.categorical(key, logits, axis=-1))
+        return edge.EdgeAction(screen=screen.astype(jnp.int32), gain=gain)
 
     return policy_fn
 

@@ -70,6 +70,8 @@ def validate_config(config) -> dual.DualConfig:
         from envs import scenarios
         cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
         cu.check_int(config, "env.scenario_length", minimum=1)
+    if "nominate_by" in config.policy:  # absent from config.json files written before it
+        cu.check_choice(config, "policy.nominate_by", dual_rollout.NOMINATE_BY)
     if not config.env.trace_dir:
         cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
     elif not Path(config.env.trace_dir).is_dir():
@@ -170,9 +172,11 @@ def build_policy(config, traces):
 
     policy, ppo_config = trainer.load_policy(config.policy_dir)
     trainer.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
+    nominate_by = str(config.policy.get("nominate_by", "actor"))
     fn = dual_rollout.make_ppo_policy(policy.apply_fn, policy.params,
-                                      greedy=bool(config.policy.greedy))
-    return fn, {"kind": "ppo", "workdir": str(config.policy_dir),
+                                      greedy=bool(config.policy.greedy),
+                                      nominate_by=nominate_by)
+    return fn, {"kind": "ppo", "workdir": str(config.policy_dir), "nominate_by": nominate_by,
                 "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy),
                 "reward_mode": policy_reward_mode(config)}
 
@@ -192,7 +196,7 @@ def _policy_key(policy_info: dict):
         return ("trace_rule", float(policy_info["threshold"]))
     if policy_info.get("kind") == "ppo" and int(policy_info.get("step", -1)) >= 0:
         return ("ppo", str(Path(policy_info["workdir"]).resolve()), int(policy_info["step"]),
-                bool(policy_info.get("greedy", True)))
+                bool(policy_info.get("greedy", True)), policy_info.get("nominate_by", "actor"))
     return object()
 
 
@@ -225,6 +229,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     from prada_jax.metric_writer import MetricWriter, all_finite
 
     dcfg = validate_config(config)
+    policy_reward_mode(config)  # an unknown policy reward is refused before anything is written
     workdir = config_utils.prepare_workdir(workdir)
     config_utils.write_config_json(config, workdir)
     traces, trace_info = load_traces(config)
@@ -369,7 +374,8 @@ def rollout_stats(env_params, policy_fn, mult: dual.Multipliers, num_chunks: int
     Rolls ``num_envs`` envs from reset for ``num_chunks × rollout_len`` slots (the same slots
     and noise for every ``mult`` given the same seed, until decisions differ) and returns
     means over all env-slots: ``reward_per_slot`` (env reward summed over users, PRM units),
-    ``accuracy`` and ``latency_s`` (over users that finished), ``queue_len``,
+    ``accuracy`` and ``latency_s`` (over users that finished), ``objective`` (accuracy −
+    β·latency, β in PRM units per second), ``queue_len``,
     ``server_in_use``, ``finished`` (users finished per env-slot). What the per-slot oracle
     cannot see (it is myopic): the cost of a longer queue in later slots.
     """
@@ -384,8 +390,9 @@ def rollout_stats(env_params, policy_fn, mult: dual.Multipliers, num_chunks: int
             sums[k] += float(np.sum(np.asarray(out[k], np.float64)))
     n = num_chunks * rollout_len * num_envs
     fin = max(sums["finished"], 1.0)
-    return {"reward_per_slot": sums["reward"] / n, "accuracy": sums["correct"] / fin,
-            "latency_s": sums["latency_s"] / fin, "queue_len": sums["queue_len"] / n,
+    acc, lat = sums["correct"] / fin, sums["latency_s"] / fin
+    return {"reward_per_slot": sums["reward"] / n, "accuracy": acc, "latency_s": lat,
+            "objective": acc - float(env_params.beta) * lat, "queue_len": sums["queue_len"] / n,
             "server_in_use": sums["server_in_use"] / n, "finished": sums["finished"] / n,
             "env_slots": n}
 
@@ -415,9 +422,10 @@ def measure_gap(config, traces, env_params, policy_fn, mult: dual.Multipliers,
     oracle's (``prada_jax.sched.oracle``) per slot; also the same rule with λ_s = µ = 0 on the
     same slots as a reference. Slots are drawn from rollouts running ``mult``. The rule is the
     one the run trained (``config.dual.queue_price``: the admission-price form).
-    ``env_chunks`` > 0 adds ``env`` / ``zero_env``: :func:`rollout_stats` of the same rule with
-    ``mult`` and with λ_s = µ = 0 (``env_chunks`` × 100 slots × ``num_envs`` envs each, same
-    seed) — the long-run outcome the myopic per-slot oracle does not measure.
+    ``env_chunks`` > 0 adds ``env`` / ``zero_env`` / ``fifo_env``: :func:`rollout_stats` of
+    the same rule with ``mult``, with λ_s = µ = 0, and of the same policy with the FIFO-greedy
+    scheduler (``env_chunks`` × 100 slots × ``num_envs`` envs each, same seed) — the long-run
+    outcome the myopic per-slot oracle does not measure.
     """
     from prada_jax.sched import oracle
 
@@ -437,7 +445,13 @@ def measure_gap(config, traces, env_params, policy_fn, mult: dual.Multipliers,
                     f"{pre}milp_slots": rep.milp_slots})
     out["candidates_per_slot"] = float(np.mean(np.sum(batch.valid, -1)))
     if env_chunks > 0:
-        for pre, m in (("", mult), ("zero_", dual.Multipliers(0.0, 0.0))):
-            out[f"{pre}env"] = rollout_stats(env_params, policy_fn, m, env_chunks, num_envs,
-                                             seed + 1, policy_key=policy_key, queue_price=qp)
+        from prada_jax.sched.registry import scheduler_index
+
+        fifo = env_params.replace(scheduler=jnp.asarray(scheduler_index("fifo_greedy"),
+                                                        jnp.int32))
+        for pre, m, p in (("", mult, env_params), ("zero_", dual.Multipliers(0.0, 0.0),
+                                                   env_params),
+                          ("fifo_", dual.Multipliers(0.0, 0.0), fifo)):
+            out[f"{pre}env"] = rollout_stats(p, policy_fn, m, env_chunks, num_envs, seed + 1,
+                                             policy_key=policy_key)
     return out

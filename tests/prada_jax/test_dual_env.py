@@ -89,3 +89,51 @@ def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk):
     lt = results["light"][-1]
     assert lt["dual/lambda_s"] == 0.0 and lt["dual/mu"] == 0.0, lt
     assert lt["dual/rollout_excess_units"] < -1.0, lt
+
+
+def test_load_features_read_what_the_server_observes():
+    """dual_rollout.load_features against a NumPy transcription on env slots: queue/M,
+    active/U, free units/M, new nominations/U, mean log2(1+SNR) of candidates / 10."""
+    from envs import edge
+    from prada_jax import dual_rollout
+
+    params = _params(num_servers=2, arrival_rate_hz=60.0)
+    policy = dual_rollout.make_trace_rule_policy(-0.05)
+    _, state = edge.reset(jax.random.key(0), params)
+    step = jax.jit(edge.step_with_noise)
+    slot = jax.jit(dual_rollout.env_slot)
+    seen_queue = False
+    for t in range(25):
+        noise = edge.draw_noise(jax.random.key(100 + t), params)
+        action = policy(None, None, state, params)
+        cs, batch = slot(state, action, params, noise)
+        x = jax.tree.map(np.asarray, cs.x)
+        cand = x.candidate
+        se = np.log2(1.0 + x.snr[cand]).mean() if cand.any() else 0.0
+        want = [x.queue_len / 2, np.mean(np.asarray(state.phase) != edge.EMPTY),
+                int(cs.free_units) / 2, np.sum(cand & (x.wait_slots == 0)) / 6, se / 10]
+        np.testing.assert_allclose(np.asarray(batch.load), want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(batch.fresh), cand & (x.wait_slots == 0)
+                                      & np.asarray(batch.valid))
+        seen_queue |= bool(x.queue_len > 0)
+        _, state, _, _, _ = step(state, action, params, noise)
+    assert seen_queue
+
+
+def test_ppo_policy_nominates_by_actor_or_critic():
+    """``nominate_by="critic"`` nominates iff the carried ΔQ > 0; ``"actor"`` by the logits
+    (whatever ΔQ says); an unknown value is bad input."""
+    from prada_jax import dual_rollout
+    from prada_jax.errors import BadInput
+
+    logits = jnp.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    q = jnp.array([[0.0, -0.1], [0.0, 0.2], [0.0, 0.3], [0.0, -0.4]])
+    apply_fn = lambda p, obs: (logits, q)  # noqa: E731
+    actor = dual_rollout.make_ppo_policy(apply_fn, None)(None, None, None, None)
+    critic = dual_rollout.make_ppo_policy(apply_fn, None, nominate_by="critic")(
+        None, None, None, None)
+    np.testing.assert_array_equal(np.asarray(actor.screen), [1, 0, 1, 0])
+    np.testing.assert_array_equal(np.asarray(critic.screen), [0, 1, 1, 0])
+    np.testing.assert_allclose(np.asarray(critic.gain), [-0.1, 0.2, 0.3, -0.4])
+    with pytest.raises(BadInput, match="nominate_by"):
+        dual_rollout.make_ppo_policy(apply_fn, None, nominate_by="both")

@@ -45,6 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.policy = ml_collections.ConfigDict()
     c.policy.rule_threshold = 0.0   # trace rule: nominate iff cand_prm[1] − cand_prm[0] > this
     c.policy.greedy = True          # PPO policy: argmax (True) or sample (False)
+    c.policy.nominate_by = "actor"  # PPO policy: "actor" (its logits) or "critic" (ΔQ > 0)
 
     c.dual = ml_collections.ConfigDict()
     c.dual.mode = "differentiable"  # "differentiable" | "subgradient" | "pid"
