@@ -46,16 +46,18 @@ import numpy as np
 from envs import edge
 from prada_jax.sched.registry import scheduler_index
 
-SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY = 0, 1, 2, 3
+SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC = 0, 1, 2, 3, 4
 _SCREEN = {"never": SCREEN_NEVER, "always": SCREEN_ALWAYS, "random": SCREEN_RANDOM,
-           "policy": SCREEN_POLICY}
+           "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC}
 UNLIMITED_BANDWIDTH_HZ = 1e12
 
 
 class PolicySpec(NamedTuple):
     """One evaluated system (host side).
 
-    name: row label. screen: "never" | "always" | "random" | "policy". scheduler: a name in
+    name: row label. screen: "never" | "always" | "random" | "policy" (the actor's greedy
+    action) | "critic" (nominate iff the critic's ΔQ > 0; ``prada_jax.dual_rollout``'s
+    ``nominate_by="critic"``). scheduler: a name in
     ``prada_jax.sched.registry.SCHEDULER_NAMES``. lambda_s, mu: multipliers (mu per Hz).
     unlimited: lift M and B (M = U, B = 1e12 Hz). p_random: nomination probability ("random").
     """
@@ -147,13 +149,14 @@ def make_evaluator(num_slots: int, warmup_slots: int,
             act_key, env_key = jax.random.split(slot_key)
             logits, q = apply_fn(net_params, obs)
             greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            critic = (q[..., 1] - q[..., 0] > 0).astype(jnp.int32)  # greedy in the critic
             rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
             screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
-                                 screen_mode == SCREEN_RANDOM],
-                                [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand],
-                                greedy)
-            gain = jnp.where(screen_mode == SCREEN_POLICY, (q[..., 1] - q[..., 0]),
-                             params.default_gain).astype(jnp.float32)
+                                 screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC],
+                                [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand,
+                                 critic], greedy)
+            gain = jnp.where((screen_mode == SCREEN_POLICY) | (screen_mode == SCREEN_CRITIC),
+                             (q[..., 1] - q[..., 0]), params.default_gain).astype(jnp.float32)
             p_t = params
             if mult_fn is not None:
                 lam, mu = mult_fn(mult_params, state, params, edge.EdgeAction(screen, gain),

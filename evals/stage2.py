@@ -148,8 +148,10 @@ class Runner:
       apply_fn, net_params: the screening policy.
     """
 
-    def __init__(self, params, seeds, slots, warmup, apply_fn, net_params, seed0=0):
+    def __init__(self, params, seeds, slots, warmup, apply_fn, net_params, seed0=0,
+                 nominate_by: str = "actor"):
         self.params = params
+        self.screen = "policy" if nominate_by == "actor" else "critic"  # evals.evaluate mode
         self.keys = jax.vmap(jax.random.key)(jnp.arange(seed0, seed0 + seeds, dtype=jnp.uint32))
         self.apply_fn, self.net_params = apply_fn, net_params
         self.slots, self.warmup = int(slots), int(warmup)
@@ -174,7 +176,7 @@ class Runner:
                                 lambda_s=jnp.asarray(lambda_s, jnp.float32),
                                 mu=jnp.asarray(mu, jnp.float32))
         totals = self._fn(self.keys, p, self.net_params,
-                          jnp.asarray(ev.SCREEN_POLICY, jnp.int32), jnp.float32(0.0))
+                          jnp.asarray(ev._SCREEN[self.screen], jnp.int32), jnp.float32(0.0))
         return self._metrics(totals, p)
 
     def run_conditioned(self, sched_index: int, dual_state, dcfg) -> dict:
@@ -182,7 +184,7 @@ class Runner:
         fn = ev.make_evaluator(self.slots, self.warmup, self.apply_fn,
                                conditioned_mult_fn(dcfg))
         p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32))
-        totals = fn(self.keys, p, self.net_params, jnp.asarray(ev.SCREEN_POLICY, jnp.int32),
+        totals = fn(self.keys, p, self.net_params, jnp.asarray(ev._SCREEN[self.screen], jnp.int32),
                     jnp.float32(0.0), dual_state)
         return self._metrics(totals, p)
 
@@ -199,8 +201,9 @@ class Runner:
             pad = batch - la.shape[0]
             la = np.concatenate([la, np.repeat(la[-1:], pad)])
             mu = np.concatenate([mu, np.repeat(mu[-1:], pad)])
-            totals = jax.device_get(_grid_fn(self._fn)(self.keys, p, self.net_params,
-                                                       jnp.asarray(la), jnp.asarray(mu)))
+            totals = jax.device_get(_grid_fn(self._fn)(
+                self.keys, p, self.net_params, jnp.asarray(la), jnp.asarray(mu),
+                jnp.asarray(ev._SCREEN[self.screen], jnp.int32)))
             for g in range(batch - pad):
                 out.append(self._metrics({k: v[g] for k, v in totals.items()}, p)["objective"])
         return np.asarray(out)
@@ -208,19 +211,18 @@ class Runner:
 
 @functools.lru_cache(maxsize=8)
 def _grid_fn(fn):
-    def one(keys, params, net_params, lam, mu):
+    def one(keys, params, net_params, lam, mu, screen_mode):
         p = params.replace(lambda_s=lam, mu=mu)
-        return fn(keys, p, net_params, jnp.asarray(ev.SCREEN_POLICY, jnp.int32),
-                  jnp.float32(0.0))
-    return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0)))
+        return fn(keys, p, net_params, screen_mode, jnp.float32(0.0))
+    return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0, None)))
 
 
 # ----------------------------------------------------------------------------- one scenario
 
-def _baseline_specs():
+def _baseline_specs(screen: str = "policy"):
     return {ROW_ZERO: None,  # PRADA rule at 0 (scheduler of the dual run)
-            ROW_FIFO: ev.PolicySpec(ROW_FIFO, "policy", "fifo_greedy"),
-            ROW_NOLIM: ev.PolicySpec(ROW_NOLIM, "policy", "offload_all", unlimited=True),
+            ROW_FIFO: ev.PolicySpec(ROW_FIFO, screen, "fifo_greedy"),
+            ROW_NOLIM: ev.PolicySpec(ROW_NOLIM, screen, "offload_all", unlimited=True),
             ROW_LLM: ev.PolicySpec(ROW_LLM, "always", "offload_all")}
 
 
@@ -239,7 +241,7 @@ def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_
         f"{g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
     per_seed[ROW_BEST] = runner.run_prada(sched_index, g["best"]["lambda_s"],
                                           g["best"]["mu_per_mhz"] / 1e6)
-    for row, spec in _baseline_specs().items():
+    for row, spec in _baseline_specs(runner.screen).items():
         per_seed[row] = (runner.run_prada(sched_index, 0.0, 0.0) if spec is None
                          else runner.run(spec))
     return {"per_seed": per_seed, "grid": g}
@@ -279,13 +281,15 @@ def train_policy(out: Path, size: dict, log=print) -> Path:
 
 
 def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
-                      conditioned: bool, seed: int = 0):
+                      conditioned: bool, seed: int = 0, nominate_by: str = "actor"):
     """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
     env params it trained on: their scheduler and value accounting are what PRADA rows run)."""
     from prada_jax import dual_train
     from train.configs import dual as dual_cfg
 
     d = out / "dual" / scenario / ("conditioned" if conditioned else "constant")
+    if nominate_by != "actor":
+        d = d.parent / f"{d.name}_{nominate_by}"
     c = dual_cfg.get_config("gsm8k")
     c.seed = int(seed)
     c.policy_dir = str(policy_dir)
@@ -295,6 +299,7 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     c.env.scenario_length = int(size["scenario_length"])
     c.env.problems = int(env_kw.get("train_problems", 0))
     c.dual.conditioned = bool(conditioned)
+    c.policy.nominate_by = nominate_by
     for k, v in size["dual"].items():
         _set(c, k, v)
     c.log.checkpoint_every = int(c.train.num_chunks)
@@ -309,10 +314,12 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
 
 def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         policy_dir: str | None = None, num_users: int | None = None, log=print,
-        size: str | None = None) -> dict:
+        size: str | None = None, nominate_by: str = "actor") -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
-    ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full")."""
+    ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
+    the policy nominates by its actor's greedy action ("actor") or iff its critic's ΔQ > 0
+    ("critic"), in learning and in every policy row."""
     from evals import suite
 
     size_name = size or ("quick" if quick else "full")
@@ -336,7 +343,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         "num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")},
         scenario=scenarios.preset("nominal", size["scenario_length"]))
     runner = Runner(base, size["seeds"], size["slots"], size["warmup"], policy.apply_fn,
-                    policy.params)
+                    policy.params, nominate_by=nominate_by)
     grid_kw = {k: v for k, v in size["grid"].items() if v is not None}
     result = {"scenarios": {}, "meta": {
         "synthetic": True, "traces": traces.info, "policy": str(pol_dir),
@@ -344,11 +351,14 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
                                        "arrival_rate_hz", "beta", "tau_s")},
         "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
         "scenario_length": size["scenario_length"], "size": size_name,
+        "nominate_by": nominate_by,
         "dual_overrides": size["dual"], "ci95": "half-width of the 95% Student-t interval"}}
     for name in scenario_names:
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
-        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_kw, size, False)
-        _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_kw, size, True)
+        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_kw, size, False,
+                                                    nominate_by=nominate_by)
+        _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_kw, size, True,
+                                                    nominate_by=nominate_by)
         const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
         sched = int(dual_env.scheduler)
         runner.params = edge.with_scenario(base, scenarios.preset(name, size["scenario_length"]))
@@ -395,7 +405,8 @@ def to_markdown(result: dict) -> str:
     meta = result.get("meta", {})
     lines = [f"Stage-2 verdict on SYNTHETIC gsm8k traces: {meta.get('seeds')} seeds × "
              f"{meta.get('slots')} slots (first {meta.get('warmup_slots')} discarded), env "
-             f"{meta.get('env')}; mean ± 95% CI half-width over seeds."]
+             f"{meta.get('env')}, nominations by the policy's "
+             f"{meta.get('nominate_by', 'actor')}; mean ± 95% CI half-width over seeds."]
     for name, sc in result["scenarios"].items():
         lines += ["", f"### {name}", "", "| row | " + " | ".join(_SHOW) + " |",
                   "|---|" + "---|" * len(_SHOW)]
@@ -456,6 +467,9 @@ def _define_flags():
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default 8; --quick 2).")
     flags.DEFINE_bool("quick", False, "Small sizes (a few minutes on 2 cores; numbers mean nothing).")
     flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
+    flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
+                      "The policy nominates by its actor's greedy action or iff its critic's "
+                      "ΔQ > 0 (prada_jax.dual_rollout.make_ppo_policy).")
     flags.DEFINE_integer("num_users", None, "User slots U of the evaluated env (default 32; "
                          "--quick 16).")
 
@@ -481,7 +495,8 @@ def main(argv):
         out = Path(F.out)
         if out.exists() and not out.is_dir():
             raise BadInput(f"--out={F.out} exists and is not a folder")
-        result = run(out, names, F.seeds, F.quick, F.policy, F.num_users)
+        result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
+                     nominate_by=F.nominate_by)
     except (BadInput, suite.EvalError, config_utils.ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
