@@ -29,9 +29,9 @@ of ``initial_users``); per-user metrics count users that finish inside the windo
 Metrics per seed (units in ``evals.report.METRICS``): accuracy, mean and p95 latency (exact:
 latencies are whole slots, histogrammed per slot), processing / communication / queueing delay
 per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
-server utilisation (mean busy units / M per slot), mean queue length (requests per slot), outage rate (outages / upload attempts),
-blocked rate (blocked / arrivals), fallback share (steps that used a trace fallback / steps),
-and the env objective ``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
+server utilisation (mean busy units / M per slot), mean queue length (requests per slot),
+outage rate (outages / upload attempts), blocked rate (blocked / arrivals), fallback share
+(steps that used a trace fallback / steps), and the env objective ``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
 """
 from __future__ import annotations
 

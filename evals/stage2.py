@@ -184,8 +184,9 @@ class Runner:
         fn = ev.make_evaluator(self.slots, self.warmup, self.apply_fn,
                                conditioned_mult_fn(dcfg))
         p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32))
-        totals = fn(self.keys, p, self.net_params, jnp.asarray(ev._SCREEN[self.screen], jnp.int32),
-                    jnp.float32(0.0), dual_state)
+        totals = fn(self.keys, p, self.net_params,
+                    jnp.asarray(ev._SCREEN[self.screen], jnp.int32), jnp.float32(0.0),
+                    dual_state)
         return self._metrics(totals, p)
 
     def run_grid(self, sched_index: int, lams, mus, batch: int = GRID_BATCH) -> np.ndarray:
@@ -463,9 +464,11 @@ def _define_flags():
     from absl import flags
     flags.DEFINE_string("out", None, "Output folder (stage2.json, stage2.md, stage2.png).")
     flags.DEFINE_string("scenarios", "nominal,heavy,burst,diurnal,degraded",
-                        f"Comma-separated presets of envs.scenarios: {', '.join(scenarios.PRESETS)}.")
+                        "Comma-separated presets of envs.scenarios: "
+                        f"{', '.join(scenarios.PRESETS)}.")
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default 8; --quick 2).")
-    flags.DEFINE_bool("quick", False, "Small sizes (a few minutes on 2 cores; numbers mean nothing).")
+    flags.DEFINE_bool("quick", False,
+                      "Small sizes (a few minutes on 2 cores; numbers mean nothing).")
     flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
     flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
                       "The policy nominates by its actor's greedy action or iff its critic's "
