@@ -31,7 +31,8 @@ latencies are whole slots, histogrammed per slot), processing / communication / 
 per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
 server utilisation (mean busy units / M per slot), mean queue length (requests per slot),
 outage rate (outages / upload attempts), blocked rate (blocked / arrivals), fallback share
-(steps that used a trace fallback / steps), and the env objective ``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
+(steps that used a trace fallback / steps), and the env objective
+``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
 """
 from __future__ import annotations
 
