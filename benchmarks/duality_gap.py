@@ -9,10 +9,11 @@ least one candidate are collected, and compares per slot the value of the hard t
 decision (after its feasibility repair) with the oracle's optimum (enumeration ≤ 10 candidates,
 else scipy MILP). Prints mean, 5th percentile and min of the per-slot ratio, the pooled ratio,
 and the same for λ_s = µ = 0 on the same slots; writes JSON (default ``<workdir>/gap.json``).
-The rule is the run's (``config.dual.queue_price``: the opt-in admission-price form). Because
+The rule is the admission-price threshold rule (``prada_jax.sched.threshold``). Because
 the per-slot oracle is myopic, it also rolls the env out for ``--env_chunks`` × 100 slots per
 env with the run's multipliers and with λ_s = µ = 0 (same seed) and prints the long-run env
-reward per slot, accuracy, latency and queue length of both (0 = skip).
+reward per slot, accuracy, latency, accuracy − β·latency and queue length of both, and of the
+same policy with the FIFO-greedy scheduler (0 = skip).
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
                        "arrival_rate_hz": float(config.env.arrival_rate_hz),
                        "num_users": int(config.env.num_users)}
     tag = " (synthetic traces)" if trace_info.get("synthetic") else ""
-    rule = "admission price (queue_price)" if gap.get("queue_price") else "DESIGN §6"
+    rule = "admission price"
     print(f"multipliers: lambda_s {mult.lambda_s:.5f}, mu {mult.mu * 1e6:.5f} per MHz{tag}; "
           f"rule: {rule}")
     print(f"{gap['positive_slots']} of {gap['slots']} slots with a positive optimum "
@@ -74,12 +75,13 @@ def main(argv=None) -> int:
         print(f"  {name:12s} threshold/oracle: mean {gap[pre + 'mean']:.4f}  p5 "
               f"{gap[pre + 'p5']:.4f}  min {gap[pre + 'min']:.4f}  pooled "
               f"{gap[pre + 'pooled']:.4f}  infeasible {gap[pre + 'infeasible']}")
-    for pre, name in (("", "learned"), ("zero_", "lambda=mu=0")):
+    for pre, name in (("", "learned"), ("zero_", "lambda=mu=0"), ("fifo_", "fifo_greedy")):
         if pre + "env" in gap:
             e = gap[pre + "env"]
             print(f"  {name:12s} env ({e['env_slots']} env-slots): reward/slot "
                   f"{e['reward_per_slot']:.4f}  accuracy {e['accuracy']:.4f}  latency "
-                  f"{e['latency_s']:.3f} s  queue {e['queue_len']:.2f}")
+                  f"{e['latency_s']:.3f} s  acc-beta*lat {e['objective']:.4f}  queue "
+                  f"{e['queue_len']:.2f}  server {e['server_in_use']:.2f}")
     out = Path(a.out) if a.out else wd / dual_train.GAP_FILE
     out.write_text(json.dumps(gap, indent=2))
     print(f"wrote {out}")

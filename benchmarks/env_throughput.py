@@ -98,10 +98,9 @@ def bench_numpy(traces, cfg, lat, slots, seed=0):
     rng = np.random.default_rng(seed)
     u = cfg["num_users"]
     n_prob = traces.num_problems
-    rate = cfg["arrival_rate_hz"] * cfg["tau_s"]
 
     def noise():
-        return dict(n_arrivals=rng.poisson(rate), problem=rng.integers(0, n_prob, u),
+        return dict(u_arrival=rng.uniform(), problem=rng.integers(0, n_prob, u),
                     fading=rng.exponential(size=u), u_sched=rng.uniform(size=u))
 
     env = EdgeEnvNumPy(traces, cfg, lat)

@@ -32,7 +32,8 @@ def make_slot(n: int, seed: int = 0) -> SchedInputs:
         wait_slots=jnp.asarray(rng.integers(0, 5, n), jnp.int32),
         ctx_tokens=jnp.asarray(rng.integers(100, 2000, n), jnp.int32),
         snr=f32(rng.uniform(1, 100, n)), draft_prm=f32(rng.uniform(0, 1, n)),
-        u_rand=f32(rng.uniform(0, 1, n)), queue_len=jnp.asarray(8, jnp.int32))
+        u_rand=f32(rng.uniform(0, 1, n)), queue_len=jnp.asarray(8, jnp.int32),
+        comm_s=f32(rng.uniform(0.02, 0.1, n)))
 
 
 def run(n: int = 1024, free_units: int = 64, free_bw_hz: float | None = None,

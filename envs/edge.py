@@ -19,7 +19,11 @@ Model (every choice below is an assumption where DESIGN is silent):
   schedulers here never over-ask, so this is a safety net) and the rest queue. A finished service moves the user to child 1 (the LLM's step).
 * The RSD scheduler ignores the screening action (every step is a candidate) and the env charges
   the online PRM's forward pass to every draft (``prada_jax.latency.prm_delay_s``).
-* Arrivals: ``Poisson(arrival_rate_hz·τ)`` per slot, placed at the end of the slot into EMPTY
+* Scenario schedule (``envs.scenarios``): per-slot factors on the arrival rate, bandwidth B,
+  mean SNR and server units M, read at index ``t mod L`` (``slot_conditions``). New jobs are
+  admitted only while units and bandwidth in use stay within M_t and B_t; a running job keeps
+  its unit when M_t drops (no preemption). The default schedule (L = 1, factors 1) is static.
+* Arrivals: ``Poisson(arrival_rate_hz·τ)`` (times the scenario's factor of the slot) per slot, placed at the end of the slot into EMPTY
   user slots in index order (slot u gets problem ``noise.problem[u]``); the rest are blocked and
   counted. ``reset`` places ``initial_users`` users.
 * Rewards are emitted when a step's branch is known (the slot it resolves local or immediate;
@@ -48,6 +52,7 @@ import numpy as np
 from flax import struct
 
 from prada_jax import latency as lat
+from prada_jax.errors import BadInput
 from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, prefix_admit
 from prada_jax.sched.registry import RSD_INDEX, SCHEDULERS, scheduler_index
 from prada_jax.traces.format import TraceSet
@@ -79,9 +84,15 @@ class EnvParams:
       max_wait_slots: a request that has waited this many slots is kept local.
       rsd_threshold: the RSD rule keeps a draft whose PRM score is ≥ this.
       true_reward: bool, ``true`` reward mode (else ``coarse``).
+      policy_true_reward: bool, the screening policy whose ΔQ the nominations carry was
+        trained with the ``true`` reward (else ``coarse``); the threshold rule then adds no
+        communication cost to ΔQ (``prada_jax.sched.threshold``).
       server_kv_cache: bool, per-user server KV cache (extension).
       downlink: bool, charge the download of the LLM step.
       ctx_scale: observation scale of context length [1 / tokens] (obs = tokens · scale).
+      scn_arrival, scn_bandwidth, scn_channel_db, scn_servers: the scenario schedule, [L]
+        float32 per-slot factors on λ, B, the mean SNR [dB offset] and M (``envs.scenarios``);
+        slot t reads index ``t mod L``. Swapping a schedule of the same L does not recompile.
       num_users: U user slots (static).
     """
 
@@ -103,7 +114,12 @@ class EnvParams:
     server_kv_cache: Any
     downlink: Any
     ctx_scale: Any
+    scn_arrival: Any
+    scn_bandwidth: Any
+    scn_channel_db: Any
+    scn_servers: Any
     num_users: int = struct.field(pytree_node=False, default=16)
+    policy_true_reward: Any = False
 
     @property
     def feature_dim(self) -> int:
@@ -173,11 +189,12 @@ class EdgeAction:
 class Noise:
     """All randomness of one step (drawn by ``draw_noise``; the NumPy reference takes the same).
 
-    ``n_arrivals``: int32 scalar; ``problem``: [U] int32 problem for a new user in slot u;
+    ``u_arrival``: float32 uniform in [0, 1), mapped by ``step`` to the slot's Poisson arrival
+    count at the scenario's rate of that slot; ``problem``: [U] int32 problem for a new user in slot u;
     ``fading``: [U] float32 Rayleigh power gains |h|²; ``u_sched``: [U] float32 uniforms.
     """
 
-    n_arrivals: Any
+    u_arrival: Any
     problem: Any
     fading: Any
     u_sched: Any
@@ -201,8 +218,10 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 arrival_rate_hz: float = 4.0, initial_users: int | None = None,
                 default_gain: float = 0.05, max_wait_slots: int = 20,
                 rsd_threshold: float = 0.7, reward_mode: str = "coarse",
+                policy_reward_mode: str = "coarse",
                 server_kv_cache: bool = False, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
+                scenario=None,
                 latency: lat.LatencyParams | None = None, **latency_overrides) -> EnvParams:
     """Builds validated env params from a trace set.
 
@@ -212,8 +231,12 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
 
     Args:
       traces: a ``TraceSet`` (NumPy or jnp arrays).
+      policy_reward_mode: the reward the screening policy was trained with (``coarse`` or
+        ``true``; ``policy_meta.json``'s ``reward_mode``): what the threshold rule still adds
+        to the ΔQ a nomination carries. Another value raises ``errors.BadInput``.
       feature_dim: if given, the feature dim the caller (e.g. a policy) expects; a trace set with
         a different one is refused.
+      scenario: an ``envs.scenarios.Scenario`` schedule (default: static, length 1).
       latency: latency constants (default ``prada_jax.latency.default_latency_params()``);
         extra keyword arguments override its fields by name (e.g. ``snr_threshold_db=-inf``).
 
@@ -241,6 +264,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         raise ValueError(f"ctx_scale must be > 0, got {ctx_scale}")
     if reward_mode not in REWARD_MODES:
         raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+    if policy_reward_mode not in REWARD_MODES:
+        raise BadInput(f"policy_reward_mode (the screening policy's training reward) must be "
+                       f"one of {REWARD_MODES}, got {policy_reward_mode!r}")
     if initial_users is None:
         initial_users = num_users
     if not 0 <= int(initial_users) <= int(num_users):
@@ -262,6 +288,8 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
     elif latency_overrides:
         latency = latency.replace(**latency_overrides)
     lat.validate_latency_params(latency)
+    from envs import scenarios
+    scn = scenarios.validate(scenarios.static() if scenario is None else scenario)
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return EnvParams(
@@ -272,7 +300,42 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         default_gain=f32(default_gain), max_wait_slots=i32(max_wait_slots),
         rsd_threshold=f32(rsd_threshold), true_reward=jnp.asarray(reward_mode == "true"),
         server_kv_cache=jnp.asarray(bool(server_kv_cache)), downlink=jnp.asarray(bool(downlink)),
-        ctx_scale=f32(ctx_scale), num_users=int(num_users))
+        ctx_scale=f32(ctx_scale), scn_arrival=f32(scn.arrival), scn_bandwidth=f32(scn.bandwidth),
+        scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers),
+        num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"))
+
+
+def with_scenario(params: EnvParams, scenario) -> EnvParams:
+    """Params running the schedule ``scenario`` (an ``envs.scenarios.Scenario``, validated;
+    :class:`envs.scenarios.ScenarioError` names a bad field). Same length L as before: no
+    recompilation of a jitted rollout."""
+    from envs import scenarios
+    scn = scenarios.validate(scenario)
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return params.replace(scn_arrival=f32(scn.arrival), scn_bandwidth=f32(scn.bandwidth),
+                          scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers))
+
+
+def slot_conditions(params: EnvParams, t):
+    """The scenario at slot ``t`` (index ``t mod L``): dict of scalars ``arrival_rate_hz``
+    [users/s], ``bandwidth_hz`` B_t [Hz], ``num_servers`` M_t (int32, units available) and
+    ``channel_gain`` (linear factor on the fading power |h|²)."""
+    i = jnp.mod(jnp.asarray(t, jnp.int32), params.scn_arrival.shape[0])
+    m = jnp.floor(params.num_servers.astype(jnp.float32) * params.scn_servers[i] + 0.5)
+    return dict(arrival_rate_hz=params.arrival_rate_hz * params.scn_arrival[i],
+                bandwidth_hz=params.bandwidth_hz * params.scn_bandwidth[i],
+                num_servers=m.astype(jnp.int32),
+                channel_gain=jnp.power(10.0, params.scn_channel_db[i] / 10.0))
+
+
+def free_resources(state: EnvState, params: EnvParams):
+    """``(free_units int32, free_bw_hz float32)`` at the start of slot ``state.t``: M_t and
+    B_t minus what running jobs hold, floored at 0 (a job keeps its unit when M_t drops)."""
+    c = slot_conditions(params, state.t)
+    in_service = state.phase == SERVICE
+    free_units = c["num_servers"] - jnp.sum(in_service.astype(jnp.int32))
+    free_bw = c["bandwidth_hz"] - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
+    return jnp.maximum(free_units, 0), jnp.maximum(free_bw, 0.0)
 
 
 def replace_traces(params: EnvParams, traces: TraceSet) -> EnvParams:
@@ -287,7 +350,8 @@ def replace_traces(params: EnvParams, traces: TraceSet) -> EnvParams:
 def sched_params(params: EnvParams) -> SchedParams:
     return SchedParams(lambda_s=params.lambda_s, mu=params.mu, beta=params.beta,
                        tau_s=params.tau_s, num_servers=params.num_servers,
-                       max_wait_slots=params.max_wait_slots, rsd_threshold=params.rsd_threshold)
+                       max_wait_slots=params.max_wait_slots, rsd_threshold=params.rsd_threshold,
+                       policy_true_reward=params.policy_true_reward)
 
 
 # ----------------------------------------------------------------------------- specs
@@ -322,15 +386,15 @@ def poisson_inverse_cdf(key, rate, max_count: int = _MAX_ARRIVALS):
 
 
 def draw_noise(key, params: EnvParams) -> Noise:
-    """All randomness of one slot from one key: 3·U + 1 uniforms in a single draw, mapped to the
-    arrival count (Poisson inverse CDF), the problems of new users (uniform over the trace set),
+    """All randomness of one slot from one key: 3·U + 1 uniforms in a single draw: the arrival
+    uniform (``step`` maps it to a count at the slot's rate), the problems of new users (uniform over the trace set),
     Rayleigh power gains (Exp(1) = −log(1 − u)) and the scheduler's uniforms."""
     u = params.num_users
     n_problems = params.traces.root.shape[0]
     x = jax.random.uniform(key, (3 * u + 1,), jnp.float32)
     problem = jnp.minimum((x[1:u + 1] * n_problems).astype(jnp.int32), n_problems - 1)
     return Noise(
-        n_arrivals=poisson_from_uniform(x[0], params.arrival_rate_hz * params.tau_s),
+        u_arrival=x[0],
         problem=problem,
         fading=-jnp.log1p(-x[u + 1:2 * u + 1]),
         u_sched=x[2 * u + 1:])
@@ -432,6 +496,9 @@ def reset(key, params: EnvParams):
 def request_scalars(state: EnvState, params: EnvParams, fading):
     """Per-user request scalars if the user's current step were offloaded this slot.
 
+    The scenario at slot ``state.t`` applies: ``fading`` is scaled by its channel gain and a
+    request's bandwidth is capped at B_t.
+
     Returns a dict of [U] arrays: ``snr`` (linear), ``outage`` (bool), ``bandwidth_hz``,
     ``upload_s``, ``server_s``, ``download_s``, ``delay_s`` (D = their sum), ``upload_tokens``.
     """
@@ -442,8 +509,9 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
     srv_cached = jnp.where(params.server_kv_cache, jnp.minimum(state.server_cached, ctx), 0)
     up_tokens = ctx - srv_cached
     up_bits = up_tokens.astype(jnp.float32) * lp.bits_per_token
-    snr = lat.snr_linear(lp, jnp.maximum(fading, 1e-12))
-    bw = lat.request_bandwidth_hz(lp, up_bits, snr, params.bandwidth_hz)
+    cond = slot_conditions(params, state.t)
+    snr = lat.snr_linear(lp, jnp.maximum(fading * cond["channel_gain"], 1e-12))
+    bw = lat.request_bandwidth_hz(lp, up_bits, snr, cond["bandwidth_hz"])
     t_up = lat.transfer_delay_s(up_bits, bw, snr)
     t_down = jnp.where(params.downlink, lat.transfer_delay_s(
         llm_tok.astype(jnp.float32) * lp.bits_per_token, bw, snr), 0.0)
@@ -451,6 +519,52 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
     return dict(snr=snr, outage=lat.in_outage(lp, snr), bandwidth_hz=bw, upload_s=t_up,
                 server_s=t_srv, download_s=t_down, delay_s=t_up + t_srv + t_down,
                 upload_tokens=up_tokens)
+
+
+class CandidateSet(NamedTuple):
+    """The requests the stage-2 scheduler decides in one slot, and what it can use.
+
+    x: ``SchedInputs`` [U] (non-candidates masked by ``x.candidate``); free_units: int32 scalar,
+    server units not held by running jobs; free_bw_hz: float32 scalar, bandwidth not held [Hz];
+    req: ``request_scalars`` of every user this slot; deciding / nominated / queued: [U] bool,
+    users at a decision point / that nominate (or every decider under RSD) / already waiting.
+    """
+
+    x: SchedInputs
+    free_units: Any
+    free_bw_hz: Any
+    req: dict
+    deciding: Any
+    nominated: Any
+    queued: Any
+
+
+def candidate_set(state: EnvState, action, params: EnvParams, noise: Noise) -> CandidateSet:
+    """The slot's candidate set as ``step_with_noise`` hands it to the scheduler (the one place
+    it is built: stage-2 rollouts read it from here). ``action``: [U] int32 or ``EdgeAction``."""
+    tr = params.traces
+    u = params.num_users
+    if isinstance(action, EdgeAction):
+        screen = jnp.asarray(action.screen, jnp.int32)
+        gain_in = jnp.asarray(action.gain, jnp.float32)
+    else:
+        screen = jnp.asarray(action, jnp.int32)
+        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
+    phase, n = state.phase, state.node
+    deciding = phase == DECIDE
+    nominated = deciding & ((screen == 1) | (params.scheduler == RSD_INDEX))
+    queued = phase == QUEUE_PHASE
+    cand = nominated | queued
+    gain = jnp.where(deciding, gain_in, state.gain)
+    req = request_scalars(state, params, noise.fading)
+    free_units, free_bw = free_resources(state, params)  # the scenario's M_t, B_t
+    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
+                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
+                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
+                    u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)),
+                    comm_s=req["upload_s"] + req["download_s"])
+    return CandidateSet(x=x, free_units=free_units, free_bw_hz=free_bw, req=req,
+                        deciding=deciding, nominated=nominated, queued=queued)
 
 
 def step(key, state: EnvState, action, params: EnvParams):
@@ -473,37 +587,23 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
       finished users (valid where done): user_correct, user_latency_s, user_processing_s,
       user_communication_s, user_queueing_s, user_offloads, user_outages, user_steps,
       user_fallbacks; per slot scalars: server_in_use, bandwidth_in_use_hz, queue_len,
-      arrivals, blocked, active_users; cumulative scalars: arrived, finished, blocked_total,
+      arrivals, blocked, active_users, num_servers_t and bandwidth_t_hz (M_t, B_t of the
+      scenario at this slot); cumulative scalars: arrived, finished, blocked_total,
       in_flight.
     """
     tr = params.traces
     tau = params.tau_s
-    u = params.num_users
-    if isinstance(action, EdgeAction):
-        screen = jnp.asarray(action.screen, jnp.int32)
-        gain_in = jnp.asarray(action.gain, jnp.float32)
-    else:
-        screen = jnp.asarray(action, jnp.int32)
-        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
     t = state.t
     phase = state.phase
     n = state.node
     rsd_on = params.scheduler == RSD_INDEX
 
-    deciding = phase == DECIDE
-    nominated = deciding & ((screen == 1) | rsd_on)
-    queued = phase == QUEUE_PHASE
-    cand = nominated | queued
-    gain = jnp.where(deciding, gain_in, state.gain)
-
-    req = request_scalars(state, params, noise.fading)
-    in_service = phase == SERVICE
-    free_units = params.num_servers - jnp.sum(in_service.astype(jnp.int32))
-    free_bw = params.bandwidth_hz - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
-    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
-                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
-                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
-                    u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)))
+    cs = candidate_set(state, action, params, noise)
+    x, free_units, free_bw, req = cs.x, cs.free_units, cs.free_bw_hz, cs.req
+    deciding, nominated, queued, cand, gain = (cs.deciding, cs.nominated, cs.queued,
+                                               x.candidate, x.gain)
+    cond = slot_conditions(params, t)
+    n_arrivals = poisson_from_uniform(noise.u_arrival, cond["arrival_rate_hz"] * tau)
     dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, free_units, free_bw,
                          sched_params(params))
     dec = jnp.where(cand, jnp.clip(dec.astype(jnp.int32), LOCAL, IMMEDIATE), LOCAL)
@@ -605,7 +705,7 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         user_fallbacks=jnp.where(done, s.fallbacks, 0))
     s = s.replace(finished=s.finished + n_done, t=t + 1)
 
-    s, blocked, admit = _admit(s, params, noise.n_arrivals, noise.problem, t + 1, draft=False)
+    s, blocked, admit = _admit(s, params, n_arrivals, noise.problem, t + 1, draft=False)
     # Every draft that starts this slot (kept step, finished job, new user) in one pass.
     fresh = cont_svc | admit
     starts = cont_local | fresh
@@ -623,7 +723,8 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
         **info_user,
         server_in_use=server_in_use, bandwidth_in_use_hz=bw_in_use, queue_len=queue_len,
-        arrivals=noise.n_arrivals, blocked=blocked,
+        arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
+        bandwidth_t_hz=cond["bandwidth_hz"],
         active_users=jnp.sum(s.active.astype(jnp.int32)),
         arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
         in_flight=jnp.sum(s.active.astype(jnp.int32)))

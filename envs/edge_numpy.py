@@ -117,23 +117,22 @@ def schedule(name, cands, free_units, free_bw, cfg):
     if name == "rsd":
         wants = {i: by[i]["draft_prm"] < cfg["rsd_threshold"] for i in idx}
         return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
-    if name == "threshold":
-        q = cfg["queue_len"] / cfg["num_servers"]
-        w_bar, red, wants, gi = {}, {}, {}, {}
+    if name in ("threshold", "threshold_admission"):
+        # Admission-price rule with each cost charged once (prada_jax.sched.threshold).
+        c_wait = cfg["beta"] * cfg["tau_s"] * (1.0 + cfg["queue_len"] / cfg["num_servers"])
+        red, wants, gi, qok = {}, {}, {}, {}
         for i in idx:
             c = by[i]
-            w = c["gain"] - cfg["beta"] * c["delay"]
-            w_bar[i] = c["gain"] - cfg["beta"] * (c["delay"] + cfg["tau_s"] * (1.0 + q))
-            g = w - cfg["lambda_s"] - cfg["mu"] * c["bw"]
-            best_other = max(w_bar[i], 0.0)
-            wants[i] = (not exp[i]) and g >= best_other
-            # g − w̄ = β·τ·(1+q) − λ_s − µ·b exactly; written out so equal requests tie exactly
-            red[i] = (cfg["beta"] * cfg["tau_s"] * (1.0 + q) - cfg["lambda_s"]
-                      - cfg["mu"] * c["bw"]) if w_bar[i] > 0 else g
+            w = c["gain"] if cfg.get("policy_reward_mode", "coarse") == "true" else \
+                c["gain"] - cfg["beta"] * c["comm"]
+            g = w - (cfg["lambda_s"] + cfg["mu"] * c["bw"])
+            wants[i] = (not exp[i]) and g >= 0.0
+            qok[i] = g - c_wait > 0.0
+            red[i] = c_wait if qok[i] else g  # value lost if rejected
             gi[i] = g
         order = sorted([i for i in idx if wants[i]], key=lambda i: (-red[i], -gi[i], i))
         admitted = _fill(order, wants, bw, free_units, free_bw)
-        return finish(admitted, {i: w_bar[i] > 0 for i in idx})
+        return finish(admitted, qok)
     raise ValueError(f"unknown scheduler {name!r}")
 
 
@@ -191,16 +190,43 @@ class EdgeEnvNumPy:
         u.phase, u.node, u.draft_s, u.left, u.slm_kv = "draft", node, sec, self._nslots(sec), \
             ctx + dtok
 
+    def _cond(self, t: int):
+        """Scenario at slot t (``envs.scenarios``): (arrival rate [1/s], B_t [Hz], M_t, channel
+        gain); ``cfg["scenario"]`` is a Scenario or absent (static)."""
+        cfg, scn = self.cfg, self.cfg.get("scenario")
+        if scn is None:
+            return cfg["arrival_rate_hz"], cfg["bandwidth_hz"], int(cfg["num_servers"]), 1.0
+        i = t % len(scn.arrival)
+        m = int(math.floor(float(np.float32(cfg["num_servers"] * np.float32(scn.servers[i])))
+                           + 0.5))
+        return (cfg["arrival_rate_hz"] * float(scn.arrival[i]),
+                cfg["bandwidth_hz"] * float(scn.bandwidth[i]), m,
+                10.0 ** (float(scn.channel_db[i]) / 10.0))
+
+    @staticmethod
+    def _poisson(u: float, rate: float, max_count: int = 64) -> int:
+        """Inverse-CDF Poisson count: the number of k in 0..max_count with CDF(k) < u."""
+        if rate <= 0:
+            return 0
+        n, cdf, pmf = 0, 0.0, math.exp(-rate)
+        for k in range(max_count + 1):
+            cdf += pmf
+            if cdf < u:
+                n += 1
+            pmf *= rate / (k + 1)
+        return min(n, max_count)
+
     def _request(self, u: _User, fading: float):
         c, cfg = self.c, self.cfg
+        _, bw_t, _, gain_t = self._cond(self.t)
         ctx = self.ctx[u.node]
         ltok = self.tok[u.node][1]
         cached = min(u.srv_kv, ctx) if cfg.get("server_kv_cache", False) else 0
         up = ctx - cached
-        snr = self.snr_bar * max(fading, 1e-12)
+        snr = self.snr_bar * max(fading * gain_t, 1e-12)
         se = math.log2(1.0 + snr)
         bw = up * c.bits_per_token / (se * c.uplink_target_s)
-        bw = min(max(bw, c.min_request_hz), cfg["bandwidth_hz"])
+        bw = min(max(bw, c.min_request_hz), bw_t)
         t_up = up * c.bits_per_token / (bw * se)
         t_dn = ltok * c.bits_per_token / (bw * se) if cfg.get("downlink", True) else 0.0
         fl = flops_prefill(c.llm, up, cached) + flops_decode(c.llm, ltok, ctx)
@@ -278,9 +304,11 @@ class EdgeEnvNumPy:
                 r = self._request(u, float(noise["fading"][i]))
                 res[i] = r
                 cands.append(dict(i=i, gain=u.gain, delay=r["delay"], bw=r["bw"], wait=u.wait,
+                                  comm=r["up"] + r["dn"],
                                   draft_prm=self.cprm[u.node][0], u=float(noise["u_sched"][i])))
-        free_units = cfg["num_servers"] - busy_units
-        free_bw = cfg["bandwidth_hz"] - busy_bw
+        rate_t, bw_t, m_t, _ = self._cond(self.t)
+        free_units = max(m_t - busy_units, 0)
+        free_bw = max(bw_t - busy_bw, 0.0)
         scfg = dict(cfg, queue_len=queue_len)
         dec = schedule(self.sched, cands, free_units, free_bw, scfg)
 
@@ -390,9 +418,11 @@ class EdgeEnvNumPy:
             info_user["user_fallbacks"][i] = u.fallbacks
         self.finished += len(finished_now)
         self.t += 1
-        blocked = self._arrive(int(noise["n_arrivals"]), noise["problem"], self.t)
+        n_arr = self._poisson(float(noise["u_arrival"]), rate_t * tau)
+        blocked = self._arrive(n_arr, noise["problem"], self.t)
         info = dict(decision_mask=decided, decision=decision, outage=outage, terminated=done,
                     server_in_use=in_use, bandwidth_in_use_hz=bw_use, queue_len=qlen,
+                    arrivals=n_arr, num_servers_t=m_t, bandwidth_t_hz=bw_t,
                     blocked=blocked, arrived=self.arrived, finished=self.finished,
                     blocked_total=self.blocked,
                     in_flight=sum(1 for u in users if u.phase != "empty"), **info_user)

@@ -29,9 +29,10 @@ of ``initial_users``); per-user metrics count users that finish inside the windo
 Metrics per seed (units in ``evals.report.METRICS``): accuracy, mean and p95 latency (exact:
 latencies are whole slots, histogrammed per slot), processing / communication / queueing delay
 per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
-server utilisation (mean busy units / M per slot), outage rate (outages / upload attempts),
-blocked rate (blocked / arrivals), fallback share (steps that used a trace fallback / steps),
-and the env objective ``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
+server utilisation (mean busy units / M per slot), mean queue length (requests per slot),
+outage rate (outages / upload attempts), blocked rate (blocked / arrivals), fallback share
+(steps that used a trace fallback / steps), and the env objective
+``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
 """
 from __future__ import annotations
 
@@ -47,16 +48,18 @@ from envs import edge
 from prada_jax.rl.greedy import screen_and_gain
 from prada_jax.sched.registry import scheduler_index
 
-SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY = 0, 1, 2, 3
+SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC = 0, 1, 2, 3, 4
 _SCREEN = {"never": SCREEN_NEVER, "always": SCREEN_ALWAYS, "random": SCREEN_RANDOM,
-           "policy": SCREEN_POLICY}
+           "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC}
 UNLIMITED_BANDWIDTH_HZ = 1e12
 
 
 class PolicySpec(NamedTuple):
     """One evaluated system (host side).
 
-    name: row label. screen: "never" | "always" | "random" | "policy". scheduler: a name in
+    name: row label. screen: "never" | "always" | "random" | "policy" (the actor's greedy
+    action) | "critic" (nominate iff the critic's ΔQ > 0; ``prada_jax.dual_rollout``'s
+    ``nominate_by="critic"``). scheduler: a name in
     ``prada_jax.sched.registry.SCHEDULER_NAMES``. lambda_s, mu: multipliers (mu per Hz).
     unlimited: lift M and B (M = U, B = 1e12 Hz). p_random: nomination probability ("random").
     """
@@ -109,14 +112,19 @@ def _zero_apply(params, obs):
 
 @functools.lru_cache(maxsize=16)
 def make_evaluator(num_slots: int, warmup_slots: int,
-                   apply_fn: Callable | None = None) -> Callable:
-    """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random) -> totals``.
+                   apply_fn: Callable | None = None, mult_fn: Callable | None = None) -> Callable:
+    """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random[, mult_params])
+    -> totals``.
 
     Args:
       num_slots: T, slots simulated per seed (static).
       warmup_slots: W < T, slots discarded before measuring (static).
       apply_fn: ``apply_fn(net_params, obs [U, D]) -> (logits [U, 2], q [U, 2])`` of the
         screening policy; None for the baselines (net_params is then ignored).
+      mult_fn: optional ``mult_fn(mult_params, state, params, action, env_key) -> (lambda_s,
+        mu)`` giving the multipliers of each slot from what the server sees before it
+        (``env_key`` is the key ``edge.step`` draws the slot's noise from; load-conditioned
+        multipliers, ``evals.stage2``); None: the constant ``params.lambda_s`` / ``params.mu``.
     Returns:
       a jitted function; ``totals`` is a dict of [S] sums over the window plus
       ``latency_hist`` [S, T + 1] (finished users per latency in slots). Cached per
@@ -127,14 +135,14 @@ def make_evaluator(num_slots: int, warmup_slots: int,
     apply_fn = apply_fn or _zero_apply
     n_bins = num_slots + 1
 
-    def _one(key, params, net_params, screen_mode, p_random):
+    def _one(key, params, net_params, screen_mode, p_random, mult_params):
         reset_key, run_key = jax.random.split(key)
         obs, state = edge.reset(reset_key, params)
         u = params.num_users
         zf = jnp.zeros((), jnp.float32)
         acc0 = dict(finished=zf, correct=zf, latency_s=zf, processing_s=zf, communication_s=zf,
                     queueing_s=zf, offloads=zf, outages=zf, steps=zf, fallbacks=zf,
-                    server_busy=zf, slots=zf, arrivals=zf, blocked=zf, decisions=zf,
+                    server_busy=zf, queue_len=zf, slots=zf, arrivals=zf, blocked=zf, decisions=zf,
                     nominations=zf, latency_hist=jnp.zeros((n_bins,), jnp.float32))
 
         def _slot(carry, t):
@@ -142,15 +150,21 @@ def make_evaluator(num_slots: int, warmup_slots: int,
             slot_key = jax.random.fold_in(run_key, t)
             act_key, env_key = jax.random.split(slot_key)
             greedy, dq = screen_and_gain(apply_fn, net_params, obs)
+            critic = (dq > 0).astype(jnp.int32)  # greedy in the critic
             rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
             screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
-                                 screen_mode == SCREEN_RANDOM],
-                                [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand],
-                                greedy)
-            gain = jnp.where(screen_mode == SCREEN_POLICY, dq,
-                             params.default_gain).astype(jnp.float32)
+                                 screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC],
+                                [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand,
+                                 critic], greedy)
+            gain = jnp.where((screen_mode == SCREEN_POLICY) | (screen_mode == SCREEN_CRITIC),
+                             dq, params.default_gain).astype(jnp.float32)
+            p_t = params
+            if mult_fn is not None:
+                lam, mu = mult_fn(mult_params, state, params, edge.EdgeAction(screen, gain),
+                                  env_key)
+                p_t = params.replace(lambda_s=lam, mu=mu)
             obs, state, _, done, info = edge.step(env_key, state, edge.EdgeAction(screen, gain),
-                                                  params)
+                                                  p_t)
             w = (t >= warmup_slots).astype(jnp.float32)
             d = done.astype(jnp.float32) * w
             lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
@@ -167,6 +181,7 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                 steps=jnp.sum(d * f32(info["user_steps"])),
                 fallbacks=jnp.sum(d * f32(info["user_fallbacks"])),
                 server_busy=w * f32(info["server_in_use"]) / f32(params.num_servers),
+                queue_len=w * f32(info["queue_len"]),
                 slots=w, arrivals=w * f32(info["arrivals"]), blocked=w * f32(info["blocked"]),
                 decisions=w * jnp.sum(f32(info["decision_mask"])),
                 nominations=w * jnp.sum(f32(info["nominated"])))
@@ -177,7 +192,10 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                                       jnp.arange(num_slots, dtype=jnp.int32))
         return acc
 
-    batched = jax.vmap(_one, in_axes=(0, None, None, None, None))
+    def batched(keys, params, net_params, screen_mode, p_random, mult_params=None):
+        return jax.vmap(_one, in_axes=(0, None, None, None, None, None))(
+            keys, params, net_params, screen_mode, p_random, mult_params)
+
     return jax.jit(batched)
 
 
@@ -209,6 +227,7 @@ def per_seed_metrics(totals: dict, tau_s: float) -> dict[str, np.ndarray]:
         "offload_rate": ratio(t["offloads"], t["steps"]),
         "nomination_rate": ratio(t["nominations"], t["decisions"]),
         "server_util": ratio(t["server_busy"], t["slots"]),
+        "queue_len": ratio(t["queue_len"], t["slots"]),
         "outage_rate": ratio(t["outages"], t["offloads"] + t["outages"]),
         "blocked_rate": ratio(t["blocked"], t["arrivals"]),
         "fallback_share": ratio(t["fallbacks"], t["steps"]),

@@ -157,6 +157,30 @@ def plot_bars(names: Sequence[str], bands: Band, *, ylabel: str, title: str,
     return _save(fig, path)
 
 
+def plot_grouped_bars(groups: Sequence[str], series: Mapping[str, Band], *, ylabel: str,
+                      title: str, path: os.PathLike | str) -> Path:
+    """Bars grouped by ``groups`` (e.g. scenarios), one bar per series (e.g. row) in each group,
+    with 95% CI error bars. ``series``: name -> (mean [G], low [G], high [G])."""
+    n = max(len(series), 1)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(groups) + 2.5), 4.0))
+    idx = np.arange(len(groups))
+    for i, (name, (m, lo, hi)) in enumerate(series.items()):
+        m, lo, hi = (np.asarray(a, dtype=np.float64) for a in (m, lo, hi))
+        x = idx - 0.4 + (i + 0.5) * width
+        ax.bar(x, np.nan_to_num(m), width, color=_COLORS[i % len(_COLORS)], alpha=0.85,
+               label=name)
+        ax.errorbar(x, np.nan_to_num(m), yerr=[np.nan_to_num(m - lo), np.nan_to_num(hi - m)],
+                    fmt="none", ecolor="k", capsize=2, lw=0.8)
+    ax.set_xticks(idx)
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel(ylabel)
+    _title(ax, title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=6, loc="best")
+    return _save(fig, path)
+
+
 def plot_delay_split_bars(names: Sequence[str], components: Mapping[str, Sequence[float]], *,
                           title: str, path: os.PathLike | str) -> Path:
     """Stacked bars of the mean delay components (s) per policy."""

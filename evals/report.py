@@ -29,6 +29,7 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
     "queueing_s": ("queue s", "mean queueing delay per problem (s)", 2, 1.0),
     "offload_rate": ("offload", "share of decisions executed on the server", 3, 1.0),
     "server_util": ("util", "mean busy server units / M", 3, 1.0),
+    "queue_len": ("queue", "mean queued requests per slot", 2, 1.0),
     "outage_rate": ("outage", "share of upload attempts lost to outage", 3, 1.0),
     "blocked_rate": ("blocked", "share of arrivals blocked (env full)", 3, 1.0),
     "fallback_share": ("fallback", "share of steps that used a trace fallback", 3, 1.0),

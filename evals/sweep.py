@@ -105,6 +105,11 @@ def sweep_figures(summ, axis: str, grid: Sequence[float], out_dir: Path, *, titl
         xs, lat, xlabel=label, ylabel="mean end-to-end latency (s)",
         title=f"latency vs {axis} — {title}", path=out_dir / f"latency_vs_{axis}.png",
         knee=knee_disp, knee_label=f"{main} knee")
+    if axis == "lam":  # the U cap: arrivals that found every user slot full
+        blk = {r: _band(summ, r, "blocked_rate", grid) for r in rows}
+        figs["blocked_vs_lam"] = plots.plot_curves(
+            xs, blk, xlabel=label, ylabel="blocked arrivals / arrivals",
+            title=f"blocked arrivals vs λ — {title}", path=out_dir / "blocked_vs_lam.png")
     if axis in ("M", "B"):
         for r in [x for x in (main, "All-LLM") if x in rows]:
             comps = {"processing": _band(summ, r, "processing_s", grid),
@@ -130,6 +135,15 @@ def sweep_csv(all_summ: Mapping[str, Mapping[float, Mapping]]) -> str:
                 for m, ci in metrics.items():
                     w.writerow([axis, v, r, m, ci.mean, ci.low, ci.high, ci.half_width, ci.n])
     return buf.getvalue()
+
+
+def blocked_text(summ, grid: Sequence[float]) -> str:
+    """One line: each row's blocked-arrival share at the largest λ of the sweep (the U cap
+    hides load beyond it)."""
+    top = max(grid)
+    parts = [f"{r}: {summ[top][r]['blocked_rate'].mean * 100:.1f}%"
+             for r in summ[top] if "blocked_rate" in summ[top][r]]
+    return f"blocked arrivals at λ = {top:g}/s (U cap): " + "; ".join(parts)
 
 
 def knee_text(axis: str, kn: Mapping[str, float | None]) -> str:
@@ -158,6 +172,8 @@ def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *
         if kn:
             all_knees[axis] = {r: (None if k is None else float(k)) for r, k in kn.items()}
             lines.append(knee_text(axis, kn))
+        if axis == "lam":
+            lines.append(blocked_text(summ, grid))
     data = {"meta": meta, "knees": all_knees, "knee_tolerance": KNEE_TOL, "axes": {}}
     for axis, summ in all_summ.items():
         data["axes"][axis] = {

@@ -1,66 +1,49 @@
-"""Learns the Lagrange multipliers λ_s (server units) and µ (bandwidth) of the stage-2 scheduler.
+"""Learns the admission prices λ_s (server) and µ (bandwidth) of the stage-2 threshold rule.
 
-Shaped like an optax transformation: ``init(config) -> DualState`` and
-``update(state, batch, config) -> (multipliers, state)``, both pure and jit-able, so an update
-can run per slot inside a ``lax.scan`` (``config`` is a frozen, hashable :class:`DualConfig`:
-close over it or pass it as a static argument).
+Shaped like an optax transformation: ``init(config) -> DualState``,
+``update(state, batch, config) -> (multipliers, state)`` and ``metrics(state, batch, config)``,
+all pure and jit-able (``config`` is a frozen, hashable :class:`DualConfig`: close over it or
+pass it as a static argument). The rule itself lives in ``prada_jax.sched.threshold``; this
+module only prices it. Rollouts that collect the slots live in ``prada_jax.dual_rollout``.
 
-The slot (DESIGN §6). Candidate ``i`` of a slot has ``w_i`` (net advantage of running now over
-local, reward units), ``w̄_i`` (net advantage of queueing over local) and ``b_i`` (bandwidth it
-needs, Hz). With multipliers the per-slot Lagrangian is
+What is priced (DESIGN §6): the *long-run* constraints. Admitted server occupancy per slot,
+averaged over the rollout, ≤ M, and admitted bandwidth occupancy ≤ B. A candidate ``i`` of slot
+``t`` has run-now value ``w_i``, queue value ``w̄_i`` (PRM units), bandwidth ``b_i`` (Hz) and
+service time ``k_i`` (slots it holds a unit and its bandwidth). The threshold rule charges the
+price ``p_i = λ_s + µ·b_i`` to every admission (queue or run now), so the Lagrangian value of a
+candidate is ``max(0, w̄_i − p_i, w_i − p_i)``. Each admission occupies ``k_i`` unit-slots; over
+T slots the occupancy constraint ``Σ_t Σ_i admit_i·k_i ≤ T·M`` is, with the batch's mean
+service time ``k̄`` of the new nominations, the admission-rate constraint
+``mean_t Σ_i admit_i ≤ M / k̄`` (Little's law: M units each serving one job per k̄ slots); the
+bandwidth one likewise ``mean_t Σ_i admit_i·b_i ≤ B / k̄``. The dual function
 
-    L(x; λ_s, µ) = Σ_i [imm]·(w_i − λ_s − µ·b_i) + [queue]·w̄_i + λ_s·free_units + µ·free_bw,
+    D(λ_s, µ) = mean_t [ Σ_{i new} max(0, w̄_i − p_i, w_i − p_i)
+                         + λ_s·M_t / k̄ + µ·B_t / k̄ ]
 
-maximised candidate by candidate by the threshold rule (:func:`hard_decision`). The dual
-function of a set of slots S is the mean over slots of that maximum,
-
-    D(λ_s, µ) = mean_s [ Σ_i max(0, w̄_i, w_i − λ_s − µ·b_i) + λ_s·free_units_s + µ·free_bw_s ],
-
-a convex piecewise-linear function whose minimiser over λ_s, µ ≥ 0 prices the resources; its
-subgradient is minus the *excess demand* of the threshold rule (Σ imm − free_units,
-Σ b·imm − free_bw).
+is convex and piecewise linear; its subgradient is minus the *long-run excess*
+``(mean admissions − M/k̄, mean admitted bandwidth − B/k̄)`` (:func:`excess_demand`), so λ_s
+rises exactly when admissions outrun capacity over time and falls to 0 when the system keeps
+up. Only new nominations count (``SlotBatch.fresh``): a queued request was admitted once, in
+the slot it was nominated; counting it again every slot it waits would charge it twice.
+``k̄`` is treated as a constant (no gradient). With ``k = 1``, ``fresh = valid`` and the
+capacity equal to the slot's free units this is the per-slot admission dual.
 
 Two ways to learn the multipliers (``DualConfig.mode``):
 
-* ``"subgradient"`` / ``"pid"`` (online): per-slot projected steps on the observed excess
-  demand of the hard rule (before the feasibility repair). ``subgradient``:
-  ``m ← [m + η_t·e + k_d·(e − e_prev)]₊`` with ``η_t = step_size / sqrt(1 + t/decay_steps)``;
-  ``pid`` (Stooke et al. 2020): ``I ← [I + k_i·e]₊``, ``m = [k_p·e + I + k_d·(e − e_prev)]₊``.
-  Multipliers are kept ≥ 0 by projection.
-* ``"differentiable"``: the max inside D is replaced by the smooth max
-  ``T·logsumexp(·/T)`` (softmax relaxation of the local/queue/immediate decision with
-  temperature T), the relaxed D_T is minimised with an optax Adam over batches of slots
-  (the launcher collects them from rollouts of the edge env with the screening policy fixed),
-  T is annealed geometrically from ``temperature`` to ``temperature_min``, and multipliers
-  are softplus-parameterised (never negative). Evaluation uses the hard rule.
+* ``"subgradient"`` / ``"pid"`` (online): projected steps on the observed long-run excess of
+  the hard rule (before repair). ``subgradient``: ``m ← [m + η_t·e + k_d·(e − e_prev)]₊`` with
+  ``η_t = step_size / sqrt(1 + t/decay_steps)``; ``pid`` (Stooke et al. 2020):
+  ``I ← [I + k_i·e]₊``, ``m = [k_p·e + I + k_d·(e − e_prev)]₊``.
+* ``"differentiable"``: the max inside D is the smooth max ``T·logsumexp(·/T)`` (the
+  temperature-smoothed rule, ``sched.threshold.soft_choice``), the relaxed D_T is minimised
+  with optax Adam over batches of slots, T annealed geometrically from ``temperature`` to
+  ``temperature_min``, multipliers softplus-parameterised (never negative). Evaluation uses the
+  hard rule.
 
-Opt-in admission price (``queue_price=True``, off by default). DESIGN §6's rule charges the
-price only to running now, so it prefers immediate over queue iff ``λ_s + µ·b_i ≤ β·τ·(1+q)``
-and the learned price parks at that kink (docs/dual.md). With ``queue_price`` the price is
-charged to queueing too (a queued request will use a unit and its upload later): the choice
-values are ``(0, w̄_i − λ_s − µ·b_i, w_i − λ_s − µ·b_i)``, so
-
-    D(λ_s, µ) = mean_s [ Σ_i max(0, w̄_i − λ_s − µ·b_i, w_i − λ_s − µ·b_i)
-                         + λ_s·free_units_s + µ·free_bw_s ].
-
-This is the dual of the slot problem with the relaxed limits on *admissions*,
-``Σ_i (queue_i + imm_i) ≤ free_units`` and ``Σ_i b_i·(queue_i + imm_i) ≤ free_bw``: the price
-controls how many requests leave the edge (queued or run now) against the units and bandwidth
-free this slot. Its subgradient is minus the excess *admission* demand
-``(Σ (imm + queue) − free_units, Σ b·(imm + queue) − free_bw)`` of the unrepaired rule
-(:func:`excess_demand`); with ``β·τ > 0`` the unrepaired rule never queues (``w_i > w̄_i``),
-so this equals the immediate demand, and the smoothed form counts ``p_queue + p_imm``. Why
-free units and not "free units plus what the queue can absorb": the env's queue has no
-capacity of its own (a request leaves it by being served or by expiring after
-``max_wait_slots``), so every admission is eventually paid for by a unit that frees up; the
-supply of a slot is the units idle at its start (with ``skip_full_slots`` only slots with a
-free unit count). Counting a queue allowance would need a model of future free units, which
-the per-slot dual does not have. The env runs this rule as scheduler ``threshold_admission``.
-
-Optional (off by default, ``conditioned=True``; differentiable mode only): the multipliers
-are ``softplus(raw + MLP(load))`` where ``load`` [K] are per-slot load features (queue length,
-active users, free units, …, scaled by the caller to O(1)); the MLP's output layer starts at
-zero so training starts from the scalar multipliers. The paper uses scalars.
+Load-conditioned (``conditioned=True``; differentiable mode only): the multipliers are
+``softplus(raw + MLP(load))`` with ``load`` [K] per-slot features the server observes
+(``prada_jax.dual_rollout.load_features``); the MLP's output layer starts at zero, so training
+starts from the scalar multipliers and is driven by the same dual objective.
 
 Units. Internally bandwidth is measured in units of ``bw_scale_hz`` (default 1 MHz) so both
 multipliers are O(1): ``mu_scaled`` is reward per ``bw_scale_hz``. :class:`Multipliers`
@@ -76,7 +59,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-LOCAL, QUEUE, IMMEDIATE = 0, 1, 2
+from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE  # noqa: F401  (re-exported)
+from prada_jax.sched.threshold import choice_values as _choice_values
+from prada_jax.sched.threshold import hard_choice, soft_choice
+
 MODES = ("subgradient", "pid", "differentiable")
 
 
@@ -86,7 +72,7 @@ class DualConfig:
 
     Attributes:
       mode: "subgradient", "pid" or "differentiable".
-      init_lambda_s: initial λ_s (reward units per server unit), ≥ 0.
+      init_lambda_s: initial λ_s (reward units per admission), ≥ 0.
       init_mu: initial µ (reward units per ``bw_scale_hz`` of bandwidth), ≥ 0.
       bw_scale_hz: bandwidth unit used internally (Hz); µ per Hz = mu_scaled / bw_scale_hz.
       step_size: subgradient step η (multiplier units per unit of excess).
@@ -99,10 +85,10 @@ class DualConfig:
       conditioned: multipliers depend on per-slot load features through a tiny MLP.
       load_features: number K of load features (conditioned only).
       hidden: hidden width of that MLP.
-      skip_full_slots: slots without a free server unit do not count in the excess demand
-        or the dual objective (see :func:`slot_weights`).
-      queue_price: opt-in admission price: the multipliers are charged to queueing too
-        (module docstring); the env then runs scheduler ``threshold_admission``.
+      skip_full_slots: slots without a free server unit get weight 0 in learning (off by
+        default: the long-run constraints count every slot).
+      queue_price: ignored, kept so older configs load: the price is always charged to
+        queueing too (the admission-price rule is the rule).
     """
 
     mode: str = "differentiable"
@@ -121,8 +107,8 @@ class DualConfig:
     conditioned: bool = False
     load_features: int = 3
     hidden: int = 8
-    skip_full_slots: bool = True
-    queue_price: bool = False
+    skip_full_slots: bool = False
+    queue_price: bool = True
 
     def __post_init__(self):
         def bad(field, msg):
@@ -165,12 +151,16 @@ def config_from(cfg: Any) -> DualConfig:
 class SlotBatch:
     """Candidate sets of S slots (any leading shape ``[...]`` works; N candidates per slot).
 
-    w, w_bar: [..., N] float32, net advantage of immediate / queue over local (reward units).
-    b: [..., N] float32, bandwidth each candidate needs if run now (Hz).
-    valid: [..., N] bool, real candidates (others are ignored).
-    free_units: [...] float32, free server units this slot.
-    free_bw: [...] float32, free bandwidth this slot (Hz).
+    w, w_bar: [..., N] float32, value of run now / queue over local before the price (PRM).
+    b: [..., N] float32, bandwidth each candidate needs while it runs (Hz).
+    valid: [..., N] bool, live candidates (new or queued, not expired): the slot problem.
+    free_units: [...] float32, server units free this slot (the per-slot oracle's limit).
+    free_bw: [...] float32, bandwidth free this slot (Hz).
     load: [..., K] float32, load features for the conditioned variant (zeros otherwise).
+    work: [..., N] float32, service time k_i of each candidate (slots, ≥ 1).
+    fresh: [..., N] bool, new nominations (the admissions the long-run constraints count).
+    capacity_units: [...] float32, server units of the system this slot (M_t).
+    capacity_bw: [...] float32, bandwidth of the system this slot (B_t, Hz).
     """
 
     w: jax.Array
@@ -180,22 +170,35 @@ class SlotBatch:
     free_units: jax.Array
     free_bw: jax.Array
     load: jax.Array
+    work: jax.Array
+    fresh: jax.Array
+    capacity_units: jax.Array
+    capacity_bw: jax.Array
 
 
-def make_batch(w, w_bar, b, valid, free_units, free_bw, load=None, load_features: int = 3):
-    """SlotBatch from arrays (casts dtypes; ``load`` defaults to zeros [..., load_features])."""
+def make_batch(w, w_bar, b, valid, free_units, free_bw, load=None, load_features: int = 3,
+               work=None, fresh=None, capacity_units=None, capacity_bw=None) -> SlotBatch:
+    """SlotBatch from arrays (casts dtypes). Defaults: ``load`` zeros [..., load_features],
+    ``work`` 1, ``fresh`` = ``valid``, capacities = the free units / bandwidth (with these
+    defaults the long-run dual is the per-slot admission dual)."""
     w = jnp.asarray(w, jnp.float32)
+    valid = jnp.asarray(valid, bool)
+    free_units = jnp.asarray(free_units, jnp.float32)
+    free_bw = jnp.asarray(free_bw, jnp.float32)
     if load is None:
         load = jnp.zeros(w.shape[:-1] + (load_features,), jnp.float32)
-    return SlotBatch(w=w, w_bar=jnp.asarray(w_bar, jnp.float32),
-                     b=jnp.asarray(b, jnp.float32), valid=jnp.asarray(valid, bool),
-                     free_units=jnp.asarray(free_units, jnp.float32),
-                     free_bw=jnp.asarray(free_bw, jnp.float32),
-                     load=jnp.asarray(load, jnp.float32))
+    return SlotBatch(
+        w=w, w_bar=jnp.asarray(w_bar, jnp.float32), b=jnp.asarray(b, jnp.float32), valid=valid,
+        free_units=free_units, free_bw=free_bw, load=jnp.asarray(load, jnp.float32),
+        work=jnp.ones_like(w) if work is None else jnp.asarray(work, jnp.float32),
+        fresh=valid if fresh is None else jnp.asarray(fresh, bool) & valid,
+        capacity_units=free_units if capacity_units is None else jnp.asarray(
+            capacity_units, jnp.float32),
+        capacity_bw=free_bw if capacity_bw is None else jnp.asarray(capacity_bw, jnp.float32))
 
 
 class Multipliers(NamedTuple):
-    """λ_s (reward per server unit) and µ (reward per Hz); scalars or [...] per slot."""
+    """λ_s (reward per admission) and µ (reward per Hz); scalars or [...] per slot."""
 
     lambda_s: jax.Array
     mu: jax.Array
@@ -210,7 +213,7 @@ class DualState(NamedTuple):
       (one tanh hidden layer plus a linear skip; w2, b2, skip start at zero).
     opt_state: optax state of ``params`` (differentiable mode), else ().
     integral: [2] PID integral term (pid mode), else unused.
-    prev_error: [2] last excess demand (units, bw/bw_scale) for the derivative/damping term.
+    prev_error: [2] last excess (admissions, bw/bw_scale) for the derivative/damping term.
     step: [] int32 number of updates done.
     """
 
@@ -268,7 +271,7 @@ def _scaled_multipliers(params, config: DualConfig, load=None) -> jax.Array:
 
 
 def multipliers(state: DualState, config: DualConfig, load=None) -> Multipliers:
-    """Current multipliers in natural units (λ_s per server unit, µ per Hz).
+    """Current multipliers in natural units (λ_s per admission, µ per Hz).
 
     ``load`` [..., K] (conditioned variant only) gives per-slot multipliers [...].
     """
@@ -283,88 +286,70 @@ def temperature(step, config: DualConfig) -> jax.Array:
     return jnp.maximum(t, config.temperature_min)
 
 
-def choice_values(w, w_bar, b, lambda_s, mu, queue_price: bool = False) -> jax.Array:
-    """Per-candidate Lagrangian value of (local, queue, immediate): [..., N, 3].
-
-    w, w_bar, b: [..., N]; lambda_s, mu: scalars or [...] (µ in the unit of 1/b).
-    ``queue_price`` (static): queue is worth ``w̄ − λ_s − µ·b`` instead of ``w̄``.
-    """
-    lam = jnp.asarray(lambda_s)[..., None]
-    mu = jnp.asarray(mu)[..., None]
-    if not queue_price:
-        imm = w - lam - mu * b  # DESIGN §6 (same operation order as before the option)
-        queue = w_bar
-    else:
-        price = lam + mu * b
-        imm = w - price
-        queue = w_bar - price
-    return jnp.stack([jnp.zeros_like(w), queue, imm], axis=-1)
+def _priced(w, w_bar, b, lambda_s, mu):
+    """(g, c): priced run-now value ``w − λ_s − µ·b`` and wait cost ``w − w̄`` ([..., N])."""
+    g = w - (jnp.asarray(lambda_s)[..., None] + jnp.asarray(mu)[..., None] * b)
+    return g, w - w_bar
 
 
-def hard_decision(w, w_bar, b, lambda_s, mu, valid=None, queue_price: bool = False
-                  ) -> jax.Array:
-    """Threshold rule before any feasibility repair: the per-slot Lagrangian maximiser.
-
-    Immediate if ``w − λ_s − µ·b ≥ max(v_q, 0)``, else queue if ``v_q > 0``, else local, with
-    ``v_q = w̄`` (default) or ``w̄ − λ_s − µ·b`` (``queue_price``, static).
-    Returns [..., N] int8 in {0 local, 1 queue, 2 immediate}; invalid candidates are local.
-    """
-    if not queue_price:
-        imm = w - jnp.asarray(lambda_s)[..., None] - jnp.asarray(mu)[..., None] * b
-        vq = w_bar
-    else:
-        price = jnp.asarray(lambda_s)[..., None] + jnp.asarray(mu)[..., None] * b
-        imm = w - price
-        vq = w_bar - price
-    d = jnp.where(imm >= jnp.maximum(vq, 0.0), IMMEDIATE,
-                  jnp.where(vq > 0.0, QUEUE, LOCAL)).astype(jnp.int8)
-    if valid is not None:
-        d = jnp.where(valid, d, LOCAL).astype(jnp.int8)
-    return d
+def choice_values(w, w_bar, b, lambda_s, mu, queue_price=None) -> jax.Array:
+    """Per-candidate Lagrangian value of (local, queue, immediate): [..., N, 3] =
+    ``(0, w̄ − p, w − p)``, ``p = λ_s + µ·b`` (``sched.threshold.choice_values``).
+    w, w_bar, b: [..., N]; lambda_s, mu: scalars or [...] (µ in the unit of 1/b)."""
+    del queue_price
+    return _choice_values(*_priced(w, w_bar, b, lambda_s, mu))
 
 
-def soft_decision(w, w_bar, b, lambda_s, mu, temp, valid=None, queue_price: bool = False
-                  ) -> jax.Array:
-    """Relaxed threshold rule: softmax over (local, queue, immediate) values / T: [..., N, 3].
-
-    As T → 0 it tends to the one-hot of :func:`hard_decision` (away from ties). Invalid
-    candidates get probability 1 on local. ``queue_price``: see :func:`choice_values`.
-    """
-    p = jax.nn.softmax(choice_values(w, w_bar, b, lambda_s, mu, queue_price) / temp, axis=-1)
-    if valid is not None:
-        p = jnp.where(valid[..., None], p, jnp.array([1.0, 0.0, 0.0], p.dtype))
-    return p
+def hard_decision(w, w_bar, b, lambda_s, mu, valid=None, queue_price=None) -> jax.Array:
+    """The threshold rule before any feasibility repair (``sched.threshold.hard_choice``):
+    [..., N] int8 in {0 local, 1 queue, 2 immediate}; invalid candidates are local."""
+    del queue_price
+    g, c = _priced(w, w_bar, b, lambda_s, mu)
+    return hard_choice(g, c, valid)
 
 
-def _slot_dual(w, w_bar, b_s, valid, free_units, free_bw_s, m, temp, queue_price=False):
+def soft_decision(w, w_bar, b, lambda_s, mu, temp, valid=None, queue_price=None) -> jax.Array:
+    """Smoothed threshold rule [..., N, 3] (``sched.threshold.soft_choice``); invalid
+    candidates get probability 1 on local."""
+    del queue_price
+    g, c = _priced(w, w_bar, b, lambda_s, mu)
+    return soft_choice(g, c, temp, valid)
+
+
+def mean_work(batch: SlotBatch) -> jax.Array:
+    """k̄: mean service time (slots) of the new nominations in the batch (1 if none), no
+    gradient."""
+    f = batch.fresh.astype(jnp.float32)
+    k = jnp.sum(f * batch.work) / jnp.maximum(jnp.sum(f), 1.0)
+    return jax.lax.stop_gradient(jnp.where(jnp.sum(f) > 0, jnp.maximum(k, 1.0), 1.0))
+
+
+def _slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp):
     """Per-slot dual value [...]; hard max if ``temp`` is None, else smooth max at ``temp``.
 
-    b_s, free_bw_s already in units of bw_scale_hz; m: [..., 2] or [2] (λ_s, µ_scaled).
+    b_s, cap_bw_s in units of bw_scale_hz; m: [..., 2] or [2] (λ_s, µ_scaled).
     """
-    vals = choice_values(w, w_bar, b_s, m[..., 0], m[..., 1], queue_price)
+    g, c = _priced(batch.w, batch.w_bar, b_s, m[..., 0], m[..., 1])
+    vals = _choice_values(g, c)
     if temp is None:
         best = vals.max(axis=-1)
     else:
         best = temp * jax.nn.logsumexp(vals / temp, axis=-1)
-    inner = jnp.sum(jnp.where(valid, best, 0.0), axis=-1)
-    return inner + m[..., 0] * free_units + m[..., 1] * free_bw_s
+    inner = jnp.sum(jnp.where(batch.fresh, best, 0.0), axis=-1)
+    return inner + (m[..., 0] * batch.capacity_units + m[..., 1] * cap_bw_s) / kbar
 
 
 def dual_objective(params, batch: SlotBatch, config: DualConfig, temp=None) -> jax.Array:
-    """Mean over slots of the (relaxed if ``temp`` is given) per-slot dual function. Scalar."""
+    """Mean over slots of the (relaxed if ``temp`` is given) long-run dual function. Scalar."""
     m = _scaled_multipliers(params, config, batch.load if config.conditioned else None)
-    b_s = batch.b / config.bw_scale_hz
-    free_bw_s = batch.free_bw / config.bw_scale_hz
-    per_slot = _slot_dual(batch.w, batch.w_bar, b_s, batch.valid, batch.free_units,
-                          free_bw_s, m, temp, config.queue_price)
+    per_slot = _slot_dual(batch, batch.b / config.bw_scale_hz,
+                          batch.capacity_bw / config.bw_scale_hz, m, mean_work(batch), temp)
     return _weighted_mean(per_slot, slot_weights(batch, config))
 
 
 def slot_weights(batch: SlotBatch, config: DualConfig) -> jax.Array:
     """[...] weight of each slot in learning: 1, or (``skip_full_slots``) 0 for a slot with
-    no free server unit — there the repair queues or keeps local every request whatever the
-    multipliers are, so its demand says nothing about their price (and a request waiting
-    through several full slots would be counted once per slot)."""
+    no free server unit."""
     if not config.skip_full_slots:
         return jnp.ones_like(batch.free_units)
     return (batch.free_units >= 1).astype(jnp.float32)
@@ -378,28 +363,26 @@ def _weighted_mean(v, weights):
     return jnp.sum(wts * v, axis=0) / jnp.maximum(jnp.sum(wts), 1.0)
 
 
-def excess_demand(batch: SlotBatch, mult: Multipliers, queue_price: bool = False) -> jax.Array:
-    """Excess demand of the hard rule before repair, per slot: [..., 2].
+def excess_demand(batch: SlotBatch, mult: Multipliers, queue_price=None) -> jax.Array:
+    """Long-run excess of the hard rule before repair, per slot: [..., 2].
 
-    [..., 0] = Σ immediate − free_units (units); [..., 1] = Σ b·immediate − free_bw (Hz).
-    With ``queue_price`` (static) the demand the price controls is admissions: immediate and
-    queue both count (minus the subgradient of that dual function; module docstring).
+    [..., 0] = admissions of new nominations − M_t / k̄ (admissions per slot);
+    [..., 1] = their bandwidth − B_t / k̄ (Hz). Its mean over slots is minus the subgradient
+    of the dual function (module docstring).
     """
-    d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.valid,
-                      queue_price=queue_price)
-    if queue_price:
-        imm = ((d == IMMEDIATE) | (d == QUEUE)).astype(jnp.float32)
-    else:
-        imm = (d == IMMEDIATE).astype(jnp.float32)
-    return jnp.stack([imm.sum(-1) - batch.free_units,
-                      (imm * batch.b).sum(-1) - batch.free_bw], axis=-1)
+    del queue_price
+    d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.fresh)
+    adm = (d != LOCAL).astype(jnp.float32)
+    kbar = mean_work(batch)
+    return jnp.stack([adm.sum(-1) - batch.capacity_units / kbar,
+                      (adm * batch.b).sum(-1) - batch.capacity_bw / kbar], axis=-1)
 
 
 def update(state: DualState, batch: SlotBatch, config: DualConfig
            ) -> tuple[Multipliers, DualState]:
     """One learning step on a batch of slots (leading dims averaged). Pure and jit-able.
 
-    Online modes step on the mean excess demand of the hard rule under the current
+    Online modes step on the mean long-run excess of the hard rule under the current
     multipliers; the differentiable mode takes one optax step on the relaxed dual objective
     at the current annealed temperature. Returns the new multipliers (natural units; for the
     conditioned variant the load-free base values) and the new state.
@@ -433,9 +416,8 @@ def update(state: DualState, batch: SlotBatch, config: DualConfig
 
 
 def _mean_excess(batch: SlotBatch, mult: Multipliers, config: DualConfig) -> jax.Array:
-    """Mean excess over slots, bandwidth in units of bw_scale_hz: [2]."""
-    e = _weighted_mean(excess_demand(batch, mult, config.queue_price),
-                       slot_weights(batch, config))
+    """Mean long-run excess over slots, bandwidth in units of bw_scale_hz: [2]."""
+    e = _weighted_mean(excess_demand(batch, mult), slot_weights(batch, config))
     return e / jnp.array([1.0, config.bw_scale_hz], jnp.float32)
 
 
@@ -443,19 +425,22 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
     """Scalars to log for a batch of slots under the current multipliers.
 
     dual/lambda_s, dual/mu (per Hz), dual/mu_per_mhz, dual/temperature,
-    dual/excess_units and dual/excess_bw_hz (mean excess demand before repair, can be < 0),
-    dual/overflow_units and dual/overflow_bw_hz (mean positive part: what a repair must
-    remove) — means over the slots that count for learning (:func:`slot_weights`);
-    dual/learning_slots (their share), dual/relaxed_objective and dual/hard_objective (the dual function with the smooth
-    and the hard max) and dual/relaxed_minus_hard (their gap, ≥ 0).
+    dual/excess_units and dual/excess_bw_hz (mean long-run excess before repair, can be < 0:
+    admissions per slot − M/k̄, admitted Hz − B/k̄), dual/overflow_units and
+    dual/overflow_bw_hz (mean positive part per slot), dual/admissions_per_slot,
+    dual/capacity_per_slot (M/k̄), dual/mean_service_slots (k̄), dual/learning_slots (share of
+    slots that count), dual/relaxed_objective and dual/hard_objective (the dual function with
+    the smooth and the hard max) and dual/relaxed_minus_hard (their gap, ≥ 0).
     """
     load = batch.load if config.conditioned else None
     mult = multipliers(state, config, load)
-    e = excess_demand(batch, mult, config.queue_price)
+    e = excess_demand(batch, mult)
     wts = slot_weights(batch, config)
     temp = temperature(state.step, config)
     relaxed = dual_objective(state.params, batch, config, temp)
     hard = dual_objective(state.params, batch, config, None)
+    kbar = mean_work(batch)
+    cap = _weighted_mean(batch.capacity_units / kbar, wts)
     return {
         "dual/lambda_s": jnp.mean(mult.lambda_s),
         "dual/mu": jnp.mean(mult.mu),
@@ -465,6 +450,9 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
         "dual/excess_bw_hz": _weighted_mean(e[..., 1], wts),
         "dual/overflow_units": _weighted_mean(jnp.maximum(e[..., 0], 0.0), wts),
         "dual/overflow_bw_hz": _weighted_mean(jnp.maximum(e[..., 1], 0.0), wts),
+        "dual/admissions_per_slot": _weighted_mean(e[..., 0], wts) + cap,
+        "dual/capacity_per_slot": cap,
+        "dual/mean_service_slots": kbar,
         "dual/learning_slots": jnp.mean(wts),
         "dual/relaxed_objective": relaxed,
         "dual/hard_objective": hard,
@@ -473,16 +461,19 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
 
 
 class DualAscent(NamedTuple):
-    """optax-style pair bound to one config: ``init(key=None)``, ``update(state, batch)``."""
+    """optax-style triple bound to one config: ``init(key=None)``, ``update(state, batch)``,
+    ``metrics(state, batch)``."""
 
     init: Any
     update: Any
+    metrics: Any = None
 
 
 def make(config: DualConfig) -> DualAscent:
     """Binds ``config``: ``d = make(cfg); s = d.init(); m, s = d.update(s, batch)``."""
     return DualAscent(init=lambda key=None: init(config, key),
-                      update=lambda state, batch: update(state, batch, config))
+                      update=lambda state, batch: update(state, batch, config),
+                      metrics=lambda state, batch: metrics(state, batch, config))
 
 
 # Saved multipliers -------------------------------------------------------------------------
@@ -540,259 +531,13 @@ def load_multipliers(workdir) -> Multipliers:
     return Multipliers(lambda_s=lam, mu=mu)
 
 
-# Slots from the edge env -------------------------------------------------------------------
-# The functions below read one slot's candidate set out of ``envs.edge`` so multipliers can be
-# learned over env rollouts. ``envs`` is imported inside functions (``prada_jax`` never needs it
-# at import time).
-
-LOAD_FEATURES = 3  # queue length / M, active users / U, free server units / M
+# Rollout names that lived here before ``prada_jax.dual_rollout`` (kept for older callers).
+_MOVED = ("LOAD_FEATURES", "slot_from_sched", "edge_slot_inputs", "make_trace_rule_policy",
+          "make_ppo_policy", "RolloutCarry", "init_rollout", "make_rollout", "make_train_chunk")
 
 
-def slot_from_sched(x, free_units, free_bw_hz, sp, load) -> SlotBatch:
-    """SlotBatch of one slot from the scheduler's view (``prada_jax.sched`` types).
-
-    ``w``/``w̄`` are the threshold rule's own net advantages (``sched.threshold.advantages``);
-    candidates that already waited ``max_wait_slots`` are not valid (kept local by every
-    scheduler and by the env). x: SchedInputs with [U] fields; load: [K].
-    """
-    from prada_jax.sched.base import expired
-    from prada_jax.sched.threshold import advantages
-
-    w, w_bar, _ = advantages(x, sp)
-    valid = x.candidate & ~expired(x, sp)
-    return SlotBatch(w=w, w_bar=w_bar, b=x.bandwidth_hz.astype(jnp.float32), valid=valid,
-                     free_units=jnp.asarray(free_units, jnp.float32),
-                     free_bw=jnp.asarray(free_bw_hz, jnp.float32),
-                     load=jnp.asarray(load, jnp.float32))
-
-
-def edge_slot_inputs(state, action, params, noise):
-    """The candidate set the env's scheduler will see in this slot, before ``step``.
-
-    Mirrors the first lines of ``envs.edge.step_with_noise`` (a test checks the env decides
-    exactly what the threshold rule decides on these inputs).
-
-    Args:
-      state: ``envs.edge.EnvState``; action: ``EdgeAction`` or [U] int32; params: EnvParams;
-      noise: the slot's ``envs.edge.Noise``.
-    Returns:
-      (x: SchedInputs [U], free_units int32, free_bw_hz float32, load [3] float32).
-    """
-    from envs import edge
-    from prada_jax.sched.base import SchedInputs
-    from prada_jax.sched.registry import RSD_INDEX
-
-    u = params.num_users
-    if isinstance(action, edge.EdgeAction):
-        screen = jnp.asarray(action.screen, jnp.int32)
-        gain_in = jnp.asarray(action.gain, jnp.float32)
-    else:
-        screen = jnp.asarray(action, jnp.int32)
-        gain_in = jnp.full((u,), params.default_gain, jnp.float32)
-    deciding = state.phase == edge.DECIDE
-    nominated = deciding & ((screen == 1) | (params.scheduler == RSD_INDEX))
-    queued = state.phase == edge.QUEUE_PHASE
-    cand = nominated | queued
-    gain = jnp.where(deciding, gain_in, state.gain)
-    req = edge.request_scalars(state, params, noise.fading)
-    in_service = state.phase == edge.SERVICE
-    free_units = params.num_servers - jnp.sum(in_service.astype(jnp.int32))
-    free_bw = params.bandwidth_hz - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
-    tr = params.traces
-    n = state.node
-    queue_len = jnp.sum(queued.astype(jnp.int32))
-    x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
-                    bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
-                    ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
-                    u_rand=noise.u_sched, queue_len=queue_len)
-    m = params.num_servers.astype(jnp.float32)
-    load = jnp.stack([queue_len / m, jnp.mean(state.active.astype(jnp.float32)),
-                      free_units / m]).astype(jnp.float32)
-    return x, free_units, free_bw, load
-
-
-def make_trace_rule_policy(threshold: float = 0.0):
-    """A simple nomination rule for runs without a trained PPO policy (tests, smoke runs).
-
-    It is *privileged*: it reads the trace's PRM scores of both candidates (which the real
-    edge cannot see). ``gain = cand_prm[node, 1] − cand_prm[node, 0]`` (PRM units) is carried
-    to the server and the step is nominated iff ``gain > threshold``.
-    Returns ``policy_fn(key, obs [U, D], state, params) -> EdgeAction``.
-    """
-    from envs import edge
-
-    def policy_fn(key, obs, state, params):
-        del key, obs
-        cp = params.traces.cand_prm[state.node]
-        gain = (cp[:, 1] - cp[:, 0]).astype(jnp.float32)
-        return edge.EdgeAction(screen=(gain > threshold).astype(jnp.int32), gain=gain)
-
-    return policy_fn
-
-
-def make_ppo_policy(apply_fn, net_params, greedy: bool = True):
-    """The trained screening policy: ``apply_fn(params, obs) -> (logits [U,2], q [U,2])``.
-
-    Nominates by argmax of the logits (``greedy``) or by sampling; the nomination carries the
-    critic's ΔQ = Q(s,1) − Q(s,0). Returns ``policy_fn(key, obs, state, params)``.
-    """
-    from envs import edge
-
-    def policy_fn(key, obs, state, params):
-        del state, params
-        logits, q = apply_fn(net_params, obs)
-        screen = (jnp.argmax(logits, -1) if greedy
-                  else jax.random.categorical(key, logits, axis=-1))
-        return edge.EdgeAction(screen=screen.astype(jnp.int32),
-                               gain=(q[..., 1] - q[..., 0]).astype(jnp.float32))
-
-    return policy_fn
-
-
-class RolloutCarry(NamedTuple):
-    """Scan carry of the env rollout: env_state [E, ...], obs [E, U, D], dual DualState,
-    key (typed), slots (int32, slots simulated per env so far)."""
-
-    env_state: Any
-    obs: jax.Array
-    dual: DualState
-    key: jax.Array
-    slots: jax.Array
-
-
-def init_rollout(key, env_params, config: DualConfig, num_envs: int) -> RolloutCarry:
-    """Resets ``num_envs`` edge envs and the dual state."""
-    from envs import edge
-
-    k_dual, k_reset, k_next = jax.random.split(key, 3)
-    obs, env_state = jax.vmap(edge.reset, in_axes=(0, None))(
-        jax.random.split(k_reset, num_envs), env_params)
-    return RolloutCarry(env_state=env_state, obs=obs, dual=init(config, k_dual), key=k_next,
-                        slots=jnp.zeros((), jnp.int32))
-
-
-def make_rollout(config: DualConfig, policy_fn, rollout_len: int, learn: bool = True):
-    """``rollout(carry, env_params) -> (carry, out)``: ``rollout_len`` slots of E envs.
-
-    Every env runs the *hard* threshold rule (``env_params.scheduler`` should be the threshold
-    index; with ``config.queue_price`` it is set to ``threshold_admission``) with the current
-    multipliers (per env and slot when conditioned). In the online
-    modes the dual state is updated every slot on the E envs' candidate sets (inside the scan);
-    in the differentiable mode (or with ``learn=False``, for evaluation) it is left unchanged
-    (see :func:`make_train_chunk`).
-
-    ``out``: ``batch`` SlotBatch [T, E, U], ``x`` SchedInputs [T, E, U], ``lambda_s``/``mu``
-    [T, E] used, ``reward`` [T, E] (sum over users), and per-slot env metrics [T, E]
-    (``server_in_use``, ``bandwidth_in_use_hz``, ``queue_len``, ``finished``, ``correct``,
-    ``latency_s`` (sum over finished users), ``blocked``), and the env's own
-    ``decision`` / ``outage`` [T, E, U] (after its enforcement).
-    """
-    from envs import edge
-
-    def _one_env(key, env_state, obs, lam, mu, env_params):
-        k_noise, k_pol = jax.random.split(key)
-        noise = edge.draw_noise(k_noise, env_params)
-        action = policy_fn(k_pol, obs, env_state, env_params)
-        x, free_units, free_bw, load = edge_slot_inputs(env_state, action, env_params, noise)
-        sp = edge.sched_params(env_params)
-        batch = slot_from_sched(x, free_units, free_bw, sp, load)
-        p = env_params.replace(lambda_s=lam, mu=mu)
-        if config.queue_price:  # the env must run the rule the learner prices
-            from prada_jax.sched.registry import THRESHOLD_ADMISSION_INDEX
-            p = p.replace(scheduler=jnp.asarray(THRESHOLD_ADMISSION_INDEX, jnp.int32))
-        obs, env_state, reward, done, info = edge.step_with_noise(env_state, action, p, noise)
-        stats = dict(reward=jnp.sum(reward), server_in_use=info["server_in_use"],
-                     bandwidth_in_use_hz=info["bandwidth_in_use_hz"],
-                     queue_len=info["queue_len"], blocked=info["blocked"],
-                     finished=jnp.sum(done.astype(jnp.int32)),
-                     correct=jnp.sum(info["user_correct"].astype(jnp.int32)),
-                     latency_s=jnp.sum(info["user_latency_s"]),
-                     decision=info["decision"], outage=info["outage"])
-        return env_state, obs, batch, x, stats
-
-    def _slot(carry: RolloutCarry, _, env_params):
-        key, k_slot = jax.random.split(carry.key)
-        num_envs = carry.obs.shape[0]
-        keys = jax.random.split(k_slot, num_envs)
-        # Multipliers this slot: per env from its load when conditioned.
-        if config.conditioned:
-            _, _, _, load = jax.vmap(_peek_load, in_axes=(0, 0, 0, 0, None))(
-                keys, carry.env_state, carry.obs, jnp.zeros(num_envs), env_params)
-            mult = multipliers(carry.dual, config, load)
-        else:
-            m = multipliers(carry.dual, config)
-            mult = Multipliers(jnp.full((num_envs,), m.lambda_s), jnp.full((num_envs,), m.mu))
-        env_state, obs, batch, x, stats = jax.vmap(_one_env, in_axes=(0, 0, 0, 0, 0, None))(
-            keys, carry.env_state, carry.obs, mult.lambda_s, mult.mu, env_params)
-        dual_state = carry.dual
-        if learn and config.mode != "differentiable":
-            _, dual_state = update(dual_state, batch, config)
-        carry = RolloutCarry(env_state=env_state, obs=obs, dual=dual_state, key=key,
-                             slots=carry.slots + 1)
-        out = dict(batch=batch, x=x, lambda_s=mult.lambda_s, mu=mult.mu, **stats)
-        return carry, out
-
-    def _peek_load(key, env_state, obs, _unused, env_params):
-        k_noise, k_pol = jax.random.split(key)
-        noise = edge.draw_noise(k_noise, env_params)
-        action = policy_fn(k_pol, obs, env_state, env_params)
-        return edge_slot_inputs(env_state, action, env_params, noise)
-
-    def rollout(carry: RolloutCarry, env_params):
-        return jax.lax.scan(lambda c, _: _slot(c, _, env_params), carry, None,
-                            length=rollout_len)
-
-    return rollout
-
-
-def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps: int = 1):
-    """``train_chunk(carry, env_params) -> (carry, metrics)``: one rollout, then learning.
-
-    Online modes learn inside the rollout (one update per slot). The differentiable mode then
-    takes ``sgd_steps`` optax steps on the relaxed dual objective of all T·E collected slots.
-    ``metrics`` (scalars): :func:`metrics` on the collected slots after learning, plus
-    ``env/reward_per_slot`` (sum over users, mean over envs and slots), ``env/server_in_use``,
-    ``env/bandwidth_in_use_hz``, ``env/queue_len``, ``env/finished``, ``env/accuracy`` and
-    ``env/latency_s`` (over users finished in this chunk; NaN if none), ``env/blocked``,
-    ``dual/candidates_per_slot``, and ``dual/rollout_*``: the multipliers each slot actually
-    ran with and the excess demand (before repair) they produced, averaged over the chunk;
-    ``dual/load_mean`` [K] is the mean load-feature vector of the chunk (not a scalar).
-    """
-    rollout = make_rollout(config, policy_fn, rollout_len)
-
-    def train_chunk(carry: RolloutCarry, env_params):
-        carry, out = rollout(carry, env_params)
-        batch = out["batch"]
-        dual_state = carry.dual
-        if config.mode == "differentiable":
-            def _sgd(s, _):
-                _, s = update(s, batch, config)
-                return s, None
-            dual_state, _ = jax.lax.scan(_sgd, dual_state, None, length=sgd_steps)
-        carry = carry._replace(dual=dual_state)
-        m = metrics(dual_state, batch, config)
-        used = Multipliers(out["lambda_s"], out["mu"])  # [T, E], what each slot ran with
-        e_used = excess_demand(batch, used, config.queue_price)
-        w_used = slot_weights(batch, config)
-        fin = jnp.sum(out["finished"])
-        m.update({
-            "env/reward_per_slot": jnp.mean(out["reward"]),
-            "env/server_in_use": jnp.mean(out["server_in_use"]),
-            "env/bandwidth_in_use_hz": jnp.mean(out["bandwidth_in_use_hz"]),
-            "env/queue_len": jnp.mean(out["queue_len"]),
-            "env/finished": fin.astype(jnp.float32),
-            "env/accuracy": jnp.sum(out["correct"]) / fin,
-            "env/latency_s": jnp.sum(out["latency_s"]) / fin,
-            "env/blocked": jnp.sum(out["blocked"]).astype(jnp.float32),
-            "dual/candidates_per_slot": jnp.mean(jnp.sum(batch.valid, -1)),
-            "dual/rollout_lambda_s": jnp.mean(used.lambda_s),
-            "dual/rollout_mu_per_mhz": jnp.mean(used.mu) * 1e6,
-            "dual/rollout_excess_units": _weighted_mean(e_used[..., 0], w_used),
-            "dual/rollout_excess_bw_hz": _weighted_mean(e_used[..., 1], w_used),
-            "dual/rollout_overflow_units": _weighted_mean(jnp.maximum(e_used[..., 0], 0.0),
-                                                          w_used),
-            "dual/load_mean": jnp.mean(batch.load.reshape(-1, batch.load.shape[-1]), axis=0),
-        })
-        return carry, m
-
-    return train_chunk
+def __getattr__(name):
+    if name in _MOVED:
+        from prada_jax import dual_rollout
+        return getattr(dual_rollout, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ rollouts and measures the duality gap of the resulting hard threshold rule.
 ``train/configs/dual.py`` ConfigDict, validated once by ``validate_config``, whose errors name
 the field). Nominations come from the PPO policy of ``config.policy_dir``
 (``prada_jax.rl.trainer.load_policy``) or, if that is empty, from the privileged trace rule of
-``prada_jax.dual.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
+``prada_jax.dual_rollout.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
 
     <workdir>/config.json         resolved config (the one in force)
     <workdir>/run.json            provenance: when the run started / resumed, what changed
@@ -38,12 +38,15 @@ import numpy as np
 
 from prada_jax import config_utils
 from prada_jax import dual
+from prada_jax import dual_rollout
 from prada_jax.errors import NonFiniteTraining
 from prada_jax.dual import load_multipliers
+from prada_jax.errors import BadInput
 
 __all__ = ["GAP_FILE", "OBSERVATIONAL", "NonFiniteError", "validate_config", "load_traces", "build_env_params",
            "build_policy", "train_and_evaluate", "collect_slots", "threshold_decisions",
-           "measure_gap", "load_multipliers", "queue_price", "rollout_stats"]
+           "measure_gap", "load_multipliers", "queue_price", "rollout_stats",
+           "policy_reward_mode"]
 
 GAP_FILE = "gap.json"
 
@@ -66,6 +69,12 @@ def validate_config(config) -> dual.DualConfig:
     cu.check_int(config, "env.num_users", "env.num_servers", minimum=1)
     cu.check_int(config, "env.max_wait_slots", "env.problems", "env.trace_seed", minimum=0)
     cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
+    if "scenario" in config.env:  # absent from config.json files written before it
+        from envs import scenarios
+        cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
+        cu.check_int(config, "env.scenario_length", minimum=1)
+    if "nominate_by" in config.policy:  # absent from config.json files written before it
+        cu.check_choice(config, "policy.nominate_by", dual_rollout.NOMINATE_BY)
     if not config.env.trace_dir:
         cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
     elif not Path(config.env.trace_dir).is_dir():
@@ -77,9 +86,10 @@ def validate_config(config) -> dual.DualConfig:
     cu.check_int(config, "eval.gap_envs", minimum=1)
     if "env_chunks" in config.eval:  # absent from config.json files written before it
         cu.check_int(config, "eval.env_chunks", minimum=0)
-    if config.dual.conditioned and int(config.dual.load_features) != dual.LOAD_FEATURES:
-        raise cu.ConfigError(f"config.dual.load_features must be {dual.LOAD_FEATURES} for "
-                             f"the edge env, got {config.dual.load_features}")
+    if (config.dual.conditioned
+            and int(config.dual.load_features) != dual_rollout.LOAD_FEATURES):
+        raise cu.ConfigError(f"config.dual.load_features must be {dual_rollout.LOAD_FEATURES} "
+                             f"for the edge env, got {config.dual.load_features}")
     try:
         return dual.config_from(config.dual)
     except ValueError as e:
@@ -95,22 +105,50 @@ def load_traces(config):
 
 
 def queue_price(config) -> bool:
-    """``config.dual.queue_price`` (False for a config.json written before the field)."""
-    return bool(config.dual.get("queue_price", False))
+    """Always True: the threshold rule charges the admission price to queueing too
+    (``config.dual.queue_price`` is kept only so older configs load)."""
+    del config
+    return True
+
+
+def policy_reward_mode(config) -> str:
+    """The reward the screening policy was trained with (``coarse`` or ``true``), which decides
+    what the threshold rule adds to its ΔQ (``prada_jax.sched.threshold``).
+
+    Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``). A policy written before the
+    field is taken as ``coarse`` (the stage-1 default of train/configs/ppo.py at the time). The
+    privileged trace rule (no ``policy_dir``) carries a bare PRM difference and is treated as
+    ``coarse``. An unknown value raises ``errors.BadInput`` naming the file.
+    """
+    if not config.policy_dir:
+        return "coarse"
+    from envs.edge import REWARD_MODES
+    from prada_jax.rl import trainer
+
+    meta = trainer.read_policy_meta(config.policy_dir)
+    mode = meta.get("reward_mode", "coarse")
+    if mode not in REWARD_MODES:
+        raise BadInput(f"{Path(config.policy_dir) / trainer.POLICY_META_FILE}: reward_mode "
+                       f"must be one of {REWARD_MODES}, got {mode!r}")
+    return mode
 
 
 def build_env_params(config, traces):
-    """Edge env params of the scenario, running the threshold scheduler
-    (``threshold_admission`` when ``config.dual.queue_price``)."""
+    """Edge env params of the scenario, running the threshold scheduler with the value
+    accounting of the policy's training reward (:func:`policy_reward_mode`)."""
     from envs import registry
 
+    from envs import scenarios
+
     e = config.env
-    sched = "threshold_admission" if queue_price(config) else "threshold"
+    scn = scenarios.preset(e.get("scenario", "nominal"),
+                           int(e.get("scenario_length", scenarios.DEFAULT_LENGTH)))
     _, params = registry.make(
-        "edge", traces=traces, num_users=int(e.num_users), scheduler=sched,
+        "edge", traces=traces, num_users=int(e.num_users), scheduler="threshold",
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
-        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode)
+        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
+        policy_reward_mode=policy_reward_mode(config), scenario=scn)
     return params
 
 
@@ -118,15 +156,20 @@ def build_policy(config, traces):
     """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule."""
     if not config.policy_dir:
         thr = float(config.policy.rule_threshold)
-        return dual.make_trace_rule_policy(thr), {"kind": "trace_rule", "threshold": thr,
-                                                  "note": "privileged: reads cand_prm"}
+        return dual_rollout.make_trace_rule_policy(thr), {
+            "kind": "trace_rule", "threshold": thr, "note": "privileged: reads cand_prm",
+            "reward_mode": "coarse"}
     from prada_jax.rl import trainer
 
     policy, ppo_config = trainer.load_policy(config.policy_dir)
     trainer.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
-    fn = dual.make_ppo_policy(policy.apply_fn, policy.params, greedy=bool(config.policy.greedy))
-    return fn, {"kind": "ppo", "workdir": str(config.policy_dir),
-                "step": int(policy.meta.get("step", -1))}
+    nominate_by = str(config.policy.get("nominate_by", "actor"))
+    fn = dual_rollout.make_ppo_policy(policy.apply_fn, policy.params,
+                                      greedy=bool(config.policy.greedy),
+                                      nominate_by=nominate_by)
+    return fn, {"kind": "ppo", "workdir": str(config.policy_dir), "nominate_by": nominate_by,
+                "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy),
+                "reward_mode": policy_reward_mode(config)}
 
 
 # ----------------------------------------------------------------------------- training
@@ -137,10 +180,14 @@ _JIT_CACHE: dict = {}
 
 
 def _policy_key(policy_info: dict):
-    """Hashable identity of a policy, or a unique object (no reuse) for a PPO policy whose
-    parameters are baked into the compiled function."""
+    """Hashable identity of a policy: the trace rule's threshold, or a PPO run's resolved folder,
+    checkpoint step and sampling mode (its parameters are baked into the compiled function, so
+    runs of the same checkpoint in one process, e.g. ``evals.stage2``, share it)."""
     if policy_info.get("kind") == "trace_rule":
         return ("trace_rule", float(policy_info["threshold"]))
+    if policy_info.get("kind") == "ppo" and int(policy_info.get("step", -1)) >= 0:
+        return ("ppo", str(Path(policy_info["workdir"]).resolve()), int(policy_info["step"]),
+                bool(policy_info.get("greedy", True)), policy_info.get("nominate_by", "actor"))
     return object()
 
 
@@ -154,7 +201,7 @@ def _scalars(m) -> dict[str, float]:
     return {k: float(np.asarray(v)) for k, v in jax.device_get(m).items() if np.size(v) == 1}
 
 
-def _final_multipliers(carry: dual.RolloutCarry, dcfg: dual.DualConfig, load_mean):
+def _final_multipliers(carry: dual_rollout.RolloutCarry, dcfg: dual.DualConfig, load_mean):
     if dcfg.conditioned:
         m = dual.multipliers(carry.dual, dcfg, jnp.asarray(load_mean, jnp.float32))
     else:
@@ -175,9 +222,10 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     (``prada_jax.run_state``; only ``OBSERVATIONAL`` fields may change, recorded in
     ``run.json``), then the newest intact checkpoint is restored.
 
-    Returns a dict with ``chunk``, ``multipliers``, the last chunk's ``scalars`` (the stored
-    final ones for a finished run rerun), ``finished``, ``stopped_by``, ``start_chunk`` (and
-    ``gap`` if evaluated in this call).
+    Returns a dict with ``chunk``, ``multipliers``, ``dual_state`` (the learner's final
+    ``dual.DualState``: a conditioned map is evaluated from it), the last chunk's ``scalars``
+    (the stored final ones for a finished run rerun), ``finished``, ``stopped_by``,
+    ``start_chunk`` (and ``gap`` if evaluated in this call).
 
     Raises:
       ConfigError / ConfigMismatch / CheckpointError (``BadInput``): before anything is written.
@@ -189,6 +237,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     from prada_jax.metric_writer import MetricWriter
 
     dcfg = validate_config(config)
+    policy_reward_mode(config)  # an unknown policy reward is refused before anything is written
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")
     check = run_state.check_resume(config, workdir, OBSERVATIONAL)
@@ -201,15 +250,16 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
                 "num_users": int(config.env.num_users), "num_servers": int(config.env.num_servers),
                 "bandwidth_hz": float(config.env.bandwidth_hz),
                 "arrival_rate_hz": float(config.env.arrival_rate_hz),
-                "beta": float(config.env.beta), "tau_s": float(config.env.tau_s)}
+                "beta": float(config.env.beta), "tau_s": float(config.env.tau_s),
+                "scenario": str(config.env.get("scenario", "nominal"))}
 
     chunk_fn = _cached(("chunk", dcfg, int(config.train.rollout_len),
                         int(config.train.sgd_steps), _policy_key(policy_info)),
-                       lambda: jax.jit(dual.make_train_chunk(
+                       lambda: jax.jit(dual_rollout.make_train_chunk(
                            dcfg, policy_fn, int(config.train.rollout_len),
                            int(config.train.sgd_steps))))
-    carry = dual.init_rollout(jax.random.key(int(config.seed)), env_params, dcfg,
-                              int(config.train.num_envs))
+    carry = dual_rollout.init_rollout(jax.random.key(int(config.seed)), env_params, dcfg,
+                                      int(config.train.num_envs))
     ckpt = Checkpointer(workdir / "checkpoints", save_every=int(config.log.checkpoint_every),
                         max_to_keep=int(config.log.keep_checkpoints))
     try:
@@ -219,12 +269,12 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
         raise
     if start:
         _log.info("resumed %s at chunk %d", workdir, start)
-    host = {"load_mean": np.asarray(meta0.get("load_mean", np.zeros(dual.LOAD_FEATURES)),
+    host = {"load_mean": np.asarray(meta0.get("load_mean", np.zeros(dual_rollout.LOAD_FEATURES)),
                                     np.float32)}
     num_chunks = int(config.train.num_chunks)
     slots_per_chunk = int(config.train.rollout_len) * int(config.train.num_envs)
     info = {"mode": dcfg.mode, "conditioned": dcfg.conditioned,
-            "queue_price": dcfg.queue_price, "scenario": scenario,
+            "rule": "admission_price", "scenario": scenario,
             "synthetic_traces": bool(trace_info["synthetic"])}
 
     def scalars_fn(m, chunk, wall_s):
@@ -264,7 +314,8 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
         carry, stop = res.state, res.step
         result = {"chunk": stop, "scalars": res.scalars[0] if res.scalars
                   else dict(meta0.get("scalars") or {}), "finished": res.finished,
-                  "stopped_by": res.stopped_by, "start_chunk": start}
+                  "stopped_by": res.stopped_by, "start_chunk": start,
+                  "dual_state": carry.dual}
         if start == stop and (workdir / dual.MULTIPLIERS_FILE).is_file():
             result["multipliers"] = load_multipliers(workdir)
         else:
@@ -289,12 +340,12 @@ def _frozen_rollout(env_params, policy_fn, mult: dual.Multipliers, num_envs: int
                     rollout_len: int, policy_key, queue_price: bool):
     """(jitted rollout without learning, its initial carry) for fixed multipliers: a frozen
     learner holding them exactly (projection mode: params = values)."""
-    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6, queue_price=bool(queue_price))
-    key = ("collect", rollout_len, bool(queue_price),
-           object() if policy_key is None else policy_key)
-    rollout = _cached(key, lambda: jax.jit(dual.make_rollout(dcfg, policy_fn, rollout_len,
-                                                             learn=False)))
-    carry = dual.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
+    del queue_price
+    dcfg = dual.DualConfig(mode="subgradient", bw_scale_hz=1e6)
+    key = ("collect", rollout_len, object() if policy_key is None else policy_key)
+    rollout = _cached(key, lambda: jax.jit(dual_rollout.make_rollout(
+        dcfg, policy_fn, rollout_len, learn=False)))
+    carry = dual_rollout.init_rollout(jax.random.key(seed), env_params, dcfg, num_envs)
     values = jnp.array([mult.lambda_s, mult.mu * 1e6], jnp.float32)
     return rollout, carry._replace(dual=carry.dual._replace(params={"raw": values}))
 
@@ -335,7 +386,8 @@ def rollout_stats(env_params, policy_fn, mult: dual.Multipliers, num_chunks: int
     Rolls ``num_envs`` envs from reset for ``num_chunks × rollout_len`` slots (the same slots
     and noise for every ``mult`` given the same seed, until decisions differ) and returns
     means over all env-slots: ``reward_per_slot`` (env reward summed over users, PRM units),
-    ``accuracy`` and ``latency_s`` (over users that finished), ``queue_len``,
+    ``accuracy`` and ``latency_s`` (over users that finished), ``objective`` (accuracy −
+    β·latency, β in PRM units per second), ``queue_len``,
     ``server_in_use``, ``finished`` (users finished per env-slot). What the per-slot oracle
     cannot see (it is myopic): the cost of a longer queue in later slots.
     """
@@ -350,26 +402,25 @@ def rollout_stats(env_params, policy_fn, mult: dual.Multipliers, num_chunks: int
             sums[k] += float(np.sum(np.asarray(out[k], np.float64)))
     n = num_chunks * rollout_len * num_envs
     fin = max(sums["finished"], 1.0)
-    return {"reward_per_slot": sums["reward"] / n, "accuracy": sums["correct"] / fin,
-            "latency_s": sums["latency_s"] / fin, "queue_len": sums["queue_len"] / n,
+    acc, lat = sums["correct"] / fin, sums["latency_s"] / fin
+    return {"reward_per_slot": sums["reward"] / n, "accuracy": acc, "latency_s": lat,
+            "objective": acc - float(env_params.beta) * lat, "queue_len": sums["queue_len"] / n,
             "server_in_use": sums["server_in_use"] / n, "finished": sums["finished"] / n,
             "env_slots": n}
 
 
 def threshold_decisions(x, batch, env_params, mult: dual.Multipliers,
-                        queue_price: bool = False) -> np.ndarray:
+                        queue_price: bool = True) -> np.ndarray:
     """Hard threshold rule (with its feasibility repair) on collected slots: [S, U] int8.
-    ``queue_price``: the opt-in admission-price form (``prada_jax.sched.threshold``)."""
-    import functools
-
+    ``queue_price`` is ignored (kept for older callers)."""
     from envs import edge
     from prada_jax.sched.threshold import threshold_decide
 
+    del queue_price
     sp = edge.sched_params(env_params).replace(lambda_s=jnp.float32(mult.lambda_s),
                                                mu=jnp.float32(mult.mu))
-    rule = functools.partial(threshold_decide, queue_price=bool(queue_price))
-    fn = _cached(("threshold", bool(queue_price)),
-                 lambda: jax.jit(jax.vmap(rule, in_axes=(0, 0, 0, None))))
+    fn = _cached(("threshold",),
+                 lambda: jax.jit(jax.vmap(threshold_decide, in_axes=(0, 0, 0, None))))
     free_units = jnp.asarray(batch.free_units).astype(jnp.int32)
     return np.asarray(fn(x, free_units, jnp.asarray(batch.free_bw), sp))
 
@@ -383,9 +434,10 @@ def measure_gap(config, traces, env_params, policy_fn, mult: dual.Multipliers,
     oracle's (``prada_jax.sched.oracle``) per slot; also the same rule with λ_s = µ = 0 on the
     same slots as a reference. Slots are drawn from rollouts running ``mult``. The rule is the
     one the run trained (``config.dual.queue_price``: the admission-price form).
-    ``env_chunks`` > 0 adds ``env`` / ``zero_env``: :func:`rollout_stats` of the same rule with
-    ``mult`` and with λ_s = µ = 0 (``env_chunks`` × 100 slots × ``num_envs`` envs each, same
-    seed) — the long-run outcome the myopic per-slot oracle does not measure.
+    ``env_chunks`` > 0 adds ``env`` / ``zero_env`` / ``fifo_env``: :func:`rollout_stats` of
+    the same rule with ``mult``, with λ_s = µ = 0, and of the same policy with the FIFO-greedy
+    scheduler (``env_chunks`` × 100 slots × ``num_envs`` envs each, same seed) — the long-run
+    outcome the myopic per-slot oracle does not measure.
     """
     from prada_jax.sched import oracle
 
@@ -405,7 +457,13 @@ def measure_gap(config, traces, env_params, policy_fn, mult: dual.Multipliers,
                     f"{pre}milp_slots": rep.milp_slots})
     out["candidates_per_slot"] = float(np.mean(np.sum(batch.valid, -1)))
     if env_chunks > 0:
-        for pre, m in (("", mult), ("zero_", dual.Multipliers(0.0, 0.0))):
-            out[f"{pre}env"] = rollout_stats(env_params, policy_fn, m, env_chunks, num_envs,
-                                             seed + 1, policy_key=policy_key, queue_price=qp)
+        from prada_jax.sched.registry import scheduler_index
+
+        fifo = env_params.replace(scheduler=jnp.asarray(scheduler_index("fifo_greedy"),
+                                                        jnp.int32))
+        for pre, m, p in (("", mult, env_params), ("zero_", dual.Multipliers(0.0, 0.0),
+                                                   env_params),
+                          ("fifo_", dual.Multipliers(0.0, 0.0), fifo)):
+            out[f"{pre}env"] = rollout_stats(p, policy_fn, m, env_chunks, num_envs, seed + 1,
+                                             policy_key=policy_key)
     return out

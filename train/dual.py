@@ -4,7 +4,7 @@
         [--policy=PPO_WORKDIR] [--config.env.num_servers=2 ...] [--max_chunks=N]
 
 Without ``--policy`` (and an empty ``config.policy_dir``) nominations come from the privileged
-trace rule of ``prada_jax.dual.make_trace_rule_policy`` (tests / smoke runs only). Rerunning on
+trace rule of ``prada_jax.dual_rollout.make_trace_rule_policy`` (tests / smoke runs only). Rerunning on
 an existing workdir resumes from its latest checkpoint. The training loop, checkpoints, curves,
 ``multipliers.json`` and ``gap.json`` live in the library ``prada_jax.dual_train``; this file
 only parses flags. Workdir layout and measured numbers: docs/dual.md.

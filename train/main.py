@@ -10,8 +10,11 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
 3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.dual_train``, run as ``python -m train.dual``);
 4. ``eval/``        the benchmark table on the synthetic problems the policy trained on (mean
                     ± 95% CI over seeds), results.json / .csv, figures, TB;
-5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees;
-6. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
+5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees
+                    and the blocked-arrival share (the U cap) along λ;
+6. ``stage2/``      stage 2 judged on the nominal and a contended (burst) scenario
+                    (``evals.stage2``: learned vs λ_s = µ = 0, FIFO-greedy, grid best pair);
+7. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
 
 Default (demo): gsm8k only, sized to finish in under 10 minutes on a 2-core CPU. ``--full``:
 the three-benchmark study (PPO at the ppo.py config's default size per preset, longer
@@ -69,10 +72,13 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         "dual_variant": "",
         "dual_overrides": {},
         "eval": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200},
-        # Same seeds/slots as "eval": the sweep reuses the table's compiled rollout.
-        "sweep": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200,
+        # Same seeds/slots as "eval". U = 48 user slots so the λ sweep reaches the load where
+        # All-LLM saturates the server before the U cap blocks arrivals (blocked share printed).
+        "sweep": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200, "num_users": 48,
                   "M": [1, 2, 3, 4, 6, 8], "B": [0.25e6, 0.5e6, 1e6, 2e6, 5e6, 10e6, 20e6],
-                  "lam": [1.0, 2.0, 4.0, 8.0, 12.0]},
+                  "lam": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0]},
+        # Stage 2 on the nominal scenario and a contended one (evals.stage2, demo sizes).
+        "stage2": {"size": "demo", "scenarios": ["nominal", "burst"], "seeds": seeds or 5},
         "calibration": {"problems": None, "stress_miscalibration": None},
     }
     if mode == "smoke":
@@ -80,14 +86,17 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
                  ppo_overrides={}, dual_variant="smoke")
         s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20}
         s["sweep"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "M": [1, 4],
-                      "B": [1e6, 20e6], "lam": [2.0, 8.0]}
+                      "B": [1e6, 20e6], "lam": [2.0, 8.0], "num_users": None}
+        s["stage2"] = None  # tests run evals.stage2 on their own
         s["calibration"] = {"problems": 40, "stress_miscalibration": None}
     elif mode == "full":
         s.update(ppo_overrides={}, dual_overrides={})
         s["eval"] = {"seeds": seeds or 5, "slots": 4000, "warmup_slots": 400}
-        s["sweep"].update(seeds=seeds or 5, slots=4000, warmup_slots=400,
+        s["sweep"].update(seeds=seeds or 5, slots=4000, warmup_slots=400, num_users=64,
                           M=[1, 2, 3, 4, 5, 6, 8, 12],
-                          lam=[1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0])
+                          lam=[1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0])
+        s["stage2"] = {"size": "full", "scenarios": ["nominal", "heavy", "burst", "diurnal",
+                                                     "degraded"], "seeds": max(seeds or 8, 8)}
         s["calibration"] = {"problems": None, "stress_miscalibration": 1.0}
     return s
 
@@ -341,8 +350,8 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
         mult = (lam, mu)
     traces = suite.load_traces(preset, s["eval_problems"],
                                int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
-    env_kw = suite.env_kwargs_from(policy.config, {})
     sw = s["sweep"]
+    env_kw = suite.env_kwargs_from(policy.config, {"num_users": sw.get("num_users")})
     params = edge.make_params(traces.traces, **env_kw)
     evaluator = ev.Evaluator(params, sw["seeds"], sw["slots"], sw["warmup_slots"],
                              policy.apply_fn, policy.params)
@@ -358,6 +367,33 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
         print(line)
     result = {"knee_lines": lines, "knees": res["knees"],
               "figures": [str(p) for p in res["figures"].values()]}
+    mark_done(d, key, result)
+    return result
+
+
+def stage_stage2(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo: bool
+                 ) -> dict | None:
+    """Stage 2 judged on the nominal and a contended scenario (``evals.stage2``): the table
+    shows the learned multipliers against λ_s = µ = 0, FIFO-greedy and the grid's best pair."""
+    from evals import stage2
+
+    cfg = s.get("stage2")
+    if not cfg:
+        return None
+    d = workdir / "stage2" / preset
+    key = {"stage2": cfg, "policy": str(policy_dir)}
+    done = None if redo else stage_done(d, key)
+    if done:
+        log(f"stage2 [{preset}]: reusing the finished verdict in {d}")
+        print(done["result"]["table"])
+        return done["result"]
+    log(f"stage2 [{preset}]: scenarios {cfg['scenarios']} ({cfg['seeds']} seeds): learning "
+        "multipliers per scenario, grid search, paired evaluation")
+    res = stage2.run(d, cfg["scenarios"], seeds=cfg["seeds"], size=cfg["size"],
+                     policy_dir=str(policy_dir), log=lambda m: log(f"stage2: {m.strip()}"))
+    table = stage2.to_markdown(res)
+    print(table)
+    result = {"table": table, "json": str(d / "stage2.json")}
     mark_done(d, key, result)
     return result
 
@@ -412,8 +448,9 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         dual = stage_dual(workdir, s, preset, pol, log, redo)
         ev_res = stage_eval(workdir, s, preset, pol, dual, log, redo)
         sw_res = stage_sweep(workdir, s, preset, pol, dual, log, redo)
+        s2_res = stage_stage2(workdir, s, preset, pol, log, redo)
         out["benchmarks"][preset] = {"ppo": str(pol), "dual": str(dual) if dual else None,
-                                     "eval": ev_res, "sweep": sw_res}
+                                     "eval": ev_res, "sweep": sw_res, "stage2": s2_res}
     out["calibration"] = stage_calibration(workdir, s, policy_dirs, log, redo)
     log("done")
     print()
@@ -427,6 +464,9 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
               f"(+ results.json, results.csv, *.png)")
         print(f"  [{preset}] sweep figures:      {workdir / 'sweep' / preset}/*.png "
               f"(knees in knees.txt)")
+        if b.get("stage2"):
+            print(f"  [{preset}] stage-2 verdict:    {workdir / 'stage2' / preset}/stage2.md "
+                  f"(+ stage2.json, stage2.png)")
         if b["eval"].get("headline_text"):
             print(f"  [{preset}] {b['eval']['headline_text']}")
     print(f"  calibration:       {workdir / 'calibration'}")

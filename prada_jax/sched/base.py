@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+#: The three decisions of a request, the one definition every module uses.
 LOCAL, QUEUE, IMMEDIATE = 0, 1, 2
 
 
@@ -37,6 +38,9 @@ class SchedInputs:
       draft_prm: float32, PRM score of the prefix + the SLM draft (only the RSD rule reads it).
       u_rand: float32 in [0, 1), per-candidate uniform noise (only the random rule reads it).
       queue_len: int32 scalar, requests waiting in the queue at the start of the slot.
+      comm_s: float32, upload + download delay if run now (s), the part of ``delay_s`` a
+        ``coarse``-trained policy's ΔQ did not charge (``prada_jax.sched.threshold``);
+        ``None`` (callers that build inputs by hand) means no communication delay.
     """
 
     candidate: Any
@@ -49,6 +53,7 @@ class SchedInputs:
     draft_prm: Any
     u_rand: Any
     queue_len: Any
+    comm_s: Any = None
 
 
 @struct.dataclass
@@ -63,6 +68,9 @@ class SchedParams:
       num_servers: M, server units (for the expected queue wait q_i = queue_len / M).
       max_wait_slots: a request that has waited this many slots is kept local.
       rsd_threshold: RSD rule keeps the draft if its PRM score ≥ this (default 0.7).
+      policy_true_reward: bool, the screening policy was trained with the env's ``true``
+        reward (else ``coarse``); decides which costs the threshold rule still adds to ΔQ
+        (``prada_jax.sched.threshold``). Read from the policy's ``policy_meta.json``.
     """
 
     lambda_s: Any = 0.0
@@ -72,6 +80,7 @@ class SchedParams:
     num_servers: Any = 4
     max_wait_slots: Any = 20
     rsd_threshold: Any = 0.7
+    policy_true_reward: Any = False
 
 
 def priority_rank(*keys):

@@ -7,9 +7,9 @@ from prada_jax.sched.threshold import threshold_admission_decide, threshold_deci
 #: The paper's schedulers: name -> index into ``SCHEDULERS``; the env's ``params.scheduler``
 #: holds the index. Tests and evaluations that sweep "every scheduler" iterate over these.
 SCHEDULER_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd")
-#: Opt-in variants, indexed after the paper's (their indices never shift the ones above):
-#: ``threshold_admission`` is the threshold rule with the price charged to queueing too
-#: (``prada_jax.sched.threshold``, ``queue_price=True``; ``config.dual.queue_price``).
+#: Extra names, indexed after the paper's (their indices never shift the ones above):
+#: ``threshold_admission`` is the older name of the threshold rule (the admission price was
+#: opt-in before it became the rule); it runs the same function.
 OPT_IN_SCHEDULER_NAMES = ("threshold_admission",)
 ALL_SCHEDULER_NAMES = SCHEDULER_NAMES + OPT_IN_SCHEDULER_NAMES
 SCHEDULERS = (keep_local, offload_all, random_sched, fifo_greedy, threshold_decide, rsd,

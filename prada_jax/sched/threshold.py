@@ -1,36 +1,38 @@
-"""PRADA's Lagrangian threshold scheduler (DESIGN §6), hard and temperature-smoothed.
+"""PRADA's Lagrangian threshold rule (DESIGN §6): one implementation, hard and smoothed.
 
-For candidate i with quality gain ΔQ_i (PRM units), delay if run now D_i (s) and bandwidth b_i
-(Hz), and expected further wait q_i = queue_len / M slots (an assumption: one queue position
-clears per server unit per slot):
+Value accounting (each cost charged once). A nomination carries ``ΔQ_i = Q(s,1) − Q(s,0)`` of
+the edge critic under the policy's *training* reward (``SchedParams.policy_true_reward``):
 
-* ``w_i  = ΔQ_i − β·D_i``                   net advantage of immediate over local;
-* ``w̄_i  = ΔQ_i − β·(D_i + τ·(1 + q_i))``  net advantage of queueing over local;
-* ``g_i  = w_i − λ_s − µ·b_i``              priced advantage of immediate.
+* ``coarse`` (stage-1 default): that reward already charged ``β·`` the server's compute delay,
+  so the rule adds only communication (upload + download from the user's channel now,
+  ``SchedInputs.comm_s``): ``w_i = ΔQ_i − β·C_i``;
+* ``true``: that reward also charged communication and the waiting the policy saw in
+  training, so the rule adds nothing to running now: ``w_i = ΔQ_i``.
 
-Hard rule: immediate if ``g_i ≥ max(w̄_i, 0)``; else queue if ``w̄_i > 0``; else local. A request
-that has waited ``max_wait_slots`` is kept local. Feasibility repair: the immediates are admitted
-greedily by reduced gain ``g_i − max(w̄_i, 0)`` (largest first; ties — common, since with
-``w̄_i > 0`` it equals ``β·τ·(1+q) − λ_s − µ·b_i`` — by larger ``g_i``, then user slot;
-a request that does not fit is skipped);
-a rejected one queues if ``w̄_i > 0`` and it has not expired, else stays local.
+Either way queueing costs the *extra* wait of at least one slot plus the expected further wait
+``q_i = queue_len / M`` slots (an assumption: one queue position clears per server unit per
+slot): ``c = β·τ·(1 + q) ≥ 0`` and ``w̄_i = w_i − c``. All in PRM units.
 
-Smoothed rule (temperature T > 0): probabilities ``softmax([0, w̄_i, g_i] / T)`` of
-(local, queue, immediate) — the hard rule is its T → 0 limit — and the expected per-slot demand
-``Σ_i p_imm,i`` server units and ``Σ_i p_imm,i·b_i`` Hz, differentiable in (λ_s, µ).
+Admission prices. λ_s (per admission to the server) and µ (per Hz of its bandwidth) are
+charged to every request that will use the server, whether it runs now or waits:
+``p_i = λ_s + µ·b_i``, ``g_i = w_i − p_i``. The per-candidate Lagrangian values of
+(local, queue, immediate) are ``(0, g_i − c, g_i)`` (:func:`choice_values`). Because ``c ≥ 0``
+the unrepaired choice is immediate iff ``g_i ≥ 0`` and local otherwise (queue never wins
+before the repair). Everything below works from ``(g, c)``, with ``c`` one number per slot,
+so equal requests tie exactly: no float32 rounding of separately computed ``w̄`` and ``g``
+decides between equal candidates.
 
-Opt-in admission price (``queue_price=True``, static; off by default, DESIGN §6's rule above is
-the default). The price is charged to queueing too — a queued request will use a unit and its
-upload later — so the per-candidate Lagrangian choice is the argmax over
-``{local: 0, queue: w̄_i − λ_s − µ·b_i, immediate: g_i}`` (ties to immediate, then queue), and
-λ_s, µ become pure admission prices (local vs server). Because ``g_i − (w̄_i − λ_s − µ·b_i) =
-β·τ·(1 + q_i) ≥ 0``, queue is never the unrepaired choice: a candidate asks to run iff
-``g_i ≥ 0`` and is otherwise kept local. The feasibility repair is unchanged (same ranking by
-``g_i − max(w̄_i, 0)``; a rejected request queues iff ``w̄_i > 0`` and it has not expired).
-The smoothed form uses logits ``[0, w̄_i − λ_s − µ·b_i, g_i] / T`` and reports as demand what
-the price controls: admissions ``Σ_i (p_queue,i + p_imm,i)`` units and
-``Σ_i (p_queue,i + p_imm,i)·b_i`` Hz. The env runs this rule as scheduler
-``"threshold_admission"`` (``prada_jax.sched.registry``).
+Hard rule (:func:`threshold_decide`): requests with ``g_i ≥ 0`` (not expired) ask to run now;
+the feasibility repair admits them greedily by the value lost if rejected,
+``g_i − max(g_i − c, 0)`` (= ``c`` where queueing is still worth it, else ``g_i``; largest
+first, ties by larger ``g_i``, then user slot; a request that does not fit is skipped); a
+rejected request queues iff ``g_i − c > 0`` and it has not expired, else stays local.
+
+Smoothed rule (temperature T > 0, :func:`soft_choice`): ``softmax((0, g − c, g) / T)``; the hard
+rule's unrepaired choice is its T → 0 limit. :func:`threshold_soft` adds the expected
+admissions ``Σ (p_queue + p_imm)`` and their bandwidth, differentiable in (λ_s, µ).
+The multiplier learner (``prada_jax.dual``) uses :func:`choice_values`, :func:`hard_choice`
+and :func:`soft_choice` on arrays, so the rule exists once.
 """
 from __future__ import annotations
 
@@ -41,105 +43,112 @@ from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedPar
                                   greedy_fill_ranked, priority_rank)
 
 
-def advantages(x: SchedInputs, sp: SchedParams):
-    """Returns ``(w, w_bar, g)``, each [C] float32 (PRM units); see the module docstring."""
+def wait_cost(x: SchedInputs, sp: SchedParams):
+    """``c = β·τ·(1 + queue_len / M)`` (PRM units), float32 scalar: extra cost of queueing."""
     q = x.queue_len.astype(jnp.float32) / jnp.asarray(sp.num_servers, jnp.float32)
+    return (jnp.asarray(sp.beta, jnp.float32) * jnp.asarray(sp.tau_s, jnp.float32)
+            * (1.0 + q))
+
+
+def run_value(x: SchedInputs, sp: SchedParams):
+    """``w_i`` [C] float32 (PRM units): ΔQ minus what the policy's training reward did not
+    charge for running now (communication for ``coarse``, nothing for ``true``)."""
     gain = x.gain.astype(jnp.float32)
-    w = gain - sp.beta * x.delay_s
-    w_bar = gain - sp.beta * (x.delay_s + sp.tau_s * (1.0 + q))
-    g = w - sp.lambda_s - sp.mu * x.bandwidth_hz
-    return w, w_bar, g
+    if x.comm_s is None:
+        return gain
+    comm = jnp.asarray(sp.beta, jnp.float32) * x.comm_s.astype(jnp.float32)
+    return jnp.where(jnp.asarray(sp.policy_true_reward, bool), gain, gain - comm)
 
 
-def reduced_gain(x: SchedInputs, sp: SchedParams):
-    """[C] ``g_i − max(w̄_i, 0)``, computed in closed form so equal requests tie exactly:
-    ``β·τ·(1 + q_i) − λ_s − µ·b_i`` where ``w̄_i > 0``, else ``g_i``."""
-    _, w_bar, g = advantages(x, sp)
-    q = x.queue_len.astype(jnp.float32) / jnp.asarray(sp.num_servers, jnp.float32)
-    return jnp.where(w_bar > 0, sp.beta * sp.tau_s * (1.0 + q) - sp.lambda_s
-                     - sp.mu * x.bandwidth_hz, g)
+def price(x: SchedInputs, sp: SchedParams):
+    """Admission price ``p_i = λ_s + µ·b_i`` [C] float32 (PRM units)."""
+    return sp.lambda_s + sp.mu * x.bandwidth_hz.astype(jnp.float32)
 
 
-def queue_value(x: SchedInputs, sp: SchedParams, queue_price: bool = False):
-    """[C] Lagrangian value of queueing (PRM units): ``w̄_i``, or with ``queue_price``
-    ``w̄_i − λ_s − µ·b_i`` (the admission price charged to a queued request too)."""
-    _, w_bar, _ = advantages(x, sp)
-    if not queue_price:
-        return w_bar
-    return w_bar - sp.lambda_s - sp.mu * x.bandwidth_hz
+def advantages(x: SchedInputs, sp: SchedParams):
+    """``(w, w̄, g)``, each [C] float32 (PRM units): run-now value, queue value (both before
+    the price) and the priced run-now value ``g = w − λ_s − µ·b``."""
+    w = run_value(x, sp)
+    return w, w - wait_cost(x, sp), w - price(x, sp)
 
 
-def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams,
-                     queue_price: bool = False):
-    """Hard threshold rule with feasibility repair. Returns [C] int8 decisions.
+def choice_values(g, c):
+    """Lagrangian values of (local, queue, immediate), ``[..., N, 3]`` = ``(0, g − c, g)``.
 
-    ``queue_price`` (static Python bool): charge λ_s + µ·b_i to queueing too (module
-    docstring); the repair is the same either way.
+    g: [..., N] priced run-now value; c: wait cost, broadcastable to g (≥ 0).
     """
-    _, w_bar, g = advantages(x, sp)
-    live = x.candidate & ~expired(x, sp)
-    if not queue_price:
-        floor = jnp.maximum(w_bar, 0.0)
-        want_imm = live & (g >= floor)
-    else:
-        qv = queue_value(x, sp, queue_price=True)
-        want_imm = live & (g >= jnp.maximum(qv, 0.0))
-    reduced = reduced_gain(x, sp)
-    rank = priority_rank(jnp.where(want_imm, -reduced, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
+    g = jnp.asarray(g, jnp.float32)
+    return jnp.stack([jnp.zeros_like(g), g - c, jnp.broadcast_to(g, (g - c).shape)], axis=-1)
+
+
+def hard_choice(g, c, live=None):
+    """Unrepaired Lagrangian argmax [..., N] int8: immediate iff ``g ≥ max(g − c, 0)`` (ties to
+    immediate), else queue iff ``g − c > 0``, else local; non-``live`` candidates local."""
+    qv = g - c
+    d = jnp.where(g >= jnp.maximum(qv, 0.0), IMMEDIATE, jnp.where(qv > 0.0, QUEUE, LOCAL))
+    if live is not None:
+        d = jnp.where(live, d, LOCAL)
+    return d.astype(jnp.int8)
+
+
+def soft_choice(g, c, temperature, live=None):
+    """``softmax((0, g − c, g) / T)`` [..., N, 3] of (local, queue, immediate); non-``live``
+    candidates get probability 1 on local."""
+    p = jax.nn.softmax(choice_values(g, c) / temperature, axis=-1)
+    if live is not None:
+        p = jnp.where(live[..., None], p, jnp.array([1.0, 0.0, 0.0], p.dtype))
+    return p
+
+
+def _priced(x: SchedInputs, sp: SchedParams):
+    w, _, g = advantages(x, sp)
+    return g, wait_cost(x, sp), x.candidate & ~expired(x, sp)
+
+
+def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
+    """Hard threshold rule with feasibility repair (module docstring). Returns [C] int8."""
+    g, c, live = _priced(x, sp)
+    want_imm = hard_choice(g, c, live) == IMMEDIATE
+    queue_ok = (g - c) > 0
+    lost = jnp.where(queue_ok, c, g)  # g − max(g − c, 0), with c exact: equal requests tie
+    rank = priority_rank(jnp.where(want_imm, -lost, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
     admitted = greedy_fill_ranked(want_imm, rank, x.bandwidth_hz, free_units, free_bw_hz)
-    if not queue_price:
-        queue = live & ~admitted & (w_bar > 0)
-    else:
-        # Rejected by the repair: queue iff w̄ > 0 (repair unchanged); not asking to run:
-        # the Lagrangian argmax (queue iff its priced value is > 0; never when β·τ > 0).
-        queue = live & ~admitted & jnp.where(want_imm, w_bar > 0, qv > 0)
+    queue = live & ~admitted & queue_ok
     return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)
 
 
-def threshold_admission_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
-    """``threshold_decide(..., queue_price=True)`` with the common scheduler signature (the
-    registry's ``"threshold_admission"``). Returns [C] int8 decisions."""
-    return threshold_decide(x, free_units, free_bw_hz, sp, queue_price=True)
+#: Older name (the admission-price rule was opt-in before it became the rule).
+threshold_admission_decide = threshold_decide
 
 
-def threshold_soft(x: SchedInputs, sp: SchedParams, temperature, queue_price: bool = False):
-    """Smoothed decision probabilities and expected resource demand.
+def threshold_soft(x: SchedInputs, sp: SchedParams, temperature):
+    """Smoothed decision probabilities and expected admissions.
 
     Args:
       x: candidates of one slot ([C] fields).
       sp: multipliers and constants (``lambda_s``, ``mu`` may be traced for gradients).
       temperature: T > 0 in PRM units.
-      queue_price: static bool; queue logit ``w̄ − λ_s − µ·b`` instead of ``w̄``.
 
     Returns:
       probs: [C, 3] float32, P(local, queue, immediate); rows of non-candidates are 0;
         an expired request has probability 1 of local.
-      demand_units: float32 scalar, expected server units the price controls: Σ p_imm
-        (default) or Σ (p_queue + p_imm) (``queue_price``: admissions).
+      demand_units: float32 scalar, expected admissions Σ (p_queue + p_imm) (server units).
       demand_bw_hz: float32 scalar, the same weighted by b (Hz).
     """
-    _, _, g = advantages(x, sp)
-    qv = queue_value(x, sp, queue_price)
-    logits = jnp.stack([jnp.zeros_like(g), qv, g], axis=-1) / temperature
-    probs = jax.nn.softmax(logits, axis=-1)
-    local_only = jnp.array([1.0, 0.0, 0.0], jnp.float32)
-    probs = jnp.where(expired(x, sp)[:, None], local_only, probs)
+    g, c, live = _priced(x, sp)
+    probs = soft_choice(g, c, temperature, ~expired(x, sp))
     probs = probs * x.candidate[:, None].astype(probs.dtype)
-    charged = probs[:, IMMEDIATE]
-    if queue_price:
-        charged = charged + probs[:, QUEUE]
-    demand_units = jnp.sum(charged)
-    demand_bw = jnp.sum(charged * x.bandwidth_hz)
-    return probs, demand_units, demand_bw
+    charged = probs[:, IMMEDIATE] + probs[:, QUEUE]
+    del live
+    return probs, jnp.sum(charged), jnp.sum(charged * x.bandwidth_hz)
 
 
 def threshold_rule(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams,
-                   temperature: float = 0.0, queue_price: bool = False):
+                   temperature: float = 0.0):
     """``temperature == 0`` (a Python number): hard decisions [C] int8 (``threshold_decide``);
-    ``> 0``: the smoothed ``(probs [C,3], demand_units, demand_bw_hz)`` of ``threshold_soft``.
-    ``queue_price``: the opt-in admission-price form of either (module docstring)."""
+    ``> 0``: the smoothed ``(probs [C,3], demand_units, demand_bw_hz)`` of ``threshold_soft``."""
     if temperature == 0:
-        return threshold_decide(x, free_units, free_bw_hz, sp, queue_price=queue_price)
+        return threshold_decide(x, free_units, free_bw_hz, sp)
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
-    return threshold_soft(x, sp, temperature, queue_price=queue_price)
+    return threshold_soft(x, sp, temperature)

@@ -74,7 +74,7 @@ def test_reductions_match_numpy():
     totals = {k: rng.uniform(1, 10, size=2) for k in (
         "finished", "correct", "latency_s", "processing_s", "communication_s", "queueing_s",
         "offloads", "outages", "steps", "fallbacks", "server_busy", "slots", "arrivals",
-        "blocked", "decisions", "nominations")}
+        "blocked", "decisions", "nominations", "queue_len")}
     totals["latency_hist"] = hist
     m = ev.per_seed_metrics(totals, tau)
     for s in range(2):
@@ -84,6 +84,7 @@ def test_reductions_match_numpy():
     np.testing.assert_allclose(m["outage_rate"],
                                totals["outages"] / (totals["offloads"] + totals["outages"]))
     np.testing.assert_allclose(m["accuracy"], totals["correct"] / totals["finished"])
+    np.testing.assert_allclose(m["queue_len"], totals["queue_len"] / totals["slots"])
     empty = dict(totals, finished=np.zeros(2), latency_hist=np.zeros((2, 40)))
     assert np.all(np.isnan(ev.per_seed_metrics(empty, tau)["accuracy"]))
 

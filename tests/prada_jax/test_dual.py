@@ -1,6 +1,4 @@
 """prada_jax.dual: threshold rule = Lagrangian maximiser, relaxation, closed-form convergence."""
-import dataclasses
-
 import chex
 import jax
 import jax.numpy as jnp
@@ -31,6 +29,24 @@ def _train(cfg, batch_fn, steps, seed=0):
     return state
 
 
+def _enum_lagrangian(w, w_bar, b, lam, mu, valid):
+    """Plain-Python maximiser of the separable slot Lagrangian with the admission price:
+    per candidate the first best of (immediate: w − p, queue: w̄ − p, local: 0), p = λ + µ·b
+    (float64). Returns (decisions [N], value)."""
+    d, total = [], 0.0
+    for i in range(len(w)):
+        if not valid[i]:
+            d.append(oracle.LOCAL)
+            continue
+        p = lam + mu * float(b[i])
+        opts = ((oracle.IMMEDIATE, float(w[i]) - p), (oracle.QUEUE, float(w_bar[i]) - p),
+                (oracle.LOCAL, 0.0))
+        best = max(v for _, v in opts)
+        d.append(next(k for k, v in opts if v == best))
+        total += best
+    return np.asarray(d), total
+
+
 def test_hard_rule_is_lagrangian_maximiser_by_enumeration():
     rng = np.random.default_rng(0)
     hard = jax.jit(dual.hard_decision)
@@ -42,9 +58,9 @@ def test_hard_rule_is_lagrangian_maximiser_by_enumeration():
         valid = rng.uniform(size=n) < 0.9
         lam, mu = float(rng.uniform(0, 1)), float(rng.uniform(0, 0.3e-6))
         got = np.asarray(hard(w, w_bar, b, lam, mu, valid))
-        want, best = oracle.enumerate_lagrangian(w, w_bar, b, lam, mu, valid)
+        want, best = _enum_lagrangian(w, w_bar, b, lam, mu, valid)
         # Same value (the maximiser is unique away from exact ties, and then identical).
-        value = oracle.slot_value(got, w - lam - mu * b, w_bar)
+        value = oracle.slot_value(got, w - lam - mu * b, w_bar - lam - mu * b)
         np.testing.assert_allclose(value, best, rtol=0, atol=1e-5)
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
 
@@ -62,7 +78,8 @@ def test_soft_decision_tends_to_hard_and_sums_to_one():
 
 
 def test_relaxed_dual_gradient_is_minus_soft_excess():
-    """dD_T/dλ = mean(free − Σ p_imm), dD_T/dµ_scaled = mean(free_bw − Σ b p_imm) (scaled)."""
+    """dD_T/dλ = mean(M − Σ p_adm), dD_T/dµ_scaled = mean(B − Σ b p_adm) (scaled), with
+    p_adm = p_queue + p_imm (the price is charged to every admission; k = 1 here)."""
     cfg = dual.DualConfig(mode="differentiable", init_lambda_s=0.4, init_mu=0.2)
     state = dual.init(cfg)
     key = jax.random.key(4)
@@ -71,7 +88,8 @@ def test_relaxed_dual_gradient_is_minus_soft_excess():
     temp = 0.2
     g = jax.grad(dual.dual_objective)(state.params, batch, cfg, temp)["raw"]
     m = jax.nn.softplus(state.params["raw"])
-    p = dual.soft_decision(batch.w, batch.w_bar, batch.b, m[0], m[1] / 1e6, temp)[..., 2]
+    p = dual.soft_decision(batch.w, batch.w_bar, batch.b, m[0], m[1] / 1e6, temp)
+    p = p[..., 1] + p[..., 2]
     d_lam = np.mean(np.asarray(batch.free_units) - np.asarray(p).sum(-1))
     d_mu = np.mean((np.asarray(batch.free_bw) - (np.asarray(p) * np.asarray(batch.b)).sum(-1))
                    / 1e6)
@@ -203,9 +221,8 @@ def test_env_threshold_rule_is_lagrangian_maximiser_and_matches_relaxation():
                          beta=0.2, tau_s=0.05, num_servers=2, max_wait_slots=20)
         got = np.asarray(decide(x, jnp.int32(n), jnp.float32(1e12), sp))
         w, w_bar, _ = (np.asarray(a) for a in advantages(x, sp))
-        want, _ = oracle.enumerate_lagrangian(w, w_bar, np.asarray(x.bandwidth_hz),
-                                              float(sp.lambda_s), float(sp.mu),
-                                              np.asarray(x.candidate))
+        want, _ = _enum_lagrangian(w, w_bar, np.asarray(x.bandwidth_hz), float(sp.lambda_s),
+                                   float(sp.mu), np.asarray(x.candidate))
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
         mine = dual.hard_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, x.candidate)
         np.testing.assert_array_equal(np.asarray(mine), want)
@@ -280,25 +297,18 @@ def test_admission_relaxed_gradient_counts_queue_and_immediate():
     d_mu = np.mean((np.asarray(batch.free_bw) - (adm * b).sum(-1)) / 1e6)
     sig = 1 / (1 + np.exp(-np.asarray(state.params["raw"], np.float64)))
     np.testing.assert_allclose(g, [d_lam * sig[0], d_mu * sig[1]], rtol=1e-4, atol=1e-6)
-    # The default rule's gradient differs on the same batch (queue was free there).
-    cfg0 = dual.DualConfig(mode="differentiable", init_lambda_s=0.2, init_mu=0.1,
-                           skip_full_slots=False)
-    g0 = np.asarray(jax.grad(dual.dual_objective)(state.params, batch, cfg0, temp)["raw"])
-    assert abs(g0[0] - g[0]) > 1e-3
 
 
 def test_admission_closed_form_price_is_the_value_not_the_kink():
-    """N identical candidates, w = 1.3, w̄ = w − 0.1 > 0, M = 3 < N units. DESIGN §6's dual
-    D = N·max(w̄, w − λ) + λM is minimised at the kink λ* = w − w̄ = 0.1; with the admission
+    """N identical candidates, w = 1.3, w̄ = w − 0.1 > 0, M = 3 < N units. The old rule's dual
+    D = N·max(w̄, w − λ) + λM was minimised at the kink λ* = w − w̄ = 0.1; with the admission
     price D = N·max(0, w − λ) + λM, so λ* = w = 1.3 (the docs/dual.md finding, in closed form)."""
     cfg = dual.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
                           temperature_min=0.003, anneal_steps=500)
     batch = dual.make_batch(jnp.full((2, 8), 1.3), jnp.full((2, 8), 1.2), jnp.zeros((2, 8)),
                             jnp.ones((2, 8), bool), jnp.full((2,), 3.0), jnp.full((2,), 1e12))
-    for qp, want in ((False, 0.1), (True, 1.3)):
-        c = dataclasses.replace(cfg, queue_price=qp)
-        lam = float(dual.multipliers(_train(c, lambda k: batch, 800), c).lambda_s)
-        np.testing.assert_allclose(lam, want, rtol=0.02, err_msg=f"queue_price={qp}")
+    lam = float(dual.multipliers(_train(cfg, lambda k: batch, 800), cfg).lambda_s)
+    np.testing.assert_allclose(lam, 1.3, rtol=0.02)
 
 
 def test_admission_uniform_candidates_subgradient():
@@ -319,11 +329,10 @@ def test_admission_config_variant_and_field():
     from train.configs import dual as dual_configs
     from prada_jax import dual_train
 
-    c = dual_configs.get_config("heavy,admission")
+    c = dual_configs.get_config("heavy,admission")  # "admission" still parses (a no-op now)
     assert c.dual.queue_price is True and c.env.num_servers == 1
     assert dual_train.validate_config(c).queue_price is True
-    assert dual_train.validate_config(dual_configs.get_config("heavy")).queue_price is False
-    assert dual_train.queue_price(dual_configs.get_config()) is False
+    assert dual_train.queue_price(dual_configs.get_config()) is True
     c.eval.env_chunks = -1
     with pytest.raises(ValueError, match="config.eval.env_chunks"):
         dual_train.validate_config(c)

@@ -199,3 +199,33 @@ def test_sigkill_after_a_checkpoint_then_resume_matches_uninterrupted(tmp_path):
         if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
             a, b = jax.random.key_data(a), jax.random.key_data(b)
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_policy_reward_mode_is_read_from_policy_meta(tmp_path):
+    """The scheduler's value accounting follows the policy's training reward: read from
+    policy_meta.json, ``coarse`` when the field is absent (older policies) or without a
+    policy; an unknown mode is refused before anything is written (exit 2, naming the file)."""
+    from prada_jax.errors import BadInput
+
+    cfg = dual_configs.get_config("smoke")
+    assert dual_train.policy_reward_mode(cfg) == "coarse"
+    pdir = tmp_path / "ppo"
+    pdir.mkdir()
+    meta = pdir / "policy_meta.json"
+    for written, want in (({"reward_mode": "true"}, "true"), ({}, "coarse")):
+        meta.write_text(json.dumps(written))
+        cfg.policy_dir = str(pdir)
+        assert dual_train.policy_reward_mode(cfg) == want
+        params = dual_train.build_env_params(cfg, dual_train.load_traces(cfg)[0])
+        assert bool(params.policy_true_reward) is (want == "true")
+    meta.write_text(json.dumps({"reward_mode": "dense"}))
+    with pytest.raises(BadInput, match="policy_meta.json: reward_mode"):
+        dual_train.policy_reward_mode(cfg)
+    proc = subprocess.run(
+        [sys.executable, "-m", "train.dual", "--config=train/configs/dual.py:smoke",
+         f"--workdir={tmp_path / 'cli'}", f"--policy={pdir}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "reward_mode" in errors[0], proc.stderr[-2000:]
+    assert not (tmp_path / "cli").exists()

@@ -23,6 +23,11 @@ def test_settings_modes():
     for s in (demo, smoke):
         assert (s["sweep"]["seeds"], s["sweep"]["slots"], s["sweep"]["warmup_slots"]) == \
             (s["eval"]["seeds"], s["eval"]["slots"], s["eval"]["warmup_slots"])
+    # Issue 14: the demo shows stage 2 on a contended scenario, and its λ sweep has enough
+    # user slots to reach All-LLM's saturation (≈ 13 users/s at M = 4) before the U cap.
+    assert "nominal" in demo["stage2"]["scenarios"] and "burst" in demo["stage2"]["scenarios"]
+    assert max(demo["sweep"]["lam"]) >= 16 and demo["sweep"]["num_users"] >= 48
+    assert smoke["stage2"] is None
     with pytest.raises(ValueError, match="mode"):
         tm.settings_for("huge")
 

@@ -7,7 +7,7 @@ Variants (comma-separated): ``smoke`` (seconds-long CPU run for tests), ``gsm8k`
 ``gaokao2023en`` / ``mmlu_stem`` (synthetic preset), ``heavy`` (M=1, 40 users/s: the server is
 over-subscribed), ``light`` (M=8, 100 MHz, 1 user/s), ``subgradient`` / ``pid`` (online modes
 instead of the differentiable one), ``conditioned`` (load-conditioned multipliers),
-``admission`` (opt-in: the price is charged to queueing too, ``dual.queue_price``).
+``admission`` (no-op, kept for older commands: the price is always charged to queueing too).
 Env defaults follow ``envs.edge.make_params`` (assumptions, see docs/env.md).
 """
 from __future__ import annotations
@@ -37,11 +37,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.beta = 0.2                # β [PRM units / s]
     c.env.tau_s = 0.05              # slot length τ [s]
     c.env.max_wait_slots = 20       # a request that waited this many slots is kept local
-    c.env.reward_mode = "true"      # "coarse" or "true" (the env's reward; logged only)
+    c.env.reward_mode = "true"      # "coarse" or "true" (the env's reward; logged only; the
+                                    # policy's training reward is read from its metadata)
+    c.env.scenario = "nominal"      # envs.scenarios preset (per-slot load schedule)
+    c.env.scenario_length = 1200    # its length in slots (repeats; 60 s at τ = 50 ms)
 
     c.policy = ml_collections.ConfigDict()
     c.policy.rule_threshold = 0.0   # trace rule: nominate iff cand_prm[1] − cand_prm[0] > this
     c.policy.greedy = True          # PPO policy: argmax (True) or sample (False)
+    c.policy.nominate_by = "actor"  # PPO policy: "actor" (its logits) or "critic" (ΔQ > 0)
 
     c.dual = ml_collections.ConfigDict()
     c.dual.mode = "differentiable"  # "differentiable" | "subgradient" | "pid"
@@ -58,11 +62,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dual.temperature_min = 0.0005  # final temperature [PRM units]
     c.dual.anneal_steps = 400       # updates over which T goes geometrically to the minimum
     c.dual.conditioned = False      # multipliers from load features through a tiny MLP
-    c.dual.load_features = 3        # queue/M, active users/U, free units/M (fixed by env)
+    c.dual.load_features = 5        # queue/M, active/U, free units/M, new nominations/U,
+                                    # channel (prada_jax.dual_rollout.LOAD_FEATURES; fixed)
     c.dual.hidden = 8               # hidden width of that MLP
-    c.dual.skip_full_slots = True   # slots with no free server unit do not count in learning
-    c.dual.queue_price = False      # opt-in: charge λ_s, µ to queueing too (admission price;
-                                    # the env runs scheduler "threshold_admission")
+    c.dual.skip_full_slots = False  # True: slots with no free unit do not count in learning
+                                    # (the long-run constraints count every slot)
+    c.dual.queue_price = True       # ignored (kept so older commands load): the price is
+                                    # always charged to queueing too (admission price)
 
     c.train = ml_collections.ConfigDict()
     c.train.num_envs = 16           # envs simulated in parallel (vmap)

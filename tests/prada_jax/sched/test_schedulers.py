@@ -31,7 +31,8 @@ def _inputs(rng, c=6, p_cand=0.8, wait_max=4):
         snr=jnp.asarray(rng.exponential(10, size=c), jnp.float32),
         draft_prm=jnp.asarray(rng.uniform(size=c), jnp.float32),
         u_rand=jnp.asarray(rng.uniform(size=c), jnp.float32),
-        queue_len=jnp.asarray(rng.integers(0, 5), jnp.int32))
+        queue_len=jnp.asarray(rng.integers(0, 5), jnp.int32),
+        comm_s=jnp.asarray(rng.uniform(0.0, 0.05, size=c), jnp.float32))
 
 
 def _sp(rng, **kw):
@@ -45,7 +46,7 @@ def _cands(x):
     x = _np_inputs(x)
     return [dict(i=i, gain=float(x.gain[i]), delay=float(x.delay_s[i]),
                  bw=float(x.bandwidth_hz[i]), wait=int(x.wait_slots[i]),
-                 draft_prm=float(x.draft_prm[i]), u=float(x.u_rand[i]))
+                 comm=float(x.comm_s[i]), draft_prm=float(x.draft_prm[i]), u=float(x.u_rand[i]))
             for i in range(x.candidate.shape[0]) if bool(x.candidate[i])]
 
 
@@ -58,24 +59,26 @@ def _cfg(sp, x):
 
 def test_threshold_maximises_lagrangian_by_enumeration():
     """With ample resources, the hard rule's decisions maximise Σ_i u_i(d_i) over all 3^C
-    decision vectors, u(local)=0, u(queue)=w̄, u(immediate)=w − λ_s − µ·b (plain Python)."""
+    decision vectors, u(local)=0, u(queue)=w̄ − p, u(immediate)=w − p with the admission price
+    p = λ_s + µ·b, w = ΔQ − β·C (coarse-trained policy: only communication C is added) and
+    w̄ = w − β·τ·(1+q) (plain Python)."""
     rng = np.random.default_rng(0)
     for trial in range(30):
         x = _inputs(rng, c=4, p_cand=1.0, wait_max=1)
         sp = _sp(rng, max_wait_slots=100)
         got = np.asarray(_decide(x, jnp.int32(100), jnp.float32(1e12), sp))
         q = int(x.queue_len) / 3
-        gain, delay, bw = (np.asarray(a, np.float64) for a in (x.gain, x.delay_s, x.bandwidth_hz))
+        gain, comm, bw = (np.asarray(a, np.float64) for a in (x.gain, x.comm_s, x.bandwidth_hz))
         lam, mu = float(sp.lambda_s), float(sp.mu)
         best, best_d = -np.inf, None
         for d in itertools.product((LOCAL, QUEUE, IMMEDIATE), repeat=4):
             total = 0.0
             for i, di in enumerate(d):
-                gi, D, b = gain[i], delay[i], bw[i]
+                w, p = gain[i] - 0.3 * comm[i], lam + mu * bw[i]
                 if di == QUEUE:
-                    total += gi - 0.3 * (D + 0.05 * (1 + q))
+                    total += w - 0.3 * 0.05 * (1 + q) - p
                 elif di == IMMEDIATE:
-                    total += gi - 0.3 * D - lam - mu * b
+                    total += w - p
             if total > best + 1e-9:
                 best, best_d = total, d
         np.testing.assert_array_equal(got, best_d, err_msg=f"trial {trial}")
@@ -134,9 +137,9 @@ def test_soft_rule_limits_and_demand():
     cand = np.asarray(x.candidate)
     np.testing.assert_allclose(probs[cand].sum(-1), 1.0, rtol=1e-6)
     assert np.all(probs[~cand] == 0)
-    np.testing.assert_allclose(float(du), probs[:, IMMEDIATE].sum(), rtol=1e-6)
-    np.testing.assert_allclose(float(db), (probs[:, IMMEDIATE] * np.asarray(x.bandwidth_hz)).sum(),
-                               rtol=1e-5)
+    admit = probs[:, IMMEDIATE] + probs[:, QUEUE]  # the price is charged to every admission
+    np.testing.assert_allclose(float(du), admit.sum(), rtol=1e-6)
+    np.testing.assert_allclose(float(db), (admit * np.asarray(x.bandwidth_hz)).sum(), rtol=1e-5)
     # T → 0 recovers the hard rule (ample resources, so no repair).
     cold, _, _ = _soft(x, sp, 1e-6)
     hard = np.asarray(_decide(x, jnp.int32(100), jnp.float32(1e12), sp))

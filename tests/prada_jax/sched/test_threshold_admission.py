@@ -1,6 +1,6 @@
-"""Opt-in admission price (``queue_price=True``): the threshold rule charges λ_s + µ·b to
-queueing too. Checked against plain-Python enumeration / greedy references (written here),
-NumPy softmax, the learner's own relaxation, and the env running it as a registered scheduler."""
+"""The admission price (the threshold rule charges λ_s + µ·b to queueing too). Checked against
+plain-Python enumeration / greedy references (written here), NumPy softmax, the learner's own
+relaxation, and the env running it as a registered scheduler."""
 import itertools
 
 import jax
@@ -13,9 +13,9 @@ from prada_jax.sched import registry
 from prada_jax.sched.threshold import threshold_admission_decide
 
 _admit = jax.jit(threshold_admission_decide)
-_decide = jax.jit(sched.threshold_decide, static_argnames="queue_price")
-_hard = jax.jit(dual.hard_decision, static_argnames="queue_price")
-_soft_rule = jax.jit(sched.threshold_rule, static_argnames=("temperature", "queue_price"))
+_decide = jax.jit(sched.threshold_decide)
+_hard = jax.jit(dual.hard_decision)
+_soft_rule = jax.jit(sched.threshold_rule, static_argnames=("temperature",))
 
 
 def _inputs(rng, c, p_cand=0.9, wait_max=1):
@@ -27,7 +27,8 @@ def _inputs(rng, c, p_cand=0.9, wait_max=1):
         wait_slots=jnp.asarray(rng.integers(0, wait_max, size=c), jnp.int32),
         ctx_tokens=jnp.full(c, 100, jnp.int32), snr=jnp.ones(c, jnp.float32),
         draft_prm=f32(rng.uniform(size=c)), u_rand=f32(rng.uniform(size=c)),
-        queue_len=jnp.asarray(rng.integers(0, 6), jnp.int32))
+        queue_len=jnp.asarray(rng.integers(0, 6), jnp.int32),
+        comm_s=f32(rng.uniform(0.0, 0.1, size=c)))
 
 
 def _sp(rng, **kw):
@@ -38,13 +39,14 @@ def _sp(rng, **kw):
 
 
 def _scalars(x, sp):
-    """Plain-Python per-candidate (w, w̄, price) in float64, written from DESIGN §6."""
+    """Plain-Python per-candidate (w, w̄, price) in float64, written from DESIGN §6 (coarse
+    policy: w = ΔQ − β·communication, w̄ = w − β·τ·(1+q))."""
     q = int(x.queue_len) / int(sp.num_servers)
     beta, tau = float(sp.beta), float(sp.tau_s)
     out = []
     for i in range(np.asarray(x.candidate).shape[0]):
-        g, d, b = float(x.gain[i]), float(x.delay_s[i]), float(x.bandwidth_hz[i])
-        out.append((g - beta * d, g - beta * (d + tau * (1 + q)),
+        g, cm, b = float(x.gain[i]), float(x.comm_s[i]), float(x.bandwidth_hz[i])
+        out.append((g - beta * cm, g - beta * (cm + tau * (1 + q)),
                     float(sp.lambda_s) + float(sp.mu) * b))
     return out
 
@@ -77,32 +79,34 @@ def test_admission_rule_maximises_priced_lagrangian_by_enumeration():
         np.testing.assert_array_equal(got, np.asarray(best_d), err_msg=f"trial {trial}")
         # The learner's unrepaired rule agrees (its own code path).
         w, wb, _ = (np.asarray(a) for a in sched.advantages(x, sp))
-        mine = _hard(w, wb, np.asarray(x.bandwidth_hz), sp.lambda_s, sp.mu, cand,
-                     queue_price=True)
+        mine = _hard(w, wb, np.asarray(x.bandwidth_hz), sp.lambda_s, sp.mu, cand)
         np.testing.assert_array_equal(np.asarray(mine), got)
 
 
 def test_admission_price_sends_queue_candidates_local():
-    """The finding it addresses: a candidate with w̄ > 0 but w − λ_s − µb < 0 queues under
-    DESIGN §6's rule and is kept local under the admission price."""
+    """The finding it addresses: a candidate with w̄ > 0 but w − λ_s − µb < 0 queued under the
+    old rule (price on running now only) and is kept local under the admission price."""
     x = SchedInputs(candidate=jnp.array([True]), gain=jnp.array([0.1], jnp.float32),
                     delay_s=jnp.array([0.1], jnp.float32),
                     bandwidth_hz=jnp.array([1e6], jnp.float32),
                     wait_slots=jnp.zeros(1, jnp.int32), ctx_tokens=jnp.ones(1, jnp.int32),
                     snr=jnp.ones(1), draft_prm=jnp.zeros(1), u_rand=jnp.zeros(1),
-                    queue_len=jnp.asarray(0, jnp.int32))
+                    queue_len=jnp.asarray(0, jnp.int32), comm_s=jnp.array([0.1], jnp.float32))
     # w = 0.1 − 0.2·0.1 = 0.08, w̄ = 0.08 − 0.2·0.05 = 0.07 > 0; price 0.09 > w.
     sp = SchedParams(lambda_s=0.09, mu=0.0, beta=0.2, tau_s=0.05, num_servers=1,
                      max_wait_slots=20)
-    assert int(_decide(x, 1, 1e12, sp, queue_price=False)[0]) == QUEUE
-    assert int(_decide(x, 1, 1e12, sp, queue_price=True)[0]) == LOCAL
-    # Below the price both run now.
+    assert int(_decide(x, 1, 1e12, sp)[0]) == LOCAL
+    # Below the price it runs now; with no unit free it queues (w̄ − price > 0).
     sp = sp.replace(lambda_s=0.05)
-    assert int(_decide(x, 1, 1e12, sp, queue_price=True)[0]) == IMMEDIATE
+    assert int(_decide(x, 1, 1e12, sp)[0]) == IMMEDIATE
+    assert int(_decide(x, 0, 1e12, sp)[0]) == QUEUE
+    # Rejected with w̄ − price ≤ 0 < w − price: kept local, not queued.
+    sp = sp.replace(lambda_s=0.075)
+    assert int(_decide(x, 0, 1e12, sp)[0]) == LOCAL
 
 
 def _ref_repair(x, sp, free_units, free_bw):
-    """Plain-Python admission rule with the (unchanged) greedy repair."""
+    """Plain-Python admission rule with its greedy repair."""
     vals = _scalars(x, sp)
     beta, tau = float(sp.beta), float(sp.tau_s)
     q = int(x.queue_len) / int(sp.num_servers)
@@ -114,8 +118,8 @@ def _ref_repair(x, sp, free_units, free_bw):
         g = w - price
         if live[i] and g >= max(wb - price, 0.0):
             want.append(i)
-            # reduced gain g − max(w̄, 0), closed form when w̄ > 0 (as DESIGN's repair).
-            red = beta * tau * (1 + q) - price if wb > 0 else g
+            # value lost if rejected: g − max(w̄ − price, 0) = β·τ·(1+q) if queueing pays
+            red = beta * tau * (1 + q) if wb - price > 0 else g
             key[i] = (-red, -g, i)
     out = [LOCAL] * c
     units, bw = free_units, free_bw
@@ -127,7 +131,7 @@ def _ref_repair(x, sp, free_units, free_bw):
         if out[i] == IMMEDIATE or not live[i]:
             continue
         if i in key:
-            out[i] = QUEUE if wb > 0 else LOCAL
+            out[i] = QUEUE if wb - price > 0 else LOCAL
         else:
             out[i] = QUEUE if wb - price > 0 and wb - price > w - price else LOCAL
     return np.array(out)
@@ -155,7 +159,7 @@ def test_soft_admission_rule_matches_numpy_softmax_and_learner():
     for _ in range(10):
         x = _inputs(rng, 6, wait_max=4)
         sp = _sp(rng)
-        probs, units, bw = _soft_rule(x, 1, 1e6, sp, temperature=temp, queue_price=True)
+        probs, units, bw = _soft_rule(x, 1, 1e6, sp, temperature=temp)
         vals = np.array(_scalars(x, sp))
         logits = np.stack([np.zeros(6), vals[:, 1] - vals[:, 2], vals[:, 0] - vals[:, 2]], -1)
         z = np.exp((logits - logits.max(-1, keepdims=True)) / temp)
@@ -170,64 +174,49 @@ def test_soft_admission_rule_matches_numpy_softmax_and_learner():
         w, wb, _ = (np.asarray(a) for a in sched.advantages(x, sp))
         live = np.asarray(x.candidate) & (np.asarray(x.wait_slots) < 3)
         mine = dual.soft_decision(w, wb, np.asarray(x.bandwidth_hz), float(sp.lambda_s),
-                                  float(sp.mu), temp, queue_price=True)
+                                  float(sp.mu), temp)
         np.testing.assert_allclose(np.asarray(mine)[live], ref[live], atol=1e-5)
 
 
-def test_option_off_is_the_default_rule():
-    """queue_price=False is DESIGN §6's rule: identical decisions and soft outputs to the
-    default call, and the registry's paper schedulers keep their indices."""
-    rng = np.random.default_rng(8)
-    for _ in range(15):
-        x = _inputs(rng, 7, wait_max=4)
-        sp = _sp(rng)
-        fu, fb = jnp.int32(int(rng.integers(0, 4))), jnp.float32(rng.uniform(0, 6e6))
-        a = np.asarray(jax.jit(sched.threshold_decide)(x, fu, fb, sp))
-        np.testing.assert_array_equal(a, np.asarray(_decide(x, fu, fb, sp, queue_price=False)))
-        np.testing.assert_array_equal(
-            a, np.asarray(jax.jit(registry.SCHEDULERS[registry.scheduler_index("threshold")])(
-                x, fu, fb, sp)))
-        s0 = jax.jit(sched.threshold_soft)(x, sp, 0.05)
-        s1 = _soft_rule(x, fu, fb, sp, temperature=0.05, queue_price=False)
-        for u, v in zip(s0, s1):
-            np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+def test_registry_names_the_rule_once():
+    """``threshold_admission`` (the old opt-in name) is the threshold rule itself; the paper
+    schedulers keep their indices."""
     assert registry.SCHEDULER_NAMES == ("keep_local", "offload_all", "random", "fifo_greedy",
                                         "threshold", "rsd")
     assert registry.scheduler_index("threshold_admission") == 6
     assert registry.SCHEDULERS[6] is threshold_admission_decide
+    assert registry.SCHEDULERS[registry.THRESHOLD_INDEX] is sched.threshold_decide
+    assert threshold_admission_decide is sched.threshold_decide
 
 
 def test_env_runs_the_admission_rule():
-    """A rollout with ``DualConfig(queue_price=True)`` makes the env run the admission rule
-    (even if its params name ``threshold``): the env decides what the rule decides on the
-    candidate sets read by ``edge_slot_inputs`` (outages aside, which the env makes local)."""
+    """The env decides what the rule decides on the candidate sets read by
+    ``envs.edge.candidate_set`` (outages aside, which the env makes local), with both
+    admitted and locally kept candidates present."""
+    from envs import edge
     from envs import registry as env_registry
+    from prada_jax import dual_rollout
     from prada_jax.traces.testing import random_traces
 
     traces = random_traces(seed=0, problems=8, depth=4, feature_dim=4)
     params = env_registry.make("edge", traces=traces, num_users=6, num_servers=1,
-                               bandwidth_hz=20e6, arrival_rate_hz=40.0, beta=0.05,
-                               lambda_s=0.01)[1]
-    cfg = dual.DualConfig(mode="subgradient", queue_price=True)
-    rollout = jax.jit(dual.make_rollout(cfg, dual.make_trace_rule_policy(-0.05), 40,
-                                        learn=False))
-    carry = dual.init_rollout(jax.random.key(0), params, cfg, 2)
+                               bandwidth_hz=20e6, arrival_rate_hz=40.0, beta=0.05)[1]
+    cfg = dual.DualConfig(mode="subgradient")
+    rollout = jax.jit(dual_rollout.make_rollout(
+        cfg, dual_rollout.make_trace_rule_policy(-0.05), 40, learn=False))
+    carry = dual_rollout.init_rollout(jax.random.key(0), params, cfg, 2)
     lam = 0.004  # between typical w's so both admitted and locally kept candidates occur
     carry = carry._replace(dual=carry.dual._replace(params={"raw": jnp.array([lam, 0.0])}))
     _, out = rollout(carry, params)
     flat = lambda a: np.asarray(a).reshape((-1,) + np.shape(a)[2:])  # noqa: E731
     x = jax.tree.map(flat, out["x"])
     b = jax.tree.map(flat, out["batch"])
-    from envs import edge
     sp = edge.sched_params(params).replace(lambda_s=jnp.float32(lam), mu=jnp.float32(0.0))
     d = np.asarray(jax.vmap(threshold_admission_decide, in_axes=(0, 0, 0, None))(
-        x, jnp.asarray(b.free_units, jnp.int32), jnp.asarray(b.free_bw), sp))
-    d_default = np.asarray(jax.vmap(sched.threshold_decide, in_axes=(0, 0, 0, None))(
         x, jnp.asarray(b.free_units, jnp.int32), jnp.asarray(b.free_bw), sp))
     env_d = flat(out["decision"])
     cand = np.asarray(x.candidate)
     keep = cand & ~flat(out["outage"])
     assert keep.sum() > 40
     np.testing.assert_array_equal(env_d[keep], d[keep])
-    # Not vacuous: on these slots the default rule would have decided differently somewhere.
-    assert np.any(d_default[keep] != d[keep])
+    assert np.any(d[keep] == IMMEDIATE) and np.any(d[keep] == LOCAL)

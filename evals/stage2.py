@@ -1,0 +1,513 @@
+"""Stage-2 verdict: ``python -m evals.stage2 --out=DIR [--scenarios=...] [--seeds=N] [--quick]``.
+
+For each scenario (``envs.scenarios`` presets) this learns the multipliers with the stage-2
+library (``prada_jax.dual_train``: a constant pair and a load-conditioned map), searches the
+best constant pair on a grid (``evals.grid``), and evaluates, on the same seeds (paired), the
+rows
+
+    PRADA (learned, constant), PRADA (learned, conditioned), Best constant (grid),
+    PRADA (λ=µ=0), FIFO-greedy, Policy (no limits), All-LLM
+
+(DESIGN §6/§8). Every PRADA row runs the scheduler the dual run trained (read from its env
+params). Output in ``DIR``:
+
+    stage2.json   {"scenarios": {NAME: {"rows": {ROW: {METRIC: {"mean", "ci95"}}},
+                                        "paired": {PAIR: {METRIC: {"mean", "ci95"}}},
+                                        "multipliers": ..., "grid": ...}}, "meta": ...}
+    stage2.md     the same as Markdown tables (also printed)
+    stage2.png    accuracy − β·latency per row and scenario, 95% CI
+    ppo/          the screening policy, trained here unless --policy is given
+    dual/<scenario>/{constant,conditioned}/   the train.dual runs (reused when rerun)
+
+``ci95`` is the half-width of the two-sided 95% Student-t interval over seeds
+(``evals.stats.mean_ci``): the interval is mean ± ci95. Pairs ``learned_minus_zero``,
+``learned_minus_fifo``, ``learned_minus_best_constant`` take "learned" = PRADA (learned,
+constant); ``conditioned_minus_*`` the same for the conditioned map. A paired difference is the
+mean over seeds of the per-seed difference (same arrivals, channels and problems per seed).
+Metrics: ``accuracy``, ``latency_mean_s``, ``latency_p95_s``, ``objective`` (accuracy −
+β·mean latency, β in PRM units per s), ``server_util`` (busy units / M), ``queue_len``
+(requests per slot), plus ``blocked_rate`` (blocked arrivals / arrivals).
+
+Sizes: the default is the measurement size (see ``SIZES``); ``--quick`` finishes in a few
+minutes on 2 CPU cores and its numbers mean nothing. All traces are SYNTHETIC (the gsm8k
+preset); numbers say so. Exit codes: 2 bad flag (one line), 1 bug.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from envs import edge, scenarios  # noqa: E402
+from evals import evaluate as ev  # noqa: E402
+from evals import stats  # noqa: E402
+from prada_jax.errors import BadInput  # noqa: E402
+
+ROW_CONST = "PRADA (learned, constant)"
+ROW_COND = "PRADA (learned, conditioned)"
+ROW_BEST = "Best constant (grid)"
+ROW_ZERO = "PRADA (λ=µ=0)"
+ROW_FIFO = "FIFO-greedy"
+ROW_NOLIM = "Policy (no limits)"
+ROW_LLM = "All-LLM"
+ROWS = (ROW_CONST, ROW_COND, ROW_BEST, ROW_ZERO, ROW_FIFO, ROW_NOLIM, ROW_LLM)
+METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "objective", "server_util",
+           "queue_len", "blocked_rate")
+PAIRS = {"learned_minus_zero": (ROW_CONST, ROW_ZERO),
+         "learned_minus_fifo": (ROW_CONST, ROW_FIFO),
+         "learned_minus_best_constant": (ROW_CONST, ROW_BEST),
+         "conditioned_minus_zero": (ROW_COND, ROW_ZERO),
+         "conditioned_minus_fifo": (ROW_COND, ROW_FIFO),
+         "conditioned_minus_best_constant": (ROW_COND, ROW_BEST)}
+
+# Sizes. ``full`` is what docs/results/stage2.md was measured with (unless it says otherwise).
+# ``env``: overrides of the policy run's env (the scarce server of these scenarios: M = 1 LLM
+# job at a time; an assumption chosen so that the contended presets load it, see docs/dual.md).
+SIZES = {
+    "quick": dict(seeds=2, slots=240, warmup=40, scenario_length=240, num_users=16,
+                  eval_problems=60, env={"num_servers": 1, "arrival_rate_hz": 12.0},
+                  ppo_variant="smoke", ppo_overrides={},
+                  dual={"train.num_envs": 4, "train.rollout_len": 40, "train.num_chunks": 3,
+                        "train.sgd_steps": 5, "dual.anneal_steps": 15},
+                  grid=dict(lam=(0.0, 0.01, 0.1), mu_per_mhz=(0.0,), fine=False)),
+    "demo": dict(seeds=5, slots=1200, warmup=100, scenario_length=600, num_users=32,
+                 eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
+                 ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
+                 dual={"train.num_envs": 8, "train.rollout_len": 50, "train.num_chunks": 8,
+                       "train.sgd_steps": 10, "dual.anneal_steps": 80},
+                 grid=dict(lam=None, mu_per_mhz=(0.0,), fine=True)),
+    "full": dict(seeds=8, slots=1200, warmup=150, scenario_length=600, num_users=32,
+                 eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
+                 ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
+                 dual={"train.num_envs": 8, "train.rollout_len": 100, "train.num_chunks": 8,
+                       "train.sgd_steps": 20, "dual.anneal_steps": 160},
+                 grid=dict(lam=None, mu_per_mhz=(0.0, 1e-2), fine=True)),
+}
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def summarize_rows(per_seed: dict, metrics=METRICS) -> dict:
+    """{row: {metric: {"mean", "ci95"}}} from per-seed values {row: {metric: [S]}}."""
+    out = {}
+    for row, m in per_seed.items():
+        out[row] = {k: _mean_ci95(m[k]) for k in metrics if k in m}
+    return out
+
+
+def paired_differences(per_seed: dict, a: str, b: str, metrics=METRICS) -> dict:
+    """{metric: {"mean", "ci95"}} of the per-seed difference ``a − b`` (paired seeds)."""
+    return {k: _mean_ci95(np.asarray(per_seed[a][k], np.float64)
+                          - np.asarray(per_seed[b][k], np.float64))
+            for k in metrics if k in per_seed[a] and k in per_seed[b]}
+
+
+def _mean_ci95(x) -> dict:
+    ci = stats.mean_ci(np.asarray(x, np.float64), 0.95)
+    f = lambda v: float(v) if math.isfinite(v) else None  # noqa: E731
+    return {"mean": f(ci.mean), "ci95": f(ci.half_width), "n": ci.n}
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+GRID_BATCH = 8  # grid pairs per vmapped call (memory: 8 × seeds × one env rollout)
+
+@functools.lru_cache(maxsize=8)
+def conditioned_mult_fn(dcfg):
+    """``mult_fn(dual_state, env_state, params, action, env_key) -> (λ_s, µ per Hz)`` of a
+    conditioned learner with static config ``dcfg``: the slot's load features exactly as the
+    learner computed them (``prada_jax.dual_rollout.env_slot`` on the noise ``edge.step`` will
+    draw from ``env_key``). Cached: one compiled evaluator per config."""
+    from prada_jax import dual, dual_rollout
+
+    def fn(dual_state, state, params, action, env_key):
+        _, batch = dual_rollout.env_slot(state, action, params, edge.draw_noise(env_key, params))
+        m = dual.multipliers(dual_state, dcfg, batch.load)
+        return m.lambda_s.astype(jnp.float32), m.mu.astype(jnp.float32)
+
+    return fn
+
+
+class Runner:
+    """Evaluates rows on one env (params) over S paired seeds.
+
+    Args:
+      params: env params of the scenario (trace set, U, M, B, λ, schedule).
+      seeds: S; seed s uses ``jax.random.key(seed0 + s)`` in every row.
+      slots, warmup: slots simulated per seed and discarded at the start.
+      apply_fn, net_params: the screening policy.
+    """
+
+    def __init__(self, params, seeds, slots, warmup, apply_fn, net_params, seed0=0,
+                 nominate_by: str = "actor"):
+        self.params = params
+        self.screen = "policy" if nominate_by == "actor" else "critic"  # evals.evaluate mode
+        self.keys = jax.vmap(jax.random.key)(jnp.arange(seed0, seed0 + seeds, dtype=jnp.uint32))
+        self.apply_fn, self.net_params = apply_fn, net_params
+        self.slots, self.warmup = int(slots), int(warmup)
+        self.tau_s = float(params.tau_s)
+        self._fn = ev.make_evaluator(self.slots, self.warmup, apply_fn)
+
+    def _metrics(self, totals, params) -> dict:
+        m = ev.per_seed_metrics(jax.device_get(totals), self.tau_s)
+        m["objective"] = m["accuracy"] - float(params.beta) * m["latency_mean_s"]
+        return m
+
+    def run(self, spec: ev.PolicySpec) -> dict:
+        """Per-seed metrics [S] of a constant row."""
+        p = ev.apply_spec(self.params, spec)
+        totals = self._fn(self.keys, p, self.net_params,
+                          jnp.asarray(ev._SCREEN[spec.screen], jnp.int32),
+                          jnp.asarray(spec.p_random, jnp.float32))
+        return self._metrics(totals, p)
+
+    def run_prada(self, sched_index: int, lambda_s: float, mu: float) -> dict:
+        p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32),
+                                lambda_s=jnp.asarray(lambda_s, jnp.float32),
+                                mu=jnp.asarray(mu, jnp.float32))
+        totals = self._fn(self.keys, p, self.net_params,
+                          jnp.asarray(ev._SCREEN[self.screen], jnp.int32), jnp.float32(0.0))
+        return self._metrics(totals, p)
+
+    def run_conditioned(self, sched_index: int, dual_state, dcfg) -> dict:
+        """Per-seed metrics of PRADA with per-slot multipliers from the conditioned map."""
+        fn = ev.make_evaluator(self.slots, self.warmup, self.apply_fn,
+                               conditioned_mult_fn(dcfg))
+        p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32))
+        totals = fn(self.keys, p, self.net_params,
+                    jnp.asarray(ev._SCREEN[self.screen], jnp.int32), jnp.float32(0.0),
+                    dual_state)
+        return self._metrics(totals, p)
+
+    def run_grid(self, sched_index: int, lams, mus, batch: int = GRID_BATCH) -> np.ndarray:
+        """Objective per seed [G, S] of PRADA at G constant pairs, vmapped over the pairs in
+        batches of ``batch`` (the last one padded, so every call reuses one compilation)."""
+        lams = np.asarray(lams, np.float32)
+        mus = np.asarray(mus, np.float32)
+        n = lams.shape[0]
+        p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32))
+        out = []
+        for i in range(0, n, batch):
+            la, mu = lams[i:i + batch], mus[i:i + batch]
+            pad = batch - la.shape[0]
+            la = np.concatenate([la, np.repeat(la[-1:], pad)])
+            mu = np.concatenate([mu, np.repeat(mu[-1:], pad)])
+            totals = jax.device_get(_grid_fn(self._fn)(
+                self.keys, p, self.net_params, jnp.asarray(la), jnp.asarray(mu),
+                jnp.asarray(ev._SCREEN[self.screen], jnp.int32)))
+            for g in range(batch - pad):
+                out.append(self._metrics({k: v[g] for k, v in totals.items()}, p)["objective"])
+        return np.asarray(out)
+
+
+@functools.lru_cache(maxsize=8)
+def _grid_fn(fn):
+    def one(keys, params, net_params, lam, mu, screen_mode):
+        p = params.replace(lambda_s=lam, mu=mu)
+        return fn(keys, p, net_params, screen_mode, jnp.float32(0.0))
+    return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0, None)))
+
+
+# ----------------------------------------------------------------------------- one scenario
+
+def _baseline_specs(screen: str = "policy"):
+    return {ROW_ZERO: None,  # PRADA rule at 0 (scheduler of the dual run)
+            ROW_FIFO: ev.PolicySpec(ROW_FIFO, screen, "fifo_greedy"),
+            ROW_NOLIM: ev.PolicySpec(ROW_NOLIM, screen, "offload_all", unlimited=True),
+            ROW_LLM: ev.PolicySpec(ROW_LLM, "always", "offload_all")}
+
+
+def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_cond,
+                      grid_kw: dict, log=print) -> dict:
+    """Per-seed metrics of every row plus the grid report on one scenario."""
+    from evals import grid
+
+    per_seed = {}
+    per_seed[ROW_CONST] = runner.run_prada(sched_index, const[0], const[1])
+    if cond_state is not None:
+        per_seed[ROW_COND] = runner.run_conditioned(sched_index, cond_state, dcfg_cond)
+    t0 = time.perf_counter()
+    g = grid.search(lambda lams, mus: runner.run_grid(sched_index, lams, mus), **grid_kw)
+    log(f"    grid: {g['evaluated']} pairs in {time.perf_counter() - t0:.0f}s, best λ_s="
+        f"{g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
+    per_seed[ROW_BEST] = runner.run_prada(sched_index, g["best"]["lambda_s"],
+                                          g["best"]["mu_per_mhz"] / 1e6)
+    for row, spec in _baseline_specs(runner.screen).items():
+        per_seed[row] = (runner.run_prada(sched_index, 0.0, 0.0) if spec is None
+                         else runner.run(spec))
+    return {"per_seed": per_seed, "grid": g}
+
+
+def scenario_report(per_seed: dict) -> dict:
+    rows = summarize_rows({r: per_seed[r] for r in ROWS if r in per_seed})
+    paired = {name: paired_differences(per_seed, a, b) for name, (a, b) in PAIRS.items()
+              if a in per_seed and b in per_seed}
+    return {"rows": rows, "paired": paired}
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+def _set(config, field, value):
+    node = config
+    parts = field.split(".")
+    for p in parts[:-1]:
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def train_policy(out: Path, size: dict, log=print) -> Path:
+    """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it."""
+    from prada_jax.rl import trainer
+    from train.configs import ppo as ppo_cfg
+
+    d = out / "ppo"
+    c = ppo_cfg.get_config(",".join(v for v in (size["ppo_variant"], "gsm8k") if v))
+    for k, v in size["ppo_overrides"].items():
+        _set(c, k, v)
+    c.env.trace_seed = 0
+    c.log.progress = False
+    log(f"  ppo: training the screening policy ({c.ppo.total_env_steps} env slots) in {d}")
+    trainer.train_and_evaluate(c, d)
+    return d
+
+
+def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
+                      conditioned: bool, seed: int = 0, nominate_by: str = "actor"):
+    """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
+    env params it trained on: their scheduler and value accounting are what PRADA rows run)."""
+    from prada_jax import dual_train
+    from train.configs import dual as dual_cfg
+
+    d = out / "dual" / scenario / ("conditioned" if conditioned else "constant")
+    if nominate_by != "actor":
+        d = d.parent / f"{d.name}_{nominate_by}"
+    c = dual_cfg.get_config("gsm8k")
+    c.seed = int(seed)
+    c.policy_dir = str(policy_dir)
+    for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s"):
+        c.env[k] = type(c.env[k])(env_kw[k])
+    c.env.scenario = scenario
+    c.env.scenario_length = int(size["scenario_length"])
+    c.env.problems = int(env_kw.get("train_problems", 0))
+    c.dual.conditioned = bool(conditioned)
+    c.policy.nominate_by = nominate_by
+    for k, v in size["dual"].items():
+        _set(c, k, v)
+    c.log.checkpoint_every = int(c.train.num_chunks)
+    c.log.progress = False
+    c.eval.gap_slots = 0
+    dcfg = dual_train.validate_config(c)
+    traces, _ = dual_train.load_traces(c)
+    env_params = dual_train.build_env_params(c, traces)
+    result = dual_train.train_and_evaluate(c, d)
+    return d, result, dcfg, env_params
+
+
+def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
+        policy_dir: str | None = None, num_users: int | None = None, log=print,
+        size: str | None = None, nominate_by: str = "actor") -> dict:
+    """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
+
+    ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
+    the policy nominates by its actor's greedy action ("actor") or iff its critic's ΔQ > 0
+    ("critic"), in learning and in every policy row."""
+    from evals import suite
+
+    size_name = size or ("quick" if quick else "full")
+    size = dict(SIZES[size_name])
+    if seeds is not None:
+        size["seeds"] = int(seeds)
+    if num_users is not None:
+        size["num_users"] = int(num_users)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log)
+    policy = suite.load_policy(str(pol_dir))
+    env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
+                                                       num_users=size["num_users"]))
+    env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
+    traces = suite.load_traces("gsm8k", size.get("eval_problems"),
+                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
+    suite.check_policy_traces(policy, traces)
+    base = edge.make_params(traces.traces, **{k: env_kw[k] for k in (
+        "num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")},
+        scenario=scenarios.preset("nominal", size["scenario_length"]))
+    runner = Runner(base, size["seeds"], size["slots"], size["warmup"], policy.apply_fn,
+                    policy.params, nominate_by=nominate_by)
+    grid_kw = {k: v for k, v in size["grid"].items() if v is not None}
+    result = {"scenarios": {}, "meta": {
+        "synthetic": True, "traces": traces.info, "policy": str(pol_dir),
+        "env": {k: env_kw[k] for k in ("num_users", "num_servers", "bandwidth_hz",
+                                       "arrival_rate_hz", "beta", "tau_s")},
+        "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
+        "scenario_length": size["scenario_length"], "size": size_name,
+        "nominate_by": nominate_by,
+        "dual_overrides": size["dual"], "ci95": "half-width of the 95% Student-t interval"}}
+    for name in scenario_names:
+        log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
+        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_kw, size, False,
+                                                    nominate_by=nominate_by)
+        _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_kw, size, True,
+                                                    nominate_by=nominate_by)
+        const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
+        sched = int(dual_env.scheduler)
+        runner.params = edge.with_scenario(base, scenarios.preset(name, size["scenario_length"]))
+        if hasattr(dual_env, "policy_true_reward"):  # value accounting of the policy's reward
+            runner.params = runner.params.replace(
+                policy_true_reward=dual_env.policy_true_reward)
+        log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: evaluating (learned "
+            f"λ_s={const[0]:.4g}, µ={const[1] * 1e6:.4g}/MHz)")
+        ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,
+                                   grid_kw, log)
+        rep = scenario_report(ev_res["per_seed"])
+        from prada_jax.sched.registry import SCHEDULER_NAMES
+        rep["multipliers"] = {"learned_constant": {"lambda_s": const[0],
+                                                   "mu_per_mhz": const[1] * 1e6},
+                              "learned_conditioned_at_mean_load": {
+                                  "lambda_s": float(r_cond["multipliers"].lambda_s),
+                                  "mu_per_mhz": float(r_cond["multipliers"].mu) * 1e6},
+                              "scheduler": SCHEDULER_NAMES[sched]}
+        rep["grid"] = ev_res["grid"]
+        rep["per_seed"] = {r: {k: [float(x) for x in np.asarray(v[k])] for k in METRICS}
+                           for r, v in ev_res["per_seed"].items()}
+        result["scenarios"][name] = rep
+        write_outputs(result, out)
+    result["meta"]["wall_s"] = time.perf_counter() - t_start
+    write_outputs(result, out)
+    return result
+
+
+# ----------------------------------------------------------------------------- outputs
+
+_SHOW = ("objective", "accuracy", "latency_mean_s", "latency_p95_s", "server_util", "queue_len",
+         "blocked_rate")
+
+
+def _fmt(d, digits=3):
+    if d is None or d.get("mean") is None:
+        return "n/a"
+    if d.get("ci95") is None:
+        return f"{d['mean']:.{digits}f}"
+    return f"{d['mean']:.{digits}f} ± {d['ci95']:.{digits}f}"
+
+
+def to_markdown(result: dict) -> str:
+    meta = result.get("meta", {})
+    lines = [f"Stage-2 verdict on SYNTHETIC gsm8k traces: {meta.get('seeds')} seeds × "
+             f"{meta.get('slots')} slots (first {meta.get('warmup_slots')} discarded), env "
+             f"{meta.get('env')}, nominations by the policy's "
+             f"{meta.get('nominate_by', 'actor')}; mean ± 95% CI half-width over seeds."]
+    for name, sc in result["scenarios"].items():
+        lines += ["", f"### {name}", "", "| row | " + " | ".join(_SHOW) + " |",
+                  "|---|" + "---|" * len(_SHOW)]
+        for row, m in sc["rows"].items():
+            lines.append(f"| {row} | " + " | ".join(_fmt(m.get(k)) for k in _SHOW) + " |")
+        lines += ["", "| paired difference (per seed) | objective | accuracy | latency_mean_s |",
+                  "|---|---|---|---|"]
+        for pair, m in sc["paired"].items():
+            lines.append(f"| {pair} | {_fmt(m.get('objective'), 4)} | "
+                         f"{_fmt(m.get('accuracy'), 4)} | {_fmt(m.get('latency_mean_s'), 3)} |")
+        mult = sc.get("multipliers", {})
+        g = sc.get("grid", {})
+        if mult:
+            lc = mult["learned_constant"]
+            lines.append(f"\nlearned constant λ_s = {lc['lambda_s']:.4g}, µ = "
+                         f"{lc['mu_per_mhz']:.4g} per MHz; grid best λ_s = "
+                         f"{g.get('best', {}).get('lambda_s', float('nan')):.4g}, µ = "
+                         f"{g.get('best', {}).get('mu_per_mhz', float('nan')):.4g} per MHz "
+                         f"({g.get('evaluated')} pairs); scheduler {mult['scheduler']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: dict, out: Path) -> None:
+    from evals import plots
+
+    out = Path(out)
+    (out / "stage2.json").write_text(json.dumps(result, indent=2, allow_nan=False,
+                                                default=_json_default) + "\n")
+    md = to_markdown(result)
+    (out / "stage2.md").write_text(md)
+    names = list(result["scenarios"])
+    series = {}
+    for row in ROWS:
+        vals = [result["scenarios"][n]["rows"].get(row, {}).get("objective") for n in names]
+        if all(v is None for v in vals):
+            continue
+        m = np.array([np.nan if v is None or v["mean"] is None else v["mean"] for v in vals])
+        h = np.array([np.nan if v is None or v["ci95"] is None else v["ci95"] for v in vals])
+        series[row] = (m, m - h, m + h)
+    if names and series:
+        plots.plot_grouped_bars(names, series, ylabel="accuracy − β·latency (SYNTHETIC)",
+                                title="stage 2 per scenario, 95% CI", path=out / "stage2.png")
+
+
+def _json_default(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def _define_flags():
+    from absl import flags
+    flags.DEFINE_string("out", None, "Output folder (stage2.json, stage2.md, stage2.png).")
+    flags.DEFINE_string("scenarios", "nominal,heavy,burst,diurnal,degraded",
+                        "Comma-separated presets of envs.scenarios: "
+                        f"{', '.join(scenarios.PRESETS)}.")
+    flags.DEFINE_integer("seeds", None, "Evaluation seeds (default 8; --quick 2).")
+    flags.DEFINE_bool("quick", False,
+                      "Small sizes (a few minutes on 2 cores; numbers mean nothing).")
+    flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
+    flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
+                      "The policy nominates by its actor's greedy action or iff its critic's "
+                      "ΔQ > 0 (prada_jax.dual_rollout.make_ppo_policy).")
+    flags.DEFINE_integer("num_users", None, "User slots U of the evaluated env (default 32; "
+                         "--quick 16).")
+
+
+def main(argv):
+    from absl import flags
+
+    from evals import suite
+    from prada_jax import config_utils
+    F = flags.FLAGS
+    try:
+        if len(argv) > 1:
+            raise BadInput(f"unexpected arguments {argv[1:]}")
+        if not F.out:
+            raise BadInput("--out is required (a folder for stage2.json)")
+        names = scenarios.parse_names(F.scenarios)
+        if F.seeds is not None and F.seeds < 2:
+            raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
+        if F.num_users is not None and F.num_users < 1:
+            raise BadInput(f"--num_users must be >= 1, got {F.num_users}")
+        if F.policy and not Path(F.policy).is_dir():
+            raise BadInput(f"--policy={F.policy}: no such run directory")
+        out = Path(F.out)
+        if out.exists() and not out.is_dir():
+            raise BadInput(f"--out={F.out} exists and is not a folder")
+        result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
+                     nominate_by=F.nominate_by)
+    except (BadInput, suite.EvalError, config_utils.ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(to_markdown(result))
+    print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")
+
+
+if __name__ == "__main__":
+    from absl import app
+    _define_flags()
+    app.run(main)

@@ -1,0 +1,173 @@
+"""Scenario schedules: presets, validation, invariants, NumPy equivalence, no retrace."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs import edge, scenarios
+from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
+from envs.testing import rollout
+from prada_jax.errors import BadInput
+from prada_jax.traces.testing import random_traces
+
+S, T, U = 3, 240, 8
+TRACES = random_traces(seed=3, problems=10, depth=5, feature_dim=4)
+BASE = dict(num_servers=4, bandwidth_hz=8e6, arrival_rate_hz=6.0, max_wait_slots=8)
+FULL_DEFAULTS = dict(num_users=U, tau_s=0.05, beta=0.2, lambda_s=0.0, mu=0.0, num_servers=4,
+                     bandwidth_hz=20e6, arrival_rate_hz=4.0, initial_users=U, default_gain=0.05,
+                     max_wait_slots=20, rsd_threshold=0.7, reward_mode="coarse",
+                     server_kv_cache=False, downlink=True, ctx_scale=1e-3)
+
+
+def _actions(seed):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 2, (S, T, U)).astype(np.int32),
+            rng.normal(0.05, 0.1, (S, T, U)).astype(np.float32))
+
+
+def _mixed(length=60):
+    """All four factors move, with a wrap-around inside T slots."""
+    t = np.arange(length)
+    return scenarios.Scenario(arrival=np.where(t % 20 < 5, 5.0, 0.5),
+                              bandwidth=np.where(t < 30, 1.0, 0.25),
+                              channel_db=np.where(t % 15 < 7, -8.0, 3.0),
+                              servers=np.where((t >= 20) & (t < 45), 0.5, 1.0))
+
+
+def test_presets_shapes_and_stated_properties():
+    n = scenarios.DEFAULT_LENGTH
+    ps = {k: scenarios.preset(k) for k in scenarios.PRESETS}
+    assert {"nominal", "heavy", "burst", "diurnal", "degraded"} <= set(ps)
+    for p in ps.values():
+        assert all(np.shape(a) == (n,) for a in p)
+    assert np.all(ps["nominal"].arrival == 1) and np.all(ps["nominal"].servers == 1)
+    b = ps["burst"].arrival
+    assert b.max() >= 3 * b.mean()  # bursts several times the mean rate
+    d = ps["diurnal"].arrival
+    assert d.min() < 0.5 and d.max() > 2.5 and np.argmax(d) < np.argmin(d)  # one slow cycle
+    g = ps["degraded"]
+    assert g.bandwidth.min() < 0.5 and g.servers.min() < 1 and g.bandwidth[0] == 1
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("arrival", -1.0, "scenario.arrival"), ("bandwidth", 0.0, "scenario.bandwidth"),
+    ("servers", 1.5, "scenario.servers"), ("channel_db", np.nan, "scenario.channel_db")])
+def test_bad_values_name_the_field(field, value, needle):
+    scn = scenarios.static(10)
+    arr = getattr(scn, field).copy()
+    arr[3] = value
+    with pytest.raises(BadInput, match=needle):
+        edge.make_params(TRACES, num_users=U, scenario=scn._replace(**{field: arr}))
+
+
+def test_wrong_length_names_the_field():
+    scn = scenarios.static(10)._replace(servers=np.ones(9, np.float32))
+    with pytest.raises(scenarios.ScenarioError, match="scenario.servers has length 9"):
+        scenarios.validate(scn)
+    params = edge.make_params(TRACES, num_users=U, scenario=scenarios.static(10))
+    with pytest.raises(BadInput, match="scenario.arrival"):
+        edge.with_scenario(params, scenarios.static(10)._replace(arrival=np.ones((2, 5))))
+    with pytest.raises(BadInput, match="--scenarios"):
+        scenarios.parse_names("nominal,rush")
+
+
+def test_slot_conditions_follow_the_schedule_modulo_length():
+    scn = _mixed()
+    p = edge.make_params(TRACES, num_users=U, scenario=scn, **BASE)
+    for t in (0, 5, 25, 59, 60, 85, 239):
+        c = jax.device_get(edge.slot_conditions(p, t))
+        i = t % 60
+        assert c["arrival_rate_hz"] == pytest.approx(6.0 * scn.arrival[i])
+        assert c["bandwidth_hz"] == pytest.approx(8e6 * scn.bandwidth[i])
+        assert int(c["num_servers"]) == (2 if 20 <= i < 45 else 4)
+        assert c["channel_gain"] == pytest.approx(10 ** (scn.channel_db[i] / 10), rel=1e-5)
+
+
+def _invariants(info, params):
+    inuse = np.asarray(info["server_in_use"])
+    m_t = np.asarray(info["num_servers_t"])
+    bw = np.asarray(info["bandwidth_in_use_hz"])
+    b_t = np.asarray(info["bandwidth_t_hz"])
+    admitted = (np.asarray(info["decision"]) == 2).sum(-1)
+    prev_use = np.concatenate([np.zeros_like(inuse[:, :1]), inuse[:, :-1]], 1)
+    prev_bw = np.concatenate([np.zeros_like(bw[:, :1]), bw[:, :-1]], 1)
+    # New jobs only within M_t / B_t; a running job may outlive a drop (no preemption).
+    assert np.all(inuse[admitted > 0] <= m_t[admitted > 0])
+    assert np.all(bw[admitted > 0] <= b_t[admitted > 0] * (1 + 1e-5))
+    assert np.all(inuse <= np.maximum(m_t, prev_use))
+    assert np.all(bw <= np.maximum(b_t, prev_bw) * (1 + 1e-5))
+    arrived, fin = np.asarray(info["arrived"]), np.asarray(info["finished"])
+    blocked, flight = np.asarray(info["blocked_total"]), np.asarray(info["in_flight"])
+    np.testing.assert_array_equal(arrived, fin + blocked + flight)  # no user lost
+
+
+@pytest.mark.parametrize("sched", ["threshold", "fifo_greedy", "offload_all"])
+def test_invariants_under_every_preset_one_compile(sched):
+    screens, gains = _actions(7)
+    keys = jax.random.split(jax.random.key(7), S)
+    base = edge.make_params(TRACES, num_users=U, scheduler=sched,
+                            scenario=scenarios.preset("nominal", T), **BASE)
+    compiles = []
+    arrivals = {}
+    for name in scenarios.PRESETS:
+        p = edge.with_scenario(base, scenarios.preset(name, T))
+        before = rollout._cache_size()
+        *_, (_, _, _, info) = jax.device_get(rollout(keys, p, screens, gains))
+        compiles.append(rollout._cache_size() - before)
+        _invariants(info, p)
+        arrivals[name] = np.asarray(info["arrivals"]).mean()
+        if name == "degraded":  # M_t drops to 2 for the middle of the schedule
+            assert set(np.unique(info["num_servers_t"])) == {2, 4}
+    assert sum(compiles[1:]) == 0  # every preset after the first reuses the compiled rollout
+    assert arrivals["heavy"] > 1.8 * arrivals["nominal"]
+
+
+def test_no_retrace_across_scenarios_chex():
+    params = edge.make_params(TRACES, num_users=U, scenario=scenarios.preset("nominal", 50))
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def run(key, p):
+        obs, st = edge.reset(key, p)
+
+        def body(st, k):
+            _, st, r, _, info = edge.step(k, st, jnp.ones((U,), jnp.int32), p)
+            return st, info["arrivals"]
+        return jax.lax.scan(body, st, jax.random.split(key, 50))[1].sum()
+
+    totals = {}
+    for name in scenarios.PRESETS:
+        totals[name] = int(run(jax.random.key(0), edge.with_scenario(
+            params, scenarios.preset(name, 50))))
+    assert totals["heavy"] > totals["nominal"]
+    chex.clear_trace_counter()
+
+
+@pytest.mark.parametrize("sched", ["threshold", "fifo_greedy", "offload_all"])
+def test_dynamic_scenario_matches_numpy_reference(sched):
+    scn = _mixed()
+    cfg = dict(BASE, lambda_s=0.005, reward_mode="true")
+    params = edge.make_params(TRACES, num_users=U, scheduler=sched, scenario=scn, **cfg)
+    screens, gains = _actions(11)
+    keys = jax.random.split(jax.random.key(11), S)
+    obs0, noise0, noises, _, (obs, r, d, info) = jax.device_get(
+        rollout(keys, params, screens, gains))
+    at = lambda tree, *i: jax.tree.map(lambda v: np.asarray(v)[i], tree)  # noqa: E731
+    ref = EdgeEnvNumPy(TRACES, dict(FULL_DEFAULTS, scheduler=sched, scenario=scn, **cfg),
+                       consts_from_jax(params.latency))
+    np.testing.assert_allclose(obs0[0], ref.reset(vars(at(noise0, 0))), rtol=1e-5, atol=1e-6)
+    finished, m_seen = 0, set()
+    for t in range(T):
+        obs_r, r_r, d_r, info_r = ref.step(screens[0, t], gains[0, t], vars(at(noises, 0, t)))
+        msg = f"{sched} slot {t}"
+        np.testing.assert_array_equal(info["decision"][0, t], info_r["decision"], msg)
+        np.testing.assert_array_equal(d[0, t], d_r, msg)
+        np.testing.assert_allclose(r[0, t], r_r, rtol=1e-4, atol=1e-6, err_msg=msg)
+        np.testing.assert_allclose(obs[0, t], obs_r, rtol=1e-5, atol=1e-6, err_msg=msg)
+        for k, v in info_r.items():
+            np.testing.assert_allclose(info[k][0, t], v, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{msg} info[{k}]")
+        finished += int(d_r.sum())
+        m_seen.add(int(info_r["num_servers_t"]))
+    assert finished >= 20 and m_seen == {2, 4}

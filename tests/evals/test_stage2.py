@@ -1,0 +1,139 @@
+"""evals.stage2 / evals.grid: schema, paired differences against an independent computation,
+the grid search, the conditioned load features, bad flags."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from envs import edge, scenarios
+from evals import evaluate as ev
+from evals import grid, stage2
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = dict(seeds=3, slots=60, warmup=10, scenario_length=60, num_users=8, eval_problems=60,
+            env={"num_servers": 1, "arrival_rate_hz": 12.0}, ppo_variant="smoke", ppo_overrides={},
+            dual={"train.num_envs": 2, "train.rollout_len": 10, "train.num_chunks": 1,
+                  "train.sgd_steps": 2, "dual.anneal_steps": 2},
+            grid=dict(lam=(0.0, 0.1), mu_per_mhz=(0.0,), fine=False))
+
+
+def test_grid_search_finds_the_exhaustive_best_and_refines():
+    calls = []
+
+    def f(lams, mus):  # objective peaked at λ = 0.03, µ = 0; 2 "seeds"
+        calls.append(len(lams))
+        lam = np.maximum(np.asarray(lams, np.float64), 1e-6)
+        v = -(np.log10(lam) - np.log10(0.03)) ** 2 - 1e6 * np.asarray(mus, np.float64)
+        return np.stack([v, v], -1)
+
+    g = grid.search(f)
+    pts = np.array([[p[0], p[1], p[2]] for p in g["points"]])
+    assert g["evaluated"] == len(pts) == sum(calls)
+    assert g["best"]["objective"] == pytest.approx(pts[:, 2].max())
+    assert len(calls) == 2 and calls[0] == 32  # coarse 8 x 4, then the fine grid
+    assert abs(math.log10(g["best"]["lambda_s"]) - math.log10(0.03)) < 0.06  # fine step 0.1 dec
+    assert g["best"]["mu_per_mhz"] == 0.0
+
+
+def test_grid_ties_go_to_the_smallest_pair():
+    g = grid.search(lambda la, mu: np.zeros((len(la), 2)), fine=False)
+    assert g["best"]["lambda_s"] == 0.0 and g["best"]["mu_per_mhz"] == 0.0
+
+
+def test_paired_differences_and_ci_formula():
+    rng = np.random.default_rng(0)
+    per = {"a": {"objective": rng.normal(size=6)}, "b": {"objective": rng.normal(size=6)}}
+    d = stage2.paired_differences(per, "a", "b", metrics=("objective",))["objective"]
+    diff = per["a"]["objective"] - per["b"]["objective"]
+    half = sps.t.ppf(0.975, 5) * diff.std(ddof=1) / math.sqrt(6)
+    assert d["mean"] == pytest.approx(diff.mean()) and d["ci95"] == pytest.approx(half)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stage2")
+    old = dict(stage2.SIZES["quick"])
+    stage2.SIZES["quick"] = TINY
+    try:
+        from prada_jax.rl import trainer
+        from train.configs import ppo as ppo_cfg
+
+        c = ppo_cfg.get_config("smoke,gsm8k")
+        c.ppo.total_env_steps = 256
+        c.log.progress = False
+        trainer.train_and_evaluate(c, out / "pol")
+        res = stage2.run(out, ["burst"], quick=True, policy_dir=str(out / "pol"),
+                         log=lambda *a: None)
+    finally:
+        stage2.SIZES["quick"] = old
+    return out, res
+
+
+@pytest.mark.slow
+def test_stage2_json_schema(tiny_run):
+    out, _ = tiny_run
+    data = json.loads((out / "stage2.json").read_text())  # strict JSON (no NaN)
+    sc = data["scenarios"]["burst"]
+    assert set(sc["rows"]) == set(stage2.ROWS)
+    for row in sc["rows"].values():
+        for m in ("accuracy", "latency_mean_s", "latency_p95_s", "objective", "server_util",
+                  "queue_len"):
+            assert set(row[m]) >= {"mean", "ci95"}
+    assert {"learned_minus_zero", "learned_minus_fifo",
+            "learned_minus_best_constant"} <= set(sc["paired"])
+    assert set(sc["paired"]["learned_minus_fifo"]["objective"]) >= {"mean", "ci95"}
+    assert (out / "stage2.png").stat().st_size > 0 and "### burst" in (
+        out / "stage2.md").read_text()
+
+
+@pytest.mark.slow
+def test_stage2_paired_matches_independent_evaluation(tiny_run):
+    """FIFO-greedy and λ=µ=0 per seed recomputed with evals.evaluate.Evaluator; the paired
+    difference and its CI recomputed with NumPy/SciPy."""
+    out, res = tiny_run
+    from evals import suite
+
+    policy = suite.load_policy(str(out / "pol"))
+    traces = suite.load_traces("gsm8k", 60, int(policy.config.env.trace_seed)
+                               + suite.HELD_OUT_SEED_OFFSET)
+    params = edge.make_params(traces.traces, num_users=8, num_servers=1, bandwidth_hz=20e6,
+                              arrival_rate_hz=12.0,
+                              beta=float(policy.config.env.beta), tau_s=0.05,
+                              scenario=scenarios.preset("burst", 60))
+    e = ev.Evaluator(params, 3, 60, 10, policy.apply_fn, policy.params)
+    sched = res["scenarios"]["burst"]["multipliers"]["scheduler"]
+    fifo = e.run(ev.PolicySpec("f", "policy", "fifo_greedy"))["objective"]
+    zero = e.run(ev.PolicySpec("z", "policy", sched, 0.0, 0.0))["objective"]
+    sc = res["scenarios"]["burst"]
+    np.testing.assert_allclose(sc["per_seed"][stage2.ROW_FIFO]["objective"], fifo, rtol=1e-6)
+    np.testing.assert_allclose(sc["per_seed"][stage2.ROW_ZERO]["objective"], zero, rtol=1e-6)
+    lam = sc["multipliers"]["learned_constant"]
+    learned = e.run(ev.PolicySpec("l", "policy", sched, lam["lambda_s"],
+                                  lam["mu_per_mhz"] / 1e6))["objective"]
+    for name, ref in (("learned_minus_fifo", fifo), ("learned_minus_zero", zero)):
+        diff = np.asarray(learned) - np.asarray(ref)
+        got = sc["paired"][name]["objective"]
+        assert got["mean"] == pytest.approx(diff.mean(), abs=1e-6)
+        if diff.std(ddof=1) > 0:
+            half = sps.t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
+            assert got["ci95"] == pytest.approx(half, rel=1e-4)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--scenarios=nominal,rush"], "--scenarios"), (["--seeds=1"], "--seeds"),
+    (["--policy=/nonexistent/x"], "--policy")])
+def test_bad_flags_exit_2_one_line(tmp_path, args, needle):
+    out = tmp_path / "o"
+    p = subprocess.run([sys.executable, "-m", "evals.stage2", f"--out={out}", *args],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0]
+    assert not out.exists()
