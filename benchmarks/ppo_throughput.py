@@ -55,10 +55,14 @@ class _Bench:
         if decision_only is not None:
             config.ppo.decision_only = bool(decision_only)
         if num_envs:
+            # keep the config's minibatch count (the optimiser steps per update)
+            batch0 = config.ppo.num_envs * config.ppo.rollout_len * config.env.num_users
+            n_mb = max(1, batch0 // config.ppo.minibatch_size)
             config.ppo.num_envs = num_envs
             batch = num_envs * config.ppo.rollout_len * config.env.num_users
+            config.ppo.minibatch_size = max(1, batch // n_mb)
             while batch % config.ppo.minibatch_size:
-                config.ppo.minibatch_size //= 2
+                config.ppo.minibatch_size -= 1
         self.config = config
         setup = trainer.build_setup(config)
         self.setup = setup
