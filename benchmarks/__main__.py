@@ -246,6 +246,7 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
             return ppo_throughput.compare(num_envs=2048, repeats=repeats)
         return ppo_throughput.compare(variant="smoke" if quick else "", repeats=repeats)
     if name == "roofline":
+        _import_absl_module("env_throughput")   # roofline reuses its runner (absl flags)
         from benchmarks import roofline
         return roofline.run(num_envs=4096, num_users=32 if gpu else 16, slots=64 if gpu else 16,
                             repeats=repeats)

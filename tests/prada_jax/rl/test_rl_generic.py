@@ -25,7 +25,7 @@ def test_compact_decisions_keeps_every_decision_once_and_counts_overflow():
     assert sorted(np.asarray(out["id"])[valid]) == sorted(np.flatnonzero(dec))
     np.testing.assert_array_equal(np.asarray(out["x"])[valid],
                                   np.asarray(flat["x"])[np.asarray(out["id"])[valid]])
-    # overflow: a uniformly random subset of K decisions, the rest counted
+    # overflow: K distinct decisions kept (a run from a random start), the rest counted
     k = n_dec - 5
     out, dropped = learner.compact_decisions(flat, k, jax.random.key(2))
     ids = np.asarray(out["id"])
