@@ -32,13 +32,28 @@ import jax
 import jax.numpy as jnp
 
 __all__ = ["greedy_fill_ranked", "greedy_fill_sorted", "greedy_fill_sequential",
-           "fill_passes", "rank_from_order"]
+           "fill_passes", "rank_from_order", "sorted_rank"]
 
 
 def rank_from_order(order):
     """[C] int32 rank (position in priority) from ``order`` (``order[k]`` = k-th in priority)."""
     c = order.shape[0]
     return jnp.zeros((c,), jnp.int32).at[order].set(jnp.arange(c, dtype=jnp.int32))
+
+
+def sorted_rank(*keys):
+    """[C] int32 rank when sorted ascending by ``keys`` (first key most significant), ties by
+    position: the same as ``prada_jax.sched.base.priority_rank`` but by one stable sort
+    (C log C) instead of C² pairwise comparisons, for large slots (C = 1024: the pairwise form
+    is ~10⁶ comparisons per key and dominates the threshold rule, most of all under vmap).
+
+    Args:
+      keys: one or more [C] arrays (no NaN).
+    """
+    c = keys[0].shape[0]
+    # jnp.lexsort: last key most significant, stable (ties keep position order)
+    order = jnp.lexsort(tuple(reversed(keys)))
+    return rank_from_order(order.astype(jnp.int32)) if c else jnp.zeros((0,), jnp.int32)
 
 
 def _fill_sorted(want, bw, free_units, free_bw_hz):

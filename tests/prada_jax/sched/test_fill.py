@@ -132,3 +132,13 @@ def test_vmap_matches_per_slot(batch):
     for i in range(batch):
         np.testing.assert_array_equal(got[i], _python_greedy(want[i], pri[i], bw[i], units[i],
                                                              free[i]))
+
+
+def test_sorted_rank_equals_pairwise_priority_rank():
+    rng = np.random.default_rng(4)
+    for c in (1, 9, 300):
+        k1 = jnp.asarray(rng.integers(0, 4, c).astype(np.float32))
+        k2 = jnp.asarray(rng.integers(0, 3, c).astype(np.float32))
+        k2 = jnp.where(k1 > 2, jnp.inf, k2)
+        np.testing.assert_array_equal(fill.sorted_rank(k1, k2), base.priority_rank(k1, k2))
+        np.testing.assert_array_equal(fill.sorted_rank(k1), base.priority_rank(k1))
