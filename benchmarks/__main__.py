@@ -304,7 +304,9 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
                      f"U={r['num_users']}, decision_only={r['decision_only']})",
                      f"rollout {100 * r['rollout_share']:.0f}% / GAE "
                      f"{100 * r['gae_share']:.0f}% / update {100 * r['update_share']:.0f}%; "
-                     f"XLA FLOP/env step " + (f"{fl:.3g}" if fl else "n/a") + cmp))
+                     f"FLOP/env step {r.get('analytic_flops_per_env_step', float('nan')):.3g} "
+                     f"analytic, XLA " + (f"{fl:.3g}" if fl else "n/a") + " (loop bodies once)"
+                     + cmp))
         if "before_full_batch" in r:
             f = r["before_full_batch"]
             rows.append(("PPO: decision-only vs full-batch update (same run, alternating)",

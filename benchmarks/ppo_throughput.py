@@ -8,8 +8,10 @@ jitted training chunk (``updates_per_chunk`` × (rollout + GAE + epochs)), (b) t
 of rollouts alone (the jitted rollout the chunk uses, vmapped over seeds) and (c) rollouts +
 GAE. Prints medians over ``--repeats`` calls: env steps/s (one step = one slot of one U-user
 env), user decisions/s, the rollout / GAE / update shares of a chunk (from the medians of
-(a)-(c); shares of a shared, noisy machine) and XLA's FLOP count of the compiled chunk per env
-step (``cost_analysis()``).
+(a)-(c); shares of a shared, noisy machine), XLA's FLOP count of the compiled chunk per env
+step (``cost_analysis()``; it counts the body of each scan/while loop ONCE, not once per
+iteration, so it is far below the work done) and an analytic network FLOP count per env step
+(2·params per forward; rollout forwards + epochs × 3 forwards per trained sample).
 
 ``--compare`` times the full-batch update (``ppo.decision_only=False``) and the decision-only
 update of the same config in one process, alternating calls, and prints the speed ratio.
@@ -29,6 +31,13 @@ _NUM_SEEDS = flags.DEFINE_integer("num_seeds", 1, "learner states vmapped")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
 _COMPARE = flags.DEFINE_boolean("compare", False, "full-batch vs decision-only update")
 _JSON = flags.DEFINE_string("json", "", "also write the result to this JSON file")
+
+
+def jax_tree_first(tree):
+    """Seed 0 of a seed-stacked pytree."""
+    import jax
+
+    return jax.tree.map(lambda x: x[0], tree)
 
 
 def _flops(compiled) -> float | None:
@@ -123,6 +132,20 @@ class _Bench:
         self.decisions.append(float(np.sum(m["decisions"])))
         self.overflow.append(float(np.max(m["decision_overflow"])))
 
+    def analytic_flops_per_env_step(self) -> float:
+        """Network FLOPs per env step: 2·P per user forward (P = parameters, both torsos and
+        heads) in the rollout, plus epochs × 3 forwards (forward + backward) per trained
+        sample (all E·T·U samples, or the K compacted ones)."""
+        from prada_jax.rl import networks
+
+        s = self.s
+        p = networks.count_params(jax_tree_first(self.states.params))
+        u = self.setup.num_users
+        n = s.num_envs * s.rollout_len * u
+        trained = s.decision_capacity if s.decision_only else n
+        per_update = 2.0 * p * (n + s.num_envs * u + 3 * s.num_epochs * trained)
+        return per_update / (s.num_envs * s.rollout_len)
+
     def result(self, variant) -> dict:
         import jax
 
@@ -150,6 +173,7 @@ class _Bench:
             "update_share": max(1.0 - g / c, 0.0),
             "xla_flops_per_chunk": self.flops,
             "xla_flops_per_env_step": (self.flops / self.steps if self.flops else None),
+            "analytic_flops_per_env_step": self.analytic_flops_per_env_step(),
         }
 
 
@@ -185,7 +209,8 @@ def _line(res: dict) -> str:
             f"{res['num_seeds']} seed(s) x {res['num_envs']} envs x {res['num_users']} users, "
             f"decision_only={res['decision_only']}); rollout {100 * res['rollout_share']:.0f}% "
             f"/ GAE {100 * res['gae_share']:.0f}% / update {100 * res['update_share']:.0f}% "
-            f"of a chunk; XLA FLOP per env step: " + (f"{fl:.3g}" if fl else "n/a"))
+            f"of a chunk; FLOP per env step: analytic {res['analytic_flops_per_env_step']:.3g}, "
+            f"XLA (loop bodies once) " + (f"{fl:.3g}" if fl else "n/a"))
 
 
 def main(argv):
