@@ -73,7 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.ppo.value_clip_eps = 0.2      # reward units
     c.ppo.normalize_adv = True
     c.ppo.decision_only = True      # epochs run over the decision samples only (compacted)
-    c.ppo.decision_capacity = 0.3   # compacted buffer, fraction of E·T·U (the edge env decides
+    c.ppo.decision_capacity = 0.25  # compacted buffer, fraction of E·T·U (the edge env decides
                                     # in 20-24% of them; more decisions than this are subsampled
                                     # and counted in the decision_overflow metric)
 
