@@ -143,7 +143,8 @@ def gain_from_critic(critic: jax.Array) -> jax.Array:
 
 
 def make_advantage_fn(graphdef_or_apply: nnx.GraphDef | Callable) -> Callable:
-    """``advantage_fn(params, obs [U, D]) -> [U]``: the critic's ΔQ = Q(s,1) − Q(s,0).
+    """``advantage_fn(params, obs [U, D]) -> [U]``: the critic's ΔQ = Q(s,1) − Q(s,0) (zeros for
+    a V head, which has no action values).
 
     This is the quality-gain estimate a nomination carries to the stage-2 scheduler
     (reward units; PRM units under the coarse reward). Accepts a graphdef or an apply_fn.
@@ -153,7 +154,7 @@ def make_advantage_fn(graphdef_or_apply: nnx.GraphDef | Callable) -> Callable:
 
     def advantage_fn(params, obs):
         _, q = apply_fn(params, obs)
-        return q[..., 1] - q[..., 0]
+        return gain_from_critic(q)
     return advantage_fn
 
 
