@@ -77,7 +77,8 @@ class ActorCritic(nnx.Module):
         self.policy_head = nnx.Linear(last, int(num_actions),
                                       kernel_init=nnx.initializers.orthogonal(0.01),
                                       bias_init=nnx.initializers.zeros, rngs=rngs)
-        self.q_head = nnx.Linear(last, int(num_actions) if critic == "q" else 1, kernel_init=nnx.initializers.orthogonal(1.0),
+        self.q_head = nnx.Linear(last, int(num_actions) if critic == "q" else 1,
+                                 kernel_init=nnx.initializers.orthogonal(1.0),
                                  bias_init=nnx.initializers.zeros, rngs=rngs)
 
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prada_jax.rl import learner, losses, networks, toy_env, trainer
+from prada_jax.rl import learner, losses, toy_env, trainer
 from train.configs import ppo as ppo_configs
 
 
