@@ -261,10 +261,10 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
     if name == "lm":
         from benchmarks import lm_forward
         argv = ["--preset", "tiny" if quick else "small", "--repeats", str(max(repeats, 3)),
-                "--skip-export", "--skip-generate"]
+                "--skip_export", "--skip_generate"]
         if gpu:
             argv = ["--preset", "medium", "--batch", "8", "--length", "512", "--repeats", "10",
-                    "--skip-export", "--skip-generate"]
+                    "--skip_export", "--skip_generate"]
         return lm_forward.main(argv)
     if name == "distill":
         if gpu:
@@ -377,30 +377,41 @@ def format_table(rows, markdown: bool = False) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gpu", action="store_true", help="GPU sizes (8192 envs x 32 users, 0.5B "
-                    "student in bf16); needs an accelerator")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the suite)")
-    ap.add_argument("--only", default="", help=f"comma-separated parts of {','.join(PARTS)}")
-    ap.add_argument("--repeats", type=int, default=5, help="timed repeats per part (median)")
-    ap.add_argument("--out", default="", help="write all results to this JSON file")
-    ap.add_argument("--md", default="", help="write the ratio table as Markdown to this file")
-    args = ap.parse_args(argv)
-    parts = [p.strip() for p in args.only.split(",") if p.strip()] or list(PARTS)
+    """``argv``: absl flags (``--only=env,ppo``); None = the command line. Bad flags raise
+    ``errors.BadInput`` (exit 2 from the command line)."""
+    from absl import flags
+
+    from prada_jax import cli
+    from prada_jax.errors import BadInput
+
+    def define(fv):
+        flags.DEFINE_bool("gpu", False, "GPU sizes (8192 envs x 32 users, 0.5B student in "
+                          "bf16); needs an accelerator", flag_values=fv)
+        flags.DEFINE_bool("quick", False, "tiny sizes (smoke test of the suite)",
+                          flag_values=fv)
+        flags.DEFINE_list("only", [], f"comma-separated parts of {','.join(PARTS)}",
+                          flag_values=fv)
+        flags.DEFINE_integer("repeats", 5, "timed repeats per part (median)", lower_bound=1,
+                             flag_values=fv)
+        flags.DEFINE_string("out", "", "write all results to this JSON file", flag_values=fv)
+        flags.DEFINE_string("md", "", "write the ratio table as Markdown to this file",
+                            flag_values=fv)
+
+    fv = cli.parse_local(define, argv, "benchmarks", __doc__)
+    args = argparse.Namespace(**{k: fv[k].value for k in
+                                 ("gpu", "quick", "only", "repeats", "out", "md")})
+    parts = [p.strip() for p in args.only if p.strip()] or list(PARTS)
     bad = [p for p in parts if p not in PARTS]
     if bad:
-        ap.error(f"--only: unknown part(s) {bad}; choose from {','.join(PARTS)}")
-    if args.repeats < 1:
-        ap.error("--repeats must be >= 1")
+        raise BadInput(f"--only: unknown part(s) {bad}; choose from {','.join(PARTS)}")
     if args.gpu and args.quick:
-        ap.error("--gpu and --quick are exclusive")
+        raise BadInput("--gpu and --quick are exclusive")
 
     import jax
 
     if args.gpu and jax.default_backend() == "cpu":
-        ap.error("--gpu: JAX sees no accelerator (backend cpu); install the CUDA build "
-                 "(see benchmarks/gpu.sh)")
+        raise BadInput("--gpu: JAX sees no accelerator (backend cpu); install the CUDA build "
+                       "(see benchmarks/gpu.sh)")
     res: dict = {"_machine": machine(), "_args": vars(args), "_before": BEFORE,
                  "_synthetic": True}
     print(f"machine: {res['_machine']}", flush=True)
@@ -434,4 +445,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from prada_jax import cli
+
+    cli.run_local(main)

@@ -16,36 +16,41 @@ reward per slot, accuracy, latency and queue length of both (0 = skip).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workdir", required=True, help="a train.dual run directory")
-    ap.add_argument("--slots", type=int, default=1000)
-    ap.add_argument("--envs", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--env_chunks", type=int, default=5,
-                    help="100-slot chunks per env of the long-run env rollouts (0 = skip)")
-    ap.add_argument("--out", default="", help="JSON output (default <workdir>/gap.json)")
-    a = ap.parse_args(argv)
-    if a.slots < 1 or a.envs < 1:
-        ap.error("--slots and --envs must be >= 1")
-    if a.env_chunks < 0:
-        ap.error("--env_chunks must be >= 0")
-    from prada_jax import config_utils, dual, dual_train
+def _define(fv) -> None:
+    from absl import flags
 
+    flags.DEFINE_string("workdir", None, "a train.dual run directory (required)",
+                        flag_values=fv)
+    flags.DEFINE_integer("slots", 1000, "slots compared", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("envs", 16, "envs of the rollouts", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("seed", 1, "rollout seed", flag_values=fv)
+    flags.DEFINE_integer("env_chunks", 5, "100-slot chunks per env of the long-run env "
+                         "rollouts (0 = skip)", lower_bound=0, flag_values=fv)
+    flags.DEFINE_string("out", "", "JSON output (default <workdir>/gap.json)", flag_values=fv)
+
+
+def main(argv=None) -> int:
+    """``argv``: absl flags (``--workdir=DIR``); None = the command line. Bad input raises
+    ``errors.BadInput`` (exit 2 from the command line)."""
+    from prada_jax import cli, config_utils, dual, dual_train
+    from prada_jax.errors import BadInput
+
+    a = cli.parse_local(_define, argv, "benchmarks.duality_gap", __doc__)
+    if not a.workdir:
+        raise BadInput("--workdir is required (a train.dual run directory)")
     wd = Path(a.workdir)
+    config_utils.check_run_dir(wd, "--workdir", files=("config.json", "multipliers.json"),
+                               checkpoints=False, kind="train.dual run")
+    config = config_utils.read_config_json(wd)
     try:
-        config = config_utils.read_config_json(wd)
         mult = dual.load_multipliers(wd)
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise BadInput(f"--workdir={wd}: {e}") from None
     dual_train.validate_config(config)
     traces, trace_info = dual_train.load_traces(config)
     env_params = dual_train.build_env_params(config, traces)
@@ -82,4 +87,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from prada_jax import cli
+
+    cli.run_local(main)

@@ -14,11 +14,9 @@ PPO trainer uses. Traces: the calibrated *synthetic* gsm8k preset.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
 DEFAULT_ENVS = (1, 4, 16, 64, 256, 1024, 4096)
@@ -80,22 +78,29 @@ def run(envs=DEFAULT_ENVS, num_users: int = 16, slots: int = 32, repeats: int = 
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.env_scaling", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--envs", default=",".join(map(str, DEFAULT_ENVS)),
-                    help="comma-separated env counts")
-    ap.add_argument("--num_users", type=int, default=16)
-    ap.add_argument("--slots", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--json", default="")
-    args = ap.parse_args(argv)
+    """``argv``: absl flags (``--envs=64,256``); None = the command line."""
+    from absl import flags
+
+    from prada_jax import cli
+    from prada_jax.errors import BadInput
+
+    def define(fv):
+        flags.DEFINE_list("envs", [str(e) for e in DEFAULT_ENVS], "comma-separated env counts",
+                          flag_values=fv)
+        flags.DEFINE_integer("num_users", 16, "user slots U per env", lower_bound=1,
+                             flag_values=fv)
+        flags.DEFINE_integer("slots", 32, "slots per timed call", lower_bound=1, flag_values=fv)
+        flags.DEFINE_integer("repeats", 3, "timed calls (median)", lower_bound=1,
+                             flag_values=fv)
+        flags.DEFINE_string("json", "", "also write the result to this file", flag_values=fv)
+
+    args = cli.parse_local(define, argv, "benchmarks.env_scaling", __doc__)
     try:
-        envs = [int(x) for x in args.envs.split(",") if x.strip()]
+        envs = [int(x) for x in args.envs if x.strip()]
     except ValueError:
-        ap.error(f"--envs must be comma-separated integers, got {args.envs!r}")
-    for flag in ("num_users", "slots", "repeats"):
-        if getattr(args, flag) < 1:
-            ap.error(f"--{flag} must be >= 1")
+        raise BadInput(f"--envs must be comma-separated integers, got {args.envs!r}") from None
+    if not envs or min(envs) < 1:
+        raise BadInput(f"--envs must be integers >= 1, got {args.envs!r}")
     res = run(envs, args.num_users, args.slots, args.repeats)
     print(f"saturates at E={res['saturation_envs']} (≥ 90% of the best "
           f"{res['best_steps_per_s']:.0f} steps/s)")
@@ -106,4 +111,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from prada_jax import cli
+
+    cli.run_local(main)

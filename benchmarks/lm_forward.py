@@ -2,7 +2,7 @@
 KV-cache generation and teacher-logit export throughput. Medians of repeats; one process.
 
     python -m benchmarks.lm_forward [--preset small] [--batch 4] [--length 128] [--repeats 10]
-                                    [--skip-export] [--skip-generate] [--torch-threads N]
+                                    [--skip_export] [--skip_generate] [--torch_threads N]
                                     [--json FILE]
 
 Weights are random (SYNTHETIC): the numbers measure speed only. The model is a Qwen2 config
@@ -10,7 +10,6 @@ built in PyTorch, saved with ``save_pretrained`` and loaded with ``prada_jax.lm.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -35,24 +34,27 @@ def _median_s(fn, repeats):
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.lm_forward", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--length", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--new-tokens", type=int, default=32, help="generate() benchmark length")
-    ap.add_argument("--export-seqs", type=int, default=32, help="sequences for the export part")
-    ap.add_argument("--top-k", type=int, default=64)
-    ap.add_argument("--skip-export", action="store_true")
-    ap.add_argument("--skip-generate", action="store_true")
-    ap.add_argument("--torch-threads", type=int, default=0,
-                    help="torch.set_num_threads (0: torch's default)")
-    ap.add_argument("--json", default=None, help="also write the results to this file")
-    args = ap.parse_args(argv)
-    for flag in ("batch", "length", "repeats", "new_tokens", "export_seqs", "top_k"):
-        if getattr(args, flag) < 1:
-            ap.error(f"--{flag.replace('_', '-')} must be >= 1")
+    """``argv``: absl flags (``--new_tokens=32``); None = the command line."""
+    from absl import flags
+
+    from prada_jax import cli
+
+    def define(fv):
+        flags.DEFINE_enum("preset", "small", sorted(PRESETS), "model size", flag_values=fv)
+        for name, default, help_ in (
+                ("batch", 4, "sequences per batch"), ("length", 128, "tokens per sequence"),
+                ("repeats", 10, "timed calls (median)"),
+                ("new_tokens", 32, "generate() benchmark length"),
+                ("export_seqs", 32, "sequences for the export part"),
+                ("top_k", 64, "exported logits per position")):
+            flags.DEFINE_integer(name, default, help_, lower_bound=1, flag_values=fv)
+        flags.DEFINE_bool("skip_export", False, "skip the export part", flag_values=fv)
+        flags.DEFINE_bool("skip_generate", False, "skip the generate() part", flag_values=fv)
+        flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's default)",
+                             lower_bound=0, flag_values=fv)
+        flags.DEFINE_string("json", None, "also write the results to this file", flag_values=fv)
+
+    args = cli.parse_local(define, argv, "benchmarks.lm_forward", __doc__)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import jax
@@ -153,4 +155,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from prada_jax import cli
+
+    cli.run_local(main)

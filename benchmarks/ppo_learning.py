@@ -31,6 +31,9 @@ def run(workdir, num_slots=1500, num_envs=16, eval_seed=1234, step=None) -> dict
     from prada_jax.rl import evaluate, trainer
 
     workdir = Path(workdir)
+    trainer.config_utils.check_run_dir(workdir, "--workdir",
+                                       files=("config.json", "policy_meta.json"),
+                                       kind="train.ppo run")
     config = trainer.config_utils.read_config_json(workdir)
     meta = trainer.read_policy_meta(workdir)
     env, env_params, trace_info = trainer.build_env(config)
@@ -112,4 +115,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from prada_jax import cli
+
+    cli.run(main)

@@ -234,4 +234,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from prada_jax import cli
+
+    cli.run(main)

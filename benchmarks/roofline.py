@@ -1,6 +1,6 @@
 """How far the edge env is from this machine's limit: user-slot steps/s vs a simple roofline.
 
-    python -m benchmarks.roofline [--num_envs 4096] [--num_users 16] [--slots 16]
+    python -m benchmarks.roofline [--num_envs=4096] [--num_users=16] [--slots=16]
 
 Measures in one process (medians over ``--repeats`` after a warm-up):
 
@@ -19,7 +19,6 @@ when kernels re-read), so the roofline is a yardstick, not a bound. Synthetic da
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -116,15 +115,21 @@ def run(num_envs: int = 4096, num_users: int = 16, slots: int = 16, repeats: int
                 fraction_of_roofline=steps / roof if roof == roof else None, machine=machine)
 
 
+def _define(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_integer("num_envs", 4096, "envs E", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("num_users", 16, "user slots U per env", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("slots", 16, "slots per timed call", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("repeats", 5, "timed calls (median)", lower_bound=1, flag_values=fv)
+    flags.DEFINE_string("json", "", "also write the result to this file", flag_values=fv)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--num_envs", type=int, default=4096)
-    ap.add_argument("--num_users", type=int, default=16)
-    ap.add_argument("--slots", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=5)
-    a = ap.parse_args(argv)
-    if min(a.num_envs, a.num_users, a.slots, a.repeats) < 1:
-        ap.error("--num_envs, --num_users, --slots, --repeats must be >= 1")
+    """``argv``: absl flags (``--num_envs=4096``); None = the command line."""
+    from prada_jax import cli
+
+    a = cli.parse_local(_define, argv, "benchmarks.roofline", __doc__)
     r = run(a.num_envs, a.num_users, a.slots, a.repeats)
     print(json.dumps(r, indent=2))
     print(f"edge env E={r['num_envs']} U={r['num_users']}: {r['user_slot_steps_per_s']:.3g} "
@@ -132,7 +137,12 @@ def main(argv=None):
           f"{r['roofline_user_slot_steps_per_s']:.3g}/s ({r['bound']}-bound: "
           f"{r['flops_per_user_slot']:.3g} FLOP, {r['bytes_per_user_slot']:.3g} B per "
           f"user-slot; {r['measured_bw_gb_s']:.3g} GB/s, {r['measured_gflop_s']:.3g} GFLOP/s)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=2)
 
 
 if __name__ == "__main__":
-    main()
+    from prada_jax import cli
+
+    cli.run_local(main)

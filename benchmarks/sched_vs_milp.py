@@ -1,7 +1,7 @@
 """Speed: the jitted threshold scheduler vs the exact MILP oracle on the same slot, one run.
 
-    python -m benchmarks.sched_vs_milp [--candidates 1024] [--free-units 64] [--repeats 50]
-    python -m benchmarks.sched_vs_milp --slots 30     # medians over 30 slots + batched figure
+    python -m benchmarks.sched_vs_milp [--candidates 1024] [--free_units 64] [--repeats 50]
+    python -m benchmarks.sched_vs_milp --slots=30     # medians over 30 slots + batched figure
 
 One random slot (synthetic numbers, not from traces): gains ΔQ ~ |N(0.05, 0.1)|-ish PRM units,
 delays 0.1–1 s, bandwidth needs 0.2–3 MHz, β = 0.2, τ = 50 ms, queue length 8, M = 4; the
@@ -11,7 +11,6 @@ multipliers λ_s, µ are given (defaults 0.005 and 0.002 per MHz). Prints the me
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -212,18 +211,28 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
     }
 
 
+def _define(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_integer("candidates", 1024, "candidates in the slot", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("free_units", 64, "free server units", lower_bound=0, flag_values=fv)
+    flags.DEFINE_integer("repeats", 50, "timed threshold calls (median)", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("milp_repeats", 3, "timed MILP solves (median)", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("seed", 0, "seed of the synthetic slot", flag_values=fv)
+    flags.DEFINE_integer("slots", 0, "> 0: medians over this many random slots vs the knapsack "
+                         "MILP, and the 256-slot vmapped figure (run_slots)", lower_bound=0,
+                         flag_values=fv)
+    flags.DEFINE_string("json", "", "also write the result to this file", flag_values=fv)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--candidates", type=int, default=1024)
-    ap.add_argument("--free-units", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=50)
-    ap.add_argument("--milp-repeats", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--slots", type=int, default=0,
-                    help="> 0: medians over this many random slots vs the knapsack MILP, and "
-                    "the 256-slot vmapped figure (run_slots)")
-    ap.add_argument("--json", default="", help="also write the result to this file")
-    a = ap.parse_args(argv)
+    """``argv``: absl flags (``--free_units=64``); None = the command line."""
+    from prada_jax import cli
+
+    a = cli.parse_local(_define, argv, "benchmarks.sched_vs_milp", __doc__)
     if a.slots > 0:
         r = run_slots(a.candidates, a.slots, a.free_units, repeats=a.repeats)
         print(json.dumps({k: v for k, v in r.items() if k != "rows"}, indent=2))
@@ -231,8 +240,6 @@ def main(argv=None):
             with open(a.json, "w") as f:
                 json.dump(r, f, indent=2)
         return
-    if a.candidates < 1 or a.free_units < 0 or a.repeats < 1 or a.milp_repeats < 1:
-        ap.error("--candidates, --repeats, --milp-repeats must be >= 1, --free-units >= 0")
     r = run(a.candidates, a.free_units, repeats=a.repeats, milp_repeats=a.milp_repeats,
             seed=a.seed)
     print(f"slot of {r['candidates']} candidates (synthetic), {r['free_units']} free units, "
@@ -247,4 +254,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from prada_jax import cli
+
+    cli.run_local(main)

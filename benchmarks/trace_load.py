@@ -8,7 +8,6 @@ set; also the one-off generation + save time. Data: SYNTHETIC (``prada_jax.trace
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -31,14 +30,21 @@ def _fmt(name: str, ts: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.trace_load", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="gsm8k")
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--dir", default=None, help="cache folder (default: a temporary one)")
-    args = ap.parse_args(argv)
-    if args.repeats < 1:
-        ap.error("--repeats must be >= 1")
+    """``argv``: absl flags (``--preset=gsm8k``); None = the command line."""
+    from absl import flags
+
+    from prada_jax import cli
+    from prada_jax.presets import BENCHMARKS
+
+    def define(fv):
+        flags.DEFINE_enum("preset", "gsm8k", list(BENCHMARKS), "synthetic preset",
+                          flag_values=fv)
+        flags.DEFINE_integer("repeats", 20, "timed loads (median)", lower_bound=1,
+                             flag_values=fv)
+        flags.DEFINE_string("dir", None, "cache folder (default: a temporary one)",
+                            flag_values=fv)
+
+    args = cli.parse_local(define, argv, "benchmarks.trace_load", __doc__)
 
     import jax
 
@@ -67,4 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from prada_jax import cli
+
+    cli.run_local(main)

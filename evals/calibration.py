@@ -23,6 +23,7 @@ import numpy as np
 
 from evals import calibration_metrics as cm
 from evals import plots, report, stats
+from prada_jax.presets import BENCHMARKS
 
 
 def calibration_for(traces_specs: Sequence[str], problems: int | None, trace_seed: int,
@@ -182,7 +183,7 @@ def _define_flags():
     from absl import flags
     from ml_collections import config_flags
 
-    flags.DEFINE_list("traces", ["gsm8k", "gaokao2023en", "mmlu_stem"],
+    flags.DEFINE_list("traces", list(BENCHMARKS),
                       "trace folders or synthetic presets (comma-separated).")
     flags.DEFINE_integer("problems", None, "problems per synthetic preset (default: full).")
     flags.DEFINE_integer("trace_seed", 0, "generator seed of the synthetic presets.")
@@ -197,7 +198,9 @@ def _define_flags():
     flags.DEFINE_integer("seeds", 5, "stress test: evaluation seeds.", lower_bound=2)
     flags.DEFINE_integer("slots", 1500, "stress test: slots per seed.", lower_bound=2)
     flags.DEFINE_integer("warmup_slots", 150, "stress test: warm-up slots.", lower_bound=0)
-    config_flags.DEFINE_config_file("ppo_config", "train/configs/ppo.py",
+    config_flags.DEFINE_config_file("ppo_config",
+                                    str(Path(__file__).resolve().parents[1] / "train" /
+                                        "configs" / "ppo.py"),
                                     "stress test: PPO config for both trainings.",
                                     lock_config=True)
 
@@ -211,33 +214,33 @@ def main(argv):
     FLAGS = flags.FLAGS
     config_utils.reject_extra_argv(argv)
     out = Path(FLAGS.out)
-    try:
-        reports = calibration_for(FLAGS.traces, FLAGS.problems, FLAGS.trace_seed,
-                                  0 if FLAGS.follow == "slm" else 1, FLAGS.bins)
-    except suite.EvalError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    if FLAGS.problems is not None and FLAGS.problems < 1:
+        raise suite.EvalError(f"--problems={FLAGS.problems}: must be >= 1")
+    if FLAGS.prm_miscalibration <= -1:
+        raise suite.EvalError(f"--prm_miscalibration={FLAGS.prm_miscalibration}: must be > -1")
+    if FLAGS.warmup_slots >= FLAGS.slots:
+        raise suite.EvalError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
+                              f"({FLAGS.slots})")
+    if FLAGS.policy is not None:
+        suite.load_policy(FLAGS.policy)      # checked before anything is written
+    reports = calibration_for(FLAGS.traces, FLAGS.problems, FLAGS.trace_seed,
+                              0 if FLAGS.follow == "slm" else 1, FLAGS.bins)
     res = write_calibration(reports, out)
     print(res["text"])
     print(f"reliability diagram: {res['figure']}")
     print(f"results: {res['json']}")
     if FLAGS.prm_miscalibration != 0.0:
-        try:
-            r = stress_test(FLAGS.traces[0], FLAGS.prm_miscalibration, FLAGS.ppo_config,
-                            out / "stress", problems=FLAGS.problems,
-                            trace_seed=FLAGS.trace_seed, seeds=FLAGS.seeds, slots=FLAGS.slots,
-                            warmup_slots=FLAGS.warmup_slots, policy_dir=FLAGS.policy,
-                            progress=lambda m: print(m, file=sys.stderr, flush=True))
-        except suite.EvalError as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
+        r = stress_test(FLAGS.traces[0], FLAGS.prm_miscalibration, FLAGS.ppo_config,
+                        out / "stress", problems=FLAGS.problems,
+                        trace_seed=FLAGS.trace_seed, seeds=FLAGS.seeds, slots=FLAGS.slots,
+                        warmup_slots=FLAGS.warmup_slots, policy_dir=FLAGS.policy,
+                        progress=lambda m: print(m, file=sys.stderr, flush=True))
         print(stress_text(r))
         print(f"stress test: {out / 'stress' / 'stress_test.json'}")
     print(f"tensorboard --logdir {out / 'tb'}")
 
 
 if __name__ == "__main__":
-    from absl import app
+    from prada_jax import cli
 
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags=_define_flags)

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import edge
+from prada_jax.rl.greedy import screen_and_gain
 from prada_jax.sched.registry import scheduler_index
 
 SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY = 0, 1, 2, 3
@@ -140,14 +141,13 @@ def make_evaluator(num_slots: int, warmup_slots: int,
             obs, state, acc = carry
             slot_key = jax.random.fold_in(run_key, t)
             act_key, env_key = jax.random.split(slot_key)
-            logits, q = apply_fn(net_params, obs)
-            greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            greedy, dq = screen_and_gain(apply_fn, net_params, obs)
             rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
             screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
                                  screen_mode == SCREEN_RANDOM],
                                 [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand],
                                 greedy)
-            gain = jnp.where(screen_mode == SCREEN_POLICY, (q[..., 1] - q[..., 0]),
+            gain = jnp.where(screen_mode == SCREEN_POLICY, dq,
                              params.default_gain).astype(jnp.float32)
             obs, state, _, done, info = edge.step(env_key, state, edge.EdgeAction(screen, gain),
                                                   params)

@@ -47,11 +47,31 @@ def _title(ax, text: str) -> None:
     ax.set_title("\n".join(textwrap.wrap(text, 70)), fontsize=8)
 
 
+DELAY_YLABEL = "mean delay per finished user (s)"   # averages every finished user, solved or not
+
+
+def _knee(ax, knee: float, label: str) -> None:
+    """Dashed line at the knee with its label inside the axes: right of the line in the left
+    half of the plot, left of it in the right half (never past the figure edge). Call after
+    the x axis is set up."""
+    ax.axvline(knee, color="k", ls="--", lw=1)
+    frac = ax.transAxes.inverted().transform(ax.transData.transform((knee, 0.0)))[0]
+    right = frac > 0.5
+    ax.text(knee, 0.98, f"{label} = {knee:g} " if right else f" {label} = {knee:g}",
+            transform=ax.get_xaxis_transform(), va="top", ha="right" if right else "left",
+            fontsize=8, bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8))
+
+
+def _legend_outside(ax) -> None:
+    """Legend to the right of the axes, so it never covers data."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
 def _save(fig, path: os.PathLike | str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
+    fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -65,7 +85,7 @@ def plot_curves(x: Sequence[float], series: Mapping[str, Band], *, xlabel: str, 
       x: [G] grid values (any order; sorted here).
       series: policy name -> (mean [G], low [G], high [G]).
     """
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = plt.subplots(figsize=(6.6, 3.8))
     for i, (name, (m, lo, hi)) in enumerate(series.items()):
         xs, m, lo, hi = _sorted(x, m, lo, hi)
         color = _COLORS[i % len(_COLORS)]
@@ -73,14 +93,12 @@ def plot_curves(x: Sequence[float], series: Mapping[str, Band], *, xlabel: str, 
         lo = np.where(np.isfinite(lo), lo, m)
         hi = np.where(np.isfinite(hi), hi, m)
         ax.fill_between(xs, lo, hi, color=color, alpha=0.18, linewidth=0)
-    if knee is not None:
-        ax.axvline(knee, color="k", ls="--", lw=1)
-        ax.text(knee, ax.get_ylim()[1], f" {knee_label} = {knee:g}", va="top", ha="left",
-                fontsize=8)
     _setup_x(ax, np.asarray(x, dtype=np.float64), xlabel)
+    if knee is not None:
+        _knee(ax, knee, knee_label)
     ax.set_ylabel(ylabel)
     _title(ax, title)
-    ax.legend(fontsize=7, loc="best")
+    _legend_outside(ax)
     return _save(fig, path)
 
 
@@ -95,7 +113,7 @@ def plot_stacked_delays(x: Sequence[float], components: Mapping[str, Band], *, x
       components: name -> (mean [G], low [G], high [G]) per component, stacked in order.
       total: optional (mean, low, high) of the end-to-end latency.
     """
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = plt.subplots(figsize=(6.6, 3.8))
     xs = np.sort(np.asarray(x, dtype=np.float64))
     base = np.zeros_like(xs)
     for i, (name, (m, lo, hi)) in enumerate(components.items()):
@@ -112,14 +130,13 @@ def plot_stacked_delays(x: Sequence[float], components: Mapping[str, Band], *, x
         _, tm, tlo, thi = _sorted(x, *total)
         ax.fill_between(xs, np.nan_to_num(tlo), np.nan_to_num(thi), color="0.4", alpha=0.25,
                         label="total (95% CI)", linewidth=0)
-    if knee is not None:
-        ax.axvline(knee, color="k", ls="--", lw=1)
-        ax.text(knee, ax.get_ylim()[1], f" knee = {knee:g}", va="top", ha="left", fontsize=8)
     _setup_x(ax, xs, xlabel)
-    ax.set_ylabel("mean delay per solved problem (s)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.1)     # headroom for the knee label
+    if knee is not None:
+        _knee(ax, knee, "knee")
+    ax.set_ylabel(DELAY_YLABEL)
     _title(ax, title)
-    ax.legend(fontsize=7, loc="best")
+    _legend_outside(ax)
     return _save(fig, path)
 
 
@@ -153,9 +170,9 @@ def plot_delay_split_bars(names: Sequence[str], components: Mapping[str, Sequenc
         base = base + v
     ax.set_xticks(idx)
     ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
-    ax.set_ylabel("mean delay per solved problem (s)")
+    ax.set_ylabel(DELAY_YLABEL)
     _title(ax, f"delay split — {title}")
-    ax.legend(fontsize=7)
+    _legend_outside(ax)
     ax.grid(True, axis="y", alpha=0.3)
     return _save(fig, path)
 

@@ -6,6 +6,11 @@ screening policy without resource limits, PRADA with λ_s = µ = 0 and PRADA wit
 multipliers (with ``--dual``), plus any ``--checkpoints``, on the multi-user edge env; prints
 the table (mean ± 95% CI over seeds) and writes ``results.json``, ``results.csv``,
 ``table.txt``, bar charts and TensorBoard (``<out>/tb``). See docs/evals.md.
+
+``--dual`` multipliers learned for another scenario (U, M, B, λ, β, τ, benchmark or policy, as
+recorded in ``multipliers.json``) are refused (exit 2, one line naming both scenarios) unless
+``--allow_scenario_mismatch`` is given (then a one-line warning). Exit codes as every command
+(``prada_jax.cli``): 2 bad input, 1 a bug.
 """
 from __future__ import annotations
 
@@ -14,30 +19,37 @@ import sys
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("policy", None, "train.ppo run directory of the screening policy "
-                    "(omit for the baseline rows only).")
-flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
-flags.DEFINE_string("dual", None, "train.dual run directory with the learned multipliers.")
-flags.DEFINE_string("traces", None, "trace folder or synthetic preset (gsm8k, gaokao2023en, "
-                    "mmlu_stem). Default: the policy's trace set (same preset, generator "
-                    "seed and problems), else gsm8k.")
-flags.DEFINE_integer("problems", None, "problems of a synthetic preset (default: the "
-                     "policy's, else the benchmark's count).")
-flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset (default: the "
-                     "policy's; another seed also redraws the synthetic feature projection).")
-flags.DEFINE_string("out", None, "output folder (default: <policy>/eval, else "
-                    "checkpoints/eval).")
-flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).", lower_bound=1)
-flags.DEFINE_integer("seed0", 0, "first seed.", lower_bound=0)
-flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2)
-flags.DEFINE_integer("warmup_slots", 200, "slots discarded before measuring.", lower_bound=0)
-flags.DEFINE_integer("num_users", None, "U user slots (default: the policy run's, >= 16).")
-flags.DEFINE_integer("num_servers", None, "M, server jobs at once.")
-flags.DEFINE_float("bandwidth_hz", None, "B, total bandwidth [Hz].")
-flags.DEFINE_float("arrival_rate_hz", None, "λ, Poisson arrival rate [users/s].")
-flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].")
-flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
-                  "rows (same multipliers).")
+
+
+def _define_flags() -> None:
+    """Flags are defined only when run as a program (``import evals.run`` defines none)."""
+    flags.DEFINE_string("policy", None, "train.ppo run directory of the screening policy "
+                        "(omit for the baseline rows only).")
+    flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
+    flags.DEFINE_string("dual", None, "train.dual run directory with the learned multipliers.")
+    flags.DEFINE_string("traces", None, "trace folder or synthetic preset (gsm8k, gaokao2023en, "
+                        "mmlu_stem). Default: the policy's trace set (same preset, generator "
+                        "seed and problems), else gsm8k.")
+    flags.DEFINE_integer("problems", None, "problems of a synthetic preset (default: the "
+                         "policy's, else the benchmark's count).")
+    flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset (default: the "
+                         "policy's; another seed also redraws the synthetic feature projection).")
+    flags.DEFINE_string("out", None, "output folder (default: <policy>/eval, else "
+                        "checkpoints/eval).")
+    flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).", lower_bound=1)
+    flags.DEFINE_integer("seed0", 0, "first seed.", lower_bound=0)
+    flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2)
+    flags.DEFINE_integer("warmup_slots", 200, "slots discarded before measuring.", lower_bound=0)
+    flags.DEFINE_integer("num_users", None, "U user slots (default: the policy run's, >= 16).")
+    flags.DEFINE_integer("num_servers", None, "M, server jobs at once.")
+    flags.DEFINE_float("bandwidth_hz", None, "B, total bandwidth [Hz].")
+    flags.DEFINE_float("arrival_rate_hz", None, "λ, Poisson arrival rate [users/s].")
+    flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].")
+    flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
+                      "rows (same multipliers).")
+    flags.DEFINE_bool("allow_scenario_mismatch", False, "apply --dual multipliers learned for "
+                      "another scenario (M, U, B, λ, β, traces) or another policy, with a "
+                      "one-line warning, instead of refusing (exit 2).")
 
 
 def main(argv):
@@ -47,37 +59,39 @@ def main(argv):
     from prada_jax import config_utils
 
     config_utils.reject_extra_argv(argv)
-    logging.info(config_utils.runtime_info())
     if FLAGS.warmup_slots >= FLAGS.slots:
         raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
-    try:
-        policy, mult, dual_info, traces = suite.load_inputs(
-            FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
-        extras = [suite.load_policy(p) for p in FLAGS.checkpoints]
-    except suite.EvalError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
     overrides = dict(num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
                      bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
                      beta=FLAGS.beta)
+    suite.check_env_overrides(overrides)
+    policy, mult, dual_info, traces = suite.load_inputs(
+        FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
+    extras = [suite.load_policy(p, flag="--checkpoints") for p in FLAGS.checkpoints]
     env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
+    if mult is not None:
+        mismatch = suite.scenario_mismatch(dual_info, env_kw, traces.info, policy)
+        if mismatch and not FLAGS.allow_scenario_mismatch:
+            raise suite.EvalError(f"--dual={FLAGS.dual}: {mismatch} (pass "
+                                  "--allow_scenario_mismatch to apply them anyway)")
+        if mismatch:
+            print(f"warning: --dual={FLAGS.dual}: {mismatch}", file=sys.stderr, flush=True)
+    logging.info(config_utils.runtime_info())
     out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "eval" if FLAGS.policy
                                             else Path("checkpoints/eval"))
-    try:
-        per_seed, info = suite.evaluate_rows(
-            traces, env_kw, policy=policy, multipliers=mult, seeds=FLAGS.seeds,
-            slots=FLAGS.slots, warmup_slots=FLAGS.warmup_slots, extra_policies=extras,
-            seed0=FLAGS.seed0, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    except (suite.EvalError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    per_seed, info = suite.evaluate_rows(
+        traces, env_kw, policy=policy, multipliers=mult, seeds=FLAGS.seeds,
+        slots=FLAGS.slots, warmup_slots=FLAGS.warmup_slots, extra_policies=extras,
+        seed0=FLAGS.seed0, progress=lambda m: print(m, file=sys.stderr, flush=True))
     synthetic = traces.info.get("synthetic", False)
     title = (f"{traces.info['benchmark']}{' (SYNTHETIC traces)' if synthetic else ''}: "
              f"U={env_kw['num_users']} M={env_kw['num_servers']} "
              f"B={env_kw['bandwidth_hz'] / 1e6:g} MHz λ={env_kw['arrival_rate_hz']:g}/s, "
              f"{FLAGS.seeds} seeds, mean ± 95% CI")
     meta = {"traces": traces.info, "policy": FLAGS.policy, "dual": FLAGS.dual,
+            "policy_step": policy.meta.get("step") if policy else None,   # checkpoint evaluated
+            "checkpoint_steps": {p.workdir: p.meta.get("step") for p in extras},
             "multipliers": {"lambda_s": mult[0], "mu_per_hz": mult[1]} if mult else None,
             "dual_info": dual_info, **info}
     res = suite.write_outputs(per_seed, out, title=title, meta=meta)
@@ -90,4 +104,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from prada_jax import cli
+
+    cli.run(main, define_flags=_define_flags)

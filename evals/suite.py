@@ -14,6 +14,7 @@ import numpy as np
 
 from evals import evaluate as ev
 from evals import plots, report, stats
+from prada_jax.errors import BadInput
 
 # Added to the policy run's generator seed to pick the evaluation trace set of a synthetic
 # preset. 0 = the problems the policy was trained on (the default, like the paper's benchmark
@@ -36,39 +37,30 @@ class LoadedPolicy(NamedTuple):
     workdir: str
 
 
-class EvalError(ValueError):
+class EvalError(BadInput):
     """A bad evaluation input (checkpoint, traces, flag); the message names it."""
 
 
-def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0) -> LoadedTraces:
-    """A trace folder (validated) or a synthetic preset name (``gsm8k`` ...).
+def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0,
+                name: str = "--traces") -> LoadedTraces:
+    """A trace folder (validated) or a synthetic preset name (``gsm8k`` ...), through the
+    shared loader ``prada_jax.traces.loader.load_trace_set``; errors name ``name=spec``.
 
     Args:
       spec: a directory with ``meta.json`` + ``nodes.safetensors``, or a preset name.
       problems: for a preset, the number of problems (None: the benchmark's count).
       trace_seed: for a preset, the generator seed.
     """
-    from prada_jax.traces import format as tf
-    from prada_jax.traces import synthetic
+    from prada_jax.traces.loader import load_trace_set
 
-    path = Path(spec)
-    if path.exists():
-        try:
-            traces = tf.load(path)
-            meta = tf.read_meta(path)
-        except tf.TraceFormatError as e:
-            raise EvalError(f"--traces={spec}: invalid trace folder: {e}") from None
-        info = {"source": str(path), "benchmark": meta["benchmark"],
-                "synthetic": bool(meta["synthetic"])}
-    elif spec in synthetic.PRESETS:
-        traces, meta = synthetic.generate(spec, seed=int(trace_seed), problems=problems)
-        info = {"source": f"synthetic:{spec}", "benchmark": spec, "synthetic": True,
-                "trace_seed": int(trace_seed)}
-    else:
-        raise EvalError(f"--traces={spec}: neither an existing trace folder nor a synthetic "
-                        f"preset ({', '.join(synthetic.PRESETS)})")
-    info.update(problems=traces.num_problems, nodes=traces.num_nodes,
-                feature_dim=traces.feature_dim)
+    try:
+        traces, full = load_trace_set(spec, problems=problems, seed=int(trace_seed), name=name)
+    except BadInput as e:
+        raise EvalError(str(e)) from None
+    info = {k: full[k] for k in ("source", "benchmark", "synthetic", "trace_seed")
+            if k in full}
+    info.update(problems=full["num_problems"], nodes=full["num_nodes"],
+                feature_dim=full["feature_dim"])
     return LoadedTraces(traces, info)
 
 
@@ -97,28 +89,41 @@ def resolve_traces(policy, traces_flag, problems, trace_seed):
 _POLICY_CACHE: dict = {}
 
 
-def load_policy(workdir: str, step: int | None = None) -> LoadedPolicy:
+def load_policy(workdir: str, step: int | None = None, flag: str = "--policy") -> LoadedPolicy:
     """Loads a ``train.ppo`` run; every failure becomes an ``EvalError`` naming the folder.
 
     Loaded policies are cached per (folder, step, newest checkpoint), so callers in one process
     (``train.main``: table then sweep) share one ``apply_fn`` and hence one compiled rollout.
+    ``flag`` is how the user named the folder (``--policy``, ``--checkpoints``). Nothing is
+    created in the folder: one without ``checkpoints/`` is refused before the checkpoint
+    library sees it.
     """
     from prada_jax.rl import trainer
 
     path = Path(workdir)
     if not path.is_dir():
-        raise EvalError(f"--policy={workdir}: no such run directory")
+        raise EvalError(f"{flag}={workdir}: no such run directory")
     ckpts = path / "checkpoints"
-    stamp = tuple(sorted(p.name for p in ckpts.iterdir())) if ckpts.is_dir() else ()
+    from prada_jax import config_utils
+
+    try:
+        config_utils.check_run_dir(path, flag, files=("config.json", "policy_meta.json"),
+                                   checkpoints=False, kind="train.ppo run")
+    except BadInput as e:
+        raise EvalError(f"cannot load the policy checkpoint: {e}") from None
+    if not ckpts.is_dir():
+        raise EvalError(f"{flag}={workdir}: no checkpoints/ folder (not a train.ppo run "
+                        "directory, or one that never saved)")
+    stamp = tuple(sorted(p.name for p in ckpts.iterdir()))
     cache_key = (str(path.resolve()), step, stamp)
     if cache_key in _POLICY_CACHE:
         return _POLICY_CACHE[cache_key]
     try:
         policy, config = trainer.load_policy(path, step=step)
     except (FileNotFoundError, ValueError, KeyError) as e:
-        raise EvalError(f"--policy={workdir}: cannot load the policy checkpoint: {e}") from None
+        raise EvalError(f"{flag}={workdir}: cannot load the policy checkpoint: {e}") from None
     except Exception as e:  # orbax / tensorstore errors on a corrupt checkpoint
-        raise EvalError(f"--policy={workdir}: checkpoint is corrupt or unreadable "
+        raise EvalError(f"{flag}={workdir}: checkpoint is corrupt or unreadable "
                         f"({type(e).__name__}: {str(e)[:300]})") from None
     loaded = LoadedPolicy(policy.apply_fn, policy.params, policy.meta, config, str(path))
     _POLICY_CACHE[cache_key] = loaded
@@ -139,28 +144,82 @@ def check_policy_traces(policy: LoadedPolicy, traces: LoadedTraces) -> None:
 
 
 def load_multipliers(dual_workdir: str) -> tuple[float, float, dict]:
-    """(λ_s, µ per Hz, info) from a ``train.dual`` run; ``EvalError`` naming the folder."""
+    """(λ_s, µ per Hz, info) from a ``train.dual`` run; ``EvalError`` naming the folder.
+
+    ``info`` holds every other field of ``multipliers.json`` (the ``scenario`` it was learned
+    for, ...) and ``file``. The file is read with ``prada_jax.jsonio`` first, so malformed JSON
+    of any depth is one ``EvalError``.
+    """
     path = Path(dual_workdir)
     if not path.is_dir():
         raise EvalError(f"--dual={dual_workdir}: no such run directory")
     from prada_jax import dual as dual_lib
+    from prada_jax.jsonio import read_json
 
+    info_path = path / getattr(dual_lib, "MULTIPLIERS_FILE", "multipliers.json")
     try:
+        stored = read_json(info_path, missing="is it a train.dual run directory that saved at "
+                           "least one checkpoint?")
         out = dual_lib.load_multipliers(path)
     except (FileNotFoundError, ValueError, KeyError) as e:
         raise EvalError(f"--dual={dual_workdir}: cannot load the multipliers: {e}") from None
-    info_path = path / getattr(dual_lib, "MULTIPLIERS_FILE", "multipliers.json")
     lam, mu, info = _unpack_multipliers(out)
-    try:
-        info = dict(info, file=str(info_path), **{k: v for k, v in json.loads(
-            info_path.read_text()).items() if k not in ("lambda_s", "mu")})
-    except (OSError, ValueError, TypeError):
-        pass
+    info = dict(info, file=str(info_path),
+                **{k: v for k, v in stored.items() if k not in ("lambda_s", "mu")})
     for name, v in (("lambda_s", lam), ("mu", mu)):
         if not (math.isfinite(v) and v >= 0):
             raise EvalError(f"--dual={dual_workdir}: multiplier {name} = {v} is not a finite "
                             "number >= 0")
     return lam, mu, info
+
+
+_SCENARIO_KEYS = (("num_users", "U", 1.0, ""), ("num_servers", "M", 1.0, ""),
+                  ("bandwidth_hz", "B", 1e-6, " MHz"), ("arrival_rate_hz", "λ", 1.0, "/s"),
+                  ("beta", "β", 1.0, ""), ("tau_s", "τ", 1.0, " s"))
+
+
+def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
+                      policy: LoadedPolicy | None) -> str | None:
+    """None if the ``--dual`` multipliers were learned for this scenario, else one line naming
+    both scenarios (the dual run's as recorded in ``multipliers.json``, and this evaluation's).
+
+    Compared: U, M, B, λ, β, τ, the benchmark of the traces and the policy run directory. A
+    ``multipliers.json`` without a ``scenario`` record (older runs) is not compared.
+    """
+    sc = dual_info.get("scenario")
+    if not isinstance(sc, dict):
+        return None
+    theirs, ours, differ = [], [], []
+    for key, sym, scale, unit in _SCENARIO_KEYS:
+        if key not in sc or key not in env_kw:
+            continue
+        a, b = float(sc[key]), float(env_kw[key])
+        theirs.append(f"{sym}={a * scale:g}{unit}")
+        ours.append(f"{sym}={b * scale:g}{unit}")
+        if not math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0):
+            differ.append(sym)
+    tr = sc.get("traces") if isinstance(sc.get("traces"), dict) else {}
+    if tr.get("benchmark") is not None:
+        theirs.append(f"traces {tr['benchmark']}")
+        ours.append(f"traces {traces_info.get('benchmark')}")
+        if tr["benchmark"] != traces_info.get("benchmark"):
+            differ.append("traces")
+    pol = sc.get("policy") if isinstance(sc.get("policy"), dict) else {}
+    if pol:
+        mine = str(Path(policy.workdir).resolve()) if policy is not None else None
+        if pol.get("kind") == "ppo":
+            theirs.append(f"policy {pol.get('workdir')}")
+            same = mine is not None and Path(str(pol.get("workdir"))).resolve() == Path(mine)
+        else:
+            theirs.append(f"policy {pol.get('kind')}")
+            same = False
+        ours.append(f"policy {policy.workdir if policy is not None else None}")
+        if not same:
+            differ.append("policy")
+    if not differ:
+        return None
+    return (f"multipliers learned for another scenario (differs in {', '.join(differ)}): "
+            f"dual run {' '.join(theirs)}; this evaluation {' '.join(ours)}")
 
 
 def _unpack_multipliers(out) -> tuple[float, float, dict]:
@@ -196,6 +255,18 @@ def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,
     if policy is not None:
         check_policy_traces(policy, traces)
     return policy, mult, dual_info, traces
+
+
+def check_env_overrides(overrides: dict) -> None:
+    """Refuses scenario flags that cannot describe an env: U, M, B, λ must be > 0 and β >= 0
+    (finite); ``EvalError`` naming the flag. ``None`` values (not given) pass."""
+    for key, v in overrides.items():
+        if v is None:
+            continue
+        ok = math.isfinite(float(v)) and (float(v) >= 0 if key == "beta" else float(v) > 0)
+        if not ok:
+            raise EvalError(f"--{key}={v}: must be a finite number "
+                            f"{'>= 0' if key == 'beta' else '> 0'}")
 
 
 def env_kwargs_from(config: Any | None, overrides: dict) -> dict:
@@ -337,7 +408,8 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
         band = ([summary[n][metric].mean for n in names], [summary[n][metric].low for n in names],
                 [summary[n][metric].high for n in names])
         figs[metric] = plots.plot_bars(names, band, ylabel=label,
-                                       title=f"{label} (mean ± 95% CI) — {title}",
+                                       title=(f"{label} — {title}" if "95% CI" in title
+                                              else f"{label} (mean ± 95% CI) — {title}"),
                                        path=out / f"{metric}.png")
     comps = {c: [summary[n][m].mean for n in names] for c, m in
              (("processing", "processing_s"), ("communication", "communication_s"),

@@ -22,6 +22,7 @@ import numpy as np
 
 from evals import evaluate as ev
 from evals import plots, report, stats
+from prada_jax.errors import BadInput
 
 AXES = {
     # axis -> (env param, label, display scale, unit)
@@ -222,18 +223,18 @@ def parse_grid(values: Sequence[str], name: str, scale: float = 1.0, integer: bo
         try:
             v = float(s) * scale
         except ValueError:
-            raise ValueError(f"--{name}: '{s}' is not a number") from None
+            raise BadInput(f"--{name}: '{s}' is not a number") from None
         if not v > 0:
-            raise ValueError(f"--{name}: values must be > 0, got {s}")
+            raise BadInput(f"--{name}: values must be > 0, got {s}")
         if integer:
             if v != int(v):
-                raise ValueError(f"--{name}: values must be integers, got {s}")
+                raise BadInput(f"--{name}: values must be integers, got {s}")
             v = int(v)
         out.append(v)
     if not out:
-        raise ValueError(f"--{name}: empty grid")
+        raise BadInput(f"--{name}: empty grid")
     if len(set(out)) != len(out):
-        raise ValueError(f"--{name}: duplicate values in {values}")
+        raise BadInput(f"--{name}: duplicate values in {values}")
     return sorted(out)
 
 
@@ -246,25 +247,22 @@ def main(argv):
 
     FLAGS = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    try:
-        grids = {"M": parse_grid(FLAGS.m_grid, "m_grid", integer=True),
-                 "B": parse_grid(FLAGS.b_grid_mhz, "b_grid_mhz", 1e6),
-                 "lam": parse_grid(FLAGS.lam_grid, "lam_grid")}
-        bad = [a for a in FLAGS.axes if a not in AXES]
-        if bad:
-            raise ValueError(f"--axes: unknown axis {bad[0]!r} (choose from M, B, lam)")
-        if FLAGS.warmup_slots >= FLAGS.slots:
-            raise ValueError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
-                             f"({FLAGS.slots})")
-        policy, mult, _, traces = suite.load_inputs(
-            FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    env_kw = suite.env_kwargs_from(policy.config if policy else None, dict(
-        num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
-        bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
-        beta=FLAGS.beta))
+    grids = {"M": parse_grid(FLAGS.m_grid, "m_grid", integer=True),
+             "B": parse_grid(FLAGS.b_grid_mhz, "b_grid_mhz", 1e6),
+             "lam": parse_grid(FLAGS.lam_grid, "lam_grid")}
+    bad = [a for a in FLAGS.axes if a not in AXES]
+    if bad:
+        raise BadInput(f"--axes: unknown axis {bad[0]!r} (choose from M, B, lam)")
+    if FLAGS.warmup_slots >= FLAGS.slots:
+        raise BadInput(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
+                       f"({FLAGS.slots})")
+    overrides = dict(num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
+                     bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
+                     beta=FLAGS.beta)
+    suite.check_env_overrides(overrides)
+    policy, mult, _, traces = suite.load_inputs(
+        FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
+    env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
     if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
         print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
               file=sys.stderr)
@@ -292,7 +290,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from absl import app
+    from prada_jax import cli
 
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags=_define_flags)

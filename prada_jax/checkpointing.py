@@ -8,9 +8,26 @@ Used by every launcher (PPO, dual ascent, distillation). A checkpoint holds two 
   re-wrapped with the template's key implementation on restore: resumption is bit-exact.
 * ``meta``: an optional JSON-serialisable dict (host-side counters, the config, notes).
 
-Layout: ``<directory>/<step>/{state,meta}``; a save interrupted by SIGKILL leaves a
-``<step>.orbax-checkpoint-tmp`` folder that is ignored (and cleaned up) on the next start, so
-``restore`` always returns the last *complete* step.
+Layout: ``<directory>/<step>/{state,meta,prada_manifest.json}``; a save interrupted by SIGKILL
+leaves a ``<step>.orbax-checkpoint-tmp`` folder that is ignored (and cleaned up) on the next
+start, so ``restore`` always returns the last *complete* step.
+
+Trust:
+
+* ``save`` refuses a state with a NaN/inf float leaf (``errors.NonFiniteTraining`` naming the
+  leaf): a checkpoint on disk is always finite.
+* After orbax commits a step, process 0 writes ``prada_manifest.json`` (size and SHA-256 of
+  every file of the step). ``verify(step)`` checks it and names the first missing, truncated or
+  changed file; a step without a manifest (an older run, or a kill between the commit and the
+  manifest) is verified by restoring it.
+* Every failure ``restore`` can detect becomes a ``CheckpointError`` (a ``BadInput``, exit 2)
+  whose one-line message names the step and the file: ``DamagedCheckpoint`` (a file missing,
+  truncated or changed, unreadable metadata) or a template mismatch (the saved tree has other
+  leaves/shapes than the state the config builds).
+* ``restore_latest(template)`` (used when resuming) falls back to the newest intact step
+  automatically, with one warning line on stderr naming the damaged step and file and the step
+  it resumes from; the damaged step folder is renamed ``<step>.damaged`` so the run can save
+  that step again. Loading a policy for evaluation (``restore``) never falls back.
 
 Example::
 
@@ -23,7 +40,10 @@ Example::
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +51,64 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-__all__ = ["Checkpointer", "keys_to_data", "data_to_keys"]
+from prada_jax.errors import BadInput, NonFiniteTraining
+
+__all__ = ["Checkpointer", "CheckpointError", "DamagedCheckpoint", "MissingCheckpoint", "keys_to_data",
+           "data_to_keys", "first_non_finite", "MANIFEST_FILE"]
+
+MANIFEST_FILE = "prada_manifest.json"
+
+
+class CheckpointError(BadInput):
+    """A checkpoint cannot be used (exit 2); the message names the step and the file."""
+
+
+class MissingCheckpoint(CheckpointError, FileNotFoundError):
+    """No checkpoint (or not the requested step, or no folder) where one was expected."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A checkpoint step has a missing, truncated or changed file, or unreadable metadata."""
 
 
 def _is_typed_key(x: Any) -> bool:
     dtype = getattr(x, "dtype", None)
     return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _finite_flags(leaves):
+    import jax.numpy as jnp
+    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
+
+
+_finite_flags_jit = jax.jit(_finite_flags)
+
+
+def first_non_finite(tree: Any) -> str | None:
+    """Key path of the first float leaf of ``tree`` holding a NaN/inf, or None if all finite.
+
+    Integer, boolean and PRNG-key leaves are skipped. ``jax.Array`` leaves are reduced on
+    their devices in one jitted call (sharded or multi-host arrays included; only one bool
+    per leaf comes to the host); NumPy leaves on the host.
+    """
+    paths, dev, host = [], [], []
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or _is_typed_key(x) or not jax.dtypes.issubdtype(dtype, np.inexact):
+            continue
+        (dev if isinstance(x, jax.Array) else host).append((path, x))
+    bad = [p for p, x in host if not bool(np.all(np.isfinite(np.asarray(x))))]
+    if dev:
+        flags = np.asarray(_finite_flags_jit([x for _, x in dev]))
+        bad += [p for (p, _), ok in zip(dev, flags) if not ok]
+    if not bad:
+        return None
+    return jax.tree_util.keystr(bad[0]) or "<root>"
 
 
 def keys_to_data(tree: Any) -> Any:
@@ -74,20 +146,27 @@ class Checkpointer:
       max_to_keep: number of newest checkpoints kept on disk (older ones are deleted).
       async_save: let orbax write in a background thread (``wait()`` blocks until done).
         Off by default: the states here are small and synchronous saves make "the last
-        checkpoint on disk is the last one saved" trivially true.
+        checkpoint on disk is the last one saved" trivially true (and the manifest is
+        written only for synchronous saves).
+      create: False opens an existing folder read-only (loading a policy): nothing is
+        created or cleaned up; a missing folder is a ``CheckpointError``.
     """
 
     def __init__(self, directory: os.PathLike | str, *, save_every: int = 1,
-                 max_to_keep: int = 3, async_save: bool = False):
+                 max_to_keep: int = 3, async_save: bool = False, create: bool = True):
         if int(save_every) < 1:
             raise ValueError(f"Checkpointer: save_every must be >= 1, got {save_every}")
         if int(max_to_keep) < 1:
             raise ValueError(f"Checkpointer: max_to_keep must be >= 1, got {max_to_keep}")
         self.directory = Path(directory).absolute()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not create and not self.directory.is_dir():
+            raise MissingCheckpoint(f"no checkpoint folder {self.directory}")
+        if create:
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.save_every = int(save_every)
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=int(max_to_keep), create=True, cleanup_tmp_directories=True,
+            max_to_keep=int(max_to_keep), create=bool(create),
+            cleanup_tmp_directories=bool(create),
             enable_async_checkpointing=bool(async_save))
         self._manager = ocp.CheckpointManager(self.directory, options=options,
                                               item_names=("state", "meta"))
@@ -121,10 +200,67 @@ class Checkpointer:
         data = keys_to_data(state)
         args = ocp.args.Composite(state=ocp.args.StandardSave(data),
                                   meta=ocp.args.JsonSave(dict(meta or {})))
+        bad = first_non_finite(state)
+        if bad is not None:
+            latest = self.latest_step()
+            kept = ("no checkpoint was saved yet" if latest is None
+                    else f"the last good checkpoint is step {latest} in {self.directory}")
+            raise NonFiniteTraining(f"refusing to checkpoint step {step}: the state has "
+                                    f"non-finite values in {bad}; {kept}")
         saved = self._manager.save(step, args=args, force=True)
         if not self._manager._options.enable_async_checkpointing:  # noqa: SLF001
             self._manager.wait_until_finished()
+            if saved:
+                self._write_manifest(step)
         return bool(saved)
+
+    # ------------------------------------------------------------------ integrity
+    def _write_manifest(self, step: int) -> None:
+        if jax.process_index() != 0:
+            return
+        root = self.directory / str(step)
+        files = {}
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and path.name != MANIFEST_FILE:
+                data = path.read_bytes()
+                files[str(path.relative_to(root))] = [len(data),
+                                                      hashlib.sha256(data).hexdigest()]
+        tmp = root / (MANIFEST_FILE + ".tmp")
+        tmp.write_text(json.dumps({"step": step, "files": files}, indent=1) + "\n")
+        os.replace(tmp, root / MANIFEST_FILE)
+
+    def verify(self, step: int) -> bool:
+        """Checks step ``step`` against its manifest.
+
+        Returns True if it was verified, False if the step has no manifest (nothing to check).
+
+        Raises:
+          DamagedCheckpoint: naming the first missing, truncated or changed file (or an
+            unreadable manifest).
+        """
+        root = self.directory / str(int(step))
+        man = root / MANIFEST_FILE
+        if not man.is_file():
+            return False
+        try:
+            files = json.loads(man.read_text())["files"]
+            items = [(str(k), int(v[0]), str(v[1])) for k, v in files.items()]
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError,
+                RecursionError) as e:
+            raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {man} is unreadable "
+                                    f"({_first_line(e)})") from None
+        for rel, size, digest in items:
+            path = root / rel
+            if not path.is_file():
+                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} is missing")
+            data = path.read_bytes()
+            if len(data) != size:
+                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} has "
+                                        f"{len(data)} bytes, expected {size} (truncated?)")
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} differs "
+                                        "from what was saved (checksum mismatch)")
+        return True
 
     def restore(self, template: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restores ``(state, meta)`` at ``step`` (default: latest).
@@ -136,17 +272,19 @@ class Checkpointer:
           step: which step; None = latest.
 
         Raises:
-          FileNotFoundError: no checkpoint (or not that step) in the directory.
-          ValueError: the saved tree does not match the template (names the directory).
+          CheckpointError (a ``BadInput``): no checkpoint (or not that step) in the directory,
+            the saved tree does not match the template, or (``DamagedCheckpoint``) a file of
+            the step is missing, truncated or changed; one line naming the step and file.
         """
         if step is None:
             step = self.latest_step()
             if step is None:
-                raise FileNotFoundError(f"no checkpoint in {self.directory}")
+                raise MissingCheckpoint(f"no checkpoint in {self.directory}")
         step = int(step)
         if step not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory} "
-                                    f"(have {self.all_steps()})")
+            raise MissingCheckpoint(f"no checkpoint for step {step} in {self.directory} "
+                                  f"(have {self.all_steps()})")
+        verified = self.verify(step)
         abstract = jax.eval_shape(keys_to_data, template)
 
         def _target(a, t):
@@ -163,14 +301,104 @@ class Checkpointer:
         abstract = jax.tree.map(_target, abstract, template)
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                   meta=ocp.args.JsonRestore())
+        where = self.directory / str(step)
+        meta_file = where / "meta" / "metadata"
+        if meta_file.is_file():
+            try:
+                json.loads(meta_file.read_text())
+            except (ValueError, RecursionError) as e:
+                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {meta_file} is "
+                                        f"not valid JSON ({_first_line(e)})") from None
+        mismatch = self._structure_mismatch(step, abstract)
+        if mismatch:
+            raise CheckpointError(f"checkpoint {where} does not match the state this config "
+                                  f"builds: {mismatch}")
         try:
             restored = self._manager.restore(step, args=args)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"checkpoint {self.directory / str(step)} does not match the "
-                             f"expected state structure: {e}") from e
+        except Exception as e:  # noqa: BLE001  (orbax/tensorstore raise many types)
+            if verified:   # every file is as saved and the tree matched: not damage
+                raise CheckpointError(f"checkpoint {where} could not be restored onto the "
+                                      f"expected state: {_first_line(e)}") from e
+            raise DamagedCheckpoint(f"checkpoint step {step} is damaged or unreadable: "
+                                    f"{where}: {_first_line(e)}") from e
         state = data_to_keys(restored["state"], template)
         meta = restored["meta"] if restored["meta"] is not None else {}
+        if not isinstance(meta, dict):
+            raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {meta_file} is not a "
+                                    "JSON object")
         return state, dict(meta)
+
+    def _structure_mismatch(self, step: int, abstract: Any) -> str | None:
+        """Leaves the saved tree (``state/_METADATA``) and ``abstract`` do not share, or None
+        when they agree or the metadata cannot be read (the restore then reports it).
+        Shapes are checked by the restore itself."""
+        try:
+            tree = json.loads((self.directory / str(step) / "state" / "_METADATA")
+                              .read_text())["tree_metadata"]
+            got = {tuple(str(k["key"]) for k in v["key_metadata"]) for v in tree.values()}
+        except Exception:  # noqa: BLE001
+            return None
+
+        def _name(k):
+            for attr in ("key", "name", "idx"):
+                if hasattr(k, attr):
+                    return str(getattr(k, attr))
+            return str(k)
+        want = {tuple(_name(k) for k in p)
+                for p, _ in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+        # (only missing leaves: orbax also lists empty nodes, e.g. optax's EmptyState, that a
+        # flattened template does not have)
+        missing = sorted("/".join(k) for k in want - got)
+        if missing:
+            extra = sorted("/".join(k) for k in got - want)
+            return (f"{len(missing)} expected leaves are not in it (e.g. {missing[:2]}; it has "
+                    f"{extra[:2]} instead)")
+        return None
+
+    def restore_latest(self, template: Any) -> tuple[Any, dict, int] | None:
+        """Resume helper: ``(state, meta, step)`` of the newest intact step, or None if the
+        directory has no checkpoint.
+
+        A damaged newest step is reported in one warning line on stderr (naming the file and
+        the step it falls back to) and renamed ``<step>.damaged``; the next older intact step
+        is restored. A template mismatch is not damage and is raised at once.
+
+        Raises:
+          CheckpointError: a mismatch, or every step is damaged (naming the newest one's file).
+        """
+        steps = self.all_steps()
+        if not steps:
+            return None
+        first_error = None
+        for step in reversed(steps):
+            try:
+                state, meta = self.restore(template, step)
+            except DamagedCheckpoint as e:
+                first_error = first_error or e
+                older = [s for s in steps if s < step]
+                msg = (f"warning: {e}; falling back to step {older[-1]}" if older else
+                       f"warning: {e}; no older step to fall back to")
+                print(msg, file=sys.stderr, flush=True)
+                continue
+            if first_error is not None:
+                self._quarantine([s for s in steps if s > step])
+            return state, meta, step
+        raise first_error
+
+    def _quarantine(self, steps: list[int]) -> None:
+        """Renames damaged step folders ``<step>.damaged`` (process 0) and reloads the
+        manager, so those steps can be saved again."""
+        if jax.process_index() == 0:
+            for s in steps:
+                src = self.directory / str(s)
+                dst = self.directory / f"{s}.damaged"
+                n = 1
+                while dst.exists():
+                    dst = self.directory / f"{s}.damaged{n}"
+                    n += 1
+                if src.exists():
+                    os.replace(src, dst)
+        self._manager.reload()
 
     # ------------------------------------------------------------------ lifetime
     def wait(self) -> None:

@@ -25,16 +25,18 @@ import os
 import platform
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+from prada_jax.errors import BadInput
 
 __all__ = [
     "ConfigError", "get_field", "check", "check_positive", "check_nonnegative", "check_range",
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
-    "write_config_json", "read_config_json", "prepare_workdir", "reject_extra_argv",
+    "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
+    "reject_extra_argv",
     "runtime_info",
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput):
     """A config field with a bad value; the message starts with ``config.<field>``."""
 
 
@@ -152,20 +154,44 @@ def write_config_json(config: Any, workdir: os.PathLike | str,
 def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
     """Reads ``<workdir>/config.json`` back as an ``ml_collections.ConfigDict``.
 
-    Raises FileNotFoundError / ValueError naming the file.
+    Raises ConfigError (a BadInput) naming the file: missing, unreadable, malformed JSON at
+    any depth, or a top level that is not an object.
     """
     import ml_collections
 
-    path = Path(workdir) / filename
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (is {workdir} a run directory?)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: top level must be an object")
+    from prada_jax.jsonio import read_json
+
+    data = read_json(Path(workdir) / filename, missing=f"is {workdir} a run directory?",
+                     error=ConfigError)
     return ml_collections.ConfigDict(data)
+
+
+def check_run_dir(workdir: os.PathLike | str, flag: str, *,
+                  files: Sequence[str] = ("config.json",), checkpoints: bool = True,
+                  kind: str = "run") -> Path:
+    """Checks an input run directory without writing anything; returns its path.
+
+    ``files`` must exist and hold a JSON object each (read with ``prada_jax.jsonio``, so any
+    malformed JSON is one line); with ``checkpoints``, a ``checkpoints/`` folder with at least
+    one entry must exist. Raises ConfigError (a BadInput) starting with ``<flag>=<workdir>``.
+    """
+    from prada_jax.errors import BadInput
+    from prada_jax.jsonio import read_json
+
+    path = Path(workdir)
+    if not path.is_dir():
+        raise ConfigError(f"{flag}={workdir}: no such {kind} directory")
+    for name in files:
+        try:
+            read_json(path / name, missing=f"not a {kind} directory?")
+        except BadInput as e:
+            raise ConfigError(f"{flag}={workdir}: {e}") from None
+    if checkpoints:
+        ck = path / "checkpoints"
+        if not ck.is_dir() or not any(ck.iterdir()):
+            raise ConfigError(f"{flag}={workdir}: no checkpoints/ with a saved step (not a "
+                              f"finished {kind} directory?)")
+    return path
 
 
 def prepare_workdir(workdir: os.PathLike | str | None) -> Path:
@@ -180,9 +206,9 @@ def prepare_workdir(workdir: os.PathLike | str | None) -> Path:
 
 
 def reject_extra_argv(argv: Sequence[str]) -> None:
-    """absl leaves unparsed positional args in ``argv[1:]``: refuse them."""
+    """absl leaves unparsed positional args in ``argv[1:]``: refuse them (ConfigError, exit 2)."""
     if len(argv) > 1:
-        raise SystemExit(f"unexpected command-line arguments: {' '.join(argv[1:])} "
+        raise ConfigError(f"unexpected command-line arguments: {' '.join(argv[1:])} "
                          "(use --config.<field>=<value> to override config fields)")
 
 

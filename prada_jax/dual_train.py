@@ -7,9 +7,11 @@ the field). Nominations come from the PPO policy of ``config.policy_dir``
 (``prada_jax.rl.trainer.load_policy``) or, if that is empty, from the privileged trace rule of
 ``prada_jax.dual.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
 
-    <workdir>/config.json         resolved config
+    <workdir>/config.json         resolved config (the one in force)
+    <workdir>/run.json            provenance: when the run started / resumed, what changed
     <workdir>/checkpoints/<chunk>/ orbax: env states, observations, dual state, PRNG key
-                                  (rerunning on the workdir resumes exactly from the latest)
+                                  (rerunning on the workdir checks the config against the
+                                  stored one, then resumes exactly from the newest intact step)
     <workdir>/tb/                 TensorBoard curves (dual/*, env/*, perf/*, eval/gap_*),
                                   x = env slots (slots per env × envs)
     <workdir>/multipliers.json    λ_s (PRM units per server unit), µ (PRM units per Hz), ...;
@@ -28,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from pathlib import Path
 
 import jax
@@ -37,9 +38,10 @@ import numpy as np
 
 from prada_jax import config_utils
 from prada_jax import dual
+from prada_jax.errors import NonFiniteTraining
 from prada_jax.dual import load_multipliers
 
-__all__ = ["GAP_FILE", "NonFiniteError", "validate_config", "load_traces", "build_env_params",
+__all__ = ["GAP_FILE", "OBSERVATIONAL", "NonFiniteError", "validate_config", "load_traces", "build_env_params",
            "build_policy", "train_and_evaluate", "collect_slots", "threshold_decisions",
            "measure_gap", "load_multipliers", "queue_price", "rollout_stats"]
 
@@ -48,8 +50,9 @@ GAP_FILE = "gap.json"
 _log = logging.getLogger(__name__)
 
 
-class NonFiniteError(RuntimeError):
-    """A logged value went NaN/inf; the last good checkpoint is kept."""
+# A logged value went NaN/inf (exit 3); the last good checkpoint is kept. Kept as a name for
+# older callers: the host loop raises ``errors.NonFiniteTraining``.
+NonFiniteError = NonFiniteTraining
 
 
 # ----------------------------------------------------------------------------- config
@@ -84,23 +87,11 @@ def validate_config(config) -> dual.DualConfig:
 
 
 def load_traces(config):
-    """``(traces, info)``: ``env.trace_dir`` if set, else the synthetic preset."""
-    from prada_jax.traces import format as tf
-    from prada_jax.traces import synthetic
+    """``(traces, info)``: ``env.trace_dir`` if set, else the synthetic preset (the shared
+    loader ``prada_jax.traces.loader.load_config_traces``)."""
+    from prada_jax.traces.loader import load_config_traces
 
-    if config.env.trace_dir:
-        traces = tf.load(config.env.trace_dir)
-        meta = tf.read_meta(config.env.trace_dir)
-        info = {"source": str(config.env.trace_dir), "benchmark": meta["benchmark"],
-                "synthetic": bool(meta["synthetic"])}
-    else:
-        traces, _ = synthetic.generate(config.env.preset, seed=int(config.env.trace_seed),
-                                       problems=int(config.env.problems) or None)
-        info = {"source": f"synthetic:{config.env.preset}", "benchmark": config.env.preset,
-                "synthetic": True}
-    info.update(num_problems=traces.num_problems, num_nodes=traces.num_nodes,
-                feature_dim=traces.feature_dim)
-    return traces, info
+    return load_config_traces(config)
 
 
 def queue_price(config) -> bool:
@@ -171,21 +162,41 @@ def _final_multipliers(carry: dual.RolloutCarry, dcfg: dual.DualConfig, load_mea
     return dual.Multipliers(float(m.lambda_s), float(m.mu))
 
 
-def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dict:
-    """Learns the multipliers; writes checkpoints, curves, multipliers.json and gap.json.
+# Fields that may change when a run is resumed (they only extend or observe it); everything
+# else is compared with the stored config.json before anything is written (run_state).
+OBSERVATIONAL = ("log.*", "train.num_chunks")
 
-    Returns a dict with ``chunk``, ``multipliers`` and the last chunk's ``scalars`` (and
+
+def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dict:
+    """Learns the multipliers with the shared host loop (``prada_jax.runloop``); writes
+    checkpoints, curves, multipliers.json and gap.json.
+
+    On an existing workdir the stored ``config.json`` is checked first
+    (``prada_jax.run_state``; only ``OBSERVATIONAL`` fields may change, recorded in
+    ``run.json``), then the newest intact checkpoint is restored.
+
+    Returns a dict with ``chunk``, ``multipliers``, the last chunk's ``scalars`` (the stored
+    final ones for a finished run rerun), ``finished``, ``stopped_by``, ``start_chunk`` (and
     ``gap`` if evaluated in this call).
+
+    Raises:
+      ConfigError / ConfigMismatch / CheckpointError (``BadInput``): before anything is written.
+      errors.NonFiniteTraining: a logged value (or the state at a save) went non-finite; the
+        last good checkpoint is kept.
     """
+    from prada_jax import run_state, runloop
     from prada_jax.checkpointing import Checkpointer
-    from prada_jax.metric_writer import MetricWriter, all_finite
+    from prada_jax.metric_writer import MetricWriter
 
     dcfg = validate_config(config)
-    workdir = config_utils.prepare_workdir(workdir)
-    config_utils.write_config_json(config, workdir)
+    if not workdir:
+        raise config_utils.ConfigError("--workdir is required")
+    check = run_state.check_resume(config, workdir, OBSERVATIONAL)
     traces, trace_info = load_traces(config)
     env_params = build_env_params(config, traces)
     policy_fn, policy_info = build_policy(config, traces)
+    workdir = config_utils.prepare_workdir(workdir)
+    run_state.commit(config, workdir, check)
     scenario = {"traces": trace_info, "policy": policy_info,
                 "num_users": int(config.env.num_users), "num_servers": int(config.env.num_servers),
                 "bandwidth_hz": float(config.env.bandwidth_hz),
@@ -201,63 +212,63 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
                               int(config.train.num_envs))
     ckpt = Checkpointer(workdir / "checkpoints", save_every=int(config.log.checkpoint_every),
                         max_to_keep=int(config.log.keep_checkpoints))
-    start = 0
-    load_mean = np.zeros(dual.LOAD_FEATURES, np.float32)
-    if ckpt.latest_step() is not None:
-        carry, meta = ckpt.restore(carry)
-        start = int(ckpt.latest_step())
-        load_mean = np.asarray(meta.get("load_mean", load_mean), np.float32)
+    try:
+        carry, meta0, start = runloop.restore_or_init(ckpt, carry)
+    except BaseException:
+        ckpt.close()
+        raise
+    if start:
         _log.info("resumed %s at chunk %d", workdir, start)
+    host = {"load_mean": np.asarray(meta0.get("load_mean", np.zeros(dual.LOAD_FEATURES)),
+                                    np.float32)}
     num_chunks = int(config.train.num_chunks)
-    stop = num_chunks if max_chunks is None else min(num_chunks, start + int(max_chunks))
     slots_per_chunk = int(config.train.rollout_len) * int(config.train.num_envs)
     info = {"mode": dcfg.mode, "conditioned": dcfg.conditioned,
             "queue_price": dcfg.queue_price, "scenario": scenario,
             "synthetic_traces": bool(trace_info["synthetic"])}
-    scalars: dict[str, float] = {}
-    bar = None
-    if config.log.progress and stop > start:
-        from tqdm import tqdm
-        bar = tqdm(total=stop - start, desc="dual", unit="chunk")
+
+    def scalars_fn(m, chunk, wall_s):
+        scalars = _scalars(m)
+        host["load_mean"] = np.asarray(m["dual/load_mean"])
+        if wall_s is not None:   # the first chunk of a process compiles: no rate point
+            scalars["perf/chunks_per_s"] = 1.0 / max(wall_s, 1e-9)
+        return scalars
+
+    def meta_fn(carry, chunk, sc):
+        return {"chunk": chunk, "env_slots": chunk * slots_per_chunk,
+                "load_mean": [float(v) for v in np.ravel(host["load_mean"])],
+                "scalars": sc[0] if sc else {}}
+
+    def after_save(carry, chunk, meta):
+        mult = _final_multipliers(carry, dcfg, host["load_mean"])
+        dual.save_multipliers(workdir, mult, dict(info, chunk=chunk, env_slots=meta["env_slots"],
+                                                  final=chunk == num_chunks))
+
     with MetricWriter(workdir / "tb") as writer:
         if start == 0:
             writer.write_texts(0, {"config": config_utils.config_to_json(config)})
-        t0 = time.perf_counter()
-        for chunk in range(start + 1, stop + 1):
-            carry, m = chunk_fn(carry, env_params)
-            scalars = _scalars(m)
-            load_mean = np.asarray(m["dual/load_mean"])
-            env_slots = chunk * slots_per_chunk
-            # accuracy / latency are NaN in a chunk where no user finished: not an error.
-            finite = {k: v for k, v in scalars.items()
-                      if k not in ("env/accuracy", "env/latency_s")}
-            if not all_finite(finite):
-                bad = sorted(k for k, v in finite.items() if not math.isfinite(v))
-                raise NonFiniteError(f"non-finite {bad} in chunk {chunk} (env slots "
-                                     f"{env_slots - slots_per_chunk}..{env_slots}); the last "
-                                     f"good checkpoint is chunk {ckpt.latest_step()}")
-            scalars["perf/chunks_per_s"] = (chunk - start) / (time.perf_counter() - t0)
-            writer.write_scalars(env_slots, scalars)
-            meta = {"chunk": chunk, "env_slots": env_slots,
-                    "load_mean": [float(v) for v in np.ravel(load_mean)]}
-            writer.flush()  # curves before a checkpoint are on disk before it (resume)
-            if ckpt.save(chunk, carry, meta=meta, force=chunk == stop):
-                mult = _final_multipliers(carry, dcfg, load_mean)
-                dual.save_multipliers(workdir, mult, dict(info, chunk=chunk,
-                                                          env_slots=env_slots,
-                                                          final=chunk == num_chunks))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(lam=f"{scalars['dual/lambda_s']:.4f}",
-                                mu_mhz=f"{scalars['dual/mu_per_mhz']:.4f}")
-        if bar is not None:
-            bar.close()
-        ckpt.close()
-        result = {"chunk": stop, "scalars": scalars}
+        try:
+            res = runloop.run(
+                carry, lambda c, _: chunk_fn(c, env_params), start=start, total=num_chunks,
+                max_calls=max_chunks, writers=[writer], ckpt=ckpt, scalars_fn=scalars_fn,
+                x_fn=lambda c, chunk: chunk * slots_per_chunk,
+                # accuracy / latency are NaN in a chunk where no user finished: not an error
+                # (such points are just not written)
+                check=lambda tag: tag not in ("env/accuracy", "env/latency_s"),
+                meta_fn=meta_fn, after_save=after_save, progress=bool(config.log.progress),
+                desc="dual", unit="chunk", step_name="chunks",
+                postfix_fn=lambda sc: {"lam": f"{sc[0]['dual/lambda_s']:.4f}",
+                                       "mu_mhz": f"{sc[0]['dual/mu_per_mhz']:.4f}"})
+        finally:
+            ckpt.close()
+        carry, stop = res.state, res.step
+        result = {"chunk": stop, "scalars": res.scalars[0] if res.scalars
+                  else dict(meta0.get("scalars") or {}), "finished": res.finished,
+                  "stopped_by": res.stopped_by, "start_chunk": start}
         if start == stop and (workdir / dual.MULTIPLIERS_FILE).is_file():
             result["multipliers"] = load_multipliers(workdir)
         else:
-            result["multipliers"] = _final_multipliers(carry, dcfg, load_mean)
+            result["multipliers"] = _final_multipliers(carry, dcfg, host["load_mean"])
         if stop == num_chunks and int(config.eval.gap_slots) > 0 and (
                 start < stop or not (workdir / GAP_FILE).is_file()):
             gap = measure_gap(config, traces, env_params, policy_fn, result["multipliers"],
@@ -267,7 +278,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
             (workdir / GAP_FILE).write_text(json.dumps(dict(gap, scenario=scenario), indent=2))
             writer.write_scalars(stop * slots_per_chunk,
                                  {f"eval/gap_{k}": v for k, v in gap.items()
-                                  if isinstance(v, float)})
+                                  if isinstance(v, float) and math.isfinite(v)})
             result["gap"] = gap
     return result
 

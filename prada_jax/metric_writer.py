@@ -1,4 +1,10 @@
-"""TensorBoard writer (tensorboardX) for scalars, text and images, active on JAX process 0 only.
+"""TensorBoard writer for scalars, text and images, active on JAX process 0 only.
+
+Events are written synchronously (tensorboardX's protobuf builders and its ``EventsWriter``,
+without its background queue): ``flush()`` returns only once every event logged so far is in
+the file and fsync'ed, so curves logged before a checkpoint survive a SIGKILL right after it.
+(tensorboardX's ``SummaryWriter.flush()`` does not drain its asynchronous event queue, which
+is written every ``flush_secs``.)
 
 Tags are namespaced with slashes (``train/policy_loss``, ``env/offload_rate``,
 ``dual/lambda_s``, ``eval/accuracy``). On every process other than 0 all calls are no-ops, so
@@ -13,8 +19,10 @@ Example::
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -30,18 +38,44 @@ class MetricWriter:
     Args:
       logdir: event folder; use ``<workdir>/tb`` (or ``<workdir>/tb/seed<k>`` per seed).
       enabled: write at all; default ``jax.process_index() == 0``.
-      flush_secs: tensorboardX flush interval in seconds.
+      flush_secs: ignored (kept for callers); events are written synchronously and
+        ``flush()`` puts them on disk.
+
+    Each writer opens a new event file (``events.out.tfevents.<time>.<host>.<pid>.<n>``); a
+    resumed run appends a new file that starts with ``mark_restart`` (the host loop writes
+    it), so TensorBoard's reader drops points of the older file past the resumed step.
     """
+
+    _count = itertools.count()
 
     def __init__(self, logdir: os.PathLike | str, *, enabled: bool | None = None,
                  flush_secs: int = 10):
+        del flush_secs
         self.logdir = Path(logdir)
         self.enabled = (jax.process_index() == 0) if enabled is None else bool(enabled)
         self._writer = None
         if self.enabled:
-            from tensorboardX import SummaryWriter
+            from tensorboardX.event_file_writer import EventsWriter
             self.logdir.mkdir(parents=True, exist_ok=True)
-            self._writer = SummaryWriter(str(self.logdir), flush_secs=flush_secs)
+            self._writer = EventsWriter(str(self.logdir / "events"),
+                                        f".{os.getpid()}.{next(self._count)}")
+
+    def _add(self, step: int, summary) -> None:
+        from tensorboardX.proto import event_pb2
+        self._writer.write_event(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                                 summary=summary))
+
+    def mark_restart(self, step: int) -> None:
+        """Marks a restart from ``step``: TensorBoard's reader then drops every point with a
+        larger step written before it (points an interrupted run logged past the checkpoint
+        it resumes from), so each curve has one point per step. (A ``SessionLog.START`` event
+        at ``step + 1``: the reader purges points at steps >= the event's.)"""
+        if not self.enabled:
+            return
+        from tensorboardX.proto import event_pb2
+        self._writer.write_event(event_pb2.Event(
+            wall_time=time.time(), step=int(step) + 1,
+            session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
 
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         """One point per tag at x = ``step``. Values are converted with ``float()``; NaN/inf
@@ -49,15 +83,17 @@ class MetricWriter:
         non-finite value stops the run."""
         if not self.enabled:
             return
+        from tensorboardX.summary import scalar
         for tag, value in scalars.items():
-            self._writer.add_scalar(tag, float(np.asarray(value)), global_step=int(step))
+            self._add(step, scalar(tag, float(np.asarray(value))))
 
     def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
         """Markdown text per tag (e.g. the resolved config)."""
         if not self.enabled:
             return
+        from tensorboardX.summary import text as text_summary
         for tag, text in texts.items():
-            self._writer.add_text(tag, str(text), global_step=int(step))
+            self._add(step, text_summary(tag, str(text)))
 
     def write_images(self, step: int, images: Mapping[str, np.ndarray]) -> None:
         """Images per tag, each ``[H, W]`` (grey) or ``[H, W, C]`` with C in {1, 3, 4};
@@ -71,9 +107,11 @@ class MetricWriter:
             if arr.ndim != 3 or arr.shape[2] not in (1, 3, 4):
                 raise ValueError(f"write_images: image '{tag}' must be [H, W] or [H, W, C] with "
                                  f"C in (1, 3, 4), got shape {arr.shape}")
-            self._writer.add_image(tag, arr, global_step=int(step), dataformats="HWC")
+            from tensorboardX.summary import image
+            self._add(step, image(tag, arr, dataformats="HWC"))
 
     def flush(self) -> None:
+        """Every event written so far is in the file and fsync'ed when this returns."""
         if self._writer is not None:
             self._writer.flush()
 

@@ -39,5 +39,7 @@ def test_ratio_table_rows_and_markdown():
 
 
 def test_unknown_part_is_named():
-    with pytest.raises(SystemExit):
+    from prada_jax.errors import BadInput
+
+    with pytest.raises(BadInput, match="--only"):
         suite.main(["--only", "nope"])

@@ -14,20 +14,20 @@ defines none. The library names are re-exported here for older callers; new code
 ``prada_jax.dual_train``. ``load_multipliers(workdir) -> Multipliers(lambda_s, mu)`` is the
 export for evaluation.
 
-Exit codes: 2 for a bad config field / flag / input file (the message names it), 3 when a
-logged value goes non-finite (the last good checkpoint is kept).
+Exit codes (``prada_jax.cli``): 2 for a bad config field / flag / input file (one line naming
+it), or a resume whose config changes a computational field (the message names it); 3 when a
+logged value goes non-finite (the last good checkpoint is kept); 128 + N when stopped by signal
+N (SIGINT/SIGTERM; a checkpoint is saved at the current chunk and a rerun continues); 1 a bug.
+``--helpconfig`` prints the resolved config.
 """
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from absl import app, flags, logging
 
-from absl import app, flags, logging  # noqa: E402
-
-from prada_jax import config_utils  # noqa: E402
-from prada_jax.dual_train import (  # noqa: E402,F401  (re-exports for older callers)
+from prada_jax import cli, config_utils
+from prada_jax.dual_train import (  # noqa: F401  (re-exports for older callers)
     GAP_FILE, NonFiniteError, build_env_params, build_policy, collect_slots, load_multipliers,
     load_traces, measure_gap, threshold_decisions, train_and_evaluate, validate_config)
 
@@ -48,31 +48,41 @@ def _define_flags() -> None:
         "max_chunks", None, "Stop after this many chunks in this invocation (resume later).")
 
 
+def _check_inputs(config) -> None:
+    """Validates the config, the trace folder and the policy run before anything is written
+    (the library writes ``config.json`` first); each failure is one BadInput line."""
+    validate_config(config)
+    if config.env.get("trace_dir"):
+        load_traces(config)
+    if config.policy_dir:
+        flag = "--policy" if FLAGS.policy is not None else "config.policy_dir"
+        config_utils.check_run_dir(config.policy_dir, flag,
+                                   files=("config.json", "policy_meta.json"),
+                                   kind="train.ppo run")
+
+
 def main(argv):
     config_utils.reject_extra_argv(argv)
     if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=train/configs/dual.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
-    logging.info(config_utils.runtime_info())
     config = FLAGS.config
     if FLAGS.policy is not None:
         with config.unlocked():
             config.policy_dir = FLAGS.policy
-    try:
-        result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
-    except config_utils.ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except NonFiniteError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(3)
+    _check_inputs(config)
+    logging.info(config_utils.runtime_info())
+    from prada_jax import runloop
+    result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
     m = result["multipliers"]
-    print(f"done: chunk {result['chunk']}, lambda_s {m.lambda_s:.5f} PRM units/server unit, "
+    stopped = result.get("stopped_by")
+    head = runloop.status_head(stopped, bool(result.get("finished")),
+                               result.get("start_chunk") == result["chunk"])
+    print(f"{head}: chunk {result['chunk']}, lambda_s {m.lambda_s:.5f} PRM units/server unit, "
           f"mu {m.mu * 1e6:.5f} PRM units/MHz")
+    if stopped in ("SIGINT", "SIGTERM"):
+        sys.exit(runloop.exit_code_for(stopped))
     if "gap" in result:
         g = result["gap"]
         print(f"duality gap (threshold/oracle value, {g['positive_slots']} slots): mean "
@@ -81,5 +91,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags=_define_flags)

@@ -44,7 +44,7 @@ def _define_flags() -> None:
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
     flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
 
-PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
+from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
 STAGE_FILE = "stage_done.json"
 
 
@@ -99,9 +99,12 @@ def stage_done(stage_dir: Path, settings) -> dict | None:
     f = Path(stage_dir) / STAGE_FILE
     if not f.is_file():
         return None
-    try:
-        data = json.loads(f.read_text())
-    except json.JSONDecodeError:
+    from prada_jax.errors import BadInput
+    from prada_jax.jsonio import read_json
+
+    try:   # a damaged marker (any malformed JSON) means: redo the stage
+        data = read_json(f)
+    except BadInput:
         return None
     if data.get("settings") != json.loads(json.dumps(settings)):
         return None
@@ -200,7 +203,7 @@ def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
         f"slots, U={config.env.num_users}) in {d}")
     result = trainer.train_and_evaluate(config, d)
     sc = result["scalars"][0]
-    if not sc:
+    if not sc or result.get("start_update") == result["update_step"]:
         log(f"ppo [{preset}]: the run in {d} was already complete (update "
             f"{result['update_step']})")
     else:
@@ -439,19 +442,14 @@ def main(argv):
         raise app.UsageError("--workdir is required, e.g. --workdir=checkpoints/demo")
     if FLAGS.full and FLAGS.smoke:
         raise app.UsageError("--full and --smoke exclude each other")
-    # The stages report through progress lines and tables; library INFO logs (orbax's
-    # checkpoint manager in particular) would bury them. --verbosity=0 brings them back.
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
+    # Library INFO logs (orbax's checkpoint manager in particular) are hidden by prada_jax.cli
+    # unless --verbosity is given (--verbosity=0 brings them back).
     print(config_utils.runtime_info(), flush=True)
     mode = "full" if FLAGS.full else ("smoke" if FLAGS.smoke else "demo")
-    try:
-        run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo)
-    except (config_utils.ConfigError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo)
 
 
 if __name__ == "__main__":
-    _define_flags()
-    app.run(main)
+    from prada_jax import cli
+
+    cli.run(main, define_flags=_define_flags)

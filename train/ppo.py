@@ -2,17 +2,18 @@
 
     python -m train.ppo --config=train/configs/ppo.py[:variant] --workdir=DIR [--config.x=...]
 
-Rerunning on an existing workdir resumes from its latest checkpoint. See docs/ppo.md.
+Rerunning on an existing workdir checks the config against the stored one, then resumes from
+its newest intact checkpoint. ``--helpconfig`` prints the resolved config. Exit codes
+(``prada_jax.cli``): 2 bad input (one line naming the flag/field/file), 3 non-finite training,
+130/143 stopped by SIGINT/SIGTERM (checkpoint saved), 1 a bug. See docs/ppo.md.
 """
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from absl import app, flags, logging
 
-from absl import app, flags, logging  # noqa: E402
-from prada_jax import config_utils  # noqa: E402
+from prada_jax import cli, config_utils
 
 FLAGS = flags.FLAGS
 
@@ -35,24 +36,36 @@ def main(argv):
         raise app.UsageError("--config is required, e.g. --config=train/configs/ppo.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
-    logging.info(config_utils.runtime_info())
     from prada_jax.rl import trainer
 
-    try:
-        result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
-                                            max_chunks=FLAGS.max_chunks)
-    except config_utils.ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except trainer.NonFiniteLossError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(3)
-    scal = result["scalars"][0]
-    print(f"done: update {result['update_step']}, env steps {result['env_steps']}, "
-          f"episode return {scal.get('train/episode_return', float('nan')):.4f}, "
-          f"nominate rate {scal.get('train/nominate_rate', float('nan')):.3f}")
+    # Bad input is reported before anything is logged or written (one stderr line, exit 2).
+    trainer.validate_config(FLAGS.config)
+    if FLAGS.config.env.get("trace_dir"):
+        trainer.load_traces(FLAGS.config)
+    logging.info(config_utils.runtime_info())
+
+    from prada_jax import runloop
+    result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
+                                        max_chunks=FLAGS.max_chunks)
+    print(summary_line(result))
+    if result["stopped_by"] in ("SIGINT", "SIGTERM"):
+        sys.exit(runloop.exit_code_for(result["stopped_by"]))
+
+
+def summary_line(result: dict) -> str:
+    """One line: where the run stands and the last chunk's metrics (seed 0); a metric the
+    chunk did not have (no finished episode) is left out, never printed as NaN."""
+    scal = result["scalars"][0] if result["scalars"] else {}
+    parts = [f"update {result['update_step']}", f"env steps {result['env_steps']}"]
+    for tag, name, fmt in (("train/episode_return", "episode return", ".4f"),
+                           ("train/nominate_rate", "nominate rate", ".3f")):
+        if tag in scal:
+            parts.append(f"{name} {scal[tag]:{fmt}}")
+    from prada_jax import runloop
+    head = runloop.status_head(result.get("stopped_by"), bool(result.get("finished")),
+                               result.get("start_update") == result["update_step"])
+    return f"{head}: " + ", ".join(parts)
 
 
 if __name__ == "__main__":
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags=_define_flags)

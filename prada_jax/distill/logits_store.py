@@ -26,6 +26,7 @@ import ml_dtypes
 import numpy as np
 
 from prada_jax.lm import safetensors_io
+from prada_jax.errors import BadInput
 
 FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
@@ -35,7 +36,7 @@ _VALUE_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes
 _F16_MIN = float(np.finfo(np.float16).min)
 
 
-class LogitStoreError(ValueError):
+class LogitStoreError(BadInput):
     """A malformed, truncated or inconsistent store; the message names the file."""
 
 

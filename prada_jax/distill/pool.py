@@ -46,6 +46,7 @@ import numpy as np
 from flax import struct
 
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
+from prada_jax.errors import BadInput
 
 FORMAT_VERSION = 1
 POOL_FILE = "pool.safetensors"
@@ -64,7 +65,7 @@ REQUIRED_META = ("format_version", "task", "counts", "tokenizer", "content_hash"
 AGENT_ROLES = ("assistant",)
 
 
-class PoolFormatError(ValueError):
+class PoolFormatError(BadInput):
     """A pool folder or array set that is malformed. The message names the file and field."""
 
     def __init__(self, path: os.PathLike | str, field: str, problem: str):

@@ -23,12 +23,13 @@ import numpy as np
 from flax import struct
 
 from prada_jax.distill.pool import Pool, file_hash
+from prada_jax.errors import BadInput
 
 TABLE_FILE = "teacher_table.safetensors"
 TABLE_META = "teacher_table.json"
 
 
-class TeacherLogitsMismatch(ValueError):
+class TeacherLogitsMismatch(BadInput):
     """Exported teacher logits that do not match the pool."""
 
 

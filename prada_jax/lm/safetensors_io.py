@@ -14,6 +14,7 @@ from typing import Mapping
 
 import ml_dtypes
 import numpy as np
+from prada_jax.errors import BadInput
 
 _DTYPES = {
     "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
@@ -25,7 +26,7 @@ _NAMES = {v: k for k, v in _DTYPES.items()}
 _MAX_HEADER = 100 * 2**20
 
 
-class SafetensorsError(ValueError):
+class SafetensorsError(BadInput):
     """A malformed or truncated safetensors file (the message names the file)."""
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from prada_jax.rl import learner, networks
+from prada_jax.rl.greedy import screen_and_gain
 
 __all__ = ["make_rollout_eval", "summarize", "node_observations", "oracle_labels",
            "fit_label_classifier"]
@@ -44,11 +45,9 @@ def make_rollout_eval(env: Any, apply_fn: Callable, num_envs: int, num_slots: in
         def _slot(carry, k):
             state, obs, ep_ret, sums = carry
             act_key, env_key = jax.random.split(k)
-            logits, q = apply_fn(params, obs)
-            greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            greedy, gain = screen_and_gain(apply_fn, params, obs)
             rand = (jax.random.uniform(act_key, greedy.shape) < p_nominate).astype(jnp.int32)
             screen = jnp.where(use_net, greedy, rand)
-            gain = q[..., 1] - q[..., 0]
             action = screen if action_fn is None else jax.vmap(action_fn)(screen, gain)
             obs, state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
                 jax.random.split(env_key, num_envs), state, action, env_params)

@@ -3,12 +3,15 @@
 ``train_and_evaluate(config, workdir)`` is what ``python -m train.ppo`` calls. A run directory
 holds::
 
-    <workdir>/config.json        resolved config
+    <workdir>/config.json        resolved config (the one in force)
+    <workdir>/run.json           provenance: when the run started / resumed, what changed
     <workdir>/policy_meta.json   obs_dim, trace-set shape, preset, network sizes (for loaders)
     <workdir>/tb/ (or tb/seed<k>/ when num_seeds > 1)   TensorBoard curves, x = env steps
     <workdir>/checkpoints/<update>/   orbax checkpoints of the whole (seed-stacked) LearnerState
 
-Rerunning on an existing workdir restores the latest checkpoint and continues; the result is
+The host loop is ``prada_jax.runloop.run``. Rerunning on an existing workdir first checks the
+new config against the stored one (``prada_jax.run_state``; only ``observational_fields`` may
+change), then restores the newest intact checkpoint and continues; the result is
 bit-identical to an uninterrupted run on CPU (same seed), because the checkpoint holds the
 PRNG keys and the env state and the chunk is deterministic.
 
@@ -20,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -28,20 +30,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prada_jax import checkpointing, config_utils, parallel
+from prada_jax import checkpointing, config_utils, parallel, run_state, runloop
+from prada_jax.errors import BadInput, NonFiniteTraining
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import learner, losses, networks
 
 __all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "load_policy",
-           "Policy", "Setup", "make_act_fn", "NonFiniteLossError", "POLICY_META_FILE"]
+           "Policy", "Setup", "make_act_fn", "NonFiniteLossError", "POLICY_META_FILE",
+           "observational_fields"]
 
 POLICY_META_FILE = "policy_meta.json"
 _TRAIN_TAGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "total_loss",
                "grad_norm", "explained_variance")
 
 
-class NonFiniteLossError(FloatingPointError):
-    """A train/* metric became NaN/inf; the message names the metric and the update range."""
+# A train/* metric became NaN/inf (exit 3); the message names the metric and the update range.
+# Kept as a name for older callers: the host loop raises ``errors.NonFiniteTraining``.
+NonFiniteLossError = NonFiniteTraining
 
 
 # ----------------------------------------------------------------------------- config
@@ -127,25 +132,12 @@ def num_chunks(config) -> int:
 def load_traces(config):
     """The trace set of the config: ``env.trace_dir`` if set, else the synthetic preset.
 
-    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts.
+    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts
+    (the shared loader ``prada_jax.traces.loader.load_config_traces``).
     """
-    from prada_jax.traces import format as tf
-    from prada_jax.traces import synthetic
+    from prada_jax.traces.loader import load_config_traces
 
-    if config.env.trace_dir:
-        traces = tf.load(config.env.trace_dir)
-        meta = tf.read_meta(config.env.trace_dir)
-        info = {"source": str(config.env.trace_dir), "benchmark": meta["benchmark"],
-                "synthetic": bool(meta["synthetic"]), "content_hash": meta["content_hash"]}
-    else:
-        problems = int(config.env.problems) or None
-        traces, meta = synthetic.generate(config.env.preset, seed=int(config.env.trace_seed),
-                                          problems=problems)
-        info = {"source": f"synthetic:{config.env.preset}", "benchmark": config.env.preset,
-                "synthetic": True, "trace_seed": int(config.env.trace_seed)}
-    info.update(num_nodes=traces.num_nodes, num_problems=traces.num_problems,
-                feature_dim=traces.feature_dim)
-    return traces, info
+    return load_config_traces(config)
 
 
 def build_env(config, traces=None):
@@ -300,8 +292,12 @@ def make_jitted_chunk(setup: Setup) -> Callable:
 
 # ----------------------------------------------------------------------------- host loop
 
-def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float, steps_in_chunk: int) -> dict:
-    """Per-seed scalars of one chunk: means over its updates (NaN-aware for env/*)."""
+def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float | None,
+                   steps_in_chunk: int) -> dict:
+    """Per-seed scalars of one chunk: means over its updates (NaN-aware for env/*).
+
+    ``train/steps_per_second`` (env steps / s) only when ``wall_s`` is given: the host loop
+    passes None for the first chunk of a process, whose time includes compilation."""
     m = {k: np.asarray(v[seed_index], np.float64) for k, v in metrics.items()}
     out = {f"train/{k}": float(np.mean(m[k])) for k in _TRAIN_TAGS}
     out["train/learning_updates"] = float(len(m["env_steps"]))
@@ -317,7 +313,8 @@ def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float, steps_in_chunk
     for k, v in m.items():
         if k.startswith("env/") and np.any(np.isfinite(v)):
             out[k] = float(np.nanmean(v))
-    out["train/steps_per_second"] = steps_in_chunk / max(wall_s, 1e-9)
+    if wall_s is not None:
+        out["train/steps_per_second"] = steps_in_chunk / max(wall_s, 1e-9)
     return out
 
 
@@ -347,23 +344,63 @@ def _place_on_mesh(config, states):
     return parallel.place_state(states, mesh, ("env_state", "obs", "ep_return"), axis=1)
 
 
+def observational_fields(config) -> tuple[str, ...]:
+    """Config fields that may change when a run is resumed (they only extend or observe it):
+    the ``log`` section and, with a constant learning rate, ``ppo.total_env_steps`` (the
+    linear/cosine schedules are laid out over the total, so there it changes the computation).
+    Everything else is compared with the stored ``config.json`` (``prada_jax.run_state``)."""
+    fields = ["log.*"]
+    if config.ppo.lr_schedule == "constant":
+        fields.append("ppo.total_env_steps")
+    return tuple(fields)
+
+
+def _check_policy_meta(workdir: Path, meta: dict) -> None:
+    """Refuses a resume whose data gives another policy_meta.json (e.g. a trace folder whose
+    content changed under the same path); writes nothing."""
+    path = workdir / POLICY_META_FILE
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except (ValueError, RecursionError):
+        raise BadInput(f"{path}: not valid JSON; cannot check the resumed run against "
+                       "it") from None
+    new = json.loads(json.dumps(meta))
+    if isinstance(old, dict) and old != new:
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise run_state.ConfigMismatch(
+            f"--workdir={workdir} holds a run whose {POLICY_META_FILE} differs in {diff} "
+            f"(the data changed?); use a new --workdir")
+
+
 def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
                        max_chunks: int | None = None) -> dict:
-    """Trains (or resumes) a run in ``workdir``.
+    """Trains (or resumes) a run in ``workdir`` with the shared host loop (``prada_jax.runloop``).
+
+    On an existing workdir the stored ``config.json`` is compared with ``config`` before
+    anything is written (``prada_jax.run_state``): only ``observational_fields`` may differ
+    (recorded in ``run.json``'s provenance); anything else is refused (``ConfigMismatch``,
+    exit 2). Then the newest intact checkpoint is restored and training continues; a finished
+    run does no work and returns the final scalars stored in its last checkpoint.
 
     Args:
       config: the ``ml_collections`` config of ``train/configs/ppo.py``.
       workdir: run directory (created).
       env_and_params: optional ``(env, env_params)`` to train on instead of the config's env.
-      max_chunks: stop after this many chunks in *this* call (tests, time-boxed jobs); the
-        run continues on the next call.
+      max_chunks: stop after this many chunks in *this* call (tests, time-boxed jobs); a
+        checkpoint is saved there and the run continues on the next call.
 
     Returns:
-      ``{"update_step", "env_steps", "scalars": [per-seed dict of the last chunk]}``.
+      ``{"update_step", "env_steps", "scalars": [per-seed dict of the last chunk], "states",
+      "finished", "stopped_by", "start_update"}``; for a finished run rerun, ``scalars`` are
+      the stored final ones.
 
     Raises:
-      ConfigError: a bad config field (before anything is written).
-      NonFiniteLossError: a train/* metric became non-finite; the last good checkpoint stays.
+      ConfigError / ConfigMismatch / CheckpointError (all ``BadInput``): a bad config field, a
+        changed computational field, an unusable checkpoint (before anything is written).
+      errors.NonFiniteTraining: a train/* metric (or the state at a save) became non-finite;
+        the last good checkpoint stays.
     """
     if "mesh" in config:
         try:
@@ -372,84 +409,73 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
             raise config_utils.ConfigError(str(e)) from e
         parallel.maybe_initialize_distributed(config.mesh)
     setup = build_setup(config, env_and_params)
-    workdir = config_utils.prepare_workdir(workdir)
+    if not workdir:
+        raise config_utils.ConfigError("--workdir is required")
+    check = run_state.check_resume(config, workdir, observational_fields(config))
     meta = _policy_meta(config, setup)
+    if env_and_params is None:   # a caller-given env is the caller's business
+        _check_policy_meta(Path(workdir), meta)
+    workdir = config_utils.prepare_workdir(workdir)
     if parallel.is_process_zero():   # several hosts share the workdir: one writer
-        config_utils.write_config_json(config, workdir)
+        run_state.commit(config, workdir, check)
         (workdir / POLICY_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     num_seeds = int(config.num_seeds)
     seeds = meta["seeds"]
-    writers = [MetricWriter(workdir / "tb" if num_seeds == 1 else workdir / "tb" / f"seed{s}")
-               for s in seeds]
     ckpt = checkpointing.Checkpointer(workdir / "checkpoints",
                                       save_every=int(config.log.checkpoint_every),
                                       max_to_keep=int(config.log.keep_checkpoints))
-    states = setup.init_states(config)
-    start_update = 0
-    if ckpt.latest_step() is not None:
-        states, _ = ckpt.restore(states)
-        start_update = int(np.asarray(states.update_step)[0])
+    try:
+        states, ckpt_meta, _ = runloop.restore_or_init(ckpt, setup.init_states(config))
+    except BaseException:
+        ckpt.close()
+        raise
+    start_update = int(np.asarray(states.update_step)[0])
+    if start_update:
         logging.info("resumed %s at update %d", workdir, start_update)
-    else:
+    writers = [MetricWriter(workdir / "tb" if num_seeds == 1 else workdir / "tb" / f"seed{s}")
+               for s in seeds]
+    if start_update == 0:
         for w in writers:
             w.write_texts(0, {"config": "```\n" + config_utils.config_to_json(config) + "\n```"})
     states = _place_on_mesh(config, states)
     k = setup.settings.updates_per_chunk
     total_updates = setup.total_chunks * k
-    chunk_fn = make_jitted_chunk(setup)
+    chunk_fn = make_jitted_chunk(setup) if start_update < total_updates else None
     steps_per_chunk = setup.settings.num_envs * setup.settings.rollout_len * k
-    bar = None
-    if config.log.progress:
-        from tqdm import tqdm
-        bar = tqdm(total=total_updates, initial=start_update, unit="upd", dynamic_ncols=True,
-                   desc="ppo")
-    last_scalars: list[dict] = [{} for _ in seeds]
-    done_chunks = 0
+    env_params = setup.env_params
+
+    def scalars_fn(metrics, update, wall_s):
+        return [_chunk_scalars(metrics, i, wall_s, steps_per_chunk) for i in range(num_seeds)]
+
+    def env_steps_of(st) -> int:
+        return int(np.asarray(st.env_steps)[0])
+
+    def postfix(sc):
+        ret = sc[0].get("train/episode_return", float("nan"))
+        out = {"ret": f"{ret:.4f}", "kl": f"{sc[0]['train/approx_kl']:.4f}"}
+        if "train/steps_per_second" in sc[0]:
+            out["sps"] = f"{sc[0]['train/steps_per_second']:.0f}"
+        return out
+
     try:
-        update = start_update
-        while update < total_updates and (max_chunks is None or done_chunks < max_chunks):
-            t0 = time.perf_counter()
-            new_states, metrics = chunk_fn(states, setup.env_params)
-            metrics = jax.device_get(metrics)
-            wall = time.perf_counter() - t0
-            scalars = [_chunk_scalars(metrics, i, wall, steps_per_chunk) for i in range(num_seeds)]
-            for i, sc in enumerate(scalars):
-                bad = [t for t in sc if t.startswith("train/") and not math.isfinite(sc[t])]
-                if bad:
-                    raise NonFiniteLossError(
-                        f"non-finite {bad[0]} (seed {seeds[i]}) in updates {update + 1}.."
-                        f"{update + k}; stopping. The last good checkpoint "
-                        f"(update {ckpt.latest_step()}) is kept in {ckpt.directory}")
-            states = new_states
-            update += k
-            env_steps = int(np.asarray(states.env_steps)[0])
-            for w, sc in zip(writers, scalars):
-                w.write_scalars(env_steps, sc)
-            last_scalars = scalars
-            if ckpt.should_save(update):
-                # Curves up to a checkpoint are on disk before it: a resume restarts after the
-                # checkpoint and would not rewrite them.
-                for w in writers:
-                    w.flush()
-            ckpt.save(update, states, meta={"update_step": update, "env_steps": env_steps})
-            done_chunks += 1
-            if bar is not None:
-                ret = scalars[0].get("train/episode_return", float("nan"))
-                bar.set_postfix(ret=f"{ret:.4f}", kl=f"{scalars[0]['train/approx_kl']:.4f}",
-                                sps=f"{scalars[0]['train/steps_per_second']:.0f}")
-                bar.update(k)
-        if update >= total_updates:
-            ckpt.save(update, states, meta={"update_step": update, "env_steps":
-                                            int(np.asarray(states.env_steps)[0])}, force=True)
+        res = runloop.run(
+            states, lambda st, _: chunk_fn(st, env_params), start=start_update,
+            total=total_updates, steps_per_call=k, max_calls=max_chunks, writers=writers,
+            ckpt=ckpt, scalars_fn=scalars_fn, x_fn=lambda st, _: env_steps_of(st),
+            check=lambda tag: tag.startswith("train/"),
+            meta_fn=lambda st, update, sc: {"update_step": update,
+                                            "env_steps": env_steps_of(st), "scalars": sc},
+            progress=bool(config.log.progress), desc="ppo", unit="upd", postfix_fn=postfix,
+            writer_names=[f"seed {s}" for s in seeds], step_name="updates")
     finally:
-        if bar is not None:
-            bar.close()
         for w in writers:
             w.close()
         ckpt.close()
-    return {"update_step": int(np.asarray(states.update_step)[0]),
-            "env_steps": int(np.asarray(states.env_steps)[0]), "scalars": last_scalars,
-            "states": states}
+    scalars = res.scalars or list(ckpt_meta.get("scalars") or [{} for _ in seeds])
+    return {"update_step": int(np.asarray(res.state.update_step)[0]),
+            "env_steps": env_steps_of(res.state), "scalars": scalars, "states": res.state,
+            "finished": res.finished, "stopped_by": res.stopped_by,
+            "start_update": start_update}
 
 
 # ----------------------------------------------------------------------------- loading
@@ -462,14 +488,12 @@ def make_act_fn(apply_fn: Callable, action_fn: Callable | None = None,
     ``EdgeAction``) the critic's ΔQ is attached as the gain; otherwise an int32 [U] array.
     """
     def act_fn(params, key, obs):
-        logits, q = apply_fn(params, obs)
-        if greedy:
-            screen = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        else:
-            screen = jax.random.categorical(key, logits).astype(jnp.int32)
+        from prada_jax.rl.greedy import screen_and_gain
+
+        screen, gain = screen_and_gain(apply_fn, params, obs, key, greedy=greedy)
         if action_fn is None:
             return screen
-        return action_fn(screen, q[..., 1] - q[..., 0])
+        return action_fn(screen, gain)
     return act_fn
 
 
@@ -519,10 +543,14 @@ def load_policy(workdir, step: int | None = None, seed_index: int = 0):
       seed_index: which of the run's ``num_seeds`` learner states (0-based).
 
     Returns:
-      ``(policy, config)``: a ``Policy`` and the run's ``ConfigDict``.
+      ``(policy, config)``: a ``Policy`` and the run's ``ConfigDict``; ``policy.meta["step"]``
+      is the checkpoint step (update count) that was loaded.
 
     Raises:
-      FileNotFoundError / ValueError naming the file that is missing or malformed.
+      FileNotFoundError / ValueError naming the file that is missing or malformed;
+      ``checkpointing.CheckpointError`` (a ``BadInput``; ``MissingCheckpoint`` is also a
+      FileNotFoundError) for a missing, damaged or mismatched checkpoint. The latest step is
+      loaded as it is: a damaged one is reported (naming the file), never skipped.
     """
     workdir = Path(workdir)
     config = config_utils.read_config_json(workdir)
@@ -538,11 +566,13 @@ def load_policy(workdir, step: int | None = None, seed_index: int = 0):
     params_template = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((int(meta["num_seeds"]),) + x.shape, x.dtype),
         params_template)
-    ckpt = checkpointing.Checkpointer(workdir / "checkpoints")
+    # Read-only: a policy folder without checkpoints/ is refused, never created.
+    ckpt = checkpointing.Checkpointer(workdir / "checkpoints", create=False)
     try:
         params, ckpt_meta, step = _restore_params(ckpt, params_template, step)
     finally:
         ckpt.close()
+    logging.info("loaded policy %s at update %d (seed index %d)", workdir, step, seed_index)
     params = jax.tree.map(lambda x: x[seed_index], params)
     apply_fn = networks.make_apply_fn(graphdef)
     action_fn = None
@@ -564,18 +594,34 @@ def _restore_params(ckpt: checkpointing.Checkpointer, params_template, step):
     if step is None:
         step = ckpt.latest_step()
         if step is None:
-            raise FileNotFoundError(f"no checkpoint in {ckpt.directory}")
+            raise checkpointing.MissingCheckpoint(f"no checkpoint in {ckpt.directory}")
     if step not in ckpt.all_steps():
-        raise FileNotFoundError(f"no checkpoint for step {step} in {ckpt.directory} "
-                                f"(have {ckpt.all_steps()})")
+        raise checkpointing.MissingCheckpoint(f"no checkpoint for step {step} in "
+                                              f"{ckpt.directory} (have {ckpt.all_steps()})")
+    step = int(step)
+    verified = ckpt.verify(step)
     path = ckpt.directory / str(step) / "state"
-    with ocp.PyTreeCheckpointer() as pc:
-        item = {"params": params_template}
-        # Restore onto the template's devices, whatever topology saved the run.
-        restored = pc.restore(path, args=ocp.args.PyTreeRestore(
-            item=item, partial_restore=True,
-            restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
-    params = restored["params"]
     meta_path = ckpt.directory / str(step) / "meta" / "metadata"
-    ckpt_meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return params, ckpt_meta, int(step)
+    try:
+        ckpt_meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (ValueError, RecursionError) as e:
+        raise checkpointing.DamagedCheckpoint(
+            f"checkpoint step {step} is damaged: {meta_path} is not valid JSON "
+            f"({type(e).__name__})") from None
+    try:
+        with ocp.PyTreeCheckpointer() as pc:
+            item = {"params": params_template}
+            # Restore onto the template's devices, whatever topology saved the run.
+            restored = pc.restore(path, args=ocp.args.PyTreeRestore(
+                item=item, partial_restore=True,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
+    except Exception as e:  # noqa: BLE001  (orbax/tensorstore raise many types)
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        if verified:
+            raise checkpointing.CheckpointError(
+                f"checkpoint {path} does not hold the parameters {POLICY_META_FILE} "
+                f"describes: {type(e).__name__}: {first}") from e
+        raise checkpointing.DamagedCheckpoint(
+            f"checkpoint step {step} is damaged or unreadable: {path}: "
+            f"{type(e).__name__}: {first}") from e
+    return restored["params"], ckpt_meta, step

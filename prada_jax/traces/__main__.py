@@ -1,30 +1,48 @@
-"""Command line for step traces: validate, synth, stats, build.
+"""Command line for step traces: validate, synth, stats, build (absl flags, one per word).
 
     python -m prada_jax.traces validate DIR [DIR ...]
-    python -m prada_jax.traces synth --preset gsm8k --out DIR [--seed 0] [--problems N]
-        [--prm-noise X] [--prm-miscalibration X] [--prm-miss X] [--full-depth D]
-        [--node-budget B]
-    python -m prada_jax.traces stats DIR [DIR ...] [--preset all|NAME ...] [--json FILE]
-    python -m prada_jax.traces build ...        (needs the [torch] extra; see build.py)
+    python -m prada_jax.traces synth --preset=gsm8k --out=DIR [--seed=0] [--problems=N]
+        [--prm_noise=X] [--prm_miscalibration=X] [--prm_miss=X] [--full_depth=D]
+        [--node_budget=B]
+    python -m prada_jax.traces stats DIR [DIR ...] [--preset=all|NAME ...] [--json=FILE]
+    python -m prada_jax.traces build --slm=DIR --llm=DIR --prm=DIR --data=FILE ...
+        ([torch] extra; flags in prada_jax/traces/build.py, docs/build_traces.md)
+    python -m prada_jax.traces SUBCOMMAND --help
 
-Bad data (a malformed trace folder, an invalid generator setting) prints one line on stderr and
-exits with code 2, without a traceback. Bad flags are argparse errors (also code 2).
+Flags are absl flags (``--name=value`` or ``--name value``); the older dash spellings
+(``--prm-noise``) are accepted as aliases of the underscore names. Exit codes as every command
+(README, "Errors and exit codes"): 2 for bad input — a bad flag, a malformed trace folder, an
+invalid generator setting — with one line on stderr naming it and nothing written; 1 a bug.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import os
+import re
 import sys
 import time
 
-from prada_jax.traces.format import TraceFormatError, load, read_meta, save
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-EXIT_BAD_DATA = 2
+from absl import flags  # noqa: E402
+
+from prada_jax.errors import EXIT_BAD_INPUT, BadInput  # noqa: E402
+from prada_jax.presets import BENCHMARKS  # noqa: E402
+
+EXIT_BAD_DATA = EXIT_BAD_INPUT
+SUBCOMMANDS = ("validate", "synth", "stats", "build")
 
 
-def _cmd_validate(args) -> int:
-    for d in args.dirs:
+# ----------------------------------------------------------------------------- subcommands
+
+def _cmd_validate(fv, dirs) -> int:
+    from prada_jax.traces.format import load, read_meta
+
+    if not dirs:
+        raise BadInput("validate: give at least one trace folder DIR")
+    for d in dirs:
         meta = read_meta(d)
         load(d)
         print(f"{d}: OK ({meta['benchmark']}, {meta['counts']['problems']} problems, "
@@ -33,124 +51,178 @@ def _cmd_validate(args) -> int:
     return 0
 
 
-def _cmd_synth(args) -> int:
+def _cmd_synth(fv, rest) -> int:
     from prada_jax.traces import synthetic
+    from prada_jax.traces.format import save
 
+    if rest:
+        raise BadInput(f"synth: unexpected arguments {' '.join(rest)}")
+    if len(fv.preset) != 1 or fv.preset[0] == "all":
+        raise BadInput(f"--preset: synth needs exactly one of {', '.join(BENCHMARKS)}")
+    if not fv.out:
+        raise BadInput("--out is required")
+    preset = fv.preset[0]
     t0 = time.perf_counter()
     traces, meta = synthetic.generate(
-        args.preset, seed=args.seed, problems=args.problems, prm_noise=args.prm_noise,
-        prm_miscalibration=args.prm_miscalibration, prm_miss=args.prm_miss,
-        full_depth=args.full_depth, node_budget=args.node_budget)
-    out = save(traces, args.out, meta)
-    print(f"wrote {out} (SYNTHETIC {args.preset}: {traces.num_problems} problems, "
-          f"{traces.num_nodes} nodes, seed {args.seed}) in {time.perf_counter() - t0:.2f} s")
+        preset, seed=fv.seed, problems=fv.problems, prm_noise=fv.prm_noise,
+        prm_miscalibration=fv.prm_miscalibration, prm_miss=fv.prm_miss,
+        full_depth=fv.full_depth, node_budget=fv.node_budget)
+    out = save(traces, fv.out, meta)
+    print(f"wrote {out} (SYNTHETIC {preset}: {traces.num_problems} problems, "
+          f"{traces.num_nodes} nodes, seed {fv.seed}) in {time.perf_counter() - t0:.2f} s")
     return 0
 
 
-def _cmd_stats(args) -> int:
+def _cmd_stats(fv, dirs) -> int:
     from prada_jax.traces import stats, synthetic
+    from prada_jax.traces.format import load, read_meta
 
-    rows = []
-    for d in args.dirs:
-        rows.append(stats.trace_stats(load(d), read_meta(d)))
     presets = []
-    for name in args.preset or []:
-        presets.extend(sorted(synthetic.PRESETS) if name == "all" else [name])
+    for name in fv.preset:
+        presets.extend(BENCHMARKS if name == "all" else [name])
+    if not dirs and not presets:
+        raise BadInput("stats: give at least one DIR or --preset")
+    if fv.json and os.path.isdir(fv.json):
+        raise BadInput(f"--json={fv.json}: is a directory")
+    rows = [stats.trace_stats(load(d), read_meta(d)) for d in dirs]
     for name in presets:
-        traces, meta = synthetic.generate(name, seed=args.seed)
+        traces, meta = synthetic.generate(name, seed=fv.seed)
         rows.append(stats.trace_stats(traces, meta))
-    if not rows:
-        print("stats: give at least one DIR or --preset", file=sys.stderr)
-        return EXIT_BAD_DATA
     print(stats.summary_table(rows))
     if any(r["synthetic"] for r in rows):
         print("[synthetic] = synthetic data from prada_jax.traces.synthetic, not model outputs")
-    if args.json:
-        with open(args.json, "w") as f:
+    if fv.json:
+        with open(fv.json, "w") as f:
             json.dump(rows, f, indent=2)
     return 0
 
 
-def _cmd_build(args) -> int:
-    return args.build_run(args)
+def _define(cmd: str, fv: flags.FlagValues) -> None:
+    """The flags of one subcommand, on their own FlagValues (subcommands share names with
+    different defaults, e.g. ``--node_budget``)."""
+    if cmd in ("synth", "stats"):
+        flags.DEFINE_multi_enum("preset", [], list(BENCHMARKS) + ["all"],
+                                "synthetic preset (synth: exactly one; stats: repeatable, "
+                                "'all' = every preset, generated in memory)", flag_values=fv)
+        flags.DEFINE_integer("seed", 0, "generator seed", flag_values=fv)
+    if cmd == "synth":
+        flags.DEFINE_string("out", None, "output trace folder", flag_values=fv)
+        flags.DEFINE_integer("problems", None, "number of problems (default: the published "
+                             "count)", lower_bound=1, flag_values=fv)
+        flags.DEFINE_float("prm_noise", None, "sd of the noise on the PRM logit (default 1.0)",
+                           flag_values=fv)
+        flags.DEFINE_float("prm_miscalibration", None, "m in sigmoid((1+m) logit(v)); "
+                           "0 = calibrated (default 0)", flag_values=fv)
+        flags.DEFINE_float("prm_miss", None, "probability the PRM overlooks an error "
+                           "(default 0.2)", flag_values=fv)
+        flags.DEFINE_integer("full_depth", None, "complete tree depth (default 4)",
+                             flag_values=fv)
+        flags.DEFINE_integer("node_budget", None, "per-problem node budget for optional "
+                             "branches (default 64)", flag_values=fv)
+    if cmd == "stats":
+        flags.DEFINE_string("json", None, "also write the stats as JSON to this file",
+                            flag_values=fv)
+    if cmd == "build":
+        _define_from_argparse(_build_parser(), fv)
 
 
-def _add_build(sub) -> None:
-    """Adds the ``build`` subcommand; its module is imported only when ``build`` is asked for."""
-    p = sub.add_parser("build", help="build real traces with Hugging Face models ([torch] extra)",
-                       add_help=False)
-    p.set_defaults(func=_cmd_build)
+# ----------------------------------------------------------------------------- build
+
+def _build_parser() -> argparse.ArgumentParser:
+    build = importlib.import_module("prada_jax.traces.build")
+    p = argparse.ArgumentParser(prog="python -m prada_jax.traces build", add_help=False)
+    build.add_arguments(p)
+    return p
 
 
-def _parser() -> argparse.ArgumentParser:
-    from prada_jax.traces.synthetic import PRESETS
+def _define_from_argparse(parser: argparse.ArgumentParser, fv: flags.FlagValues) -> None:
+    """absl flags for the options of ``build.add_arguments`` (the builder's flag spec): one
+    flag per option, named by its ``dest`` (``--node_budget``), same type, default, choices."""
+    for a in parser._actions:  # noqa: SLF001  (argparse has no public action list)
+        if not a.option_strings or isinstance(a, argparse._HelpAction):  # noqa: SLF001
+            continue
+        help_ = (a.help or a.dest) + (" (required)" if a.required else "")
+        if isinstance(a, argparse._StoreTrueAction):  # noqa: SLF001
+            flags.DEFINE_bool(a.dest, False, help_, flag_values=fv)
+        elif a.choices:
+            flags.DEFINE_enum(a.dest, a.default, list(a.choices), help_, flag_values=fv)
+        elif a.type is int:
+            flags.DEFINE_integer(a.dest, a.default, help_, flag_values=fv)
+        elif a.type is float:
+            flags.DEFINE_float(a.dest, a.default, help_, flag_values=fv)
+        else:
+            flags.DEFINE_string(a.dest, a.default, help_, flag_values=fv)
 
-    ap = argparse.ArgumentParser(prog="python -m prada_jax.traces", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("validate", help="check trace folders; exit 0 if all are valid")
-    p.add_argument("dirs", nargs="+", metavar="DIR")
-    p.set_defaults(func=_cmd_validate)
 
-    p = sub.add_parser("synth", help="write a calibrated synthetic trace set")
-    p.add_argument("--preset", required=True, choices=sorted(PRESETS))
-    p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--problems", type=int, default=None,
-                   help="number of problems (default: the published count)")
-    p.add_argument("--prm-noise", type=float, default=None,
-                   help="sd of the noise on the PRM logit (default 1.0)")
-    p.add_argument("--prm-miscalibration", type=float, default=None,
-                   help="m in sigmoid((1+m) logit(v)); 0 = calibrated (default 0)")
-    p.add_argument("--prm-miss", type=float, default=None,
-                   help="probability the PRM overlooks an error (default 0.2)")
-    p.add_argument("--full-depth", type=int, default=None, help="complete tree depth (default 4)")
-    p.add_argument("--node-budget", type=int, default=None,
-                   help="per-problem node budget for optional branches (default 64)")
-    p.set_defaults(func=_cmd_synth)
+def _build_namespace(fv: flags.FlagValues) -> argparse.Namespace:
+    parser = _build_parser()
+    ns = argparse.Namespace()
+    for a in parser._actions:  # noqa: SLF001
+        if not a.option_strings or isinstance(a, argparse._HelpAction):  # noqa: SLF001
+            continue
+        value = fv[a.dest].value
+        if a.required and value is None:
+            raise BadInput(f"--{a.dest} is required")
+        setattr(ns, a.dest, value)
+    return ns
 
-    p = sub.add_parser("stats", help="print the summary table of trace folders / presets")
-    p.add_argument("dirs", nargs="*", metavar="DIR")
-    p.add_argument("--preset", action="append", choices=sorted(PRESETS) + ["all"],
-                   help="also generate this synthetic preset in memory (repeatable; 'all')")
-    p.add_argument("--seed", type=int, default=0, help="seed for --preset")
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the stats as JSON")
-    p.set_defaults(func=_cmd_stats)
 
-    _add_build(sub)
-    return ap
+def _cmd_build(fv, rest) -> int:
+    if rest:
+        raise BadInput(f"build: unexpected arguments {' '.join(rest)}")
+    build = importlib.import_module("prada_jax.traces.build")
+    return build.run(_build_namespace(fv))
+
+
+# ----------------------------------------------------------------------------- entry
+
+_RUN = {"validate": _cmd_validate, "synth": _cmd_synth, "stats": _cmd_stats,
+        "build": _cmd_build}
+
+
+def _normalise(argv: list[str]) -> list[str]:
+    """``--prm-noise=1`` → ``--prm_noise=1`` (dash spellings are aliases)."""
+    out = []
+    for a in argv:
+        m = re.match(r"^(--?)([A-Za-z][\w-]*)(=.*)?$", a, re.S)
+        out.append(f"{m.group(1)}{m.group(2).replace('-', '_')}{m.group(3) or ''}" if m else a)
+    return out
+
+
+def _error(msg: str) -> int:
+    from prada_jax.cli import one_line
+
+    print(f"error: {one_line(msg)}", file=sys.stderr, flush=True)
+    return EXIT_BAD_DATA
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one subcommand; returns the exit code (0 ok, 2 bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = _parser()
-    if argv and argv[0] == "build":
-        try:
-            build = importlib.import_module("prada_jax.traces.build")
-        except ImportError as e:
-            print(f"build: cannot import the real trace builder ({e}); install the [torch] extra: "
-                  "pip install -e '.[torch]'", file=sys.stderr)
-            return EXIT_BAD_DATA
-        bp = argparse.ArgumentParser(prog="python -m prada_jax.traces build")
-        build.add_arguments(bp)
-        args = bp.parse_args(argv[1:])
-        args.build_run = build.run
-        return _run(_cmd_build, args, catch_value_errors=False)
-    args = ap.parse_args(argv)
-    return _run(args.func, args)
-
-
-def _run(fn, args, catch_value_errors: bool = True) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0 if argv else EXIT_BAD_DATA
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in SUBCOMMANDS:
+        return _error(f"unknown subcommand {cmd!r}; choose from {', '.join(SUBCOMMANDS)}")
+    fv = flags.FlagValues()
     try:
-        return int(fn(args) or 0)
-    except TraceFormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_DATA
-    except ValueError as e:   # invalid generator settings and the like, named in the message
-        if not catch_value_errors:
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_DATA
+        _define(cmd, fv)
+    except ImportError as e:
+        return _error(f"build: cannot import the real trace builder ({e}); install the [torch] "
+                      "extra: pip install -e '.[torch]'")
+    if any(a in ("-h", "--help", "--helpfull") for a in rest):
+        print(f"python -m prada_jax.traces {cmd} ...\n")
+        print(fv.get_help() or "(no flags)")
+        return 0
+    try:
+        positional = fv([f"prada_jax.traces {cmd}", *_normalise(rest)])[1:]
+    except flags.Error as e:
+        return _error(re.sub(r"^flag (--)", r"\1", str(e)))
+    try:
+        return int(_RUN[cmd](fv, positional) or 0)
+    except BadInput as e:
+        return _error(str(e))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ import numpy as np
 
 from prada_jax.traces import answers as answers_lib
 from prada_jax.traces import datasets as datasets_lib
+from prada_jax.errors import BadInput
 
 DEFAULT_SYSTEM_PROMPT = ("Please reason step by step, and put your final answer within "
                          "\\boxed{}.")
@@ -73,7 +74,7 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
-class BuildError(ValueError):
+class BuildError(BadInput):
     """Bad input to the builder: the message names the flag, file or field."""
 
 
@@ -709,7 +710,9 @@ def _prepare_staging(out: Path, fingerprint: dict) -> Path:
     sfile = staging / SETTINGS_FILE
     has_batches = any(staging.glob("batch_*.safetensors"))
     if sfile.is_file() and has_batches:
-        old = json.loads(sfile.read_text())
+        from prada_jax.jsonio import read_json
+
+        old = read_json(sfile, error=BuildError)
         if old != fingerprint:
             diff = _diff_keys(old, fingerprint)
             raise BuildError(f"{sfile}: the staged batches were built with different settings "
@@ -857,8 +860,12 @@ def build(args: argparse.Namespace, *, slm: StepGenerator | None = None,
     else:
         from safetensors.numpy import save
 
-        hidden = getattr(slm, "hidden_size", None) or json.loads(
-            (slm_dir / "config.json").read_text())["hidden_size"]
+        from prada_jax.jsonio import read_json
+
+        hidden = getattr(slm, "hidden_size", None) or read_json(
+            slm_dir / "config.json", error=BuildError).get("hidden_size")
+        if not isinstance(hidden, int):
+            raise BuildError(f"{slm_dir / 'config.json'}: field 'hidden_size' must be an integer")
         projection = make_projection(int(hidden), st.feature_dim, st.seed)
         _atomic_write_bytes(proj_path, save({"projection": projection}))
     bar = None

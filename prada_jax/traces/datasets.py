@@ -19,12 +19,13 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from prada_jax.errors import BadInput
 
 BENCHMARKS = ("gsm8k", "gaokao2023en", "mmlu_stem")
 LETTERS = "ABCDE"
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInput):
     """A data file line that does not fit its benchmark's schema."""
 
 
@@ -128,6 +129,9 @@ def load_problems(path: os.PathLike | str, benchmark: str, limit: int | None = N
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise _err(path, line_no, "<line>", f"not valid JSON ({e.msg})") from None
+            except (RecursionError, ValueError):
+                raise _err(path, line_no, "<line>", "not valid JSON (nested too deeply)"
+                           ) from None
             problems.append(parse_row(row, benchmark, len(problems), str(path), line_no))
     if not problems:
         raise DatasetError(f"{path}: no problems")

@@ -47,6 +47,7 @@ import numpy as np
 from flax import struct
 
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
+from prada_jax.errors import BadInput
 
 FORMAT_VERSION = 1
 NODES_FILE = "nodes.safetensors"
@@ -77,7 +78,7 @@ REQUIRED_META = ("format_version", "benchmark", "synthetic", "models", "feature_
                  "counts", "max_depth", "content_hash")
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(BadInput):
     """A trace folder that is malformed. The message names the file and the field."""
 
     def __init__(self, path: os.PathLike | str, field: str, problem: str):
@@ -166,6 +167,10 @@ def read_meta(path: os.PathLike | str) -> dict:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TraceFormatError(meta_path, "<json>", f"not valid JSON ({e})") from None
+    except RecursionError:
+        raise TraceFormatError(meta_path, "<json>", "not valid JSON (nested too deeply)") from None
+    except (ValueError, OSError) as e:   # e.g. an integer beyond the conversion limit
+        raise TraceFormatError(meta_path, "<json>", f"unreadable ({e})") from None
     if not isinstance(meta, dict):
         raise TraceFormatError(meta_path, "<json>", "top level must be an object")
     for key in REQUIRED_META:

@@ -34,13 +34,14 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
+from prada_jax.errors import BadInput
 
 PRM_CONFIG = "prm_config.json"
 VALUE_HEAD_FILE = "value_head.safetensors"
 STYLES = ("value-head", "step-tag")
 
 
-class PRMError(ValueError):
+class PRMError(BadInput):
     """A PRM folder or config that cannot be used. The message names the file and field."""
 
 
@@ -66,6 +67,9 @@ def read_prm_config(path: os.PathLike | str, style: str | None = None) -> dict:
             cfg = json.loads(cfg_path.read_text())
         except json.JSONDecodeError as e:
             raise PRMError(f"{cfg_path}: not valid JSON ({e})") from None
+        except (RecursionError, UnicodeDecodeError, ValueError):
+            raise PRMError(f"{cfg_path}: not valid JSON (nested too deeply or not UTF-8)"
+                           ) from None
         if not isinstance(cfg, dict):
             raise PRMError(f"{cfg_path}: top level must be an object")
     file_style = cfg.get("style")

@@ -71,6 +71,8 @@ from pathlib import Path
 
 import numpy as np
 
+from prada_jax.errors import BadInput
+from prada_jax.presets import BENCHMARKS
 from prada_jax.traces.format import TraceFormatError, TraceSet, load, save
 
 FEATURE_NAMES = tuple([f"hid_{i}" for i in range(10)]
@@ -105,6 +107,8 @@ PRESETS: dict[str, Preset] = {
     "mmlu_stem": Preset("mmlu_stem", 3018, 0.575, 0.719, 2, 1.5, 2, 8, 170.0, 45.0,
                         llm_slip=0.01),
 }
+
+assert tuple(PRESETS) == BENCHMARKS, "prada_jax.presets.BENCHMARKS is the one preset list"
 
 DEFAULTS = dict(prm_noise=1.0, prm_miscalibration=0.0, prm_miss=0.2, full_depth=4, node_budget=64,
                 behaviour_llm=0.3, feature_signal=0.85)
@@ -271,7 +275,7 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
       ``(traces, meta)``: a ``TraceSet`` of NumPy arrays and the meta dict for ``format.save``.
     """
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+        raise BadInput(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     pre = PRESETS[preset]
     opts = dict(DEFAULTS)
     for k, v in dict(prm_noise=prm_noise, prm_miscalibration=prm_miscalibration,
@@ -282,17 +286,17 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
             opts[k] = v
     n = pre.problems if problems is None else int(problems)
     if n < 1:
-        raise ValueError(f"problems must be >= 1, got {problems}")
+        raise BadInput(f"problems must be >= 1, got {problems}")
     if not opts["prm_noise"] >= 0:
-        raise ValueError(f"prm_noise must be >= 0, got {opts['prm_noise']}")
+        raise BadInput(f"prm_noise must be >= 0, got {opts['prm_noise']}")
     if not opts["prm_miscalibration"] > -1:
-        raise ValueError(f"prm_miscalibration must be > -1, got {opts['prm_miscalibration']}")
+        raise BadInput(f"prm_miscalibration must be > -1, got {opts['prm_miscalibration']}")
     if not 0.0 <= opts["prm_miss"] <= 1.0:
-        raise ValueError(f"prm_miss must be in [0, 1], got {opts['prm_miss']}")
+        raise BadInput(f"prm_miss must be in [0, 1], got {opts['prm_miss']}")
     if int(opts["full_depth"]) < 0:
-        raise ValueError(f"full_depth must be >= 0, got {opts['full_depth']}")
+        raise BadInput(f"full_depth must be >= 0, got {opts['full_depth']}")
     if not 0.0 < opts["behaviour_llm"] < 1.0:
-        raise ValueError(f"behaviour_llm must be in (0, 1), got {opts['behaviour_llm']}")
+        raise BadInput(f"behaviour_llm must be in (0, 1), got {opts['behaviour_llm']}")
     full_depth, budget = int(opts["full_depth"]), int(opts["node_budget"])
     rng = np.random.default_rng(seed)
 

@@ -119,5 +119,5 @@ def test_config_utils_errors_name_fields(tmp_path):
     path = config_utils.write_config_json(cfg, tmp_path)
     assert json.loads(path.read_text())["ppo"]["lr"] == -1e-3
     assert config_utils.read_config_json(tmp_path).ppo.mb == 3
-    with pytest.raises(SystemExit, match="unexpected"):
+    with pytest.raises(config_utils.ConfigError, match="unexpected"):
         config_utils.reject_extra_argv(["prog", "stray"])

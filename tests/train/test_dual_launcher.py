@@ -137,3 +137,65 @@ print("ok")
 def test_unknown_variant_is_refused():
     with pytest.raises(ValueError, match="unknown variant"):
         dual_configs.get_config("smok")
+
+
+@pytest.mark.slow
+def test_sigkill_after_a_checkpoint_then_resume_matches_uninterrupted(tmp_path):
+    """train.dual killed with SIGKILL after checkpoint 3 has committed, rerun on the same
+    workdir: the same final state, every curve point (timing left out) and the same
+    multipliers.json / gap.json / config.json as an uninterrupted run."""
+    import os
+    import signal
+    import time
+
+    import jax
+    from prada_jax import checkpointing
+
+    flags = ["--config=train/configs/dual.py:smoke", "--config.train.num_chunks=30"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1",
+               JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))
+    cmd = [sys.executable, "-m", "train.dual"]
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    r = subprocess.run(cmd + flags + [f"--workdir={ref}"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    proc = subprocess.Popen(cmd + flags + [f"--workdir={run}"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if (run / "checkpoints" / "3").is_dir():
+            break
+        time.sleep(0.01)
+    killed = proc.poll() is None
+    proc.send_signal(signal.SIGKILL) if killed else None
+    proc.wait()
+    assert killed, "the run finished before it could be killed; make it longer"
+    steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    assert 3 <= steps[-1] < 30, steps
+    r = subprocess.run(cmd + flags + [f"--workdir={run}"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed" in r.stderr
+
+    def curves(d):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        acc = EventAccumulator(str(d), size_guidance={"scalars": 0})
+        acc.Reload()
+        return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]
+                if not t.startswith("perf/")}
+    ca, cb = curves(ref / "tb"), curves(run / "tb")
+    assert ca == cb and len(ca["dual/lambda_s"]) == 30
+    for name in ("multipliers.json", "gap.json", "config.json"):
+        assert (ref / name).read_text() == (run / name).read_text(), name
+    cfg = dual_configs.get_config("smoke")
+    template = dual.init_rollout(jax.random.key(0), dual_train.build_env_params(
+        cfg, dual_train.load_traces(cfg)[0]), dual_train.validate_config(cfg), 2)
+    states = []
+    for d in (ref, run):
+        ck = checkpointing.Checkpointer(d / "checkpoints", create=False)
+        states.append(ck.restore(template, 30)[0])
+        ck.close()
+    for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

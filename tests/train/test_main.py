@@ -95,7 +95,14 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
                         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert (tmp_path / "ev" / "results.csv").is_file() and "All-LLM" in ev.stdout
+    ev_meta = json.loads((tmp_path / "ev" / "results.json").read_text())["meta"]
+    assert ev_meta["policy_step"] == trainer_ckpt_step(work / "ppo" / "gsm8k")
     bad = subprocess.run([sys.executable, "-m", "evals.run", f"--policy={tmp_path / 'nope'}",
                           f"--out={tmp_path / 'ev2'}"], cwd=REPO, capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "no such run directory" in bad.stderr
+
+
+def trainer_ckpt_step(run) -> int:
+    """The newest checkpoint step of a train.ppo run (what evals.run evaluates)."""
+    return max(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())

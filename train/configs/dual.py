@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ml_collections
 
-PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
+from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "conditioned",
             "admission") + PRESETS
 

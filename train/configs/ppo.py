@@ -19,7 +19,7 @@ import ml_collections
 
 from prada_jax import parallel
 
-PRESETS = ("gsm8k", "gaokao2023en", "mmlu_stem")
+from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = PRESETS + ("true", "smoke", "toy")
 
 

@@ -1,0 +1,250 @@
+"""The entry wrapper every command uses: absl flags, quiet logs, one error contract.
+
+A command module is thin::
+
+    from prada_jax import cli
+
+    def _define_flags():                 # only when run as a program
+        flags.DEFINE_string("workdir", None, "run directory")
+
+    def main(argv):
+        ...                              # library code raises errors.BadInput & co.
+
+    if __name__ == "__main__":
+        cli.run(main, define_flags=_define_flags)
+
+``run`` maps what escapes ``main`` (and flag parsing) to the exit code of the contract
+(README, "Errors and exit codes"):
+
+* bad input → one line ``error: ...`` on stderr, exit 2: ``errors.BadInput`` and its
+  subclasses (ConfigError, TraceFormatError, EvalError, ...), ``app.UsageError``, every absl
+  flag error (unknown flag, bad value, missing value), every ml_collections config error (an
+  unknown config field ``--config.ppo.lrr``, an unknown variant ``ppo.py:smok``, a missing
+  config file, a value of the wrong type);
+* ``errors.NonFiniteTraining`` → one line, exit 3;
+* anything else → the traceback, exit 1 (a bug).
+
+Logging: library INFO lines (orbax logs 100+ per run through absl; absl; JAX) are hidden unless
+``--verbosity`` is given (``--verbosity=0`` brings them back); this project's own INFO lines
+(runtime, "resumed ... at update N") and every warning are kept. Commands with a config-file
+flag also get ``--helpconfig``: print the resolved config (defaults plus overrides) and exit.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from absl import app, flags  # noqa: E402
+from absl import logging as absl_logging  # noqa: E402
+
+from prada_jax.errors import (  # noqa: E402
+    EXIT_BAD_INPUT, EXIT_NON_FINITE, BadInput, NonFiniteTraining)
+
+__all__ = ["run", "run_local", "parse_local", "one_line", "fail", "EXIT_BAD_INPUT",
+           "EXIT_NON_FINITE"]
+
+FLAGS = flags.FLAGS
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+def one_line(e: BaseException | str) -> str:
+    """The message of ``e`` on one line (whitespace runs collapsed); an embedded traceback is
+    replaced by its final ``Type: message`` line without the type."""
+    text = str(e)
+    if isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str):
+        text = e.args[0]
+    if _TRACEBACK in text:
+        head, _, tb = text.partition(_TRACEBACK)
+        last = [ln for ln in tb.splitlines() if ln.strip()][-1].strip()
+        last = re.sub(r"^[\w.]+(Error|Exception): ", "", last)
+        head = head.strip().rstrip(":").strip()
+        head = re.sub(r":?\s*Error whilst parsing config file$", "", head)
+        text = f"{head}: {last}" if head else last
+    text = " ".join(text.split())
+    return text or type(e).__name__
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    """Prints ``error: <message>`` (one line) on stderr and exits with ``code``."""
+    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _config_flag_names() -> list[str]:
+    from ml_collections.config_flags import config_flags
+
+    return [name for name, fl in FLAGS._flags().items()
+            if config_flags.is_config_flag(fl) and name == fl.name]
+
+
+def _failing_flag(tb) -> str | None:
+    """The ``--name=value`` of the absl flag whose parse raised (innermost Flag.parse frame)."""
+    found = None
+    while tb is not None:
+        loc = tb.tb_frame.f_locals
+        obj = loc.get("self")
+        if isinstance(obj, flags.Flag):
+            if isinstance(loc.get("field_path"), str):   # ml_collections: one config override
+                found = f"--{obj.name}.{loc['field_path']}"
+            else:
+                arg = loc.get("argument")
+                found = f"--{obj.name}" + (f"={arg}" if isinstance(arg, str) else "")
+        tb = tb.tb_next
+    return found
+
+
+def _field_message(flag: str | None, e: BaseException, argv: Sequence[str]) -> str:
+    """A misspelt/unknown config field (KeyError/AttributeError out of ml_collections); names
+    the override flag as typed when the failing frame did not say which one."""
+    msg = one_line(e.args[0] if e.args else e).strip("'\"")
+    msg = msg.replace("\\'", "'").replace("\\n", " ")
+    key = re.match(r"^'?(\w+)", msg)
+    if flag and key and "." not in flag.split("=")[0]:
+        base = flag.split("=")[0] + "."
+        typed = [a.split("=")[0] for a in argv if a.startswith(base)
+                 and re.search(rf"\.{key.group(1)}(\.|$)", a.split("=")[0])]
+        if typed:
+            flag = typed[0]
+    msg = re.sub(r"^'?(\w+)'?\s*", r"no config field '\1'; ", msg, count=1).rstrip("; ")
+    return f"{flag}: {msg}" if flag else msg
+
+
+def _parse_flags(argv: Sequence[str]) -> list[str]:
+    """absl's parser with every flag or config error turned into one line and exit 2."""
+    try:
+        rest = FLAGS(list(argv))
+    except flags.Error as e:
+        fail(re.sub(r"^flag (--)", r"\1", one_line(e)))
+    except (AttributeError, KeyError) as e:   # ml_collections: no such config field
+        fail(_field_message(_failing_flag(e.__traceback__), e, argv))
+    except (ValueError, TypeError, OSError) as e:
+        flag = _failing_flag(e.__traceback__)
+        fail(f"{flag}: {one_line(e)}" if flag else one_line(e))
+    for name in _config_flag_names():
+        value = FLAGS[name].value
+        err = getattr(value, "_error", None) if type(value).__name__ == "_ErrorConfig" else None
+        if err is not None:
+            path = FLAGS[name].config_filename if hasattr(FLAGS[name], "config_filename") \
+                else None
+            if path and not os.path.exists(path.split(":")[0]):
+                fail(f"--{name}={path.split(':')[0]}: config file not found")
+            fail(f"--{name}: cannot load the config file ({one_line(err)})")
+    return rest
+
+
+_OWN_DIRS = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep
+                  for d in ("prada_jax", "train", "evals", "envs", "benchmarks"))
+
+
+class _OwnInfoOnly(logging.Filter):
+    """Passes WARNING and above from anyone, INFO and below only from this project's code
+    (by source file): orbax's, absl's and JAX's INFO lines are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or \
+            str(record.pathname).startswith(_OWN_DIRS)
+
+
+def _quiet_logging() -> None:
+    """Unless the user gave ``--verbosity``: library INFO lines (orbax, absl, JAX) are hidden,
+    this project's own INFO lines (resumed at update N, runtime, mesh) and every warning stay."""
+    if "verbosity" in FLAGS and FLAGS["verbosity"].present:
+        return
+    absl_logging.set_verbosity(absl_logging.INFO)
+    flt = _OwnInfoOnly()
+    for h in logging.getLogger().handlers:
+        h.addFilter(flt)
+    absl_logging.get_absl_handler().addFilter(flt)
+
+
+def _wrap(main: Callable[[list[str]], object]) -> Callable[[list[str]], None]:
+    def wrapped(argv: list[str]) -> None:
+        _quiet_logging()
+        if "helpconfig" in FLAGS and FLAGS.helpconfig:
+            _print_configs()
+            sys.exit(0)
+        try:
+            rc = main(argv)
+        except BadInput as e:
+            fail(one_line(e), EXIT_BAD_INPUT)
+        except NonFiniteTraining as e:
+            fail(one_line(e), EXIT_NON_FINITE)
+        except app.UsageError as e:
+            fail(one_line(e), EXIT_BAD_INPUT)
+        if isinstance(rc, int) and not isinstance(rc, bool) and rc:
+            sys.exit(rc)
+    return wrapped
+
+
+def _print_configs() -> None:
+    from prada_jax import config_utils
+
+    for name in _config_flag_names():
+        value = FLAGS[name].value
+        if value is None:
+            print(f"--{name}: not given (e.g. --{name}=train/configs/<name>.py)")
+            continue
+        print(f"# --{name} (resolved: defaults, variant and --{name}.<field> overrides)")
+        print(config_utils.config_to_json(value))
+
+
+def run(main: Callable[[list[str]], object], *,
+        define_flags: Callable[[], None] | None = None,
+        argv: Sequence[str] | None = None) -> None:
+    """Runs ``main(argv)`` under absl with the project's error contract (module docstring).
+
+    ``define_flags`` (optional) defines the command's flags first, so that importing the
+    command module defines none. ``main`` may return an int exit code (0/None: success).
+    """
+    if define_flags is not None:
+        define_flags()
+    if _config_flag_names() and "helpconfig" not in FLAGS:
+        flags.DEFINE_flag(flags.BooleanFlag(
+            "helpconfig", False, "print the resolved config (fields with their default or "
+            "overridden values) and exit"), module_name=sys.argv[0])   # listed by --help
+    app.run(_wrap(main), argv=list(argv) if argv is not None else None,
+            flags_parser=_parse_flags)
+
+
+# ----------------------------------------------------------------------------- local flags
+# Commands that are also called in-process with an argv list (benchmarks: ``main(["--x=1"])``
+# from the suite runner and the tests) parse into their own ``FlagValues`` instead of the
+# global one, so calling them twice in one process never redefines a flag.
+
+def parse_local(define: Callable[[flags.FlagValues], None], argv: Sequence[str] | None,
+                prog: str, doc: str | None = None) -> flags.FlagValues:
+    """Defines flags with ``define(fv)`` on a fresh ``FlagValues``, parses ``argv`` (default
+    ``sys.argv[1:]``) and returns it. ``--help`` prints ``doc`` and the flags, then exits 0;
+    a bad flag, a bad value or a positional argument raises ``BadInput`` naming it."""
+    fv = flags.FlagValues()
+    define(fv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help", "--helpshort", "--helpfull") for a in argv):
+        print(f"{doc.strip()}\n" if doc else f"python -m {prog}\n")
+        print(fv.get_help() or "(no flags)")
+        sys.exit(0)
+    try:
+        rest = fv([prog, *argv])[1:]
+    except flags.Error as e:
+        raise BadInput(re.sub(r"^flag (--)", r"\1", one_line(e))) from None
+    if rest:
+        raise BadInput(f"unexpected command-line arguments: {' '.join(rest)}")
+    return fv
+
+
+def run_local(main: Callable[[list[str] | None], object]) -> None:
+    """``sys.exit`` of ``main(None)`` under the error contract, for ``parse_local`` commands.
+    An int result is the exit code; anything else (a results dict) means success."""
+    try:
+        rc = main(None)
+    except BadInput as e:
+        fail(one_line(e), EXIT_BAD_INPUT)
+    except NonFiniteTraining as e:
+        fail(one_line(e), EXIT_NON_FINITE)
+    sys.exit(rc if isinstance(rc, int) and not isinstance(rc, bool) else 0)

@@ -1,0 +1,64 @@
+"""Reading JSON files that users hand to a command: every failure is one ``BadInput`` line.
+
+``read_json(path)`` is the one way the commands read a JSON input (``meta.json``,
+``multipliers.json``, ``config.json``, ``policy_meta.json``, ...). A missing file, a directory
+in its place, bytes that are not UTF-8, malformed JSON, JSON nested so deeply that the parser
+recurses out (``RecursionError``), or a top-level value of the wrong type all raise
+``errors.BadInput`` (exit 2) with a message that starts with the file's path.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from prada_jax.errors import BadInput
+
+__all__ = ["read_json", "loads_json"]
+
+
+def loads_json(text: str, where: str, *, expect: type | tuple[type, ...] | None = dict,
+               error: type[BadInput] = BadInput) -> Any:
+    """Parses ``text`` (read from ``where``, named in every message); ``expect`` is the type the
+    top-level value must have (``None``: any). Raises ``error`` (a BadInput) on any failure."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+                    ) from None
+    except RecursionError:
+        raise error(f"{where}: not valid JSON (nested too deeply)") from None
+    except (ValueError, TypeError) as e:   # e.g. huge integers beyond the conversion limit
+        raise error(f"{where}: not valid JSON ({_one_line(e)})") from None
+    if expect is not None and not isinstance(data, expect):
+        names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple)
+                                                 else (expect,)))
+        kind = {"dict": "an object", "list": "an array"}.get(names, names)
+        raise error(f"{where}: top level must be {kind}, got {type(data).__name__}")
+    return data
+
+
+def read_json(path: os.PathLike | str, *, expect: type | tuple[type, ...] | None = dict,
+              missing: str | None = None, error: type[BadInput] = BadInput) -> Any:
+    """The parsed content of the JSON file ``path``.
+
+    ``missing`` is appended to the message when the file does not exist (a hint such as
+    ``"is DIR a run directory?"``); ``error`` is the BadInput subclass to raise.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise error(f"{p}: missing" + (f" ({missing})" if missing else ""))
+    if not p.is_file():
+        raise error(f"{p}: not a file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{p}: not valid JSON (not UTF-8 text)") from None
+    except OSError as e:
+        raise error(f"{p}: cannot read ({e.strerror or e})") from None
+    return loads_json(text, str(p), expect=expect, error=error)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__

@@ -1,0 +1,158 @@
+"""Config-checked resume: the contract between a run directory and a new invocation.
+
+On an existing workdir a trainer calls :func:`check_resume` **before writing anything**: it
+reads the stored ``<workdir>/config.json`` and compares it with the new config field by field
+(dotted names).
+
+* A field that changes the computation (shapes, seeds, data paths, optimiser, env, losses:
+  everything not declared observational) differs → ``ConfigMismatch`` (a ``BadInput``, exit
+  2) whose one line lists every differing field as ``name: old → new``. Nothing is written.
+* Fields that only extend or observe the run (total steps/updates, logging and checkpoint
+  cadence, progress bar, keep count) may change. Each trainer declares its set
+  (``OBSERVATIONAL`` in ``rl/trainer.py``, ``dual_train.py``, ``distill/loop.py``); an entry
+  ending in ``.*`` covers a whole section (``log.*``).
+
+:func:`commit` then writes the new ``config.json`` and appends an entry to the ``provenance``
+list of ``<workdir>/run.json``: ``{"time": ISO-8601 UTC, "event": "start" | "resume",
+"changed": {field: [old, new]}}``. So the stored config is always the one in force and the
+run's history of extensions is kept.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from prada_jax import config_utils
+from prada_jax.errors import BadInput
+
+__all__ = ["ConfigMismatch", "ResumeCheck", "check_resume", "commit", "read_run_meta",
+           "flatten", "RUN_META_FILE"]
+
+RUN_META_FILE = "run.json"
+_ABSENT = "<absent>"
+
+
+class ConfigMismatch(BadInput):
+    """The new config changes a computational field of a stored run (exit 2)."""
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": v}`` for a nested dict / ConfigDict (lists/tuples are leaves, as lists)."""
+    if hasattr(tree, "to_dict"):
+        tree = tree.to_dict()
+    out: dict[str, Any] = {}
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        if not tree and prefix:
+            out[prefix[:-1]] = {}
+        return out
+    if isinstance(tree, tuple):
+        tree = list(tree)
+    out[prefix[:-1]] = tree
+    return out
+
+
+def _normal(v: Any) -> Any:
+    """JSON round trip, so a tuple and a list (or 1 and 1.0 as JSON) compare as stored."""
+    return json.loads(json.dumps(v, default=repr))
+
+
+def _observational(field: str, fields: Iterable[str]) -> bool:
+    for f in fields:
+        if f.endswith(".*") and field.startswith(f[:-1]):
+            return True
+        if field == f:
+            return True
+    return False
+
+
+class ResumeCheck:
+    """Result of :func:`check_resume`.
+
+    fresh: no stored config (a new run).
+    changed: ``{field: (old, new)}`` of the allowed (observational) differences.
+    stored: the stored config as a plain dict (``{}`` when fresh).
+    """
+
+    def __init__(self, fresh: bool, changed: dict, stored: dict):
+        self.fresh, self.changed, self.stored = fresh, changed, stored
+
+    def __repr__(self) -> str:
+        return f"ResumeCheck(fresh={self.fresh}, changed={self.changed})"
+
+
+def _fmt(v: Any) -> str:
+    s = json.dumps(v, default=repr) if v is not _ABSENT else _ABSENT
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def check_resume(config: Any, workdir, observational: Iterable[str],
+                 filename: str = "config.json") -> ResumeCheck:
+    """Compares ``config`` with ``<workdir>/<filename>``; writes nothing.
+
+    Raises:
+      ConfigMismatch: a non-observational field differs (lists all of them, old → new).
+      BadInput: the stored config is unreadable (names the file).
+    """
+    path = Path(workdir) / filename
+    if not path.is_file():
+        return ResumeCheck(True, {}, {})
+    try:
+        stored = json.loads(path.read_text())
+    except (ValueError, RecursionError) as e:
+        raise BadInput(f"{path}: not valid JSON ({type(e).__name__}); cannot check the resumed "
+                       "config against it") from None
+    if not isinstance(stored, dict):
+        raise BadInput(f"{path}: top level must be an object")
+    old = {k: _normal(v) for k, v in flatten(stored).items()}
+    new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()}
+    observational = tuple(observational)
+    diff = {k: (old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in sorted(set(old) | set(new))
+            if old.get(k, _ABSENT) != new.get(k, _ABSENT)}
+    refused = {k: v for k, v in diff.items() if not _observational(k, observational)}
+    if refused:
+        items = "; ".join(f"{k}: {_fmt(a)} → {_fmt(b)}" for k, (a, b) in refused.items())
+        raise ConfigMismatch(
+            f"--workdir={workdir} holds a run with another config; these fields change the "
+            f"computation and cannot change on resume: {items} (use a new --workdir, or the "
+            f"stored values)")
+    return ResumeCheck(False, diff, stored)
+
+
+def read_run_meta(workdir) -> dict:
+    """``<workdir>/run.json`` (``{"provenance": [...]}``), ``{}`` if absent or unreadable."""
+    path = Path(workdir) / RUN_META_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def commit(config: Any, workdir, check: ResumeCheck, filename: str = "config.json",
+           **extra: Any) -> None:
+    """After a passed :func:`check_resume`: writes ``config.json`` and appends a provenance
+    entry (``extra`` keys are added to it) to ``run.json``. Process 0 only."""
+    import jax
+
+    if jax.process_index() != 0:
+        return
+    workdir = Path(workdir)
+    meta = read_run_meta(workdir)
+    prov = meta.get("provenance")
+    if not isinstance(prov, list):
+        prov = []
+    entry = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "event": "start" if check.fresh else "resume",
+             "changed": {k: [a, b] for k, (a, b) in check.changed.items()}}
+    entry.update(extra)
+    prov.append(entry)
+    meta["provenance"] = prov
+    config_utils.write_config_json(config, workdir, filename)
+    tmp = workdir / (RUN_META_FILE + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2, default=repr) + "\n")
+    os.replace(tmp, workdir / RUN_META_FILE)

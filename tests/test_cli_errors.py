@@ -1,0 +1,356 @@
+"""The error contract of every command, swept over a corpus of bad inputs (README, "Errors and
+exit codes"): each case runs the command in a subprocess and asserts
+
+* the exit code (2 bad input, 3 non-finite training, 1 a bug);
+* stderr is exactly one non-empty line ``error: ...`` that names the flag, file or field
+  (``Case.names``, a regex);
+* nothing was written: the tree of the case's tmp folder (inputs, the working directory the
+  command runs in, the output paths it was given) is the same before and after.
+
+The corpus is data: ``INPUTS`` builds named bad (or good) inputs on demand, ``CASES`` lists the
+commands with their arguments, where ``{name}`` is the path of input ``name`` (built only when
+a case uses it), ``{out}`` a path that must not appear, ``{repo}`` the repository root. Add a
+command's cases by appending to ``CASES`` (and ``INPUTS``); ``slow=True`` keeps a case out of
+the default run (every command keeps at least one default case).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import string
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PPO_CFG = "{repo}/train/configs/ppo.py"
+DUAL_CFG = "{repo}/train/configs/dual.py"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def _valid_traces(path: Path) -> None:
+    """A small valid synthetic trace folder (gsm8k, 6 problems)."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=6)
+    tf.save(traces, path, meta)
+
+
+def _nested_json(depth: int = 200_000) -> str:
+    """JSON that is valid but nested deeper than Python's recursion limit."""
+    return "[" * depth + "]" * depth
+
+
+def _traces_with_meta(text: str) -> Callable[[Path], None]:
+    def build(path: Path) -> None:
+        _valid_traces(path)
+        (path / "meta.json").write_text(text)
+    return build
+
+
+def _corrupt_nodes(path: Path) -> None:
+    _valid_traces(path)
+    (path / "nodes.safetensors").write_bytes(b"garbage")
+
+
+def _run_dir(files: dict[str, str], dirs: tuple[str, ...] = ()) -> Callable[[Path], None]:
+    def build(path: Path) -> None:
+        path.mkdir(parents=True)
+        for name, text in files.items():
+            (path / name).write_text(text)
+        for d in dirs:
+            (path / d).mkdir()
+    return build
+
+
+def _smoke_policy(path: Path) -> None:
+    """A real train.ppo smoke run (a few seconds of training; slow cases only)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, "-m", "train.ppo",
+                    f"--config={REPO}/train/configs/ppo.py:smoke", f"--workdir={path}"],
+                   cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
+
+
+def _dual_for(num_servers: int) -> Callable[[Path], None]:
+    """A train.dual-like folder whose multipliers.json records a scenario with M servers
+    (the rest as the ppo.py:smoke env) and a policy run that is not the one evaluated."""
+    scenario = {"num_users": 16, "num_servers": num_servers, "bandwidth_hz": 20e6,
+                "arrival_rate_hz": 4.0, "beta": 0.2, "tau_s": 0.05,
+                "traces": {"benchmark": "gsm8k"},
+                "policy": {"kind": "ppo", "workdir": "/elsewhere/ppo"}}
+    return _run_dir({"multipliers.json": json.dumps(
+        {"lambda_s": 0.1, "mu": 0.0, "scenario": scenario})})
+
+
+_MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
+
+INPUTS: dict[str, Callable[[Path], None]] = {
+    "traces_ok": _valid_traces,
+    "traces_corrupt": _corrupt_nodes,
+    "traces_badjson": _traces_with_meta("{not json"),
+    "traces_nested": _traces_with_meta(_nested_json()),
+    "traces_toplist": _traces_with_meta("[1, 2]"),
+    "empty_dir": _run_dir({}),
+    "policy_nockpt": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                               "policy_meta.json": json.dumps({"obs_dim": 18})}),
+    "policy_nested": _run_dir({"config.json": _nested_json()}, ("checkpoints",)),
+    "dual_nested": _run_dir({"multipliers.json": _nested_json()}),
+    "dual_badjson": _run_dir({"multipliers.json": '{"lambda_s": 0.1, "mu": '}),
+    "policy_smoke": _smoke_policy,
+    "dual_m2": _dual_for(2),
+}
+
+
+# ----------------------------------------------------------------------------- cases
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One command line and what it must do. ``names``: regex the single stderr line must
+    contain (the flag, field or file at fault)."""
+    command: str
+    args: tuple[str, ...]
+    names: str
+    code: int = 2
+    slow: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.command} {' '.join(self.args)}"[:90]
+
+
+CASES: list[Case] = [
+    # train.ppo: flags, config fields, variants, values, trace folders
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lrr=1e-3"),
+         r"--config\.ppo\.lrr\b.*lr"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smok", "--workdir={out}"), r"smok"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=abc"),
+         r"--config\.ppo\.lr=abc", slow=True),
+    Case("train.ppo", ("--bogus",), r"bogus", slow=True),
+    Case("train.ppo", ("--config={repo}/train/configs/nope.py", "--workdir={out}"),
+         r"--config=.*nope\.py", slow=True),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke",), r"--workdir", slow=True),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "stray"), r"stray",
+         slow=True),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.bandwidth_hz=-1"), r"config\.env\.bandwidth_hz",
+         slow=True),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.num_servers=0"), r"config\.env\.num_servers", slow=True),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.trace_dir={traces_nested}"), r"traces_nested/meta\.json"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.trace_dir={traces_corrupt}"),
+         r"traces_corrupt/nodes\.safetensors", slow=True),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.trace_dir={out}"), r"config\.env\.trace_dir", slow=True),
+    # train.dual
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
+         r"--config\.dual\.lrr"),
+    Case("train.dual", (f"--config={DUAL_CFG}:smok", "--workdir={out}"), r"smok", slow=True),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.env.num_servers=0"), r"config\.env\.num_servers", slow=True),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.env.trace_dir={traces_badjson}"),
+         r"traces_badjson/meta\.json", slow=True),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--policy={policy_nockpt}"), r"--policy=.*policy_nockpt"),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--policy={policy_nested}"), r"policy_nested/config\.json", slow=True),
+    # train.main
+    Case("train.main", ("--workdir={out}", "--seeds=1"), r"--seeds"),
+    Case("train.main", ("--workdir={out}", "--full", "--smoke"), r"--full", slow=True),
+    # evals.run
+    Case("evals.run", ("--traces={traces_nested}", "--out={out}"), r"traces_nested/meta\.json"),
+    Case("evals.run", ("--traces=nope", "--out={out}"), r"--traces=nope", slow=True),
+    Case("evals.run", ("--traces={traces_toplist}", "--out={out}"),
+         r"traces_toplist/meta\.json", slow=True),
+    Case("evals.run", ("--policy={policy_nockpt}", "--out={out}"),
+         r"--policy=.*policy_nockpt.*checkpoints"),
+    Case("evals.run", ("--checkpoints={policy_nockpt}", "--out={out}"),
+         r"--checkpoints=.*policy_nockpt", slow=True),
+    Case("evals.run", ("--policy={policy_nested}", "--out={out}"),
+         r"policy_nested/config\.json", slow=True),
+    Case("evals.run", ("--dual={dual_nested}", "--out={out}"), r"--dual", slow=True),
+    Case("evals.run", ("--slots=10", "--warmup_slots=10", "--out={out}"), r"--warmup_slots",
+         slow=True),
+    Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers", slow=True),
+    Case("evals.run", ("--bandwidth_hz=-1", "--out={out}"), r"--bandwidth_hz", slow=True),
+    Case("evals.run", ("--seeds=0", "--out={out}"), r"--seeds", slow=True),
+    Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
+                       "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
+         r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
+    # evals.sweep
+    Case("evals.sweep", ("--m_grid=0,2", "--out={out}"), r"--m_grid"),
+    Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
+         r"traces_corrupt/nodes\.safetensors", slow=True),
+    Case("evals.sweep", ("--axes=Q", "--out={out}"), r"--axes", slow=True),
+    # evals.calibration
+    Case("evals.calibration", ("--traces=nope", "--out={out}"), r"--traces=nope"),
+    Case("evals.calibration", ("--bins=0", "--out={out}"), r"--bins", slow=True),
+    Case("evals.calibration", ("--traces={traces_badjson}", "--out={out}"),
+         r"traces_badjson/meta\.json", slow=True),
+    # prada_jax.traces
+    Case("prada_jax.traces", ("validate", "{traces_nested}"), r"traces_nested/meta\.json"),
+    Case("prada_jax.traces", ("validate", "{traces_corrupt}"),
+         r"traces_corrupt/nodes\.safetensors", slow=True),
+    Case("prada_jax.traces", ("synth", "--preset=nope", "--out={out}"), r"--preset", slow=True),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--problems=0", "--out={out}"),
+         r"--problems", slow=True),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--prm_miss=2", "--out={out}"),
+         r"prm_miss", slow=True),
+    Case("prada_jax.traces", ("stats", "{traces_toplist}", "--json={out}"),
+         r"traces_toplist/meta\.json", slow=True),
+    Case("prada_jax.traces", ("frobnicate",), r"frobnicate", slow=True),
+    # benchmarks (argument parsing and input folders)
+    Case("benchmarks", ("--only=nope", "--out={out}"), r"--only"),
+    Case("benchmarks.duality_gap", ("--workdir={dual_nested}",), r"dual_nested"),
+    Case("benchmarks.duality_gap", ("--workdir={empty_dir}",), r"empty_dir/config\.json",
+         slow=True),
+    Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),
+    Case("benchmarks.env_scaling", ("--envs=a,b", "--json={out}"), r"--envs"),
+    Case("benchmarks.trace_load", ("--preset=nope", "--dir={out}"), r"--preset"),
+    Case("benchmarks.lm_forward", ("--batch=0", "--json={out}"), r"--batch"),
+    Case("benchmarks.ppo_learning", ("--workdir={policy_nockpt}",), r"policy_nockpt"),
+    Case("benchmarks.ppo_throughput", ("--num_envs=x", "--json={out}"), r"--num_envs"),
+    Case("benchmarks.env_throughput", ("--num_users=x", "--json={out}"), r"--num_users"),
+]
+
+
+# ----------------------------------------------------------------------------- harness
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` with its kind, size and modification time."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            out[str(p.relative_to(root))] = (p.is_dir(), st.st_size if p.is_file() else 0,
+                                             st.st_mtime_ns)
+    return out
+
+
+def _placeholders(args) -> set[str]:
+    return {f for a in args for _, f, _, _ in string.Formatter().parse(a) if f}
+
+
+def run_case(case: Case, tmp: Path) -> None:
+    """Runs ``case`` with inputs built under ``tmp/in`` and the command's cwd ``tmp/cwd``;
+    asserts the exit code, one named stderr line and an unchanged tree under ``tmp``."""
+    inputs, cwd = tmp / "in", tmp / "cwd"
+    inputs.mkdir()
+    cwd.mkdir()
+    paths = {"repo": str(REPO), "out": str(tmp / "out" / "run")}
+    for name in _placeholders(case.args) - set(paths):
+        if name not in INPUTS:
+            raise KeyError(f"case {case.id}: no input named {name!r} in INPUTS")
+        INPUTS[name](inputs / name)
+        paths[name] = str(inputs / name)
+    args = [a.format(**paths) for a in case.args]
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
+               TRANSFORMERS_OFFLINE="1")
+    before = _snapshot(tmp)
+    proc = subprocess.run([sys.executable, "-m", case.command, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    after = _snapshot(tmp)
+    shown = f"{case.command} {' '.join(args)}\nstderr:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == case.code, shown
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, shown
+    assert lines[0].startswith("error: "), shown
+    assert re.search(case.names, lines[0]), f"{lines[0]!r} does not name {case.names!r}"
+    new = sorted(set(after) - set(before))
+    changed = sorted(k for k in before if k in after and before[k] != after[k])
+    assert not new and not changed, f"{shown}\nnew: {new}\nchanged: {changed}"
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else [])
+             for c in CASES])
+def test_bad_input(case, tmp_path):
+    run_case(case, tmp_path)
+
+
+def test_every_command_has_a_default_case():
+    slow = {c.command for c in CASES if c.slow}
+    fast = {c.command for c in CASES if not c.slow}
+    assert slow <= fast, f"commands with only slow cases: {sorted(slow - fast)}"
+
+
+# ----------------------------------------------------------------------------- units
+
+def test_one_line_messages():
+    from absl import flags
+
+    from prada_jax import cli
+
+    nested = ("flag --config=x.py:smok: Error whilst parsing config file:\n\nTraceback (most "
+              "recent call last):\n  File \"x.py\", line 3\n    raise ValueError()\n"
+              "ValueError: x.py: unknown variant 'smok'\n")
+    assert cli.one_line(flags.IllegalFlagValueError(nested)) == \
+        "flag --config=x.py:smok: x.py: unknown variant 'smok'"
+    assert cli.one_line(KeyError("config.a is missing")) == "config.a is missing"
+    assert cli.one_line(ValueError("a\n  b")) == "a b"
+
+
+def test_read_json_names_the_file_for_any_malformed_content(tmp_path):
+    from prada_jax.errors import BadInput
+    from prada_jax.jsonio import read_json
+
+    cases = {"nested.json": _nested_json().encode(), "bad.json": b"{not json",
+             "latin.json": b'{"a": "\xff"}', "list.json": b"[1, 2]", "empty.json": b""}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(BadInput, match=re.escape(str(tmp_path / name))):
+            read_json(tmp_path / name)
+    with pytest.raises(BadInput, match="missing.json: missing"):
+        read_json(tmp_path / "missing.json")
+    with pytest.raises(BadInput, match="not a file"):
+        read_json(tmp_path)
+    (tmp_path / "ok.json").write_text('{"a": [1, {"b": null}]}')
+    assert read_json(tmp_path / "ok.json") == {"a": [1, {"b": None}]}
+    assert read_json(tmp_path / "list.json", expect=list) == [1, 2]
+
+
+def test_scenario_mismatch_names_both_scenarios(tmp_path):
+    from evals import suite
+
+    env = {"num_users": 16, "num_servers": 4, "bandwidth_hz": 20e6, "arrival_rate_hz": 4.0,
+           "beta": 0.2, "tau_s": 0.05}
+    pol = suite.LoadedPolicy(None, None, {}, None, str(tmp_path / "p"))
+    same = {"scenario": dict(env, traces={"benchmark": "gsm8k"},
+                             policy={"kind": "ppo", "workdir": str(tmp_path / "p")})}
+    assert suite.scenario_mismatch(same, env, {"benchmark": "gsm8k"}, pol) is None
+    assert suite.scenario_mismatch({}, env, {"benchmark": "gsm8k"}, pol) is None  # old file
+    other = {"scenario": dict(same["scenario"], num_servers=2, bandwidth_hz=5e6)}
+    msg = suite.scenario_mismatch(other, env, {"benchmark": "gsm8k"}, pol)
+    assert "differs in M, B" in msg and "M=2" in msg and "M=4" in msg and "B=5 MHz" in msg
+    moved = {"scenario": dict(same["scenario"], policy={"kind": "ppo", "workdir": "/x"})}
+    assert "differs in policy" in suite.scenario_mismatch(moved, env, {"benchmark": "gsm8k"},
+                                                          pol)
+    assert "differs in traces" in suite.scenario_mismatch(
+        same, env, {"benchmark": "mmlu_stem"}, pol)
+
+
+def test_quiet_logging_keeps_own_info_and_warnings():
+    import logging
+
+    from prada_jax import cli
+
+    flt = cli._OwnInfoOnly()
+
+    def rec(path, level):
+        return logging.LogRecord("absl", level, path, 1, "m", None, None)
+
+    orbax = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
+    assert not flt.filter(rec(orbax, logging.INFO))
+    assert flt.filter(rec(orbax, logging.WARNING))
+    assert flt.filter(rec(str(REPO / "prada_jax" / "rl" / "trainer.py"), logging.INFO))
+    assert flt.filter(rec(str(REPO / "train" / "ppo.py"), logging.INFO))
