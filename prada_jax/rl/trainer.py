@@ -310,6 +310,8 @@ def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float | None,
         out["train/nominate_rate"] = float(np.sum(m["nominate_rate"] * dec) / dec.sum())
         out["train/mean_gain"] = float(np.sum(m["mean_gain"] * dec) / dec.sum())
     out["train/decisions_per_update"] = float(np.mean(dec))
+    if "decision_overflow" in m:   # decisions left out of the compacted (decision-only) update
+        out["train/decision_overflow"] = float(np.sum(m["decision_overflow"]))
     for k, v in m.items():
         if k.startswith("env/") and np.any(np.isfinite(v)):
             out[k] = float(np.nanmean(v))
