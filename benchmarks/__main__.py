@@ -9,10 +9,14 @@ Parts (each calls the part's own benchmark function; medians over repeats after 
   (``benchmarks.env_throughput.run``).
 * ``scaling``: env throughput for E = 1 → 4096 envs, where it saturates
   (``benchmarks.env_scaling.run``).
-* ``ppo``: PPO training env steps/s and the rollout / update share of a chunk
-  (``benchmarks.ppo_throughput.run``).
-* ``sched``: jitted threshold scheduler vs the exact MILP oracle (scipy HiGHS) on one slot
-  (``benchmarks.sched_vs_milp.run``).
+* ``ppo``: PPO training env steps/s, the rollout / GAE / update shares of a chunk and XLA's
+  FLOP count per env step, full-batch vs decision-only update in one process
+  (``benchmarks.ppo_throughput.compare``).
+* ``sched``: jitted threshold scheduler and the vectorised greedy fill vs scipy ``milp`` on
+  the knapsack formulation, medians over 30 slots of 1024 candidates, and 256 slots vmapped
+  (``benchmarks.sched_vs_milp.run_slots``).
+* ``roofline``: the edge env at E = 4096 against a roofline of this machine (memory bandwidth
+  and FLOP/s measured by tiny kernels in the same run; ``benchmarks.roofline.run``).
 * ``lm``: Flax CausalLM forward vs transformers PyTorch on the same weights
   (``benchmarks.lm_forward.main``; PyTorch runs on the CPU even in ``--gpu`` mode).
 * ``distill``: distillation train step (offline forward-KL on a synthetic top-k teacher),
@@ -37,7 +41,7 @@ import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "sched")
+PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "sched", "roofline")
 
 # Single-device CPU numbers recorded before issue 10 (2-core shared machine, heavy load).
 BEFORE = {
@@ -237,15 +241,23 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
         return env_scaling.run(envs, num_users=16, slots=8 if quick else 16, repeats=repeats)
     if name == "ppo":
         ppo_throughput = _import_absl_module("ppo_throughput")
+        # before (full-batch update) and after (decision-only update), alternating calls
         if gpu:
-            return ppo_throughput.run(num_envs=2048, repeats=repeats)
-        return ppo_throughput.run(variant="smoke" if quick else "", repeats=repeats)
+            return ppo_throughput.compare(num_envs=2048, repeats=repeats)
+        return ppo_throughput.compare(variant="smoke" if quick else "", repeats=repeats)
+    if name == "roofline":
+        _import_absl_module("env_throughput")   # roofline reuses its runner (absl flags)
+        from benchmarks import roofline
+        return roofline.run(num_envs=4096, num_users=32 if gpu else 16, slots=64 if gpu else 16,
+                            repeats=repeats)
     if name == "mesh1":
         return bench_mesh_overhead(repeats=repeats, num_envs=1024 if gpu else None)
     if name == "sched":
         from benchmarks import sched_vs_milp
-        # one 1024-candidate slot (issue 5); above 64 candidates the greedy fill is a loop
-        return sched_vs_milp.run(n=1024, free_units=64, repeats=20, milp_repeats=3)
+        # 1024-candidate slots (issue 17): medians over 30 slots vs the knapsack MILP, and
+        # 256 slots vmapped
+        return sched_vs_milp.run_slots(n=1024, slots=8 if quick else 30, free_units=64,
+                                       repeats=10 if quick else 20, batch=256)
     if name == "lm":
         from benchmarks import lm_forward
         argv = ["--preset", "tiny" if quick else "small", "--repeats", str(max(repeats, 3)),
@@ -286,11 +298,32 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
         if r["variant"] == "default" and r["backend"] == "cpu" and r["num_envs"] == 16:
             b = BEFORE["ppo_env_steps_per_s"][0]
             cmp = f"; {r['env_steps_per_s'] / b:.2f}x the pre-issue {b:.0f}/s"
-        rows.append(("PPO training (env steps/s; rollout / update share)",
+        fl = r.get("xla_flops_per_env_step")
+        rows.append(("PPO training (env steps/s; rollout / GAE / update share)",
                      f"{r['env_steps_per_s']:.4g} steps/s (E={r['num_envs']}, "
-                     f"U={r['num_users']})",
-                     f"rollout {100 * r['rollout_share']:.0f}% / update "
-                     f"{100 * r['update_share']:.0f}%{cmp}"))
+                     f"U={r['num_users']}, decision_only={r['decision_only']})",
+                     f"rollout {100 * r['rollout_share']:.0f}% / GAE "
+                     f"{100 * r['gae_share']:.0f}% / update {100 * r['update_share']:.0f}%; "
+                     f"FLOP/env step {r.get('analytic_flops_per_env_step', float('nan')):.3g} "
+                     f"analytic, XLA " + (f"{fl:.3g}" if fl else "n/a") + " (loop bodies once)"
+                     + cmp))
+        if "before_full_batch" in r:
+            f = r["before_full_batch"]
+            rows.append(("PPO: decision-only vs full-batch update (same run, alternating)",
+                         f"{r['env_steps_per_s']:.4g} vs {f['env_steps_per_s']:.4g} steps/s",
+                         f"{r['speedup']:.2f}x (paired median {r['speedup_paired_median']:.2f}x"
+                         f", range {r['speedup_paired_min']:.2f}-"
+                         f"{r['speedup_paired_max']:.2f})"))
+    if "roofline" in res:
+        r = res["roofline"]
+        rows.append((f"edge env vs roofline (E={r['num_envs']}, U={r['num_users']})",
+                     f"{r['user_slot_steps_per_s']:.3g} user-slot steps/s; "
+                     f"{r['bytes_per_user_slot']:.3g} B, {r['flops_per_user_slot']:.3g} FLOP "
+                     f"per user-slot (XLA)",
+                     f"{100 * r['fraction_of_roofline']:.1f}% of the roofline "
+                     f"{r['roofline_user_slot_steps_per_s']:.3g}/s "
+                     f"({r['measured_bw_gb_s']:.3g} GB/s, {r['measured_gflop_s']:.3g} GFLOP/s "
+                     f"measured)"))
     if "mesh1" in res:
         r = res["mesh1"]
         rows.append((f"PPO chunk: mesh path vs plain ({r['devices']} device(s), same run)",
@@ -299,10 +332,19 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
                      f"{r['mesh_over_plain_speed']:.2f}x"))
     if "sched" in res:
         r = res["sched"]
-        rows.append((f"threshold scheduler vs MILP oracle ({r['candidates']} candidates)",
-                     f"{1e3 * r['threshold_s']:.3g} ms vs {1e3 * r['milp_s']:.3g} ms",
-                     f"{r['ratio_milp_over_threshold']:.0f}x faster; value ratio "
-                     f"{r['value_ratio']:.4f}"))
+        rows.append((f"threshold scheduler vs knapsack MILP ({r['candidates']} candidates, "
+                     f"median of {r['slots']} slots)",
+                     f"{1e3 * r['threshold_s_median']:.3g} ms vs "
+                     f"{1e3 * r['milp_knapsack_s_median']:.3g} ms",
+                     f"{r['ratio_milp_over_threshold_median']:.0f}x faster (fill alone "
+                     f"{r['ratio_milp_over_fill_median']:.0f}x); value ratio "
+                     f"{r['value_ratio_median']:.4f}"))
+        rows.append((f"greedy fill, {r['batch']} slots vmapped (slots/s)",
+                     f"passes {r['batched_fill_given_rank_slots_per_s']:.3g} vs one-by-one "
+                     f"{r['batched_sequential_given_rank_slots_per_s']:.3g}; threshold rule "
+                     f"{r['batched_threshold_slots_per_s']:.3g}",
+                     f"{r['batched_fill_given_rank_slots_per_s'] / r['batched_sequential_given_rank_slots_per_s']:.2f}x; "
+                     f"fill == one-by-one on all slots: {r['fill_equals_sequential_all']}"))
     if "lm" in res:
         r = res["lm"]
         cmp = ""

@@ -3,13 +3,18 @@
 # CUDA toolkit needed: the jax[cuda12] wheels bring their own CUDA libraries), runs the suite at
 # GPU sizes and writes everything to one JSON file (plus the log and the Markdown table).
 #
-#   bash benchmarks/gpu.sh [OUT_DIR]        # default OUT_DIR=results_gpu; ~5-8 min in all
+#   bash benchmarks/gpu.sh [OUT_DIR]        # default OUT_DIR=results_gpu; ~8-12 min in all
 #
 # Environment: PYTHON (default python3, >= 3.11), SKIP_INSTALL=1 to use the current
 # environment as is, VENV (default .venv-gpu), ONLY (default: all parts), REPEATS (default 5).
 # Sizes (benchmarks/__main__.py --gpu): edge env 8192 envs x 32 users (and a 1 -> 32768 env
-# scaling sweep), PPO with 2048 envs, LM forward "medium" preset 8 x 512 tokens, distillation
-# step of a Qwen2.5-0.5B-shaped student (bf16, 16 x (512 + 512) tokens) with MFU.
+# scaling sweep), PPO with 2048 envs (full-batch vs decision-only update in one process, with
+# rollout / GAE / update shares and XLA FLOP per env step), the threshold scheduler and the
+# vectorised greedy fill on 30 slots of 1024 candidates vs scipy milp (CPU) and 256 slots
+# vmapped, the edge env at 4096 envs x 32 users against a roofline measured on the GPU (HBM
+# bandwidth and float32 matmul FLOP/s), LM forward "medium" preset 8 x 512 tokens,
+# distillation step of a Qwen2.5-0.5B-shaped student (bf16, 16 x (512 + 512) tokens) with MFU.
+# ONLY=ppo,sched,roofline runs just the issue-17 parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-results_gpu}
@@ -45,6 +50,6 @@ echo "install/check: $(( $(date +%s) - start )) s"
 export HF_HUB_OFFLINE=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 ONLY_FLAG=()
 if [[ -n "${ONLY:-}" ]]; then ONLY_FLAG=(--only "$ONLY"); fi
-timeout 900 python -m benchmarks --gpu --repeats "$REPEATS" "${ONLY_FLAG[@]}" \
+timeout 1200 python -m benchmarks --gpu --repeats "$REPEATS" "${ONLY_FLAG[@]}" \
   --out "$OUT_DIR/results_gpu.json" --md "$OUT_DIR/table_gpu.md" 2>&1 | tee "$OUT_DIR/log.txt"
 echo "total: $(( $(date +%s) - start )) s; results in $OUT_DIR/results_gpu.json"

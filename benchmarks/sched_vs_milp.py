@@ -1,6 +1,7 @@
 """Speed: the jitted threshold scheduler vs the exact MILP oracle on the same slot, one run.
 
     python -m benchmarks.sched_vs_milp [--candidates 1024] [--free_units 64] [--repeats 50]
+    python -m benchmarks.sched_vs_milp --slots=30     # medians over 30 slots + batched figure
 
 One random slot (synthetic numbers, not from traces): gains ΔQ ~ |N(0.05, 0.1)|-ish PRM units,
 delays 0.1–1 s, bandwidth needs 0.2–3 MHz, β = 0.2, τ = 50 ms, queue length 8, M = 4; the
@@ -68,6 +69,149 @@ def run(n: int = 1024, free_units: int = 64, free_bw_hz: float | None = None,
             "backend": jax.default_backend(), "synthetic": True}
 
 
+def knapsack_milp(w, w_bar, b, free_units, free_bw_hz):
+    """The slot as the 2-constraint 0/1 knapsack it is: queueing uses no resources, so the
+    optimum is Σ max(w̄, 0) plus a knapsack over the candidates whose run-now profit
+    p = w − max(w̄, 0) is positive (units ≤ free_units, Σ b ≤ free_bw). One binary per such
+    candidate, scipy HiGHS. Returns the slot value (float)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    floor = np.maximum(w_bar, 0.0)
+    p = w - floor
+    idx = np.flatnonzero(p > 0)
+    base = float(np.sum(floor))
+    if idx.size == 0:
+        return base
+    a = np.vstack([np.ones(idx.size), b[idx]])
+    res = milp(-p[idx], constraints=LinearConstraint(a, -np.inf, [free_units, free_bw_hz]),
+               integrality=np.ones(idx.size), bounds=Bounds(0, 1), options={"disp": False})
+    if res.status != 0 or res.x is None:
+        raise RuntimeError(f"knapsack_milp: {res.message}")
+    return base + float(p[idx] @ np.round(res.x))
+
+
+def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: float = 0.005,
+              mu_per_mhz: float = 0.002, repeats: int = 20, batch: int = 256,
+              check_full_milp: int = 3) -> dict:
+    """Medians over ``slots`` random slots of ``n`` candidates (synthetic): the jitted
+    threshold rule (``threshold_decide``, whose repair is the vectorised fill), the fill
+    alone (``prada_jax.sched.fill`` on the rule's want set and priority, sort included), the
+    one-by-one fill (``fill.greedy_fill_sequential``), and scipy ``milp`` on the 2-constraint
+    knapsack formulation of the same slot (one solve each); the MILP / threshold ratio per
+    slot (median). Batched: ``batch`` slots vmapped through ``threshold_decide`` and through
+    the fill, slots/s. The first ``check_full_milp`` slots are also solved by the 3-choice
+    MILP of ``oracle.milp_slot`` to check that the knapsack formulation has the same optimum.
+    """
+    from prada_jax.sched import fill
+    from prada_jax.sched.threshold import reduced_gain
+
+    sp = SchedParams(lambda_s=jnp.float32(lambda_s), mu=jnp.float32(mu_per_mhz * 1e-6))
+
+    def _want_rank(x):
+        _, w_bar, g = advantages(x, sp)
+        want = x.candidate & (g >= jnp.maximum(w_bar, 0.0))
+        red = reduced_gain(x, sp)
+        # descending reduced gain, ties by descending g, then position (a stable sort)
+        order = jnp.lexsort((-g, -red, jnp.where(want, 0, 1)))
+        return want, fill.rank_from_order(order.astype(jnp.int32))
+
+    def _fill_only(x, fu, fb):
+        want, rank = _want_rank(x)
+        return fill.greedy_fill_ranked(want, rank, x.bandwidth_hz, fu, fb)
+
+    def _seq_only(x, fu, fb):
+        want, rank = _want_rank(x)
+        return fill.greedy_fill_sequential(want, rank, x.bandwidth_hz, fu, fb)
+
+    def _passes(x, fu, fb):
+        want, rank = _want_rank(x)
+        return fill.fill_passes(want, rank, x.bandwidth_hz, fu, fb)
+
+    thr = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp))
+    fil, seq, npass = jax.jit(_fill_only), jax.jit(_seq_only), jax.jit(_passes)
+    fill_ranked = jax.jit(fill.greedy_fill_ranked)
+    seq_ranked = jax.jit(fill.greedy_fill_sequential)
+
+    def _median_time(fn, *args):
+        jax.block_until_ready(fn(*args))
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+
+    rows = []
+    xs = []
+    for k in range(slots):
+        x = make_slot(n, seed=k)
+        xs.append(x)
+        fb_v = float(jnp.mean(x.bandwidth_hz)) * free_units
+        fu, fb = jnp.int32(free_units), jnp.float32(fb_v)
+        t_thr, t_fill, t_seq = (_median_time(f, x, fu, fb) for f in (thr, fil, seq))
+        want, rank = jax.jit(_want_rank)(x)
+        t_fr = _median_time(fill_ranked, want, rank, x.bandwidth_hz, fu, fb)
+        t_sr = _median_time(seq_ranked, want, rank, x.bandwidth_hz, fu, fb)
+        w, w_bar, _ = (np.asarray(a, np.float64) for a in advantages(x, sp))
+        b = np.asarray(x.bandwidth_hz, np.float64)
+        t0 = time.perf_counter()
+        v_knap = knapsack_milp(w, w_bar, b, free_units, fb_v)
+        t_milp = time.perf_counter() - t0
+        d = np.asarray(thr(x, fu, fb))
+        row = dict(threshold_s=t_thr, fill_s=t_fill, sequential_fill_s=t_seq, milp_s=t_milp,
+                   fill_given_rank_s=t_fr, sequential_given_rank_s=t_sr,
+                   passes=int(npass(x, fu, fb)), oracle_value=v_knap,
+                   threshold_value=oracle.slot_value(d, w, w_bar),
+                   feasible=oracle.is_feasible(d, b, free_units, fb_v),
+                   fill_equals_sequential=bool(np.array_equal(np.asarray(fil(x, fu, fb)),
+                                                              np.asarray(seq(x, fu, fb)))))
+        if k < check_full_milp:
+            row["full_milp_value"] = oracle.milp_slot(w, w_bar, b, free_units, fb_v).value
+        rows.append(row)
+    med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
+    # batched: `batch` slots (cycling the ones above) vmapped
+    xb = jax.tree.map(lambda *a: jnp.stack(a), *[xs[i % len(xs)] for i in range(batch)])
+    fub = jnp.full((batch,), free_units, jnp.int32)
+    fbb = jnp.asarray([float(jnp.mean(xs[i % len(xs)].bandwidth_hz)) * free_units
+                       for i in range(batch)], jnp.float32)
+    t_thr_b = _median_time(jax.jit(jax.vmap(lambda x, fu, fb: threshold_decide(x, fu, fb, sp))),
+                           xb, fub, fbb)
+    t_fill_b = _median_time(jax.jit(jax.vmap(_fill_only)), xb, fub, fbb)
+    wb, rb = jax.jit(jax.vmap(_want_rank))(xb)
+    t_fr_b = _median_time(jax.jit(jax.vmap(fill.greedy_fill_ranked)), wb, rb, xb.bandwidth_hz,
+                          fub, fbb)
+    t_sr_b = _median_time(jax.jit(jax.vmap(fill.greedy_fill_sequential)), wb, rb,
+                          xb.bandwidth_hz, fub, fbb)
+    return {
+        "candidates": n, "slots": slots, "free_units": free_units, "repeats": repeats,
+        "threshold_s_median": med("threshold_s"), "fill_s_median": med("fill_s"),
+        "sequential_fill_s_median": med("sequential_fill_s"),
+        "fill_given_rank_s_median": med("fill_given_rank_s"),
+        "sequential_given_rank_s_median": med("sequential_given_rank_s"),
+        "milp_knapsack_s_median":
+        med("milp_s"),
+        "ratio_milp_over_threshold_median": statistics.median(
+            r["milp_s"] / r["threshold_s"] for r in rows),
+        "ratio_milp_over_fill_median": statistics.median(r["milp_s"] / r["fill_s"]
+                                                         for r in rows),
+        "ratio_sequential_over_fill_median": statistics.median(
+            r["sequential_fill_s"] / r["fill_s"] for r in rows),
+        "passes_median": med("passes"), "passes_max": max(r["passes"] for r in rows),
+        "value_ratio_median": statistics.median(
+            r["threshold_value"] / r["oracle_value"] for r in rows if r["oracle_value"] > 0),
+        "all_feasible": all(r["feasible"] for r in rows),
+        "fill_equals_sequential_all": all(r["fill_equals_sequential"] for r in rows),
+        "knapsack_equals_full_milp": all(abs(r["full_milp_value"] - r["oracle_value"])
+                                         <= 1e-6 * max(1.0, abs(r["oracle_value"]))
+                                         for r in rows if "full_milp_value" in r),
+        "batch": batch, "batched_threshold_slots_per_s": batch / t_thr_b,
+        "batched_fill_slots_per_s": batch / t_fill_b,
+        "batched_fill_given_rank_slots_per_s": batch / t_fr_b,
+        "batched_sequential_given_rank_slots_per_s": batch / t_sr_b,
+        "backend": jax.default_backend(), "synthetic": True, "rows": rows,
+    }
+
+
 def _define(fv) -> None:
     from absl import flags
 
@@ -79,6 +223,9 @@ def _define(fv) -> None:
     flags.DEFINE_integer("milp_repeats", 3, "timed MILP solves (median)", lower_bound=1,
                          flag_values=fv)
     flags.DEFINE_integer("seed", 0, "seed of the synthetic slot", flag_values=fv)
+    flags.DEFINE_integer("slots", 0, "> 0: medians over this many random slots vs the knapsack "
+                         "MILP, and the 256-slot vmapped figure (run_slots)", lower_bound=0,
+                         flag_values=fv)
     flags.DEFINE_string("json", "", "also write the result to this file", flag_values=fv)
 
 
@@ -87,6 +234,13 @@ def main(argv=None):
     from prada_jax import cli
 
     a = cli.parse_local(_define, argv, "benchmarks.sched_vs_milp", __doc__)
+    if a.slots > 0:
+        r = run_slots(a.candidates, a.slots, a.free_units, repeats=a.repeats)
+        print(json.dumps({k: v for k, v in r.items() if k != "rows"}, indent=2))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(r, f, indent=2)
+        return
     r = run(a.candidates, a.free_units, repeats=a.repeats, milp_repeats=a.milp_repeats,
             seed=a.seed)
     print(f"slot of {r['candidates']} candidates (synthetic), {r['free_units']} free units, "

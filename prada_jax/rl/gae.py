@@ -29,7 +29,8 @@ __all__ = ["masked_gae"]
 
 def masked_gae(rewards: jax.Array, values: jax.Array, decision: jax.Array,
                terminated: jax.Array, truncated: jax.Array, next_values: jax.Array,
-               last_value: jax.Array, gamma: float, lam: float) -> tuple[jax.Array, jax.Array]:
+               last_value: jax.Array, gamma: float, lam: float,
+               unroll: int = 1) -> tuple[jax.Array, jax.Array]:
     """Per-user GAE over decision slots.
 
     Args:
@@ -46,6 +47,7 @@ def masked_gae(rewards: jax.Array, values: jax.Array, decision: jax.Array,
       last_value: [...] value of the observation after the last slot (rollout-end bootstrap).
       gamma: discount per decision.
       lam: GAE λ.
+      unroll: unroll factor of the reverse scan (same result; fewer loop iterations).
 
     Returns:
       (advantages, returns): each [T, ...] float32; returns = advantages + values at decision
@@ -77,6 +79,6 @@ def masked_gae(rewards: jax.Array, values: jax.Array, decision: jax.Array,
     init = (jnp.asarray(last_value, jnp.float32), zeros, zeros)
     _, adv = jax.lax.scan(_backward, init,
                           (rewards, values, decision, terminated, truncated, next_values),
-                          reverse=True)
+                          reverse=True, unroll=max(1, int(unroll)))
     returns = jnp.where(decision, adv + values, 0.0)
     return adv, returns

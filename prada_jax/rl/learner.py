@@ -5,8 +5,11 @@ Works with any environment of the pure multi-user shape (DESIGN §4, STYLE "Envi
 * ``env.reset(key, params) -> (obs [U, D], state)``
 * ``env.step(key, state, action, params) -> (obs [U, D], state, reward [U], done [U], info)``
   with ``info["decision_mask"] [U]`` (the user's action was consumed this slot), optionally
-  ``info["terminated"]`` / ``info["truncated"]`` [U] (default: ``done`` / all False), and any
-  other numeric per-slot metrics (logged as ``env/<name>``, averaged over slots and envs).
+  ``info["terminated"]`` / ``info["truncated"]`` [U] (default: ``done`` / all False),
+  optionally ``info["final_observation"]`` [U, D] (for an auto-resetting env: the observation
+  the cut episode would have continued from; a truncated user is bootstrapped with its value,
+  not with the value of the next episode's first observation), and any other numeric per-slot
+  metrics (logged as ``env/<name>``, averaged over slots and envs).
 
 The env handles user turnover itself (new users arrive in freed slots); the learner never
 resets an env after initialisation. Per-user GAE follows ``prada_jax.rl.gae``.
@@ -17,13 +20,15 @@ Structure (``make_train_chunk``)::
       scan over updates_per_chunk:
         rollout: scan over rollout_len of (policy on [E, U, D] → vmap(env.step) over E)
         masked GAE (reverse scan over slots, vectorised over [E, U])
-        scan over num_epochs: shuffle the E·T·U samples, scan over minibatches: optax step
+        (decision_only) compact the decision samples into a fixed buffer of K with a mask
+        scan over num_epochs: shuffle the samples, scan over minibatches: optax step
 
 The env batch axis E is leading in every array of the state, so it can be sharded later.
 Several seeds: ``jax.vmap(train_chunk, in_axes=(0, None))`` over a stacked ``LearnerState``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import distrax
@@ -37,9 +42,10 @@ from prada_jax.rl import losses
 from prada_jax.rl import networks
 
 __all__ = ["PPOSettings", "LearnerState", "make_optimizer", "init_learner_state",
-           "make_train_chunk", "make_rollout", "env_metric_names", "RESERVED_INFO"]
+           "make_train_chunk", "make_rollout", "env_metric_names", "RESERVED_INFO",
+           "rollout_gae", "compact_decisions", "decision_capacity"]
 
-RESERVED_INFO = ("decision_mask", "terminated", "truncated")
+RESERVED_INFO = ("decision_mask", "terminated", "truncated", "final_observation")
 
 
 class PPOSettings(NamedTuple):
@@ -48,11 +54,22 @@ class PPOSettings(NamedTuple):
     num_envs: E, environments run in parallel per seed.
     rollout_len: T, env slots per update.
     num_epochs: passes over each rollout.
-    num_minibatches: minibatches per epoch; the E·T·U samples are split evenly.
+    num_minibatches: minibatches per epoch; the E·T·U samples (or, with ``decision_only``,
+      the ``decision_capacity`` compacted samples) are split evenly.
     updates_per_chunk: updates per jitted call.
     gamma: discount per decision.
     gae_lambda: GAE λ.
     loss: PPO loss coefficients.
+    decision_only: run the epochs over the decision samples only, compacted into a buffer of
+      ``decision_capacity`` (non-decision samples carry no loss; only the shuffle and the
+      minibatch composition differ from the full update). A rollout with more decisions than
+      the capacity keeps ``decision_capacity`` of them (a run from a random start, see
+      ``compact_decisions``) and reports the number dropped as the ``decision_overflow``
+      metric.
+    decision_capacity: K, samples in the compacted buffer (a multiple of num_minibatches).
+    max_grad_norm: clip gradients to this global L2 norm inside the learner, reusing the norm
+      it reports as ``grad_norm`` (one norm pass); None = ``tx`` clips (if at all).
+    gae_unroll: unroll factor of the reverse GAE scan.
     """
 
     num_envs: int
@@ -63,6 +80,10 @@ class PPOSettings(NamedTuple):
     gamma: float
     gae_lambda: float
     loss: losses.PPOLossConfig
+    decision_only: bool = False
+    decision_capacity: int = 0
+    max_grad_norm: float | None = None
+    gae_unroll: int = 1
 
 
 @struct.dataclass
@@ -91,12 +112,14 @@ class LearnerState:
 
 def make_optimizer(lr: float, max_grad_norm: float, schedule: str = "constant",
                    total_steps: int | None = None, final_lr_frac: float = 0.0,
-                   adam_eps: float = 1e-5) -> optax.GradientTransformation:
+                   adam_eps: float = 1e-5, clip: bool = True) -> optax.GradientTransformation:
     """Adam with global-norm gradient clipping and an optional learning-rate schedule.
 
     Args:
       lr: peak learning rate.
       max_grad_norm: clip gradients to this global L2 norm.
+      clip: include the clipping in the transformation; False when the learner clips itself
+        (``PPOSettings.max_grad_norm``, one norm pass instead of two).
       schedule: "constant", "linear" (to ``final_lr_frac·lr``) or "cosine" (to the same).
       total_steps: optimiser steps over the run (needed by "linear"/"cosine").
     """
@@ -112,8 +135,10 @@ def make_optimizer(lr: float, max_grad_norm: float, schedule: str = "constant",
     else:
         raise ValueError(f"make_optimizer: unknown schedule '{schedule}' "
                          "(constant, linear, cosine)")
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
-                       optax.adam(lr_fn, eps=adam_eps))
+    adam = optax.adam(lr_fn, eps=adam_eps)
+    if not clip:
+        return adam
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam)
 
 
 def init_learner_state(key: jax.Array, settings: PPOSettings, env: Any, env_params: Any,
@@ -184,7 +209,8 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
     """``rollout(params, env_params, env_state, obs, ep_return, key) -> (env_state, obs,
     ep_return, traj, slot_metrics)``: ``rollout_len`` slots of the stochastic policy in
     ``num_envs`` envs. ``traj`` holds [T, E, U(, D)] arrays (obs, action, logp, value, q_taken,
-    gain, reward, decision, terminated, truncated); ``slot_metrics`` [T] sums."""
+    gain, reward, decision, terminated, truncated, and ``trunc_value`` = V(final observation)
+    when the env reports ``info["final_observation"]``); ``slot_metrics`` [T] sums."""
     s = settings
     if action_fn is None:
         action_fn = lambda screen, gain: screen  # noqa: E731
@@ -196,13 +222,13 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
         def _env_step(carry, step_key):
             env_state, obs, ep_return = carry
             act_key, env_key = jax.random.split(step_key)
-            logits, q = _policy(params, obs)                       # [E, U, 2]
+            logits, q = _policy(params, obs)                       # [E, U, A]
             dist = distrax.Categorical(logits=logits)
             action = dist.sample(seed=act_key).astype(jnp.int32)  # [E, U]
             logp = dist.log_prob(action)
-            value = networks.value_from_q(logits, q)
-            q_taken = jnp.take_along_axis(q, action[..., None], axis=-1)[..., 0]
-            gain = q[..., 1] - q[..., 0]
+            value = networks.value_from_critic(logits, q)
+            q_taken = networks.taken_critic(q, action)
+            gain = networks.gain_from_critic(q)
             env_action = jax.vmap(action_fn)(action, gain)
             env_keys = jax.random.split(env_key, s.num_envs)
             next_obs, env_state, reward, done, info = jax.vmap(
@@ -218,6 +244,11 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
             transition = dict(obs=obs, action=action, logp=logp, value=value, q_taken=q_taken,
                               gain=gain, reward=reward.astype(jnp.float32), decision=decision,
                               terminated=terminated, truncated=truncated)
+            if "final_observation" in info:
+                # V of the observation the cut episode would have continued from (read by GAE
+                # only where truncated; the env has already reset that user slot).
+                f_logits, f_q = _policy(params, jnp.asarray(info["final_observation"]))
+                transition["trunc_value"] = networks.value_from_critic(f_logits, f_q)
             env_m = jax.vmap(_info_metrics)(info, finished)   # name -> ([E], [E])
             slot_metrics = dict(ep_sum=ep_sum, ep_count=ep_count, **{
                 "env/" + k: (jnp.sum(v[0]), jnp.sum(v[1])) for k, v in env_m.items()})
@@ -231,6 +262,68 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
     return rollout
 
 
+def rollout_gae(traj: dict, last_value: jax.Array, gamma: float, lam: float,
+                unroll: int = 1) -> tuple[jax.Array, jax.Array]:
+    """Per-user GAE of a rollout (``make_rollout``'s ``traj``): advantages and λ-returns [T, E, U].
+
+    The bootstrap of a truncated user is ``traj["trunc_value"]`` (V of the env's final
+    observation of the cut episode) where the env reports one, else the value of the next
+    slot's observation of that user slot; the end of the rollout bootstraps with
+    ``last_value`` [E, U].
+    """
+    next_values = jnp.concatenate([traj["value"][1:], last_value[None]], axis=0)
+    if "trunc_value" in traj:
+        next_values = jnp.where(traj["truncated"], traj["trunc_value"], next_values)
+    return gae_lib.masked_gae(traj["reward"], traj["value"], traj["decision"],
+                              traj["terminated"], traj["truncated"], next_values, last_value,
+                              gamma, lam, unroll=unroll)
+
+
+def decision_capacity(num_samples: int, fraction: float, num_minibatches: int) -> int:
+    """K = ⌈fraction · num_samples⌉ rounded up to a multiple of ``num_minibatches`` (and at most
+    ``num_samples`` rounded the same way): the size of the compacted decision buffer."""
+    k = max(1, math.ceil(float(fraction) * int(num_samples)))
+    k = min(k, int(num_samples))
+    return int(math.ceil(k / num_minibatches) * num_minibatches)
+
+
+def compact_decisions(flat: dict, capacity: int, key: jax.Array) -> tuple[dict, jax.Array]:
+    """Gathers the decision samples of ``flat`` into fixed-size buffers of ``capacity``.
+
+    Args:
+      flat: dict of [N, ...] arrays with a bool ``decision`` [N] entry.
+      capacity: K, buffer size.
+      key: PRNG key; when there are more than K decisions (overflow), the K kept are the
+        first K in sample order starting from a uniformly random sample (cyclically),
+        otherwise all are kept.
+
+    Returns:
+      ``(compact, dropped)``: dict of [K, ...] arrays whose ``decision`` is the validity mask
+      (the first ``min(n_dec, K)`` entries; padding repeats sample 0 with mask False), and the
+      int32 number of decisions that did not fit.
+    """
+    dec = flat["decision"].astype(bool)
+    n = dec.shape[0]
+    # Start the scan at a random sample (cyclically): with more than K decisions, the K kept
+    # are a contiguous run from a random start, so no part of the rollout is always dropped.
+    # (A full random permutation costs more than the rest of the compaction.)
+    shift = jax.random.randint(key, (), 0, n)
+    (pos,) = jnp.nonzero(jnp.roll(dec, -shift), size=capacity, fill_value=0)
+    idx = (pos + shift) % n
+    n_dec = jnp.sum(dec.astype(jnp.int32))
+    valid = jnp.arange(capacity) < n_dec
+    out = {k: jnp.take(v, idx, axis=0) for k, v in flat.items() if k != "decision"}
+    out["decision"] = valid
+    return out, jnp.maximum(n_dec - capacity, 0)
+
+
+def _clip_by_norm(grads, g_norm, max_norm: float):
+    """``optax.clip_by_global_norm`` with the norm given (same arithmetic, no second pass)."""
+    trigger = jnp.squeeze(g_norm < max_norm)
+    return jax.tree.map(
+        lambda t: jax.lax.select(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm), grads)
+
+
 def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
                      tx: optax.GradientTransformation,
                      action_fn: Callable[[jax.Array, jax.Array], Any] | None = None
@@ -240,7 +333,7 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
     Args:
       settings: static learner settings.
       env: object with pure ``reset`` / ``step`` (see module docstring).
-      apply_fn: ``(params, obs [..., D]) -> (logits [..., 2], q [..., 2])``.
+      apply_fn: ``(params, obs [..., D]) -> (logits [..., A], critic [..., A] or [..., 1])``.
       tx: optax optimiser.
       action_fn: ``(screen [U] int32, gain [U] float32) -> env action``; default passes the
         screening decision only. The edge env's ``EdgeAction(screen, gain)`` carries the
@@ -251,9 +344,10 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
       ``value_loss``, ``entropy``, ``approx_kl``, ``clip_frac``, ``total_loss``,
       ``grad_norm`` (means over epochs × minibatches), ``explained_variance``,
       ``episode_return_sum`` / ``episodes`` (finished user episodes in the rollout),
-      ``decisions``, ``nominate_rate``, ``mean_gain`` (mean ΔQ at decisions),
-      ``env_steps``, and ``env/<name>`` env metrics (see ``_info_metrics``; NaN when the
-      rollout had nothing to average).
+      ``decisions``, ``decision_overflow`` (decisions left out of the compacted update; 0
+      without ``decision_only``), ``nominate_rate`` (fraction of decisions with action ≠ 0),
+      ``mean_gain`` (mean ΔQ at decisions), ``env_steps``, and ``env/<name>`` env metrics
+      (see ``_info_metrics``; NaN when the rollout had nothing to average).
     """
     s = settings
     _rollout = make_rollout(settings, env, apply_fn, action_fn)
@@ -271,14 +365,22 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
     def _update_minibatch(carry, batch):
         params, opt_state = carry
         (_, metrics), grads = grad_fn(params, batch)
+        g_norm = optax.global_norm(grads)
+        if s.max_grad_norm is not None:
+            grads = _clip_by_norm(grads, g_norm, s.max_grad_norm)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        metrics = dict(metrics, grad_norm=g_norm)
         return (params, opt_state), metrics
 
     def _update_epoch(carry, epoch_key, flat):
         n = flat["action"].shape[0]
-        perm = jax.random.permutation(epoch_key, n)
+        if s.decision_only:
+            # argsort of uniform keys: a uniformly random order, about half the CPU time of
+            # jax.random.permutation's rounds of sorting.
+            perm = jnp.argsort(jax.random.uniform(epoch_key, (n,)))
+        else:
+            perm = jax.random.permutation(epoch_key, n)
         shuffled = jax.tree.map(
             lambda x: jnp.take(x, perm, axis=0).reshape((s.num_minibatches, -1) + x.shape[1:]),
             flat)
@@ -289,11 +391,8 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
         env_state, obs, ep_return, traj, slot_metrics = _rollout(
             state.params, env_params, state.env_state, state.obs, state.ep_return, rollout_key)
         logits_last, q_last = _policy(state.params, obs)
-        last_value = networks.value_from_q(logits_last, q_last)        # [E, U]
-        next_values = jnp.concatenate([traj["value"][1:], last_value[None]], axis=0)
-        adv, ret = gae_lib.masked_gae(traj["reward"], traj["value"], traj["decision"],
-                                      traj["terminated"], traj["truncated"], next_values,
-                                      last_value, s.gamma, s.gae_lambda)
+        last_value = networks.value_from_critic(logits_last, q_last)   # [E, U]
+        adv, ret = rollout_gae(traj, last_value, s.gamma, s.gae_lambda, s.gae_unroll)
         dec = traj["decision"].astype(jnp.float32)
         n_dec = jnp.maximum(jnp.sum(dec), 1.0)
         # Explained variance of the trained prediction Q(s, a) against its λ-return target.
@@ -308,6 +407,12 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
                 for k in ("obs", "action", "logp", "q_taken", "decision")}
         flat["adv"] = adv.reshape(-1)
         flat["ret"] = ret.reshape(-1)
+        overflow = jnp.int32(0)
+        if s.decision_only:
+            # The compaction key is derived from the epoch key, so the rollout (and the run
+            # without decision_only) draws the same random numbers.
+            compact_key = jax.random.fold_in(epoch_key, 1)
+            flat, overflow = compact_decisions(flat, s.decision_capacity, compact_key)
         epoch_keys = jax.random.split(epoch_key, s.num_epochs)
         (params, opt_state), mb_metrics = jax.lax.scan(
             lambda c, k: _update_epoch(c, k, flat), (state.params, state.opt_state), epoch_keys)
@@ -318,7 +423,8 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
             episode_return_sum=jnp.sum(slot_metrics["ep_sum"]),
             episodes=jnp.sum(slot_metrics["ep_count"]).astype(jnp.float32),
             decisions=jnp.sum(dec),
-            nominate_rate=jnp.sum(traj["action"] * dec) / n_dec,
+            decision_overflow=overflow.astype(jnp.float32),
+            nominate_rate=jnp.sum((traj["action"] != 0) * dec) / n_dec,
             mean_gain=jnp.sum(traj["gain"] * dec) / n_dec,
             env_steps=env_steps,
             # NaN where the rollout held nothing to average (e.g. no user finished).

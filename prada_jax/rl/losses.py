@@ -46,8 +46,9 @@ def ppo_loss(logits: jax.Array, q: jax.Array, actions: jax.Array, old_logp: jax.
     """PPO loss for one minibatch.
 
     Args:
-      logits: [B, 2] current policy logits.
-      q: [B, 2] current Q(s, ·).
+      logits: [B, A] current policy logits.
+      q: [B, A] current Q(s, ·), or [B, 1] the current V(s) of a plain value head (then the
+        regressed prediction is V(s) instead of Q(s, a)).
       actions: [B] int actions taken.
       old_logp: [B] log π_old(a|s) at rollout time.
       old_q_taken: [B] Q_old(s, a) at rollout time (for value clipping).
@@ -77,7 +78,10 @@ def ppo_loss(logits: jax.Array, q: jax.Array, actions: jax.Array, old_logp: jax.
     surr2 = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
     policy_loss = -masked_mean(jnp.minimum(surr1, surr2), mask)
 
-    q_taken = jnp.take_along_axis(q, actions[:, None], axis=-1)[:, 0]
+    if q.shape[-1] == 1:
+        q_taken = q[:, 0]
+    else:
+        q_taken = jnp.take_along_axis(q, actions[:, None], axis=-1)[:, 0]
     v_err = jnp.square(q_taken - returns)
     if cfg.clip_value:
         q_clipped = old_q_taken + jnp.clip(q_taken - old_q_taken, -cfg.value_clip_eps,

@@ -55,23 +55,33 @@ def _batch_size(config) -> int:
     return int(config.ppo.num_envs) * int(config.ppo.rollout_len) * int(config.env.num_users)
 
 
-def validate_config(config) -> None:
-    """Checks every field the run uses; raises ``ConfigError`` naming the field."""
+def validate_config(config, env_given: bool = False) -> None:
+    """Checks every field the run uses; raises ``ConfigError`` naming the field.
+
+    Args:
+      env_given: the env is passed to ``build_setup``; the fields that only choose and build
+        an env (``env.name``, ``env.preset``, ``env.trace_dir``, ...) are then not read or
+        checked; ``env.num_users`` still is (it must match the env).
+    """
     cu = config_utils
     cu.check_int(config, "seed", minimum=0)
     cu.check_int(config, "num_seeds", minimum=1)
-    cu.check_choice(config, "env.name", ("edge", "toy"))
-    cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
-    cu.check_int(config, "env.trace_seed", minimum=0)
     cu.check_int(config, "env.num_users", minimum=1)
-    cu.check_int(config, "env.problems", minimum=0)
-    cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
-    cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
-    if config.env.name == "edge" and not config.env.trace_dir:
-        from prada_jax.traces import synthetic
-        cu.check_choice(config, "env.preset", sorted(synthetic.PRESETS))
-    if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
-        raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a directory")
+    if not env_given:
+        cu.check_choice(config, "env.name", ("edge", "toy"))
+        cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
+        cu.check_int(config, "env.trace_seed", minimum=0)
+        cu.check_int(config, "env.problems", minimum=0)
+        cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
+        cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
+        if config.env.name == "edge" and not config.env.trace_dir:
+            from prada_jax.traces import synthetic
+            cu.check_choice(config, "env.preset", sorted(synthetic.PRESETS))
+        if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
+            raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a "
+                                 "directory")
+    if "critic" in config.net:
+        cu.check_choice(config, "net.critic", networks.CRITICS)
     hidden = config.net.hidden
     if not (isinstance(hidden, (tuple, list)) and len(hidden) >= 1
             and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden)):
@@ -86,6 +96,10 @@ def validate_config(config) -> None:
     cu.check_range(config, "ppo.gae_lambda", 0.0, 1.0)
     cu.check_range(config, "ppo.final_lr_frac", 0.0, 1.0)
     cu.check_choice(config, "ppo.lr_schedule", ("constant", "linear", "cosine"))
+    if "decision_capacity" in config.ppo:
+        cu.check_range(config, "ppo.decision_capacity", 0.0, 1.0)
+        cu.check(float(config.ppo.decision_capacity) > 0.0, "ppo.decision_capacity",
+                 f"({config.ppo.decision_capacity}) must be > 0 (a fraction of the batch)")
     batch = _batch_size(config)
     cu.check_divides(config, "ppo.minibatch_size", batch,
                      total_name="the batch ppo.num_envs*ppo.rollout_len*env.num_users")
@@ -187,20 +201,24 @@ class Setup(NamedTuple):
     obs_dim: int
     num_users: int
     total_chunks: int
+    num_actions: int = networks.NUM_ACTIONS
+    critic: str = "q"
 
     def init_states(self, config):
-        """Seed-stacked fresh ``LearnerState`` (leading axis num_seeds)."""
+        """Seed-stacked fresh ``LearnerState`` (leading axis num_seeds), built by one jitted
+        call (an eager vmap dispatches every op of the env reset and network init one by one)."""
         keys = jnp.stack([jax.random.key(int(config.seed) + i)
                           for i in range(int(config.num_seeds))])
-        return jax.vmap(self._init_one(config))(keys)
+        return jax.jit(jax.vmap(self._init_one(config)))(keys)
 
     def _init_one(self, config):
         hidden = tuple(config.net.hidden)
         sep = bool(config.net.separate_critic)
         obs_dim = self.obs_dim
+        num_actions, critic = self.num_actions, self.critic
 
         def init_params(k):
-            return networks.init_network(k, obs_dim, hidden, sep)[1]
+            return networks.init_network(k, obs_dim, hidden, sep, num_actions, critic)[1]
         return lambda k: learner.init_learner_state(k, self.settings, self.env, self.env_params,
                                                     init_params, self.tx)
 
@@ -210,9 +228,10 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
 
     Args:
       env_and_params: use this ``(env, env_params)`` instead of the one the config names
-        (any env of the pure multi-user shape).
+        (any env of the pure multi-user shape with discrete actions; the action count comes
+        from ``env.action_spec(params).num_values``, 2 if the env has none).
     """
-    validate_config(config)
+    validate_config(config, env_given=env_and_params is not None)
     if env_and_params is None:
         env, env_params, trace_info = build_env(config)
     else:
@@ -226,31 +245,41 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             f"config.env.num_users ({config.env.num_users}) does not match the env's "
             f"{num_users} user slots")
     batch = _batch_size(config)
+    num_minibatches = batch // int(config.ppo.minibatch_size)
+    decision_only = bool(config.ppo.get("decision_only", False))
+    capacity = (learner.decision_capacity(batch, float(config.ppo.decision_capacity),
+                                          num_minibatches) if decision_only else 0)
     settings = learner.PPOSettings(
         num_envs=int(config.ppo.num_envs), rollout_len=int(config.ppo.rollout_len),
         num_epochs=int(config.ppo.num_epochs),
-        num_minibatches=batch // int(config.ppo.minibatch_size),
+        num_minibatches=num_minibatches,
         updates_per_chunk=int(config.ppo.updates_per_chunk), gamma=float(config.ppo.gamma),
         gae_lambda=float(config.ppo.gae_lambda),
         loss=losses.PPOLossConfig(
             clip_eps=float(config.ppo.clip_eps), vf_coef=float(config.ppo.vf_coef),
             ent_coef=float(config.ppo.ent_coef), clip_value=bool(config.ppo.clip_value),
             value_clip_eps=float(config.ppo.value_clip_eps),
-            normalize_adv=bool(config.ppo.normalize_adv)))
+            normalize_adv=bool(config.ppo.normalize_adv)),
+        decision_only=decision_only, decision_capacity=capacity,
+        max_grad_norm=float(config.ppo.max_grad_norm),
+        gae_unroll=min(int(config.ppo.rollout_len), 8))
     chunks = num_chunks(config)
     opt_steps = chunks * settings.updates_per_chunk * settings.num_epochs \
         * settings.num_minibatches
     tx = learner.make_optimizer(float(config.ppo.lr), float(config.ppo.max_grad_norm),
                                 config.ppo.lr_schedule, total_steps=opt_steps,
                                 final_lr_frac=float(config.ppo.final_lr_frac),
-                                adam_eps=float(config.ppo.adam_eps))
+                                adam_eps=float(config.ppo.adam_eps), clip=False)
+    num_actions = networks.action_count(env, env_params)
+    critic = str(config.net.get("critic", "q"))
     graphdef, _ = networks.init_network(jax.random.key(0), obs_dim, tuple(config.net.hidden),
-                                        bool(config.net.separate_critic))
+                                        bool(config.net.separate_critic), num_actions, critic)
     apply_fn = networks.make_apply_fn(graphdef)
     action_fn = _default_action_fn(env_params, bool(config.env.pass_gain))
     return Setup(env=env, env_params=env_params, trace_info=trace_info, settings=settings,
                  graphdef=graphdef, apply_fn=apply_fn, tx=tx, action_fn=action_fn,
-                 obs_dim=obs_dim, num_users=num_users, total_chunks=chunks)
+                 obs_dim=obs_dim, num_users=num_users, total_chunks=chunks,
+                 num_actions=num_actions, critic=critic)
 
 
 def make_jitted_chunk(setup: Setup) -> Callable:
@@ -281,6 +310,8 @@ def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float | None,
         out["train/nominate_rate"] = float(np.sum(m["nominate_rate"] * dec) / dec.sum())
         out["train/mean_gain"] = float(np.sum(m["mean_gain"] * dec) / dec.sum())
     out["train/decisions_per_update"] = float(np.mean(dec))
+    if "decision_overflow" in m:   # decisions left out of the compacted (decision-only) update
+        out["train/decision_overflow"] = float(np.sum(m["decision_overflow"]))
     for k, v in m.items():
         if k.startswith("env/") and np.any(np.isfinite(v)):
             out[k] = float(np.nanmean(v))
@@ -295,6 +326,7 @@ def _policy_meta(config, setup: Setup) -> dict:
             "reward_mode": config.env.reward_mode,
             "traces": setup.trace_info, "hidden": list(config.net.hidden),
             "separate_critic": bool(config.net.separate_critic),
+            "num_actions": setup.num_actions, "critic": setup.critic,
             "num_seeds": int(config.num_seeds), "seeds": [int(config.seed) + i
                                                           for i in range(int(config.num_seeds))]}
 
@@ -530,7 +562,9 @@ def load_policy(workdir, step: int | None = None, seed_index: int = 0):
                          f"{meta['num_seeds']} seed(s)")
     obs_dim, hidden = int(meta["obs_dim"]), tuple(meta["hidden"])
     sep = bool(meta["separate_critic"])
-    graphdef, params_template = networks.init_network(jax.random.key(0), obs_dim, hidden, sep)
+    graphdef, params_template = networks.init_network(
+        jax.random.key(0), obs_dim, hidden, sep, int(meta.get("num_actions", networks.NUM_ACTIONS)),
+        str(meta.get("critic", "q")))
     params_template = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((int(meta["num_seeds"]),) + x.shape, x.dtype),
         params_template)

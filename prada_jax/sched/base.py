@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 from flax import struct
+
+from prada_jax.sched import fill as _fill
 
 #: The three decisions of a request, the one definition every module uses.
 LOCAL, QUEUE, IMMEDIATE = 0, 1, 2
@@ -100,52 +101,13 @@ def priority_rank(*keys):
     return jnp.sum(before.astype(jnp.int32), axis=1)
 
 
-# Above this many candidates the fill runs as a loop: the unrolled form's compile time grows
-# with C (C = 1024 took minutes to compile on CPU), its run time advantage matters only for the
-# small C of a slot.
-UNROLL_MAX_CANDIDATES = 64
-
-
 def greedy_fill_ranked(want, rank, bandwidth_hz, free_units, free_bw_hz):
     """``greedy_fill`` with the priority given as a rank ([C] int32, a permutation of 0..C-1).
 
-    For C <= ``UNROLL_MAX_CANDIDATES`` unrolled over the C positions with one-hot selections, so
-    XLA fuses it into a few kernels instead of a C-step loop; for larger C a ``fori_loop`` with
-    the same result (``_greedy_fill_loop``).
+    Runs as a few vectorised passes (``prada_jax.sched.fill``): no code unrolled over C, the
+    same admitted set as the one-by-one loop (``fill.greedy_fill_sequential``).
     """
-    if want.shape[0] > UNROLL_MAX_CANDIDATES:
-        return _greedy_fill_loop(want, rank, bandwidth_hz, free_units, free_bw_hz)
-    units = jnp.asarray(free_units, jnp.int32)
-    bw_left = jnp.asarray(free_bw_hz, jnp.float32)
-    bw = bandwidth_hz.astype(jnp.float32)
-    ok = jnp.zeros(want.shape, bool)
-    for k in range(want.shape[0]):
-        sel = rank == k
-        w = jnp.any(sel & want)
-        b = jnp.sum(jnp.where(sel, bw, 0.0))
-        take = w & (units >= 1) & (b <= bw_left)
-        ok = ok | (sel & take)
-        units = units - take.astype(jnp.int32)
-        bw_left = jnp.where(take, bw_left - b, bw_left)
-    return ok
-
-
-def _greedy_fill_loop(want, rank, bandwidth_hz, free_units, free_bw_hz):
-    """The greedy fill of ``greedy_fill_ranked`` as a C-step ``lax.fori_loop`` (large C)."""
-    c = want.shape[0]
-    order = jnp.zeros((c,), jnp.int32).at[rank].set(jnp.arange(c, dtype=jnp.int32))
-    bw = bandwidth_hz.astype(jnp.float32)
-
-    def body(k, carry):
-        ok, units, bw_left = carry
-        i = order[k]
-        take = want[i] & (units >= 1) & (bw[i] <= bw_left)
-        return (ok.at[i].set(take), units - take.astype(jnp.int32),
-                jnp.where(take, bw_left - bw[i], bw_left))
-
-    init = (jnp.zeros(want.shape, bool), jnp.asarray(free_units, jnp.int32),
-            jnp.asarray(free_bw_hz, jnp.float32))
-    return jax.lax.fori_loop(0, c, body, init)[0]
+    return _fill.greedy_fill_ranked(want, rank, bandwidth_hz, free_units, free_bw_hz)
 
 
 def greedy_fill(want, order, bandwidth_hz, free_units, free_bw_hz):

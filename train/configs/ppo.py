@@ -50,6 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.net = ml_collections.ConfigDict()
     c.net.hidden = (64, 64)         # MLP widths (tanh) of the actor and critic torsos
     c.net.separate_critic = True    # critic has its own torso
+    c.net.critic = "q"              # "q": Q(s, a) head (ΔQ for the scheduler); "v": plain V(s)
 
     c.ppo = ml_collections.ConfigDict()
     c.ppo.total_env_steps = 16 * 64 * 300   # env slots over the run (summed over envs)
@@ -71,6 +72,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.ppo.clip_value = False        # clip Q(s,a) updates to old ± value_clip_eps
     c.ppo.value_clip_eps = 0.2      # reward units
     c.ppo.normalize_adv = True
+    c.ppo.decision_only = True      # epochs run over the decision samples only (compacted)
+    c.ppo.decision_capacity = 0.25  # compacted buffer, fraction of E·T·U (the edge env decides
+                                    # in 20-24% of them; more decisions than this are subsampled
+                                    # and counted in the decision_overflow metric)
 
     c.log = ml_collections.ConfigDict()
     c.log.checkpoint_every = 50     # updates between checkpoints (multiple of updates_per_chunk)
@@ -117,6 +122,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.ppo.updates_per_chunk = 2
             c.ppo.total_env_steps = 4 * 8 * 4
             c.ppo.lr = 3e-3
+            c.ppo.decision_capacity = 0.9   # the toy env decides in ~60% of user slots
             c.log.checkpoint_every = 2
             c.log.progress = False
     return c
