@@ -25,17 +25,23 @@ def test_ratio_table_rows_and_markdown():
     res = {"_machine": {"backend": "cpu"},
            "env": {"jax": {"steps_per_s": 2e6}, "numpy": {"steps_per_s": 5e4},
                    "num_envs": 1024, "num_users": 16, "ratio": 40.0, "ratio_cpu": 35.0},
-           "sched": {"candidates": 128, "threshold_s": 1e-4, "milp_s": 0.1,
-                     "ratio_milp_over_threshold": 1000.0, "value_ratio": 1.0},
+           "sched": {"candidates": 128, "slots": 30, "threshold_s_median": 1e-4,
+                     "milp_knapsack_s_median": 0.1, "ratio_milp_over_threshold_median": 1000.0,
+                     "ratio_milp_over_fill_median": 2000.0, "value_ratio_median": 1.0,
+                     "batch": 256, "batched_fill_given_rank_slots_per_s": 4e4,
+                     "batched_sequential_given_rank_slots_per_s": 1e4,
+                     "batched_threshold_slots_per_s": 1e3, "fill_equals_sequential_all": True},
            "distill": {"student": "small", "dtype": "float32", "trained_tokens_per_s": 100.0,
                        "processed_tokens_per_s": 200.0, "mfu": None}}
     rows = suite.ratio_rows(res)
     assert [r[0].split(":")[0].split(" (")[0] for r in rows] == [
-        "edge env", "threshold scheduler vs MILP oracle", "distillation step"]
+        "edge env", "threshold scheduler vs knapsack MILP", "greedy fill, 256 slots vmapped",
+        "distillation step"]
     assert rows[0][2].startswith("40x wall") and "1000x faster" in rows[1][2]
     md = suite.format_table(rows, markdown=True).splitlines()
-    assert md[0].startswith("| benchmark") and md[1] == "|---|---|---|" and len(md) == 5
-    assert len(suite.format_table(rows).splitlines()) == 5
+    assert "4.00x" in rows[2][2]   # passes over one-by-one, from the two rates
+    assert md[0].startswith("| benchmark") and md[1] == "|---|---|---|" and len(md) == 6
+    assert len(suite.format_table(rows).splitlines()) == 6
 
 
 def test_unknown_part_is_named():
