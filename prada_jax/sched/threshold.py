@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 
 from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
-                                  greedy_fill_ranked, priority_rank)
+                                  greedy_fill_ranked)
+from prada_jax.sched.fill import sorted_rank
 
 
 def wait_cost(x: SchedInputs, sp: SchedParams):
@@ -111,7 +112,8 @@ def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
     want_imm = hard_choice(g, c, live) == IMMEDIATE
     queue_ok = (g - c) > 0
     lost = jnp.where(queue_ok, c, g)  # g − max(g − c, 0), with c exact: equal requests tie
-    rank = priority_rank(jnp.where(want_imm, -lost, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
+    # one stable sort (C log C; ties by user slot, as base.priority_rank's C² comparisons)
+    rank = sorted_rank(jnp.where(want_imm, -lost, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
     admitted = greedy_fill_ranked(want_imm, rank, x.bandwidth_hz, free_units, free_bw_hz)
     queue = live & ~admitted & queue_ok
     return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)

@@ -16,7 +16,7 @@ import ml_collections
 
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "conditioned",
-            "admission") + PRESETS
+            "admission", "dual_wait") + PRESETS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -69,6 +69,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                     # (the long-run constraints count every slot)
     c.dual.queue_price = True       # ignored (kept so older commands load): the price is
                                     # always charged to queueing too (admission price)
+    c.dual.utilisation = 1.0        # ρ: long-run constraint admissions ≤ ρ·M/k̄; 1 = capacity;
+                                    # variant dual_wait: 0.5 (M/M/1 mean wait ≤ service time,
+                                    # prada_jax.dual.DualConfig)
 
     c.train = ml_collections.ConfigDict()
     c.train.num_envs = 16           # envs simulated in parallel (vmap)
@@ -119,6 +122,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.env.arrival_rate_hz = 1.0
         elif variant in ("subgradient", "pid"):
             c.dual.mode = variant
+        elif variant == "dual_wait":
+            c.dual.utilisation = 0.5
         elif variant == "conditioned":
             c.dual.conditioned = True
         elif variant == "admission":
