@@ -106,14 +106,29 @@ def _priced(x: SchedInputs, sp: SchedParams):
     return g, wait_cost(x, sp), x.candidate & ~expired(x, sp)
 
 
-def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
-    """Hard threshold rule with feasibility repair (module docstring). Returns [C] int8."""
+def admission_priority(x: SchedInputs, sp: SchedParams, rank_fn=sorted_rank):
+    """What the hard rule's repair works from (module docstring).
+
+    Returns ``(want_imm, rank, live, queue_ok)``: [C] bool (asks to run now), [C] int32
+    priority rank of the repair (0 first: value lost if rejected, descending; then ``g``
+    descending; then user slot), [C] bool (candidate, not expired), [C] bool (``g − c > 0``).
+    ``rank_fn``: ``fill.sorted_rank`` (one stable sort, C log C; the rule) or
+    ``base.priority_rank`` (C² pairwise comparisons, the same ranks; kept for the benchmark).
+    """
     g, c, live = _priced(x, sp)
     want_imm = hard_choice(g, c, live) == IMMEDIATE
     queue_ok = (g - c) > 0
     lost = jnp.where(queue_ok, c, g)  # g − max(g − c, 0), with c exact: equal requests tie
-    # one stable sort (C log C; ties by user slot, as base.priority_rank's C² comparisons)
-    rank = sorted_rank(jnp.where(want_imm, -lost, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
+    rank = rank_fn(jnp.where(want_imm, -lost, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
+    return want_imm, rank, live, queue_ok
+
+
+def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams,
+                     rank_fn=sorted_rank):
+    """Hard threshold rule with feasibility repair (module docstring). Returns [C] int8.
+
+    ``rank_fn``: see :func:`admission_priority` (the default is the rule)."""
+    want_imm, rank, live, queue_ok = admission_priority(x, sp, rank_fn)
     admitted = greedy_fill_ranked(want_imm, rank, x.bandwidth_hz, free_units, free_bw_hz)
     queue = live & ~admitted & queue_ok
     return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)
