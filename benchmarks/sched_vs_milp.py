@@ -99,7 +99,9 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
     one-by-one fill (``fill.greedy_fill_sequential``), and scipy ``milp`` on the 2-constraint
     knapsack formulation of the same slot (one solve each); the MILP / threshold ratio per
     slot (median). Batched: ``batch`` slots vmapped through ``threshold_decide`` and through
-    the fill, slots/s. The first ``check_full_milp`` slots are also solved by the 3-choice
+    the fill, slots/s. ``threshold_s`` ranks the repair by one stable sort and
+    ``threshold_pairwise_rank_s`` by C² comparisons (the rule picks by C:
+    ``threshold.SORT_ABOVE``); both decide the same (checked per slot). The first ``check_full_milp`` slots are also solved by the 3-choice
     MILP of ``oracle.milp_slot`` to check that the knapsack formulation has the same optimum.
     """
     from prada_jax.sched import base, fill
@@ -123,8 +125,8 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
         want, rank = _want_rank(x)
         return fill.fill_passes(want, rank, x.bandwidth_hz, fu, fb)
 
-    thr = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp))
-    # the rule before the sort: same decisions, C² pairwise rank
+    # the rule's repair ranked by one stable sort vs by C² pairwise comparisons (same decisions)
+    thr = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp, fill.sorted_rank))
     thr_pw = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp, base.priority_rank))
     fil, seq, npass = jax.jit(_fill_only), jax.jit(_seq_only), jax.jit(_passes)
     fill_ranked = jax.jit(fill.greedy_fill_ranked)
@@ -157,7 +159,8 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
         v_knap = knapsack_milp(w, w_bar, b, free_units, fb_v)
         t_milp = time.perf_counter() - t0
         d = np.asarray(thr(x, fu, fb))
-        row = dict(threshold_s=t_thr, threshold_pairwise_rank_s=t_pw, fill_s=t_fill, sequential_fill_s=t_seq, milp_s=t_milp,
+        row = dict(threshold_s=t_thr, threshold_pairwise_rank_s=t_pw, fill_s=t_fill,
+                   sequential_fill_s=t_seq, milp_s=t_milp,
                    fill_given_rank_s=t_fr, sequential_given_rank_s=t_sr,
                    passes=int(npass(x, fu, fb)), oracle_value=v_knap,
                    threshold_value=oracle.slot_value(d, w, w_bar),
@@ -174,8 +177,8 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
     fub = jnp.full((batch,), free_units, jnp.int32)
     fbb = jnp.asarray([float(jnp.mean(xs[i % len(xs)].bandwidth_hz)) * free_units
                        for i in range(batch)], jnp.float32)
-    t_thr_b = _median_time(jax.jit(jax.vmap(lambda x, fu, fb: threshold_decide(x, fu, fb, sp))),
-                           xb, fub, fbb)
+    t_thr_b = _median_time(jax.jit(jax.vmap(
+        lambda x, fu, fb: threshold_decide(x, fu, fb, sp, fill.sorted_rank))), xb, fub, fbb)
     t_pw_b = _median_time(jax.jit(jax.vmap(
         lambda x, fu, fb: threshold_decide(x, fu, fb, sp, base.priority_rank))), xb, fub, fbb)
     t_fill_b = _median_time(jax.jit(jax.vmap(_fill_only)), xb, fub, fbb)

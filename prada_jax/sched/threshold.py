@@ -40,8 +40,21 @@ import jax
 import jax.numpy as jnp
 
 from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
-                                  greedy_fill_ranked)
+                                  greedy_fill_ranked, priority_rank)
 from prada_jax.sched.fill import sorted_rank
+
+#: Above this many candidates per slot the repair ranks by one stable sort (C log C); at or
+#: below it by C² pairwise comparisons, which are cheaper there under vmap (measured with
+#: ``benchmarks.sched_vs_milp``, 256 slots vmapped on the 2-core CPU: C = 32: pairwise 4.4×
+#: the sort's slots/s, C = 128: 1.2×, C = 256: the sort 3.8×, C = 1024: 14×; docs/BENCHMARKS.md).
+#: Both give the same ranks (ties by user slot), so the decisions do not depend on it.
+SORT_ABOVE = 128
+
+
+def repair_rank(*keys):
+    """[C] int32 rank ascending by ``keys`` (first most significant), ties by position:
+    ``fill.sorted_rank`` if C > ``SORT_ABOVE`` else ``base.priority_rank`` (C is static)."""
+    return sorted_rank(*keys) if keys[0].shape[0] > SORT_ABOVE else priority_rank(*keys)
 
 
 def wait_cost(x: SchedInputs, sp: SchedParams):
@@ -106,14 +119,15 @@ def _priced(x: SchedInputs, sp: SchedParams):
     return g, wait_cost(x, sp), x.candidate & ~expired(x, sp)
 
 
-def admission_priority(x: SchedInputs, sp: SchedParams, rank_fn=sorted_rank):
+def admission_priority(x: SchedInputs, sp: SchedParams, rank_fn=repair_rank):
     """What the hard rule's repair works from (module docstring).
 
     Returns ``(want_imm, rank, live, queue_ok)``: [C] bool (asks to run now), [C] int32
     priority rank of the repair (0 first: value lost if rejected, descending; then ``g``
     descending; then user slot), [C] bool (candidate, not expired), [C] bool (``g − c > 0``).
-    ``rank_fn``: ``fill.sorted_rank`` (one stable sort, C log C; the rule) or
-    ``base.priority_rank`` (C² pairwise comparisons, the same ranks; kept for the benchmark).
+    ``rank_fn``: :func:`repair_rank` (the rule: a sort for large C, pairwise for small),
+    ``fill.sorted_rank`` (one stable sort, C log C) or ``base.priority_rank`` (C² pairwise
+    comparisons); all three give the same ranks.
     """
     g, c, live = _priced(x, sp)
     want_imm = hard_choice(g, c, live) == IMMEDIATE
@@ -124,7 +138,7 @@ def admission_priority(x: SchedInputs, sp: SchedParams, rank_fn=sorted_rank):
 
 
 def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams,
-                     rank_fn=sorted_rank):
+                     rank_fn=repair_rank):
     """Hard threshold rule with feasibility repair (module docstring). Returns [C] int8.
 
     ``rank_fn``: see :func:`admission_priority` (the default is the rule)."""
