@@ -94,3 +94,15 @@ def test_variant_default_and_bad_values():
     for bad in (0.0, -0.5, 1.5, float("nan")):
         with pytest.raises(ValueError, match="config.dual.utilisation"):
             dual.DualConfig(utilisation=bad)
+
+
+def test_stage2_dual_overrides_parse_and_name_bad_fields():
+    from evals import stage2
+    from prada_jax.errors import BadInput
+
+    assert stage2.parse_dual_overrides("utilisation=0.5, dual.mode=subgradient") == {
+        "dual.utilisation": 0.5, "dual.mode": "subgradient"}
+    assert stage2.parse_dual_overrides("") == {}
+    for bad in ("rho=0.5", "utilisation", "mode", "utilisation=1.5", "mode=adam"):
+        with pytest.raises(BadInput, match="--dual_overrides"):
+            stage2.parse_dual_overrides(bad)
