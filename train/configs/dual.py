@@ -7,7 +7,9 @@ Variants (comma-separated): ``smoke`` (seconds-long CPU run for tests), ``gsm8k`
 ``gaokao2023en`` / ``mmlu_stem`` (synthetic preset), ``heavy`` (M=1, 40 users/s: the server is
 over-subscribed), ``light`` (M=8, 100 MHz, 1 user/s), ``subgradient`` / ``pid`` (online modes
 instead of the differentiable one), ``conditioned`` (load-conditioned multipliers),
-``admission`` (no-op, kept for older commands: the price is always charged to queueing too).
+``admission`` (no-op, kept for older commands: the price is always charged to queueing too),
+``dual_wait`` (utilisation target ρ = ½ in the long-run occupancy constraint, see
+``prada_jax.dual.DualConfig.utilisation``).
 Env defaults follow ``envs.edge.make_params`` (assumptions, see docs/env.md).
 """
 from __future__ import annotations
