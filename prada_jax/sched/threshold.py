@@ -26,7 +26,9 @@ Hard rule (:func:`threshold_decide`): requests with ``g_i ≥ 0`` (not expired) 
 the feasibility repair admits them greedily by the value lost if rejected,
 ``g_i − max(g_i − c, 0)`` (= ``c`` where queueing is still worth it, else ``g_i``; largest
 first, ties by larger ``g_i``, then user slot; a request that does not fit is skipped); a
-rejected request queues iff ``g_i − c > 0`` and it has not expired, else stays local.
+rejected request queues iff ``g_i − c > 0`` and it has not expired, else stays local. The
+repair's rank is one stable sort for large slots and C² comparisons for small ones
+(:func:`repair_rank`; the same ranks either way).
 
 Smoothed rule (temperature T > 0, :func:`soft_choice`): ``softmax((0, g − c, g) / T)``; the hard
 rule's unrepaired choice is its T → 0 limit. :func:`threshold_soft` adds the expected
