@@ -99,21 +99,19 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
     one-by-one fill (``fill.greedy_fill_sequential``), and scipy ``milp`` on the 2-constraint
     knapsack formulation of the same slot (one solve each); the MILP / threshold ratio per
     slot (median). Batched: ``batch`` slots vmapped through ``threshold_decide`` and through
-    the fill, slots/s. The first ``check_full_milp`` slots are also solved by the 3-choice
+    the fill, slots/s. ``threshold_s`` ranks the repair by one stable sort and
+    ``threshold_pairwise_rank_s`` by C² comparisons (the rule picks by C:
+    ``threshold.SORT_ABOVE``); both decide the same (checked per slot). The first ``check_full_milp`` slots are also solved by the 3-choice
     MILP of ``oracle.milp_slot`` to check that the knapsack formulation has the same optimum.
     """
-    from prada_jax.sched import fill
-    from prada_jax.sched.threshold import reduced_gain
+    from prada_jax.sched import base, fill
+    from prada_jax.sched.threshold import admission_priority
 
     sp = SchedParams(lambda_s=jnp.float32(lambda_s), mu=jnp.float32(mu_per_mhz * 1e-6))
 
-    def _want_rank(x):
-        _, w_bar, g = advantages(x, sp)
-        want = x.candidate & (g >= jnp.maximum(w_bar, 0.0))
-        red = reduced_gain(x, sp)
-        # descending reduced gain, ties by descending g, then position (a stable sort)
-        order = jnp.lexsort((-g, -red, jnp.where(want, 0, 1)))
-        return want, fill.rank_from_order(order.astype(jnp.int32))
+    def _want_rank(x):  # the rule's own want set and priority (one stable sort)
+        want, rank, _, _ = admission_priority(x, sp)
+        return want, rank
 
     def _fill_only(x, fu, fb):
         want, rank = _want_rank(x)
@@ -127,7 +125,9 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
         want, rank = _want_rank(x)
         return fill.fill_passes(want, rank, x.bandwidth_hz, fu, fb)
 
-    thr = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp))
+    # the rule's repair ranked by one stable sort vs by C² pairwise comparisons (same decisions)
+    thr = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp, fill.sorted_rank))
+    thr_pw = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp, base.priority_rank))
     fil, seq, npass = jax.jit(_fill_only), jax.jit(_seq_only), jax.jit(_passes)
     fill_ranked = jax.jit(fill.greedy_fill_ranked)
     seq_ranked = jax.jit(fill.greedy_fill_sequential)
@@ -148,7 +148,8 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
         xs.append(x)
         fb_v = float(jnp.mean(x.bandwidth_hz)) * free_units
         fu, fb = jnp.int32(free_units), jnp.float32(fb_v)
-        t_thr, t_fill, t_seq = (_median_time(f, x, fu, fb) for f in (thr, fil, seq))
+        t_thr, t_fill, t_seq, t_pw = (_median_time(f, x, fu, fb)
+                                      for f in (thr, fil, seq, thr_pw))
         want, rank = jax.jit(_want_rank)(x)
         t_fr = _median_time(fill_ranked, want, rank, x.bandwidth_hz, fu, fb)
         t_sr = _median_time(seq_ranked, want, rank, x.bandwidth_hz, fu, fb)
@@ -158,11 +159,13 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
         v_knap = knapsack_milp(w, w_bar, b, free_units, fb_v)
         t_milp = time.perf_counter() - t0
         d = np.asarray(thr(x, fu, fb))
-        row = dict(threshold_s=t_thr, fill_s=t_fill, sequential_fill_s=t_seq, milp_s=t_milp,
+        row = dict(threshold_s=t_thr, threshold_pairwise_rank_s=t_pw, fill_s=t_fill,
+                   sequential_fill_s=t_seq, milp_s=t_milp,
                    fill_given_rank_s=t_fr, sequential_given_rank_s=t_sr,
                    passes=int(npass(x, fu, fb)), oracle_value=v_knap,
                    threshold_value=oracle.slot_value(d, w, w_bar),
                    feasible=oracle.is_feasible(d, b, free_units, fb_v),
+                   pairwise_equals_sorted=bool(np.array_equal(d, np.asarray(thr_pw(x, fu, fb)))),
                    fill_equals_sequential=bool(np.array_equal(np.asarray(fil(x, fu, fb)),
                                                               np.asarray(seq(x, fu, fb)))))
         if k < check_full_milp:
@@ -174,8 +177,10 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
     fub = jnp.full((batch,), free_units, jnp.int32)
     fbb = jnp.asarray([float(jnp.mean(xs[i % len(xs)].bandwidth_hz)) * free_units
                        for i in range(batch)], jnp.float32)
-    t_thr_b = _median_time(jax.jit(jax.vmap(lambda x, fu, fb: threshold_decide(x, fu, fb, sp))),
-                           xb, fub, fbb)
+    t_thr_b = _median_time(jax.jit(jax.vmap(
+        lambda x, fu, fb: threshold_decide(x, fu, fb, sp, fill.sorted_rank))), xb, fub, fbb)
+    t_pw_b = _median_time(jax.jit(jax.vmap(
+        lambda x, fu, fb: threshold_decide(x, fu, fb, sp, base.priority_rank))), xb, fub, fbb)
     t_fill_b = _median_time(jax.jit(jax.vmap(_fill_only)), xb, fub, fbb)
     wb, rb = jax.jit(jax.vmap(_want_rank))(xb)
     t_fr_b = _median_time(jax.jit(jax.vmap(fill.greedy_fill_ranked)), wb, rb, xb.bandwidth_hz,
@@ -184,7 +189,12 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
                           xb.bandwidth_hz, fub, fbb)
     return {
         "candidates": n, "slots": slots, "free_units": free_units, "repeats": repeats,
-        "threshold_s_median": med("threshold_s"), "fill_s_median": med("fill_s"),
+        "threshold_s_median": med("threshold_s"),
+        "threshold_pairwise_rank_s_median": med("threshold_pairwise_rank_s"),
+        "ratio_pairwise_over_sorted_median": statistics.median(
+            r["threshold_pairwise_rank_s"] / r["threshold_s"] for r in rows),
+        "pairwise_equals_sorted_all": all(r["pairwise_equals_sorted"] for r in rows),
+        "fill_s_median": med("fill_s"),
         "sequential_fill_s_median": med("sequential_fill_s"),
         "fill_given_rank_s_median": med("fill_given_rank_s"),
         "sequential_given_rank_s_median": med("sequential_given_rank_s"),
@@ -205,6 +215,7 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
                                          <= 1e-6 * max(1.0, abs(r["oracle_value"]))
                                          for r in rows if "full_milp_value" in r),
         "batch": batch, "batched_threshold_slots_per_s": batch / t_thr_b,
+        "batched_threshold_pairwise_rank_slots_per_s": batch / t_pw_b,
         "batched_fill_slots_per_s": batch / t_fill_b,
         "batched_fill_given_rank_slots_per_s": batch / t_fr_b,
         "batched_sequential_given_rank_slots_per_s": batch / t_sr_b,

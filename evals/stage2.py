@@ -281,8 +281,35 @@ def train_policy(out: Path, size: dict, log=print) -> Path:
     return d
 
 
+def parse_dual_overrides(text: str) -> dict:
+    """``"utilisation=0.5,mode=subgradient"`` → ``{"dual.utilisation": 0.5, "dual.mode":
+    "subgradient"}`` (numbers become floats). Keys must be fields of ``config.dual``; a bad
+    one raises ``BadInput`` naming it. ``mode`` applies to the constant learner only (the
+    conditioned map needs the differentiable mode)."""
+    from prada_jax import dual
+
+    out = {}
+    names = {f.name for f in dual.dataclasses.fields(dual.DualConfig)}
+    for item in filter(None, (t.strip() for t in (text or "").split(","))):
+        key, sep, val = item.partition("=")
+        key = key.strip().removeprefix("dual.")
+        if not sep or key not in names:
+            raise BadInput(f"--dual_overrides: {item!r} is not FIELD=VALUE with FIELD in "
+                           f"config.dual ({sorted(names)})")
+        try:
+            out[f"dual.{key}"] = float(val)
+        except ValueError:
+            out[f"dual.{key}"] = val.strip()
+    try:  # range checks before anything is written (the learner checks again)
+        dual.config_from({k.split(".", 1)[1]: v for k, v in out.items()})
+    except (ValueError, TypeError) as e:
+        raise BadInput(f"--dual_overrides: {e}") from None
+    return out
+
+
 def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
-                      conditioned: bool, seed: int = 0, nominate_by: str = "actor"):
+                      conditioned: bool, seed: int = 0, nominate_by: str = "actor",
+                      dual_overrides: dict | None = None):
     """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
     env params it trained on: their scheduler and value accounting are what PRADA rows run)."""
     from prada_jax import dual_train
@@ -303,6 +330,13 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     c.policy.nominate_by = nominate_by
     for k, v in size["dual"].items():
         _set(c, k, v)
+    for k, v in (dual_overrides or {}).items():
+        if k == "dual.mode" and conditioned:
+            continue  # the conditioned map is learned by gradient
+        cur = c.dual[k.split(".", 1)[1]]
+        if isinstance(cur, bool):
+            v = str(v).strip().lower() in ("1", "1.0", "true")
+        _set(c, k, type(cur)(v))
     c.log.checkpoint_every = int(c.train.num_chunks)
     c.log.progress = False
     c.eval.gap_slots = 0
@@ -315,12 +349,15 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
 
 def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         policy_dir: str | None = None, num_users: int | None = None, log=print,
-        size: str | None = None, nominate_by: str = "actor") -> dict:
+        size: str | None = None, nominate_by: str = "actor",
+        dual_overrides: dict | None = None) -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
     ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
     the policy nominates by its actor's greedy action ("actor") or iff its critic's ΔQ > 0
-    ("critic"), in learning and in every policy row."""
+    ("critic"), in learning and in every policy row. ``dual_overrides``: ``config.dual``
+    values for the learner (``parse_dual_overrides``; ``dual.mode`` for the constant pair
+    only), recorded in ``meta``."""
     from evals import suite
 
     size_name = size or ("quick" if quick else "full")
@@ -353,13 +390,17 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
         "scenario_length": size["scenario_length"], "size": size_name,
         "nominate_by": nominate_by,
-        "dual_overrides": size["dual"], "ci95": "half-width of the 95% Student-t interval"}}
+        "dual_overrides": dict(size["dual"], **(dual_overrides or {})),
+        "constant_mode": (dual_overrides or {}).get("dual.mode", "differentiable"),
+        "ci95": "half-width of the 95% Student-t interval"}}
     for name in scenario_names:
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
         _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_kw, size, False,
-                                                    nominate_by=nominate_by)
+                                                    nominate_by=nominate_by,
+                                                    dual_overrides=dual_overrides)
         _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_kw, size, True,
-                                                    nominate_by=nominate_by)
+                                                    nominate_by=nominate_by,
+                                                    dual_overrides=dual_overrides)
         const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
         sched = int(dual_env.scheduler)
         runner.params = edge.with_scenario(base, scenarios.preset(name, size["scenario_length"]))
@@ -473,6 +514,9 @@ def _define_flags():
     flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
                       "The policy nominates by its actor's greedy action or iff its critic's "
                       "ΔQ > 0 (prada_jax.dual_rollout.make_ppo_policy).")
+    flags.DEFINE_string("dual_overrides", "", "config.dual fields for the learner, e.g. "
+                        "'utilisation=0.5,mode=subgradient' (mode: constant pair only; use a "
+                        "fresh --out: learned runs under it are reused).")
     flags.DEFINE_integer("num_users", None, "User slots U of the evaluated env (default 32; "
                          "--quick 16).")
 
@@ -498,8 +542,9 @@ def main(argv):
         out = Path(F.out)
         if out.exists() and not out.is_dir():
             raise BadInput(f"--out={F.out} exists and is not a folder")
+        overrides = parse_dual_overrides(F.dual_overrides)
         result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
-                     nominate_by=F.nominate_by)
+                     nominate_by=F.nominate_by, dual_overrides=overrides)
     except (BadInput, suite.EvalError, config_utils.ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -89,6 +89,17 @@ class DualConfig:
         default: the long-run constraints count every slot).
       queue_price: ignored, kept so older configs load: the price is always charged to
         queueing too (the admission-price rule is the rule).
+      utilisation: ρ in (0, 1], the share of the server capacity the long-run occupancy
+        constraint allows: admissions per slot ≤ ρ·M_t / k̄ (bandwidth keeps B_t / k̄).
+        1.0 (default) is the plain capacity constraint. ρ < 1 makes the price see the
+        congestion cost the capacity constraint misses (docs/dual.md, "Utilisation target"):
+        at ρ → 1 the queue, and the wait of every admitted request, grows without bound while
+        the capacity constraint is still met. The queueing argument for a value: treat each
+        server unit as an M/M/1 queue with mean service time k̄ slots; its mean wait in queue
+        is W_q = k̄·ρ/(1 − ρ). Asking that an admitted request wait on average no longer than
+        it is served, W_q ≤ θ·k̄ with θ = 1, gives ρ = θ/(1 + θ) = 0.5 (``dual_wait``
+        variant). With M > 1 units pooled (M/M/c) the wait at the same ρ is shorter, so this
+        is conservative; exponential service is an assumption (LLM job lengths vary).
     """
 
     mode: str = "differentiable"
@@ -109,6 +120,7 @@ class DualConfig:
     hidden: int = 8
     skip_full_slots: bool = False
     queue_price: bool = True
+    utilisation: float = 1.0
 
     def __post_init__(self):
         def bad(field, msg):
@@ -126,6 +138,8 @@ class DualConfig:
         if self.temperature_min > self.temperature:
             bad("temperature_min", f"must be <= temperature ({self.temperature}), got "
                 f"{self.temperature_min}")
+        if not 0.0 < self.utilisation <= 1.0:
+            bad("utilisation", f"must be in (0, 1], got {self.utilisation!r}")
         if self.anneal_steps < 1:
             bad("anneal_steps", f"must be >= 1, got {self.anneal_steps}")
         if self.conditioned and self.mode != "differentiable":
@@ -324,10 +338,11 @@ def mean_work(batch: SlotBatch) -> jax.Array:
     return jax.lax.stop_gradient(jnp.where(jnp.sum(f) > 0, jnp.maximum(k, 1.0), 1.0))
 
 
-def _slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp):
+def _slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp, utilisation=1.0):
     """Per-slot dual value [...]; hard max if ``temp`` is None, else smooth max at ``temp``.
 
-    b_s, cap_bw_s in units of bw_scale_hz; m: [..., 2] or [2] (λ_s, µ_scaled).
+    b_s, cap_bw_s in units of bw_scale_hz; m: [..., 2] or [2] (λ_s, µ_scaled);
+    utilisation: ρ, the unit capacity counted is ρ·M_t.
     """
     g, c = _priced(batch.w, batch.w_bar, b_s, m[..., 0], m[..., 1])
     vals = _choice_values(g, c)
@@ -336,14 +351,15 @@ def _slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp):
     else:
         best = temp * jax.nn.logsumexp(vals / temp, axis=-1)
     inner = jnp.sum(jnp.where(batch.fresh, best, 0.0), axis=-1)
-    return inner + (m[..., 0] * batch.capacity_units + m[..., 1] * cap_bw_s) / kbar
+    return inner + (m[..., 0] * utilisation * batch.capacity_units + m[..., 1] * cap_bw_s) / kbar
 
 
 def dual_objective(params, batch: SlotBatch, config: DualConfig, temp=None) -> jax.Array:
     """Mean over slots of the (relaxed if ``temp`` is given) long-run dual function. Scalar."""
     m = _scaled_multipliers(params, config, batch.load if config.conditioned else None)
     per_slot = _slot_dual(batch, batch.b / config.bw_scale_hz,
-                          batch.capacity_bw / config.bw_scale_hz, m, mean_work(batch), temp)
+                          batch.capacity_bw / config.bw_scale_hz, m, mean_work(batch), temp,
+                          config.utilisation)
     return _weighted_mean(per_slot, slot_weights(batch, config))
 
 
@@ -363,10 +379,12 @@ def _weighted_mean(v, weights):
     return jnp.sum(wts * v, axis=0) / jnp.maximum(jnp.sum(wts), 1.0)
 
 
-def excess_demand(batch: SlotBatch, mult: Multipliers, queue_price=None) -> jax.Array:
+def excess_demand(batch: SlotBatch, mult: Multipliers, queue_price=None,
+                  utilisation: float = 1.0) -> jax.Array:
     """Long-run excess of the hard rule before repair, per slot: [..., 2].
 
-    [..., 0] = admissions of new nominations − M_t / k̄ (admissions per slot);
+    [..., 0] = admissions of new nominations − ρ·M_t / k̄ (admissions per slot; ρ =
+    ``utilisation``, ``DualConfig.utilisation``);
     [..., 1] = their bandwidth − B_t / k̄ (Hz). Its mean over slots is minus the subgradient
     of the dual function (module docstring).
     """
@@ -374,7 +392,7 @@ def excess_demand(batch: SlotBatch, mult: Multipliers, queue_price=None) -> jax.
     d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.fresh)
     adm = (d != LOCAL).astype(jnp.float32)
     kbar = mean_work(batch)
-    return jnp.stack([adm.sum(-1) - batch.capacity_units / kbar,
+    return jnp.stack([adm.sum(-1) - utilisation * batch.capacity_units / kbar,
                       (adm * batch.b).sum(-1) - batch.capacity_bw / kbar], axis=-1)
 
 
@@ -417,7 +435,8 @@ def update(state: DualState, batch: SlotBatch, config: DualConfig
 
 def _mean_excess(batch: SlotBatch, mult: Multipliers, config: DualConfig) -> jax.Array:
     """Mean long-run excess over slots, bandwidth in units of bw_scale_hz: [2]."""
-    e = _weighted_mean(excess_demand(batch, mult), slot_weights(batch, config))
+    e = _weighted_mean(excess_demand(batch, mult, utilisation=config.utilisation),
+                       slot_weights(batch, config))
     return e / jnp.array([1.0, config.bw_scale_hz], jnp.float32)
 
 
@@ -426,21 +445,21 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
 
     dual/lambda_s, dual/mu (per Hz), dual/mu_per_mhz, dual/temperature,
     dual/excess_units and dual/excess_bw_hz (mean long-run excess before repair, can be < 0:
-    admissions per slot − M/k̄, admitted Hz − B/k̄), dual/overflow_units and
+    admissions per slot − ρ·M/k̄, admitted Hz − B/k̄), dual/overflow_units and
     dual/overflow_bw_hz (mean positive part per slot), dual/admissions_per_slot,
-    dual/capacity_per_slot (M/k̄), dual/mean_service_slots (k̄), dual/learning_slots (share of
+    dual/capacity_per_slot (ρ·M/k̄), dual/mean_service_slots (k̄), dual/learning_slots (share of
     slots that count), dual/relaxed_objective and dual/hard_objective (the dual function with
     the smooth and the hard max) and dual/relaxed_minus_hard (their gap, ≥ 0).
     """
     load = batch.load if config.conditioned else None
     mult = multipliers(state, config, load)
-    e = excess_demand(batch, mult)
+    e = excess_demand(batch, mult, utilisation=config.utilisation)
     wts = slot_weights(batch, config)
     temp = temperature(state.step, config)
     relaxed = dual_objective(state.params, batch, config, temp)
     hard = dual_objective(state.params, batch, config, None)
     kbar = mean_work(batch)
-    cap = _weighted_mean(batch.capacity_units / kbar, wts)
+    cap = _weighted_mean(config.utilisation * batch.capacity_units / kbar, wts)
     return {
         "dual/lambda_s": jnp.mean(mult.lambda_s),
         "dual/mu": jnp.mean(mult.mu),

@@ -249,7 +249,7 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
         carry = carry._replace(dual=dual_state)
         m = dual.metrics(dual_state, batch, config)
         used = Multipliers(out["lambda_s"], out["mu"])  # [T, E], what each slot ran with
-        e_used = dual.excess_demand(batch, used)
+        e_used = dual.excess_demand(batch, used, utilisation=config.utilisation)
         w_used = dual.slot_weights(batch, config)
         fin = jnp.sum(out["finished"])
         wm = dual._weighted_mean  # noqa: SLF001 (same module family)

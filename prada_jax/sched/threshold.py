@@ -26,7 +26,9 @@ Hard rule (:func:`threshold_decide`): requests with ``g_i ≥ 0`` (not expired) 
 the feasibility repair admits them greedily by the value lost if rejected,
 ``g_i − max(g_i − c, 0)`` (= ``c`` where queueing is still worth it, else ``g_i``; largest
 first, ties by larger ``g_i``, then user slot; a request that does not fit is skipped); a
-rejected request queues iff ``g_i − c > 0`` and it has not expired, else stays local.
+rejected request queues iff ``g_i − c > 0`` and it has not expired, else stays local. The
+repair's rank is one stable sort for large slots and C² comparisons for small ones
+(:func:`repair_rank`; the same ranks either way).
 
 Smoothed rule (temperature T > 0, :func:`soft_choice`): ``softmax((0, g − c, g) / T)``; the hard
 rule's unrepaired choice is its T → 0 limit. :func:`threshold_soft` adds the expected
@@ -41,6 +43,20 @@ import jax.numpy as jnp
 
 from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
                                   greedy_fill_ranked, priority_rank)
+from prada_jax.sched.fill import sorted_rank
+
+#: Above this many candidates per slot the repair ranks by one stable sort (C log C); at or
+#: below it by C² pairwise comparisons, which are cheaper there under vmap (measured with
+#: ``benchmarks.sched_vs_milp``, 256 slots vmapped on the 2-core CPU: C = 32: pairwise 4.4×
+#: the sort's slots/s, C = 128: 1.2×, C = 256: the sort 3.8×, C = 1024: 14×; docs/BENCHMARKS.md).
+#: Both give the same ranks (ties by user slot), so the decisions do not depend on it.
+SORT_ABOVE = 128
+
+
+def repair_rank(*keys):
+    """[C] int32 rank ascending by ``keys`` (first most significant), ties by position:
+    ``fill.sorted_rank`` if C > ``SORT_ABOVE`` else ``base.priority_rank`` (C is static)."""
+    return sorted_rank(*keys) if keys[0].shape[0] > SORT_ABOVE else priority_rank(*keys)
 
 
 def wait_cost(x: SchedInputs, sp: SchedParams):
@@ -105,13 +121,30 @@ def _priced(x: SchedInputs, sp: SchedParams):
     return g, wait_cost(x, sp), x.candidate & ~expired(x, sp)
 
 
-def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
-    """Hard threshold rule with feasibility repair (module docstring). Returns [C] int8."""
+def admission_priority(x: SchedInputs, sp: SchedParams, rank_fn=repair_rank):
+    """What the hard rule's repair works from (module docstring).
+
+    Returns ``(want_imm, rank, live, queue_ok)``: [C] bool (asks to run now), [C] int32
+    priority rank of the repair (0 first: value lost if rejected, descending; then ``g``
+    descending; then user slot), [C] bool (candidate, not expired), [C] bool (``g − c > 0``).
+    ``rank_fn``: :func:`repair_rank` (the rule: a sort for large C, pairwise for small),
+    ``fill.sorted_rank`` (one stable sort, C log C) or ``base.priority_rank`` (C² pairwise
+    comparisons); all three give the same ranks.
+    """
     g, c, live = _priced(x, sp)
     want_imm = hard_choice(g, c, live) == IMMEDIATE
     queue_ok = (g - c) > 0
     lost = jnp.where(queue_ok, c, g)  # g − max(g − c, 0), with c exact: equal requests tie
-    rank = priority_rank(jnp.where(want_imm, -lost, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
+    rank = rank_fn(jnp.where(want_imm, -lost, jnp.inf), jnp.where(want_imm, -g, jnp.inf))
+    return want_imm, rank, live, queue_ok
+
+
+def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams,
+                     rank_fn=repair_rank):
+    """Hard threshold rule with feasibility repair (module docstring). Returns [C] int8.
+
+    ``rank_fn``: see :func:`admission_priority` (the default is the rule)."""
+    want_imm, rank, live, queue_ok = admission_priority(x, sp, rank_fn)
     admitted = greedy_fill_ranked(want_imm, rank, x.bandwidth_hz, free_units, free_bw_hz)
     queue = live & ~admitted & queue_ok
     return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)

@@ -128,7 +128,8 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
 
 @pytest.mark.parametrize("args,needle", [
     (["--scenarios=nominal,rush"], "--scenarios"), (["--seeds=1"], "--seeds"),
-    (["--policy=/nonexistent/x"], "--policy")])
+    (["--policy=/nonexistent/x"], "--policy"),
+    (["--dual_overrides=utilisation=2"], "--dual_overrides")])
 def test_bad_flags_exit_2_one_line(tmp_path, args, needle):
     out = tmp_path / "o"
     p = subprocess.run([sys.executable, "-m", "evals.stage2", f"--out={out}", *args],

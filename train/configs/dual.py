@@ -7,7 +7,9 @@ Variants (comma-separated): ``smoke`` (seconds-long CPU run for tests), ``gsm8k`
 ``gaokao2023en`` / ``mmlu_stem`` (synthetic preset), ``heavy`` (M=1, 40 users/s: the server is
 over-subscribed), ``light`` (M=8, 100 MHz, 1 user/s), ``subgradient`` / ``pid`` (online modes
 instead of the differentiable one), ``conditioned`` (load-conditioned multipliers),
-``admission`` (no-op, kept for older commands: the price is always charged to queueing too).
+``admission`` (no-op, kept for older commands: the price is always charged to queueing too),
+``dual_wait`` (utilisation target ρ = ½ in the long-run occupancy constraint, see
+``prada_jax.dual.DualConfig.utilisation``).
 Env defaults follow ``envs.edge.make_params`` (assumptions, see docs/env.md).
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ import ml_collections
 
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "conditioned",
-            "admission") + PRESETS
+            "admission", "dual_wait") + PRESETS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -69,6 +71,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                     # (the long-run constraints count every slot)
     c.dual.queue_price = True       # ignored (kept so older commands load): the price is
                                     # always charged to queueing too (admission price)
+    c.dual.utilisation = 1.0        # ρ: long-run constraint admissions ≤ ρ·M/k̄; 1 = capacity;
+                                    # variant dual_wait: 0.5 (M/M/1 mean wait ≤ service time,
+                                    # prada_jax.dual.DualConfig)
 
     c.train = ml_collections.ConfigDict()
     c.train.num_envs = 16           # envs simulated in parallel (vmap)
@@ -119,6 +124,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.env.arrival_rate_hz = 1.0
         elif variant in ("subgradient", "pid"):
             c.dual.mode = variant
+        elif variant == "dual_wait":
+            c.dual.utilisation = 0.5
         elif variant == "conditioned":
             c.dual.conditioned = True
         elif variant == "admission":
