@@ -30,7 +30,8 @@ Metrics: ``accuracy``, ``latency_mean_s``, ``latency_p95_s``, ``objective`` (acc
 
 Sizes: the default is the measurement size (see ``SIZES``); ``--quick`` finishes in a few
 minutes on 2 CPU cores and its numbers mean nothing. All traces are SYNTHETIC (the gsm8k
-preset); numbers say so. Exit codes: 2 bad flag (one line), 1 bug.
+preset); numbers say so. Exit codes (``prada_jax.cli``): 2 bad input (one line naming the
+flag or file, nothing written), 3 non-finite training, 1 a bug.
 """
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ import functools
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -330,10 +330,13 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     if num_users is not None:
         size["num_users"] = int(num_users)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
+    # A given policy is validated before anything is written (bad input: exit 2, no --out).
+    policy = suite.load_policy(str(policy_dir)) if policy_dir else None
+    out.mkdir(parents=True, exist_ok=True)
     pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log)
-    policy = suite.load_policy(str(pol_dir))
+    if policy is None:
+        policy = suite.load_policy(str(pol_dir))
     env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
                                                        num_users=size["num_users"]))
     env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
@@ -478,36 +481,31 @@ def _define_flags():
 
 
 def main(argv):
+    """The command (``prada_jax.cli.run``): flags and a given ``--policy`` are checked before
+    ``--out`` is created; bad input raises ``BadInput`` (one stderr line, exit 2)."""
     from absl import flags
 
-    from evals import suite
-    from prada_jax import config_utils
     F = flags.FLAGS
-    try:
-        if len(argv) > 1:
-            raise BadInput(f"unexpected arguments {argv[1:]}")
-        if not F.out:
-            raise BadInput("--out is required (a folder for stage2.json)")
-        names = scenarios.parse_names(F.scenarios)
-        if F.seeds is not None and F.seeds < 2:
-            raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
-        if F.num_users is not None and F.num_users < 1:
-            raise BadInput(f"--num_users must be >= 1, got {F.num_users}")
-        if F.policy and not Path(F.policy).is_dir():
-            raise BadInput(f"--policy={F.policy}: no such run directory")
-        out = Path(F.out)
-        if out.exists() and not out.is_dir():
-            raise BadInput(f"--out={F.out} exists and is not a folder")
-        result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
-                     nominate_by=F.nominate_by)
-    except (BadInput, suite.EvalError, config_utils.ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    if len(argv) > 1:
+        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    if not F.out:
+        raise BadInput("--out is required (a folder for stage2.json)")
+    names = scenarios.parse_names(F.scenarios)
+    if F.seeds is not None and F.seeds < 2:
+        raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
+    if F.num_users is not None and F.num_users < 1:
+        raise BadInput(f"--num_users must be >= 1, got {F.num_users}")
+    if F.policy and not Path(F.policy).is_dir():
+        raise BadInput(f"--policy={F.policy}: no such run directory")
+    out = Path(F.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out={F.out} exists and is not a folder")
+    result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
+                 nominate_by=F.nominate_by)
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")
 
 
 if __name__ == "__main__":
-    from absl import app
-    _define_flags()
-    app.run(main)
+    from prada_jax import cli
+    cli.run(main, define_flags=_define_flags)

@@ -191,6 +191,13 @@ CASES: list[Case] = [
     Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
          r"traces_corrupt/nodes\.safetensors", slow=True),
     Case("evals.sweep", ("--axes=Q", "--out={out}"), r"--axes", slow=True),
+    # evals.stage2 (a given --policy is checked before --out is created)
+    Case("evals.stage2", ("--scenarios=nominal,nope", "--out={out}"), r"--scenarios.*nope"),
+    Case("evals.stage2", ("--policy={policy_nockpt}", "--out={out}", "--quick"),
+         r"--policy=.*policy_nockpt.*checkpoints"),
+    Case("evals.stage2", ("--seeds=1", "--out={out}"), r"--seeds", slow=True),
+    Case("evals.stage2", ("--policy={out}", "--out={out}"), r"--policy=", slow=True),
+    Case("evals.stage2", ("--out={out}", "stray"), r"stray", slow=True),
     # evals.calibration
     Case("evals.calibration", ("--traces=nope", "--out={out}"), r"--traces=nope"),
     Case("evals.calibration", ("--bins=0", "--out={out}"), r"--bins", slow=True),
