@@ -30,6 +30,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PPO_CFG = "{repo}/train/configs/ppo.py"
 DUAL_CFG = "{repo}/train/configs/dual.py"
+DISTILL_CFG = "{repo}/train/configs/distill.py"
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -186,6 +187,23 @@ CASES: list[Case] = [
     Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
                        "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
          r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
+    # distillation commands (their specialised cases: tests/prada_jax/distill/test_cli.py,
+    # test_export.py, tests/train/test_distill.py)
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}",
+                           "--config.sampler.kappa=2"), r"config\.sampler\.kappa"),
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}", "--kappa=x"),
+         r"--kappa", slow=True),
+    Case("prada_jax.distill.export", ("--teacher={out}", "--pool={empty_dir}",
+                                      "--out={out}"), r"--teacher.*out/run"),
+    Case("prada_jax.distill.pool", ("validate", "--pool={out}"), r"out/run"),
+    Case("prada_jax.distill.ratio", ("--pool={out}", "--logits={empty_dir}",
+                                     "--student={empty_dir}"), r"out/run"),
+    Case("prada_jax.distill.task.teacher", ("--cache={out}", "--steps=0"), r"--steps"),
+    Case("prada_jax.distill.task.evaluate", ("--student={out}",), r"--student.*out/run"),
+    Case("evals.distill_report", ("--methods=nope", "--out={out}"), r"--methods.*nope"),
+    Case("evals.distill_report", ("--seeds=a", "--out={out}"), r"--seeds=a", slow=True),
+    Case("evals.distill_report", ("--merge_from={dual_badjson}", "--out={out}"),
+         r"dual_badjson/runs\.json", slow=True),
     # evals.sweep
     Case("evals.sweep", ("--m_grid=0,2", "--out={out}"), r"--m_grid"),
     Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
