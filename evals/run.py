@@ -71,13 +71,11 @@ def main(argv):
     extras = [suite.load_policy(p, flag="--checkpoints") for p in FLAGS.checkpoints]
     env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
     if mult is not None:
-        mismatch = suite.scenario_mismatch(dual_info, env_kw, traces.info, policy)
-        if mismatch and not FLAGS.allow_scenario_mismatch:
-            raise suite.EvalError(f"--dual={FLAGS.dual}: {mismatch} (pass "
-                                  "--allow_scenario_mismatch to apply them anyway)")
-        if mismatch:
-            print(f"warning: --dual={FLAGS.dual}: {mismatch}", file=sys.stderr, flush=True)
+        suite.check_scenario(f"--dual={FLAGS.dual}", dual_info, env_kw, traces.info, policy,
+                             allow=FLAGS.allow_scenario_mismatch)
     logging.info(config_utils.runtime_info())
+    for p in ([policy] if policy else []) + extras:
+        logging.info("evaluating policy %s at update %s", p.workdir, p.meta.get("step"))
     out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "eval" if FLAGS.policy
                                             else Path("checkpoints/eval"))
     per_seed, info = suite.evaluate_rows(

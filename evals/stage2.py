@@ -19,6 +19,11 @@ params). Output in ``DIR``:
     ppo/          the screening policy, trained here unless --policy is given
     dual/<scenario>/{constant,conditioned}/   the train.dual runs (reused when rerun)
 
+Stored multipliers: none are taken from outside; each scenario's are learned here, on that
+scenario (``dual/<scenario>/...``), and a rerun reuses those runs only through
+``prada_jax.dual_train``'s config-checked resume, so the scenario check of ``evals.run``
+(``evals.suite.check_scenario``) has nothing to compare.
+
 ``ci95`` is the half-width of the two-sided 95% Student-t interval over seeds
 (``evals.stats.mean_ci``): the interval is mean ± ci95. Pairs ``learned_minus_zero``,
 ``learned_minus_fifo``, ``learned_minus_best_constant`` take "learned" = PRADA (learned,

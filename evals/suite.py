@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -183,8 +184,10 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
     """None if the ``--dual`` multipliers were learned for this scenario, else one line naming
     both scenarios (the dual run's as recorded in ``multipliers.json``, and this evaluation's).
 
-    Compared: U, M, B, λ, β, τ, the benchmark of the traces and the policy run directory. A
-    ``multipliers.json`` without a ``scenario`` record (older runs) is not compared.
+    Compared: U, M, B, λ, β, τ, the arrival schedule (``envs.scenarios`` preset name, and its
+    length unless nominal; ``env_kw["scenario"]`` / ``["scenario_length"]``, absent = a
+    stationary "nominal" evaluation), the benchmark of the traces and the policy run directory.
+    A ``multipliers.json`` without a ``scenario`` record (older runs) is not compared.
     """
     sc = dual_info.get("scenario")
     if not isinstance(sc, dict):
@@ -198,6 +201,17 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
         ours.append(f"{sym}={b * scale:g}{unit}")
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0):
             differ.append(sym)
+    if sc.get("scenario") is not None:   # the schedule (envs.scenarios preset) learned on
+        mine_sc = str(env_kw.get("scenario", "nominal"))
+        theirs_len = sc.get("scenario_length")
+        mine_len = env_kw.get("scenario_length")
+        theirs.append(f"schedule {sc['scenario']}"
+                      + (f"/{theirs_len}" if theirs_len is not None else ""))
+        ours.append(f"schedule {mine_sc}" + (f"/{mine_len}" if mine_len is not None else ""))
+        if str(sc["scenario"]) != mine_sc or (
+                mine_sc != "nominal" and None not in (theirs_len, mine_len)
+                and int(theirs_len) != int(mine_len)):
+            differ.append("schedule")
     tr = sc.get("traces") if isinstance(sc.get("traces"), dict) else {}
     if tr.get("benchmark") is not None:
         theirs.append(f"traces {tr['benchmark']}")
@@ -220,6 +234,25 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
         return None
     return (f"multipliers learned for another scenario (differs in {', '.join(differ)}): "
             f"dual run {' '.join(theirs)}; this evaluation {' '.join(ours)}")
+
+
+def check_scenario(dual_flag: str, dual_info: dict, env_kw: dict, traces_info: dict,
+                   policy: LoadedPolicy | None, allow: bool = False,
+                   allow_flag: str = "--allow_scenario_mismatch") -> str | None:
+    """The one check of stored multipliers against the scenario they are applied to (every
+    command that takes a ``train.dual`` run: ``evals.run``, ``evals.sweep``, ``train.main``).
+
+    Raises ``EvalError`` (exit 2) with one line ``<dual_flag>: <scenario_mismatch line> (pass
+    <allow_flag> to apply them anyway)``; with ``allow`` prints that line as ``warning: ...`` on
+    stderr instead and returns it. None when the scenarios match (or none was recorded)."""
+    mismatch = scenario_mismatch(dual_info, env_kw, traces_info, policy)
+    if mismatch is None:
+        return None
+    if not allow:
+        hint = f" (pass {allow_flag} to apply them anyway)" if allow_flag else ""
+        raise EvalError(f"{dual_flag}: {mismatch}{hint}")
+    print(f"warning: {dual_flag}: {mismatch}", file=sys.stderr, flush=True)
+    return mismatch
 
 
 def _unpack_multipliers(out) -> tuple[float, float, dict]:

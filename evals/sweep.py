@@ -9,6 +9,11 @@ a row along M or B is the smallest grid value beyond which its mean latency impr
 than 5% (``evals.stats.find_knee``); it is marked on the figures and printed.
 
 All sweep points share one compiled rollout (M, B, λ are array leaves of the env params).
+
+``--dual`` multipliers are checked (``evals.suite.check_scenario``) against the sweep's base
+scenario, the values of the axes when not swept: learned for another one they are refused with
+one line naming both (exit 2) unless ``--allow_scenario_mismatch`` (then a warning). The swept
+axis values differ from the learned scenario on purpose and are not checked.
 """
 from __future__ import annotations
 
@@ -209,6 +214,9 @@ def _define_flags():
     flags.DEFINE_string("policy", None, "train.ppo run directory (omit: baselines only).")
     flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
     flags.DEFINE_string("dual", None, "train.dual run directory with the multipliers.")
+    flags.DEFINE_bool("allow_scenario_mismatch", False, "apply --dual multipliers learned for "
+                      "another base scenario (U, M, B, λ, β, τ, schedule, traces or policy) "
+                      "with a warning instead of refusing")
     flags.DEFINE_string("traces", None, "trace folder or synthetic preset (default as "
                         "evals.run).")
     flags.DEFINE_integer("problems", None, "problems of a synthetic preset.")
@@ -276,9 +284,12 @@ def main(argv):
                      bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
                      beta=FLAGS.beta)
     suite.check_env_overrides(overrides)
-    policy, mult, _, traces = suite.load_inputs(
+    policy, mult, dual_info, traces = suite.load_inputs(
         FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
     env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
+    if mult is not None:
+        suite.check_scenario(f"--dual={FLAGS.dual}", dual_info, env_kw, traces.info, policy,
+                             allow=FLAGS.allow_scenario_mismatch)
     if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
         print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
               file=sys.stderr)

@@ -209,6 +209,10 @@ CASES: list[Case] = [
     Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
          r"traces_corrupt/nodes\.safetensors", slow=True),
     Case("evals.sweep", ("--axes=Q", "--out={out}"), r"--axes", slow=True),
+    Case("evals.sweep", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
+                         "--num_servers=4", "--axes=M", "--m_grid=1", "--slots=20",
+                         "--warmup_slots=2", "--seeds=1"),
+         r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
     # evals.stage2 (a given --policy is checked before --out is created)
     Case("evals.stage2", ("--scenarios=nominal,nope", "--out={out}"), r"--scenarios.*nope"),
     Case("evals.stage2", ("--policy={policy_nockpt}", "--out={out}", "--quick"),
@@ -362,6 +366,39 @@ def test_scenario_mismatch_names_both_scenarios(tmp_path):
                                                           pol)
     assert "differs in traces" in suite.scenario_mismatch(
         same, env, {"benchmark": "mmlu_stem"}, pol)
+    # the arrival schedule is part of the scenario: name, and length unless nominal
+    heavy = {"scenario": dict(same["scenario"], scenario="heavy", scenario_length=600)}
+    msg = suite.scenario_mismatch(heavy, env, {"benchmark": "gsm8k"}, pol)
+    assert "differs in schedule" in msg and "schedule heavy/600" in msg \
+        and "schedule nominal" in msg
+    assert suite.scenario_mismatch(heavy, dict(env, scenario="heavy", scenario_length=600),
+                                   {"benchmark": "gsm8k"}, pol) is None
+    assert "schedule" in suite.scenario_mismatch(
+        heavy, dict(env, scenario="heavy", scenario_length=240), {"benchmark": "gsm8k"}, pol)
+    nominal = {"scenario": dict(same["scenario"], scenario="nominal", scenario_length=600)}
+    assert suite.scenario_mismatch(nominal, env, {"benchmark": "gsm8k"}, pol) is None
+
+
+def test_check_scenario_refuses_or_warns_in_one_line(tmp_path, capsys):
+    from evals import suite
+
+    env = {"num_users": 16, "num_servers": 4, "bandwidth_hz": 20e6, "arrival_rate_hz": 4.0,
+           "beta": 0.2, "tau_s": 0.05}
+    pol = suite.LoadedPolicy(None, None, {}, None, str(tmp_path / "p"))
+    info = {"scenario": dict(env, num_servers=2, traces={"benchmark": "gsm8k"},
+                             policy={"kind": "ppo", "workdir": str(tmp_path / "p")})}
+    with pytest.raises(suite.EvalError, match=r"^--dual=D: multipliers learned for another "
+                       r"scenario \(differs in M\).*M=2.*M=4.*--allow_scenario_mismatch"):
+        suite.check_scenario("--dual=D", info, env, {"benchmark": "gsm8k"}, pol)
+    with pytest.raises(suite.EvalError) as e:
+        suite.check_scenario("dual run D", info, env, {"benchmark": "gsm8k"}, pol,
+                             allow_flag=None)
+    assert "pass" not in str(e.value)
+    assert "M=2" in suite.check_scenario("--dual=D", info, env, {"benchmark": "gsm8k"}, pol,
+                                         allow=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: --dual=D: ") and "M=4" in err[0]
+    assert suite.check_scenario("--dual=D", {}, env, {"benchmark": "gsm8k"}, pol) is None
 
 
 def test_quiet_logging_keeps_own_info_and_warnings():
