@@ -307,6 +307,18 @@ def test_bad_input(case, tmp_path):
     run_case(case, tmp_path)
 
 
+def test_library_modules_hold_no_main():
+    """Commands live in thin entries (a package's ``__main__``): importing a library module
+    defines no ``main`` and no flags."""
+    import importlib
+
+    for mod in ("evals.sweep", "evals.calibration", "evals.distill_report", "evals.stage2",
+                "evals.grid", "evals.suite", "evals.evaluate"):
+        assert not hasattr(importlib.import_module(mod), "main"), mod
+    for mod in ("evals.sweep", "evals.calibration", "evals.distill_report", "evals.stage2"):
+        assert callable(importlib.import_module(f"{mod}.__main__").main), mod
+
+
 def test_every_command_has_a_default_case():
     slow = {c.command for c in CASES if c.slow}
     fast = {c.command for c in CASES if not c.slow}
