@@ -290,6 +290,67 @@ def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,
     return policy, mult, dual_info, traces
 
 
+_ENV_FLAGS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta")
+
+
+def define_input_flags(env_note: str = "") -> None:
+    """Defines the input flags ``evals.run`` and ``evals.sweep`` share (listed by their
+    ``--help``): ``--policy``, ``--step``, ``--dual``, ``--allow_scenario_mismatch``,
+    ``--traces``, ``--problems``, ``--trace_seed`` and the env overrides ``--num_users``,
+    ``--num_servers``, ``--bandwidth_hz`` [Hz], ``--arrival_rate_hz`` [users/s], ``--beta``
+    [PRM units/s]. ``env_note`` is appended to the M, B and λ help texts."""
+    from absl import flags
+
+    kw = {"module_name": sys.argv[0]}   # the command's own flags in --help
+    flags.DEFINE_string("policy", None, "train.ppo run directory of the screening policy "
+                        "(omit for the baseline rows only).", **kw)
+    flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).", **kw)
+    flags.DEFINE_string("dual", None, "train.dual run directory with the learned multipliers.",
+                        **kw)
+    flags.DEFINE_bool("allow_scenario_mismatch", False, "apply --dual multipliers learned for "
+                      "another scenario (U, M, B, λ, β, τ, schedule, traces) or another "
+                      "policy, with a one-line warning, instead of refusing (exit 2).", **kw)
+    flags.DEFINE_string("traces", None, "trace folder or synthetic preset (gsm8k, gaokao2023en, "
+                        "mmlu_stem). Default: the policy's trace set (same preset, generator "
+                        "seed and problems), else gsm8k.", **kw)
+    flags.DEFINE_integer("problems", None, "problems of a synthetic preset (default: the "
+                         "policy's, else the benchmark's count).", **kw)
+    flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset (default: the "
+                         "policy's; another seed also redraws the synthetic feature "
+                         "projection).", **kw)
+    flags.DEFINE_integer("num_users", None, "U user slots (default: the policy run's, >= 16).",
+                         **kw)
+    flags.DEFINE_integer("num_servers", None, f"M, server jobs at once{env_note}.", **kw)
+    flags.DEFINE_float("bandwidth_hz", None, f"B, total bandwidth [Hz]{env_note}.", **kw)
+    flags.DEFINE_float("arrival_rate_hz", None, f"λ, Poisson arrival rate [users/s]{env_note}.",
+                       **kw)
+    flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].", **kw)
+
+
+class FlagInputs(NamedTuple):
+    policy: LoadedPolicy | None
+    multipliers: tuple[float, float] | None   # (λ_s, µ per Hz)
+    dual_info: dict
+    traces: Any
+    env_kw: dict
+
+
+def inputs_from_flags(F) -> FlagInputs:
+    """Loads and checks what the flags of :func:`define_input_flags` name, in one place: the
+    env overrides (``check_env_overrides``), policy, multipliers and traces
+    (``load_inputs``), the evaluation env (``env_kwargs_from``) and the multipliers' scenario
+    (``check_scenario``, honouring ``--allow_scenario_mismatch``). Raises ``EvalError``."""
+    overrides = {k: getattr(F, k) for k in _ENV_FLAGS}
+    check_env_overrides(overrides)
+    policy, mult, dual_info, traces = load_inputs(F.policy, F.step, F.dual, F.traces,
+                                                  F.problems, F.trace_seed)
+    env_kw = env_kwargs_from(policy.config if policy else None, overrides)
+    if mult is not None:
+        check_scenario(f"--dual={F.dual}", dual_info, env_kw, traces.info, policy,
+                       allow=F.allow_scenario_mismatch)
+    return FlagInputs(policy, mult, dual_info, traces, env_kw)
+
+
 def check_env_overrides(overrides: dict) -> None:
     """Refuses scenario flags that cannot describe an env: U, M, B, λ must be > 0 and β >= 0
     (finite); ``EvalError`` naming the flag. ``None`` values (not given) pass."""

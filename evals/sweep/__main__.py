@@ -18,16 +18,9 @@ from prada_jax.errors import BadInput
 def _define_flags():
     from absl import flags
 
-    flags.DEFINE_string("policy", None, "train.ppo run directory (omit: baselines only).")
-    flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
-    flags.DEFINE_string("dual", None, "train.dual run directory with the multipliers.")
-    flags.DEFINE_bool("allow_scenario_mismatch", False, "apply --dual multipliers learned for "
-                      "another base scenario (U, M, B, λ, β, τ, schedule, traces or policy) "
-                      "with a warning instead of refusing")
-    flags.DEFINE_string("traces", None, "trace folder or synthetic preset (default as "
-                        "evals.run).")
-    flags.DEFINE_integer("problems", None, "problems of a synthetic preset.")
-    flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset.")
+    from evals import suite
+
+    suite.define_input_flags(env_note=" when not swept")
     flags.DEFINE_string("out", None, "output folder (default: <policy>/sweep, else "
                         "checkpoints/sweep).")
     flags.DEFINE_integer("seeds", 3, "seeds per grid point.", lower_bound=1)
@@ -39,11 +32,6 @@ def _define_flags():
                       "B values in MHz.")
     flags.DEFINE_list("lam_grid", [f"{x:g}" for x in DEFAULT_GRIDS["lam"]],
                       "λ values in users/s.")
-    flags.DEFINE_integer("num_users", None, "U user slots.")
-    flags.DEFINE_integer("num_servers", None, "M when not swept.")
-    flags.DEFINE_float("bandwidth_hz", None, "B [Hz] when not swept.")
-    flags.DEFINE_float("arrival_rate_hz", None, "λ [users/s] when not swept.")
-    flags.DEFINE_float("beta", None, "β [PRM units/s].")
 
 
 def main(argv):
@@ -64,16 +52,7 @@ def main(argv):
     if FLAGS.warmup_slots >= FLAGS.slots:
         raise BadInput(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                        f"({FLAGS.slots})")
-    overrides = dict(num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
-                     bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
-                     beta=FLAGS.beta)
-    suite.check_env_overrides(overrides)
-    policy, mult, dual_info, traces = suite.load_inputs(
-        FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
-    env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
-    if mult is not None:
-        suite.check_scenario(f"--dual={FLAGS.dual}", dual_info, env_kw, traces.info, policy,
-                             allow=FLAGS.allow_scenario_mismatch)
+    policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
     if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
         print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
               file=sys.stderr)
