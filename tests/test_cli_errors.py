@@ -249,6 +249,7 @@ CASES: list[Case] = [
     Case("benchmarks.ppo_learning", ("--workdir={policy_nockpt}",), r"policy_nockpt"),
     Case("benchmarks.ppo_throughput", ("--num_envs=x", "--json={out}"), r"--num_envs"),
     Case("benchmarks.env_throughput", ("--num_users=x", "--json={out}"), r"--num_users"),
+    Case("benchmarks.roofline", ("--num_envs=0", "--json={out}"), r"--num_envs"),
 ]
 
 
@@ -319,10 +320,24 @@ def test_library_modules_hold_no_main():
         assert callable(importlib.import_module(f"{mod}.__main__").main), mod
 
 
+def _commands_in_tree() -> set[str]:
+    """Every runnable module of the project (a file with an ``if __name__ == "__main__"``
+    block under train/, evals/, benchmarks/, prada_jax/, envs/) as its ``python -m`` name."""
+    out = set()
+    for top in ("train", "evals", "benchmarks", "prada_jax", "envs"):
+        for f in (REPO / top).rglob("*.py"):
+            if re.search(r'^if __name__ == "__main__"', f.read_text(), re.M):
+                parts = f.relative_to(REPO).with_suffix("").parts
+                out.add(".".join(parts[:-1] if parts[-1] == "__main__" else parts))
+    return out
+
+
 def test_every_command_has_a_default_case():
     slow = {c.command for c in CASES if c.slow}
     fast = {c.command for c in CASES if not c.slow}
     assert slow <= fast, f"commands with only slow cases: {sorted(slow - fast)}"
+    missing = _commands_in_tree() - fast
+    assert not missing, f"commands without a default-suite case in CASES: {sorted(missing)}"
 
 
 # ----------------------------------------------------------------------------- units
