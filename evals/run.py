@@ -7,10 +7,10 @@ multipliers (with ``--dual``), plus any ``--checkpoints``, on the multi-user edg
 the table (mean ± 95% CI over seeds) and writes ``results.json``, ``results.csv``,
 ``table.txt``, bar charts and TensorBoard (``<out>/tb``). See docs/evals.md.
 
-``--dual`` multipliers learned for another scenario (U, M, B, λ, β, τ, benchmark or policy, as
-recorded in ``multipliers.json``) are refused (exit 2, one line naming both scenarios) unless
-``--allow_scenario_mismatch`` is given (then a one-line warning). Exit codes as every command
-(``prada_jax.cli``): 2 bad input, 1 a bug.
+``--dual`` multipliers learned for another scenario (U, M, B, λ, β, τ, schedule, benchmark or
+policy, as recorded in ``multipliers.json``) are refused (exit 2, one line naming both
+scenarios; ``evals.suite.check_scenario``) unless ``--allow_scenario_mismatch`` is given (then a
+one-line warning). Exit codes as every command (``prada_jax.cli``): 2 bad input, 1 a bug.
 """
 from __future__ import annotations
 
@@ -23,33 +23,18 @@ FLAGS = flags.FLAGS
 
 def _define_flags() -> None:
     """Flags are defined only when run as a program (``import evals.run`` defines none)."""
-    flags.DEFINE_string("policy", None, "train.ppo run directory of the screening policy "
-                        "(omit for the baseline rows only).")
-    flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
-    flags.DEFINE_string("dual", None, "train.dual run directory with the learned multipliers.")
-    flags.DEFINE_string("traces", None, "trace folder or synthetic preset (gsm8k, gaokao2023en, "
-                        "mmlu_stem). Default: the policy's trace set (same preset, generator "
-                        "seed and problems), else gsm8k.")
-    flags.DEFINE_integer("problems", None, "problems of a synthetic preset (default: the "
-                         "policy's, else the benchmark's count).")
-    flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset (default: the "
-                         "policy's; another seed also redraws the synthetic feature projection).")
+    from evals import suite
+
+    suite.define_input_flags()
     flags.DEFINE_string("out", None, "output folder (default: <policy>/eval, else "
                         "checkpoints/eval).")
-    flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).", lower_bound=1)
+    flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).",
+                         lower_bound=1)
     flags.DEFINE_integer("seed0", 0, "first seed.", lower_bound=0)
     flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2)
     flags.DEFINE_integer("warmup_slots", 200, "slots discarded before measuring.", lower_bound=0)
-    flags.DEFINE_integer("num_users", None, "U user slots (default: the policy run's, >= 16).")
-    flags.DEFINE_integer("num_servers", None, "M, server jobs at once.")
-    flags.DEFINE_float("bandwidth_hz", None, "B, total bandwidth [Hz].")
-    flags.DEFINE_float("arrival_rate_hz", None, "λ, Poisson arrival rate [users/s].")
-    flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].")
     flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
                       "rows (same multipliers).")
-    flags.DEFINE_bool("allow_scenario_mismatch", False, "apply --dual multipliers learned for "
-                      "another scenario (M, U, B, λ, β, traces) or another policy, with a "
-                      "one-line warning, instead of refusing (exit 2).")
 
 
 def main(argv):
@@ -62,22 +47,11 @@ def main(argv):
     if FLAGS.warmup_slots >= FLAGS.slots:
         raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
-    overrides = dict(num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
-                     bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
-                     beta=FLAGS.beta)
-    suite.check_env_overrides(overrides)
-    policy, mult, dual_info, traces = suite.load_inputs(
-        FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
+    policy, mult, dual_info, traces, env_kw = suite.inputs_from_flags(FLAGS)
     extras = [suite.load_policy(p, flag="--checkpoints") for p in FLAGS.checkpoints]
-    env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
-    if mult is not None:
-        mismatch = suite.scenario_mismatch(dual_info, env_kw, traces.info, policy)
-        if mismatch and not FLAGS.allow_scenario_mismatch:
-            raise suite.EvalError(f"--dual={FLAGS.dual}: {mismatch} (pass "
-                                  "--allow_scenario_mismatch to apply them anyway)")
-        if mismatch:
-            print(f"warning: --dual={FLAGS.dual}: {mismatch}", file=sys.stderr, flush=True)
     logging.info(config_utils.runtime_info())
+    for p in ([policy] if policy else []) + extras:
+        logging.info("evaluating policy %s at update %s", p.workdir, p.meta.get("step"))
     out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "eval" if FLAGS.policy
                                             else Path("checkpoints/eval"))
     per_seed, info = suite.evaluate_rows(

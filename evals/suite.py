@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -183,8 +184,10 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
     """None if the ``--dual`` multipliers were learned for this scenario, else one line naming
     both scenarios (the dual run's as recorded in ``multipliers.json``, and this evaluation's).
 
-    Compared: U, M, B, λ, β, τ, the benchmark of the traces and the policy run directory. A
-    ``multipliers.json`` without a ``scenario`` record (older runs) is not compared.
+    Compared: U, M, B, λ, β, τ, the arrival schedule (``envs.scenarios`` preset name, and its
+    length unless nominal; ``env_kw["scenario"]`` / ``["scenario_length"]``, absent = a
+    stationary "nominal" evaluation), the benchmark of the traces and the policy run directory.
+    A ``multipliers.json`` without a ``scenario`` record (older runs) is not compared.
     """
     sc = dual_info.get("scenario")
     if not isinstance(sc, dict):
@@ -198,6 +201,17 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
         ours.append(f"{sym}={b * scale:g}{unit}")
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0):
             differ.append(sym)
+    if sc.get("scenario") is not None:   # the schedule (envs.scenarios preset) learned on
+        mine_sc = str(env_kw.get("scenario", "nominal"))
+        theirs_len = sc.get("scenario_length")
+        mine_len = env_kw.get("scenario_length")
+        theirs.append(f"schedule {sc['scenario']}"
+                      + (f"/{theirs_len}" if theirs_len is not None else ""))
+        ours.append(f"schedule {mine_sc}" + (f"/{mine_len}" if mine_len is not None else ""))
+        if str(sc["scenario"]) != mine_sc or (
+                mine_sc != "nominal" and None not in (theirs_len, mine_len)
+                and int(theirs_len) != int(mine_len)):
+            differ.append("schedule")
     tr = sc.get("traces") if isinstance(sc.get("traces"), dict) else {}
     if tr.get("benchmark") is not None:
         theirs.append(f"traces {tr['benchmark']}")
@@ -220,6 +234,25 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
         return None
     return (f"multipliers learned for another scenario (differs in {', '.join(differ)}): "
             f"dual run {' '.join(theirs)}; this evaluation {' '.join(ours)}")
+
+
+def check_scenario(dual_flag: str, dual_info: dict, env_kw: dict, traces_info: dict,
+                   policy: LoadedPolicy | None, allow: bool = False,
+                   allow_flag: str = "--allow_scenario_mismatch") -> str | None:
+    """The one check of stored multipliers against the scenario they are applied to (every
+    command that takes a ``train.dual`` run: ``evals.run``, ``evals.sweep``, ``train.main``).
+
+    Raises ``EvalError`` (exit 2) with one line ``<dual_flag>: <scenario_mismatch line> (pass
+    <allow_flag> to apply them anyway)``; with ``allow`` prints that line as ``warning: ...`` on
+    stderr instead and returns it. None when the scenarios match (or none was recorded)."""
+    mismatch = scenario_mismatch(dual_info, env_kw, traces_info, policy)
+    if mismatch is None:
+        return None
+    if not allow:
+        hint = f" (pass {allow_flag} to apply them anyway)" if allow_flag else ""
+        raise EvalError(f"{dual_flag}: {mismatch}{hint}")
+    print(f"warning: {dual_flag}: {mismatch}", file=sys.stderr, flush=True)
+    return mismatch
 
 
 def _unpack_multipliers(out) -> tuple[float, float, dict]:
@@ -255,6 +288,67 @@ def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,
     if policy is not None:
         check_policy_traces(policy, traces)
     return policy, mult, dual_info, traces
+
+
+_ENV_FLAGS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta")
+
+
+def define_input_flags(env_note: str = "") -> None:
+    """Defines the input flags ``evals.run`` and ``evals.sweep`` share (listed by their
+    ``--help``): ``--policy``, ``--step``, ``--dual``, ``--allow_scenario_mismatch``,
+    ``--traces``, ``--problems``, ``--trace_seed`` and the env overrides ``--num_users``,
+    ``--num_servers``, ``--bandwidth_hz`` [Hz], ``--arrival_rate_hz`` [users/s], ``--beta``
+    [PRM units/s]. ``env_note`` is appended to the M, B and λ help texts."""
+    from absl import flags
+
+    kw = {"module_name": sys.argv[0]}   # the command's own flags in --help
+    flags.DEFINE_string("policy", None, "train.ppo run directory of the screening policy "
+                        "(omit for the baseline rows only).", **kw)
+    flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).", **kw)
+    flags.DEFINE_string("dual", None, "train.dual run directory with the learned multipliers.",
+                        **kw)
+    flags.DEFINE_bool("allow_scenario_mismatch", False, "apply --dual multipliers learned for "
+                      "another scenario (U, M, B, λ, β, τ, schedule, traces) or another "
+                      "policy, with a one-line warning, instead of refusing (exit 2).", **kw)
+    flags.DEFINE_string("traces", None, "trace folder or synthetic preset (gsm8k, gaokao2023en, "
+                        "mmlu_stem). Default: the policy's trace set (same preset, generator "
+                        "seed and problems), else gsm8k.", **kw)
+    flags.DEFINE_integer("problems", None, "problems of a synthetic preset (default: the "
+                         "policy's, else the benchmark's count).", **kw)
+    flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset (default: the "
+                         "policy's; another seed also redraws the synthetic feature "
+                         "projection).", **kw)
+    flags.DEFINE_integer("num_users", None, "U user slots (default: the policy run's, >= 16).",
+                         **kw)
+    flags.DEFINE_integer("num_servers", None, f"M, server jobs at once{env_note}.", **kw)
+    flags.DEFINE_float("bandwidth_hz", None, f"B, total bandwidth [Hz]{env_note}.", **kw)
+    flags.DEFINE_float("arrival_rate_hz", None, f"λ, Poisson arrival rate [users/s]{env_note}.",
+                       **kw)
+    flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].", **kw)
+
+
+class FlagInputs(NamedTuple):
+    policy: LoadedPolicy | None
+    multipliers: tuple[float, float] | None   # (λ_s, µ per Hz)
+    dual_info: dict
+    traces: Any
+    env_kw: dict
+
+
+def inputs_from_flags(F) -> FlagInputs:
+    """Loads and checks what the flags of :func:`define_input_flags` name, in one place: the
+    env overrides (``check_env_overrides``), policy, multipliers and traces
+    (``load_inputs``), the evaluation env (``env_kwargs_from``) and the multipliers' scenario
+    (``check_scenario``, honouring ``--allow_scenario_mismatch``). Raises ``EvalError``."""
+    overrides = {k: getattr(F, k) for k in _ENV_FLAGS}
+    check_env_overrides(overrides)
+    policy, mult, dual_info, traces = load_inputs(F.policy, F.step, F.dual, F.traces,
+                                                  F.problems, F.trace_seed)
+    env_kw = env_kwargs_from(policy.config if policy else None, overrides)
+    if mult is not None:
+        check_scenario(f"--dual={F.dual}", dual_info, env_kw, traces.info, policy,
+                       allow=F.allow_scenario_mismatch)
+    return FlagInputs(policy, mult, dual_info, traces, env_kw)
 
 
 def check_env_overrides(overrides: dict) -> None:

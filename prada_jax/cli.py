@@ -163,20 +163,25 @@ def _quiet_logging() -> None:
     absl_logging.get_absl_handler().addFilter(flt)
 
 
+def _under_contract(main: Callable, argv) -> object:
+    """``main(argv)`` with the contract's errors mapped to one line and their exit code:
+    ``BadInput`` and ``app.UsageError`` → 2, ``NonFiniteTraining`` → 3; anything else
+    propagates (a bug: traceback, exit 1)."""
+    try:
+        return main(argv)
+    except (BadInput, app.UsageError) as e:
+        fail(one_line(e), EXIT_BAD_INPUT)
+    except NonFiniteTraining as e:
+        fail(one_line(e), EXIT_NON_FINITE)
+
+
 def _wrap(main: Callable[[list[str]], object]) -> Callable[[list[str]], None]:
     def wrapped(argv: list[str]) -> None:
         _quiet_logging()
         if "helpconfig" in FLAGS and FLAGS.helpconfig:
             _print_configs()
             sys.exit(0)
-        try:
-            rc = main(argv)
-        except BadInput as e:
-            fail(one_line(e), EXIT_BAD_INPUT)
-        except NonFiniteTraining as e:
-            fail(one_line(e), EXIT_NON_FINITE)
-        except app.UsageError as e:
-            fail(one_line(e), EXIT_BAD_INPUT)
+        rc = _under_contract(main, argv)
         if isinstance(rc, int) and not isinstance(rc, bool) and rc:
             sys.exit(rc)
     return wrapped
@@ -241,10 +246,5 @@ def parse_local(define: Callable[[flags.FlagValues], None], argv: Sequence[str] 
 def run_local(main: Callable[[list[str] | None], object]) -> None:
     """``sys.exit`` of ``main(None)`` under the error contract, for ``parse_local`` commands.
     An int result is the exit code; anything else (a results dict) means success."""
-    try:
-        rc = main(None)
-    except BadInput as e:
-        fail(one_line(e), EXIT_BAD_INPUT)
-    except NonFiniteTraining as e:
-        fail(one_line(e), EXIT_NON_FINITE)
+    rc = _under_contract(main, None)
     sys.exit(rc if isinstance(rc, int) and not isinstance(rc, bool) else 0)

@@ -246,12 +246,15 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     policy_fn, policy_info = build_policy(config, traces)
     workdir = config_utils.prepare_workdir(workdir)
     run_state.commit(config, workdir, check)
+    from envs import scenarios as _scenarios
     scenario = {"traces": trace_info, "policy": policy_info,
                 "num_users": int(config.env.num_users), "num_servers": int(config.env.num_servers),
                 "bandwidth_hz": float(config.env.bandwidth_hz),
                 "arrival_rate_hz": float(config.env.arrival_rate_hz),
                 "beta": float(config.env.beta), "tau_s": float(config.env.tau_s),
-                "scenario": str(config.env.get("scenario", "nominal"))}
+                "scenario": str(config.env.get("scenario", "nominal")),
+                "scenario_length": int(config.env.get("scenario_length",
+                                                      _scenarios.DEFAULT_LENGTH))}
 
     chunk_fn = _cached(("chunk", dcfg, int(config.train.rollout_len),
                         int(config.train.sgd_steps), _policy_key(policy_info)),

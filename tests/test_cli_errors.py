@@ -30,6 +30,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PPO_CFG = "{repo}/train/configs/ppo.py"
 DUAL_CFG = "{repo}/train/configs/dual.py"
+DISTILL_CFG = "{repo}/train/configs/distill.py"
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -186,11 +187,39 @@ CASES: list[Case] = [
     Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
                        "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
          r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
+    # distillation commands (their specialised cases: tests/prada_jax/distill/test_cli.py,
+    # test_export.py, tests/train/test_distill.py)
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}",
+                           "--config.sampler.kappa=2"), r"config\.sampler\.kappa"),
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}", "--kappa=x"),
+         r"--kappa", slow=True),
+    Case("prada_jax.distill.export", ("--teacher={out}", "--pool={empty_dir}",
+                                      "--out={out}"), r"--teacher.*out/run"),
+    Case("prada_jax.distill.pool", ("validate", "--pool={out}"), r"out/run"),
+    Case("prada_jax.distill.ratio", ("--pool={out}", "--logits={empty_dir}",
+                                     "--student={empty_dir}"), r"out/run"),
+    Case("prada_jax.distill.task.teacher", ("--cache={out}", "--steps=0"), r"--steps"),
+    Case("prada_jax.distill.task.evaluate", ("--student={out}",), r"--student.*out/run"),
+    Case("evals.distill_report", ("--methods=nope", "--out={out}"), r"--methods.*nope"),
+    Case("evals.distill_report", ("--seeds=a", "--out={out}"), r"--seeds=a", slow=True),
+    Case("evals.distill_report", ("--merge_from={dual_badjson}", "--out={out}"),
+         r"dual_badjson/runs\.json", slow=True),
     # evals.sweep
     Case("evals.sweep", ("--m_grid=0,2", "--out={out}"), r"--m_grid"),
     Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
          r"traces_corrupt/nodes\.safetensors", slow=True),
     Case("evals.sweep", ("--axes=Q", "--out={out}"), r"--axes", slow=True),
+    Case("evals.sweep", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
+                         "--num_servers=4", "--axes=M", "--m_grid=1", "--slots=20",
+                         "--warmup_slots=2", "--seeds=1"),
+         r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
+    # evals.stage2 (a given --policy is checked before --out is created)
+    Case("evals.stage2", ("--scenarios=nominal,nope", "--out={out}"), r"--scenarios.*nope"),
+    Case("evals.stage2", ("--policy={policy_nockpt}", "--out={out}", "--quick"),
+         r"--policy=.*policy_nockpt.*checkpoints"),
+    Case("evals.stage2", ("--seeds=1", "--out={out}"), r"--seeds", slow=True),
+    Case("evals.stage2", ("--policy={out}", "--out={out}"), r"--policy=", slow=True),
+    Case("evals.stage2", ("--out={out}", "stray"), r"stray", slow=True),
     # evals.calibration
     Case("evals.calibration", ("--traces=nope", "--out={out}"), r"--traces=nope"),
     Case("evals.calibration", ("--bins=0", "--out={out}"), r"--bins", slow=True),
@@ -220,6 +249,7 @@ CASES: list[Case] = [
     Case("benchmarks.ppo_learning", ("--workdir={policy_nockpt}",), r"policy_nockpt"),
     Case("benchmarks.ppo_throughput", ("--num_envs=x", "--json={out}"), r"--num_envs"),
     Case("benchmarks.env_throughput", ("--num_users=x", "--json={out}"), r"--num_users"),
+    Case("benchmarks.roofline", ("--num_envs=0", "--json={out}"), r"--num_envs"),
 ]
 
 
@@ -278,10 +308,36 @@ def test_bad_input(case, tmp_path):
     run_case(case, tmp_path)
 
 
+def test_library_modules_hold_no_main():
+    """Commands live in thin entries (a package's ``__main__``): importing a library module
+    defines no ``main`` and no flags."""
+    import importlib
+
+    for mod in ("evals.sweep", "evals.calibration", "evals.distill_report", "evals.stage2",
+                "evals.grid", "evals.suite", "evals.evaluate"):
+        assert not hasattr(importlib.import_module(mod), "main"), mod
+    for mod in ("evals.sweep", "evals.calibration", "evals.distill_report", "evals.stage2"):
+        assert callable(importlib.import_module(f"{mod}.__main__").main), mod
+
+
+def _commands_in_tree() -> set[str]:
+    """Every runnable module of the project (a file with an ``if __name__ == "__main__"``
+    block under train/, evals/, benchmarks/, prada_jax/, envs/) as its ``python -m`` name."""
+    out = set()
+    for top in ("train", "evals", "benchmarks", "prada_jax", "envs"):
+        for f in (REPO / top).rglob("*.py"):
+            if re.search(r'^if __name__ == "__main__"', f.read_text(), re.M):
+                parts = f.relative_to(REPO).with_suffix("").parts
+                out.add(".".join(parts[:-1] if parts[-1] == "__main__" else parts))
+    return out
+
+
 def test_every_command_has_a_default_case():
     slow = {c.command for c in CASES if c.slow}
     fast = {c.command for c in CASES if not c.slow}
     assert slow <= fast, f"commands with only slow cases: {sorted(slow - fast)}"
+    missing = _commands_in_tree() - fast
+    assert not missing, f"commands without a default-suite case in CASES: {sorted(missing)}"
 
 
 # ----------------------------------------------------------------------------- units
@@ -337,6 +393,39 @@ def test_scenario_mismatch_names_both_scenarios(tmp_path):
                                                           pol)
     assert "differs in traces" in suite.scenario_mismatch(
         same, env, {"benchmark": "mmlu_stem"}, pol)
+    # the arrival schedule is part of the scenario: name, and length unless nominal
+    heavy = {"scenario": dict(same["scenario"], scenario="heavy", scenario_length=600)}
+    msg = suite.scenario_mismatch(heavy, env, {"benchmark": "gsm8k"}, pol)
+    assert "differs in schedule" in msg and "schedule heavy/600" in msg \
+        and "schedule nominal" in msg
+    assert suite.scenario_mismatch(heavy, dict(env, scenario="heavy", scenario_length=600),
+                                   {"benchmark": "gsm8k"}, pol) is None
+    assert "schedule" in suite.scenario_mismatch(
+        heavy, dict(env, scenario="heavy", scenario_length=240), {"benchmark": "gsm8k"}, pol)
+    nominal = {"scenario": dict(same["scenario"], scenario="nominal", scenario_length=600)}
+    assert suite.scenario_mismatch(nominal, env, {"benchmark": "gsm8k"}, pol) is None
+
+
+def test_check_scenario_refuses_or_warns_in_one_line(tmp_path, capsys):
+    from evals import suite
+
+    env = {"num_users": 16, "num_servers": 4, "bandwidth_hz": 20e6, "arrival_rate_hz": 4.0,
+           "beta": 0.2, "tau_s": 0.05}
+    pol = suite.LoadedPolicy(None, None, {}, None, str(tmp_path / "p"))
+    info = {"scenario": dict(env, num_servers=2, traces={"benchmark": "gsm8k"},
+                             policy={"kind": "ppo", "workdir": str(tmp_path / "p")})}
+    with pytest.raises(suite.EvalError, match=r"^--dual=D: multipliers learned for another "
+                       r"scenario \(differs in M\).*M=2.*M=4.*--allow_scenario_mismatch"):
+        suite.check_scenario("--dual=D", info, env, {"benchmark": "gsm8k"}, pol)
+    with pytest.raises(suite.EvalError) as e:
+        suite.check_scenario("dual run D", info, env, {"benchmark": "gsm8k"}, pol,
+                             allow_flag=None)
+    assert "pass" not in str(e.value)
+    assert "M=2" in suite.check_scenario("--dual=D", info, env, {"benchmark": "gsm8k"}, pol,
+                                         allow=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: --dual=D: ") and "M=4" in err[0]
+    assert suite.check_scenario("--dual=D", {}, env, {"benchmark": "gsm8k"}, pol) is None
 
 
 def test_quiet_logging_keeps_own_info_and_warnings():

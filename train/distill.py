@@ -79,8 +79,11 @@ def main(argv):
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     apply_kappa_flag(FLAGS.config, FLAGS.kappa)
+    from prada_jax.distill.loop import train_and_evaluate, validate_config
+
+    # Bad input is reported before anything is logged or written (one stderr line, exit 2).
+    validate_config(FLAGS.config)
     logging.info(config_utils.runtime_info())
-    from prada_jax.distill.loop import train_and_evaluate
     # BadInput (exit 2) and NonFiniteTraining (exit 3) are mapped by prada_jax.cli
     res = train_and_evaluate(FLAGS.config, FLAGS.workdir, max_steps=FLAGS.max_steps)
     if res.get("finished") is False:

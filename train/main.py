@@ -300,6 +300,9 @@ def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: 
                                int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
     suite.check_policy_traces(policy, traces)
     env_kw = suite.env_kwargs_from(policy.config, {})
+    if mult is not None:   # learned by stage_dual on this scenario: a mismatch is refused
+        suite.check_scenario(f"dual run {dual_dir}", dual_info, env_kw, traces.info, policy,
+                             allow_flag=None)
     e = s["eval"]
     log(f"eval [{preset}]: {e['seeds']} seeds x {e['slots']} slots, U={env_kw['num_users']} "
         f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
@@ -330,6 +333,9 @@ def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: 
 
 def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
                 log, redo: bool) -> dict:
+    """Sweeps M, B and λ around the policy's scenario. The multipliers of ``dual_dir`` are not
+    checked against the scenario (``suite.check_scenario``): the sweep varies M/B/λ (and U)
+    away from the scenario they were learned for on purpose."""
     from envs import edge
     from evals import evaluate as ev
     from evals import suite, sweep

@@ -574,7 +574,8 @@ def load_policy(workdir, step: int | None = None, seed_index: int = 0):
         params, ckpt_meta, step = _restore_params(ckpt, params_template, step)
     finally:
         ckpt.close()
-    logging.info("loaded policy %s at update %d (seed index %d)", workdir, step, seed_index)
+    # debug: commands validate every input before their first INFO line (evals.run logs it)
+    logging.debug("loaded policy %s at update %d (seed index %d)", workdir, step, seed_index)
     params = jax.tree.map(lambda x: x[seed_index], params)
     apply_fn = networks.make_apply_fn(graphdef)
     action_fn = None

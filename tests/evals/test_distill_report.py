@@ -52,8 +52,10 @@ def test_summary_paired_differences_and_diagnostic_rows(tmp_path):
 
 
 def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
-    from evals import distill_report
+    import importlib
+
     from prada_jax.errors import BadInput
+    entry = importlib.import_module("evals.distill_report.__main__")
     out = tmp_path / "rep"
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -64,6 +66,6 @@ def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
                       ([f"--out={out}", "--warm-steps=0"], "warm_steps"),
                       ([f"--out={out}", "--steps=0"], "--steps")):
         with pytest.raises(BadInput, match=msg.replace(".", r"\.")) as ei:
-            distill_report.main(argv)
+            entry.main(argv)
         assert "\n" not in str(ei.value)
         assert not out.exists()

@@ -9,12 +9,16 @@ a row along M or B is the smallest grid value beyond which its mean latency impr
 than 5% (``evals.stats.find_knee``); it is marked on the figures and printed.
 
 All sweep points share one compiled rollout (M, B, λ are array leaves of the env params).
+
+``--dual`` multipliers are checked (``evals.suite.check_scenario``) against the sweep's base
+scenario, the values of the axes when not swept: learned for another one they are refused with
+one line naming both (exit 2) unless ``--allow_scenario_mismatch`` (then a warning). The swept
+axis values differ from the learned scenario on purpose and are not checked.
 """
 from __future__ import annotations
 
 import csv
 import io
-import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -203,32 +207,6 @@ def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *
 
 # ----------------------------------------------------------------------------- CLI
 
-def _define_flags():
-    from absl import flags
-
-    flags.DEFINE_string("policy", None, "train.ppo run directory (omit: baselines only).")
-    flags.DEFINE_integer("step", None, "checkpoint step of --policy (default: latest).")
-    flags.DEFINE_string("dual", None, "train.dual run directory with the multipliers.")
-    flags.DEFINE_string("traces", None, "trace folder or synthetic preset (default as "
-                        "evals.run).")
-    flags.DEFINE_integer("problems", None, "problems of a synthetic preset.")
-    flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset.")
-    flags.DEFINE_string("out", None, "output folder (default: <policy>/sweep, else "
-                        "checkpoints/sweep).")
-    flags.DEFINE_integer("seeds", 3, "seeds per grid point.", lower_bound=1)
-    flags.DEFINE_integer("slots", 1500, "slots simulated per seed.", lower_bound=2)
-    flags.DEFINE_integer("warmup_slots", 150, "slots discarded before measuring.", lower_bound=0)
-    flags.DEFINE_list("axes", ["M", "B", "lam"], "axes to sweep (M, B, lam).")
-    flags.DEFINE_list("m_grid", [str(x) for x in DEFAULT_GRIDS["M"]], "M values (integers).")
-    flags.DEFINE_list("b_grid_mhz", [f"{x / 1e6:g}" for x in DEFAULT_GRIDS["B"]],
-                      "B values in MHz.")
-    flags.DEFINE_list("lam_grid", [f"{x:g}" for x in DEFAULT_GRIDS["lam"]],
-                      "λ values in users/s.")
-    flags.DEFINE_integer("num_users", None, "U user slots.")
-    flags.DEFINE_integer("num_servers", None, "M when not swept.")
-    flags.DEFINE_float("bandwidth_hz", None, "B [Hz] when not swept.")
-    flags.DEFINE_float("arrival_rate_hz", None, "λ [users/s] when not swept.")
-    flags.DEFINE_float("beta", None, "β [PRM units/s].")
 
 
 def parse_grid(values: Sequence[str], name: str, scale: float = 1.0, integer: bool = False
@@ -252,60 +230,3 @@ def parse_grid(values: Sequence[str], name: str, scale: float = 1.0, integer: bo
     if len(set(out)) != len(out):
         raise BadInput(f"--{name}: duplicate values in {values}")
     return sorted(out)
-
-
-def main(argv):
-    from absl import flags
-
-    from evals import suite
-    from prada_jax import config_utils
-    from envs import edge
-
-    FLAGS = flags.FLAGS
-    config_utils.reject_extra_argv(argv)
-    grids = {"M": parse_grid(FLAGS.m_grid, "m_grid", integer=True),
-             "B": parse_grid(FLAGS.b_grid_mhz, "b_grid_mhz", 1e6),
-             "lam": parse_grid(FLAGS.lam_grid, "lam_grid")}
-    bad = [a for a in FLAGS.axes if a not in AXES]
-    if bad:
-        raise BadInput(f"--axes: unknown axis {bad[0]!r} (choose from M, B, lam)")
-    if FLAGS.warmup_slots >= FLAGS.slots:
-        raise BadInput(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
-                       f"({FLAGS.slots})")
-    overrides = dict(num_users=FLAGS.num_users, num_servers=FLAGS.num_servers,
-                     bandwidth_hz=FLAGS.bandwidth_hz, arrival_rate_hz=FLAGS.arrival_rate_hz,
-                     beta=FLAGS.beta)
-    suite.check_env_overrides(overrides)
-    policy, mult, _, traces = suite.load_inputs(
-        FLAGS.policy, FLAGS.step, FLAGS.dual, FLAGS.traces, FLAGS.problems, FLAGS.trace_seed)
-    env_kw = suite.env_kwargs_from(policy.config if policy else None, overrides)
-    if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
-        print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
-              file=sys.stderr)
-    params = edge.make_params(traces.traces, **env_kw)
-    evaluator = ev.Evaluator(params, FLAGS.seeds, FLAGS.slots, FLAGS.warmup_slots,
-                             policy.apply_fn if policy else None,
-                             policy.params if policy else None)
-    rows = sweep_rows(policy is not None, mult)
-    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    results = {a: run_sweep(evaluator, rows, a, grids[a], say) for a in FLAGS.axes}
-    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "sweep" if FLAGS.policy
-                                            else Path("checkpoints/sweep"))
-    synthetic = traces.info.get("synthetic", False)
-    title = (f"{traces.info['benchmark']}{' (SYNTHETIC)' if synthetic else ''}, U="
-             f"{env_kw['num_users']}, {FLAGS.seeds} seeds, mean ± 95% CI")
-    meta = {"traces": traces.info, "env": env_kw, "policy": FLAGS.policy, "dual": FLAGS.dual,
-            "multipliers": mult, "seeds": FLAGS.seeds, "slots": FLAGS.slots,
-            "warmup_slots": FLAGS.warmup_slots}
-    res = write_sweep_outputs(results, out, title=title, meta=meta)
-    for line in res["knee_lines"]:
-        print(line + (" [synthetic traces]" if synthetic else ""))
-    print(f"figures: {out}/*.png ({len(res['figures'])} files)")
-    print(f"results: {res['json']}  {res['csv']}")
-    print(f"tensorboard --logdir {res['tb']}")
-
-
-if __name__ == "__main__":
-    from prada_jax import cli
-
-    cli.run(main, define_flags=_define_flags)

@@ -19,6 +19,11 @@ params). Output in ``DIR``:
     ppo/          the screening policy, trained here unless --policy is given
     dual/<scenario>/{constant,conditioned}/   the train.dual runs (reused when rerun)
 
+Stored multipliers: none are taken from outside; each scenario's are learned here, on that
+scenario (``dual/<scenario>/...``), and a rerun reuses those runs only through
+``prada_jax.dual_train``'s config-checked resume, so the scenario check of ``evals.run``
+(``evals.suite.check_scenario``) has nothing to compare.
+
 ``ci95`` is the half-width of the two-sided 95% Student-t interval over seeds
 (``evals.stats.mean_ci``): the interval is mean ± ci95. Pairs ``learned_minus_zero``,
 ``learned_minus_fifo``, ``learned_minus_best_constant`` take "learned" = PRADA (learned,
@@ -30,7 +35,8 @@ Metrics: ``accuracy``, ``latency_mean_s``, ``latency_p95_s``, ``objective`` (acc
 
 Sizes: the default is the measurement size (see ``SIZES``); ``--quick`` finishes in a few
 minutes on 2 CPU cores and its numbers mean nothing. All traces are SYNTHETIC (the gsm8k
-preset); numbers say so. Exit codes: 2 bad flag (one line), 1 bug.
+preset); numbers say so. Exit codes (``prada_jax.cli``): 2 bad input (one line naming the
+flag or file, nothing written), 3 non-finite training, 1 a bug.
 """
 from __future__ import annotations
 
@@ -38,7 +44,6 @@ import functools
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -367,10 +372,13 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     if num_users is not None:
         size["num_users"] = int(num_users)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
+    # A given policy is validated before anything is written (bad input: exit 2, no --out).
+    policy = suite.load_policy(str(policy_dir)) if policy_dir else None
+    out.mkdir(parents=True, exist_ok=True)
     pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log)
-    policy = suite.load_policy(str(pol_dir))
+    if policy is None:
+        policy = suite.load_policy(str(pol_dir))
     env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
                                                        num_users=size["num_users"]))
     env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
@@ -497,62 +505,3 @@ def _json_default(o):
     if hasattr(o, "tolist"):
         return o.tolist()
     return str(o)
-
-
-# ----------------------------------------------------------------------------- CLI
-
-def _define_flags():
-    from absl import flags
-    flags.DEFINE_string("out", None, "Output folder (stage2.json, stage2.md, stage2.png).")
-    flags.DEFINE_string("scenarios", "nominal,heavy,burst,diurnal,degraded",
-                        "Comma-separated presets of envs.scenarios: "
-                        f"{', '.join(scenarios.PRESETS)}.")
-    flags.DEFINE_integer("seeds", None, "Evaluation seeds (default 8; --quick 2).")
-    flags.DEFINE_bool("quick", False,
-                      "Small sizes (a few minutes on 2 cores; numbers mean nothing).")
-    flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
-    flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
-                      "The policy nominates by its actor's greedy action or iff its critic's "
-                      "ΔQ > 0 (prada_jax.dual_rollout.make_ppo_policy).")
-    flags.DEFINE_string("dual_overrides", "", "config.dual fields for the learner, e.g. "
-                        "'utilisation=0.5,mode=subgradient' (mode: constant pair only; use a "
-                        "fresh --out: learned runs under it are reused).")
-    flags.DEFINE_integer("num_users", None, "User slots U of the evaluated env (default 32; "
-                         "--quick 16).")
-
-
-def main(argv):
-    from absl import flags
-
-    from evals import suite
-    from prada_jax import config_utils
-    F = flags.FLAGS
-    try:
-        if len(argv) > 1:
-            raise BadInput(f"unexpected arguments {argv[1:]}")
-        if not F.out:
-            raise BadInput("--out is required (a folder for stage2.json)")
-        names = scenarios.parse_names(F.scenarios)
-        if F.seeds is not None and F.seeds < 2:
-            raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
-        if F.num_users is not None and F.num_users < 1:
-            raise BadInput(f"--num_users must be >= 1, got {F.num_users}")
-        if F.policy and not Path(F.policy).is_dir():
-            raise BadInput(f"--policy={F.policy}: no such run directory")
-        out = Path(F.out)
-        if out.exists() and not out.is_dir():
-            raise BadInput(f"--out={F.out} exists and is not a folder")
-        overrides = parse_dual_overrides(F.dual_overrides)
-        result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
-                     nominate_by=F.nominate_by, dual_overrides=overrides)
-    except (BadInput, suite.EvalError, config_utils.ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    print(to_markdown(result))
-    print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")
-
-
-if __name__ == "__main__":
-    from absl import app
-    _define_flags()
-    app.run(main)

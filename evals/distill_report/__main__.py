@@ -1,0 +1,88 @@
+"""``python -m evals.distill_report``: the ReOPD report command (absl flags, input checks,
+printing). The library (plan, runs, summary; its docstring lists the methods) is
+:mod:`evals.distill_report`; bad input raises ``BadInput`` (one stderr line, exit 2 under
+``prada_jax.cli.run_local``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import evals.distill_report as _lib
+from evals.distill_report import (PLAN, heldout_diagnostics, read_json_object, run, summarize,
+                                  to_markdown)
+
+
+def _define(fv) -> None:
+    from absl import flags
+    flags.DEFINE_string("out", "checkpoints/distill_report", "report folder", flag_values=fv)
+    flags.DEFINE_string("cache", "checkpoints/task_cache/seed0",
+                        "task cache (pool/, logits/, teacher/)", flag_values=fv)
+    flags.DEFINE_string("seeds", "0,1,2", "comma-separated student seeds", flag_values=fv)
+    flags.DEFINE_integer("steps", 1000, "offline updates from random init", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("warm_steps", 300,
+                         "offline updates of the warm starts (warm_k0.6, warm_k1)",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("cont_steps", 300, "offline updates continuing a warm start (cont_*)",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("onpolicy_steps", 100, "on-policy updates (reopd_*)", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("n_eval", 256, "task episodes per evaluation", lower_bound=0,
+                         flag_values=fv)
+    flags.DEFINE_string("methods", "fkl_k0.6,fkl_k1,sft,warm_k0.6,cont_k0.6,cont_auto,"
+                        "cont_exact,reopd_k0.6,reopd_auto",
+                        f"comma-separated, in run order; from {', '.join(PLAN)}", flag_values=fv)
+    flags.DEFINE_string("merge_from", "",
+                        "comma-separated report folders whose runs.json are merged in first "
+                        "(e.g. one folder per seed run in parallel)", flag_values=fv)
+
+
+def main(argv=None) -> int:
+    """``python -m evals.distill_report`` (absl flags; bad input raises ``BadInput``)."""
+    from prada_jax import cli
+    from prada_jax.errors import BadInput
+    from absl import flags
+
+    from prada_jax.distill.entry import undash
+    names = flags.FlagValues()
+    _define(names)
+    args = cli.parse_local(_define, undash(argv, list(names)), "evals.distill_report", _lib.__doc__)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+    except ValueError:
+        raise BadInput(f"--seeds={args.seeds}: expected comma-separated integers") from None
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in PLAN]
+    if unknown:
+        raise BadInput(f"--methods: unknown {unknown}; choose from {sorted(PLAN)}")
+    sources = [Path(d) / "runs.json" for d in args.merge_from.split(",") if d]
+    merged = {}
+    for f in sources:
+        merged.update(read_json_object(f, "--merge_from"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if sources:
+        if (out / "runs.json").is_file():
+            merged.update(read_json_object(out / "runs.json", "--out"))
+        (out / "runs.json").write_text(json.dumps(merged, indent=2))
+    budgets = {"steps": args.steps, "warm": args.warm_steps, "cont": args.cont_steps,
+               "onpolicy": args.onpolicy_steps}
+    try:
+        runs = run(out, args.cache, seeds, budgets, args.n_eval, methods)
+    except FileNotFoundError as e:
+        raise BadInput(str(e)) from None
+    roots = [out] + [Path(d) for d in args.merge_from.split(",") if d]
+    if heldout_diagnostics(runs, roots, args.cache):
+        (out / "runs.json").write_text(json.dumps(runs, indent=2))
+    table = summarize(runs, args.cache)
+    (out / "report.json").write_text(json.dumps(table, indent=2))
+    md = to_markdown(table)
+    (out / "report.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    from prada_jax import cli as _cli
+    _cli.run_local(main)

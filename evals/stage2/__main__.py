@@ -1,0 +1,64 @@
+"""``python -m evals.stage2``: the stage-2 verdict command (absl flags, input checks,
+printing). The library (sizes, rows, pipeline; its docstring describes the outputs) is
+:mod:`evals.stage2`; bad input raises ``BadInput`` and ``prada_jax.cli.run`` maps it to one
+stderr line and exit 2.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from envs import scenarios
+from evals.stage2 import parse_dual_overrides, run, to_markdown
+from prada_jax.errors import BadInput
+
+
+def _define_flags():
+    from absl import flags
+    flags.DEFINE_string("out", None, "Output folder (stage2.json, stage2.md, stage2.png).")
+    flags.DEFINE_string("scenarios", "nominal,heavy,burst,diurnal,degraded",
+                        "Comma-separated presets of envs.scenarios: "
+                        f"{', '.join(scenarios.PRESETS)}.")
+    flags.DEFINE_integer("seeds", None, "Evaluation seeds (default 8; --quick 2).")
+    flags.DEFINE_bool("quick", False,
+                      "Small sizes (a few minutes on 2 cores; numbers mean nothing).")
+    flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
+    flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
+                      "The policy nominates by its actor's greedy action or iff its critic's "
+                      "ΔQ > 0 (prada_jax.dual_rollout.make_ppo_policy).")
+    flags.DEFINE_string("dual_overrides", "", "config.dual fields for the learner, e.g. "
+                        "'utilisation=0.5,mode=subgradient' (mode: constant pair only; use a "
+                        "fresh --out: learned runs under it are reused).")
+    flags.DEFINE_integer("num_users", None, "User slots U of the evaluated env (default 32; "
+                         "--quick 16).")
+
+
+def main(argv):
+    """The command (``prada_jax.cli.run``): flags and a given ``--policy`` are checked before
+    ``--out`` is created; bad input raises ``BadInput`` (one stderr line, exit 2)."""
+    from absl import flags
+
+    F = flags.FLAGS
+    if len(argv) > 1:
+        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    if not F.out:
+        raise BadInput("--out is required (a folder for stage2.json)")
+    names = scenarios.parse_names(F.scenarios)
+    if F.seeds is not None and F.seeds < 2:
+        raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
+    if F.num_users is not None and F.num_users < 1:
+        raise BadInput(f"--num_users must be >= 1, got {F.num_users}")
+    if F.policy and not Path(F.policy).is_dir():
+        raise BadInput(f"--policy={F.policy}: no such run directory")
+    out = Path(F.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out={F.out} exists and is not a folder")
+    overrides = parse_dual_overrides(F.dual_overrides)
+    result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
+                 nominate_by=F.nominate_by, dual_overrides=overrides)
+    print(to_markdown(result))
+    print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")
+
+
+if __name__ == "__main__":
+    from prada_jax import cli
+    cli.run(main, define_flags=_define_flags)

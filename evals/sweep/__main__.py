@@ -1,0 +1,85 @@
+"""``python -m evals.sweep``: the resource-sweep command (absl flags, input checks, printing).
+
+The library (rows, sweeps, figures, the module docstring with the flags' meaning) is
+:mod:`evals.sweep`; bad input raises ``BadInput`` and ``prada_jax.cli.run`` maps it to one
+stderr line and exit 2.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from evals import evaluate as ev
+from evals.sweep import (AXES, DEFAULT_GRIDS, parse_grid, run_sweep, sweep_rows,
+                         write_sweep_outputs)
+from prada_jax.errors import BadInput
+
+
+def _define_flags():
+    from absl import flags
+
+    from evals import suite
+
+    suite.define_input_flags(env_note=" when not swept")
+    flags.DEFINE_string("out", None, "output folder (default: <policy>/sweep, else "
+                        "checkpoints/sweep).")
+    flags.DEFINE_integer("seeds", 3, "seeds per grid point.", lower_bound=1)
+    flags.DEFINE_integer("slots", 1500, "slots simulated per seed.", lower_bound=2)
+    flags.DEFINE_integer("warmup_slots", 150, "slots discarded before measuring.", lower_bound=0)
+    flags.DEFINE_list("axes", ["M", "B", "lam"], "axes to sweep (M, B, lam).")
+    flags.DEFINE_list("m_grid", [str(x) for x in DEFAULT_GRIDS["M"]], "M values (integers).")
+    flags.DEFINE_list("b_grid_mhz", [f"{x / 1e6:g}" for x in DEFAULT_GRIDS["B"]],
+                      "B values in MHz.")
+    flags.DEFINE_list("lam_grid", [f"{x:g}" for x in DEFAULT_GRIDS["lam"]],
+                      "λ values in users/s.")
+
+
+def main(argv):
+    from absl import flags
+
+    from evals import suite
+    from prada_jax import config_utils
+    from envs import edge
+
+    FLAGS = flags.FLAGS
+    config_utils.reject_extra_argv(argv)
+    grids = {"M": parse_grid(FLAGS.m_grid, "m_grid", integer=True),
+             "B": parse_grid(FLAGS.b_grid_mhz, "b_grid_mhz", 1e6),
+             "lam": parse_grid(FLAGS.lam_grid, "lam_grid")}
+    bad = [a for a in FLAGS.axes if a not in AXES]
+    if bad:
+        raise BadInput(f"--axes: unknown axis {bad[0]!r} (choose from M, B, lam)")
+    if FLAGS.warmup_slots >= FLAGS.slots:
+        raise BadInput(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
+                       f"({FLAGS.slots})")
+    policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
+    if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
+        print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
+              file=sys.stderr)
+    params = edge.make_params(traces.traces, **env_kw)
+    evaluator = ev.Evaluator(params, FLAGS.seeds, FLAGS.slots, FLAGS.warmup_slots,
+                             policy.apply_fn if policy else None,
+                             policy.params if policy else None)
+    rows = sweep_rows(policy is not None, mult)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    results = {a: run_sweep(evaluator, rows, a, grids[a], say) for a in FLAGS.axes}
+    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "sweep" if FLAGS.policy
+                                            else Path("checkpoints/sweep"))
+    synthetic = traces.info.get("synthetic", False)
+    title = (f"{traces.info['benchmark']}{' (SYNTHETIC)' if synthetic else ''}, U="
+             f"{env_kw['num_users']}, {FLAGS.seeds} seeds, mean ± 95% CI")
+    meta = {"traces": traces.info, "env": env_kw, "policy": FLAGS.policy, "dual": FLAGS.dual,
+            "multipliers": mult, "seeds": FLAGS.seeds, "slots": FLAGS.slots,
+            "warmup_slots": FLAGS.warmup_slots}
+    res = write_sweep_outputs(results, out, title=title, meta=meta)
+    for line in res["knee_lines"]:
+        print(line + (" [synthetic traces]" if synthetic else ""))
+    print(f"figures: {out}/*.png ({len(res['figures'])} files)")
+    print(f"results: {res['json']}  {res['csv']}")
+    print(f"tensorboard --logdir {res['tb']}")
+
+
+if __name__ == "__main__":
+    from prada_jax import cli
+
+    cli.run(main, define_flags=_define_flags)
