@@ -86,13 +86,16 @@ def make_stream(arrival, value, service, bw, units, bandwidth, horizon=None) -> 
     bw = np.asarray(bw, np.float64).reshape(-1)
     for name, arr in (("value", value), ("service", service), ("bw", bw)):
         if arr.shape != (n,):
-            raise BadInput(f"stream field {name} has shape {arr.shape}, expected ({n},) like arrival")
-    if np.ndim(units) == 0 or np.ndim(bandwidth) == 0:
-        if horizon is None:
-            horizon = np.shape(units)[0] if np.ndim(units) else (np.shape(bandwidth)[0] if np.ndim(bandwidth) else None)
-        if horizon is None or int(horizon) < 1:
-            raise BadInput("stream field horizon must be >= 1 when units and bandwidth are scalars")
-    t_len = int(horizon) if horizon is not None else np.shape(units)[0]
+            raise BadInput(f"stream field {name} has shape {arr.shape}, "
+                           f"expected ({n},) like arrival")
+    if horizon is None:  # T from whichever capacity is an array
+        arrays = [np.shape(c)[0] for c in (units, bandwidth) if np.ndim(c)]
+        if not arrays:
+            raise BadInput("stream field horizon is needed when units and bandwidth are scalars")
+        horizon = arrays[0]
+    t_len = int(horizon)
+    if t_len < 1:
+        raise BadInput(f"stream field horizon must be >= 1, got {t_len}")
     units = np.broadcast_to(np.asarray(units, np.int64), (t_len,)).copy() if np.ndim(units) == 0 \
         else np.asarray(units, np.int64).reshape(-1)
     bandwidth = np.broadcast_to(np.asarray(bandwidth, np.float64), (t_len,)).copy() \
@@ -233,7 +236,8 @@ def greedy_online(stream: Stream, wait_cost: float, window: int | None = None,
     use_u = np.zeros(t_len + int(np.max(stream.service, initial=1)) + 1)
     use_b = np.zeros_like(use_u)
     for t in range(t_len):
-        waiting = [i for i in range(n) if start[i] < 0 and stream.arrival[i] <= t < stream.arrival[i] + window]
+        waiting = [i for i in range(n)
+                   if start[i] < 0 and stream.arrival[i] <= t < stream.arrival[i] + window]
         nets = {i: float(stream.value[i]) - wait_cost * (t - int(stream.arrival[i])) for i in waiting}
         for i in sorted(waiting, key=lambda i: (-nets[i], int(stream.arrival[i]), i)):
             floor = 0.0 if threshold is None else float(threshold(i))

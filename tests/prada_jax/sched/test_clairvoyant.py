@@ -31,7 +31,8 @@ def brute_force(stream, wait_cost, window):
             for t in range(s, min(t_len, s + int(stream.service[i]))):
                 units[t] += 1
                 bw[t] += float(stream.bw[i])
-        if all(units[t] <= stream.units[t] and bw[t] <= stream.bandwidth[t] + 1e-9 for t in range(t_len)):
+        if all(units[t] <= stream.units[t] and bw[t] <= stream.bandwidth[t] + 1e-9
+               for t in range(t_len)):
             best = max(best, val)
     return best
 
@@ -122,3 +123,18 @@ def test_stream_from_env_rollout_bounds_the_rule_that_ran():
     bound = clairvoyant_bound(s, wait_cost)
     assert bound.value >= rule.value - 1e-9
     assert bound.value >= greedy_online(s, wait_cost).value - 1e-9
+
+
+def test_command_refuses_bad_flags_with_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ, PYTHONPATH=root, HF_HUB_OFFLINE="1")
+    for flag in ("--scenario=nope", "--lambda_s=-1", "--slots=0"):
+        r = subprocess.run([sys.executable, "-m", "evals.clairvoyant", flag], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, (flag, r.stderr)
+        assert flag.split("=")[0] in r.stderr and len(r.stderr.strip().splitlines()) == 1
