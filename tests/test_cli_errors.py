@@ -218,6 +218,8 @@ CASES: list[Case] = [
     Case("evals.stage2", ("--policy={policy_nockpt}", "--out={out}", "--quick"),
          r"--policy=.*policy_nockpt.*checkpoints"),
     Case("evals.stage2", ("--seeds=1", "--out={out}"), r"--seeds", slow=True),
+    Case("evals.clairvoyant", ("--slots=0",), r"--slots"),
+    Case("evals.clairvoyant", ("--scenario=nope",), r"nope", slow=True),
     Case("evals.stage2", ("--policy={out}", "--out={out}"), r"--policy=", slow=True),
     Case("evals.stage2", ("--out={out}", "stray"), r"stray", slow=True),
     # evals.calibration
