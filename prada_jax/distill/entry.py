@@ -7,7 +7,7 @@ becomes ``--noprogress``. Everything else is left to absl (``prada_jax.cli.parse
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 
 def undash(argv: Sequence[str] | None, names: Iterable[str]) -> list[str]:
@@ -24,3 +24,17 @@ def undash(argv: Sequence[str] | None, names: Iterable[str]) -> list[str]:
                 a = f"--no{new[3:]}{eq}{val}"
         out.append(a)
     return out
+
+
+def flag_names(define: Callable) -> list[str]:
+    """Names of the flags ``define(flag_values)`` declares (in a throwaway ``FlagValues``)."""
+    from absl import flags
+    fv = flags.FlagValues()
+    define(fv)
+    return list(fv)
+
+
+def parse(define: Callable, argv: Sequence[str] | None, prog: str, doc: str | None):
+    """``prada_jax.cli.parse_local`` of ``argv`` with its dash spellings rewritten first."""
+    from prada_jax import cli
+    return cli.parse_local(define, undash(argv, flag_names(define)), prog, doc)

@@ -18,7 +18,7 @@ import json
 from typing import Sequence
 
 from prada_jax import cli
-from prada_jax.distill.entry import undash
+from prada_jax.distill import entry
 from prada_jax.errors import BadInput
 
 PROG = "prada_jax.distill.export"
@@ -53,17 +53,11 @@ def _define(fv) -> None:
                       flag_values=fv)
 
 
-def _names() -> list[str]:
-    from absl import flags
-    fv = flags.FlagValues()
-    _define(fv)
-    return list(fv)
-
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Parses ``argv`` (default ``sys.argv[1:]``), exports, prints and returns the statistics.
     Bad input raises :class:`~prada_jax.errors.BadInput` (exit 2 under :func:`cli.run_local`)."""
-    fv = cli.parse_local(_define, undash(argv, _names()), PROG, __doc__)
+    fv = entry.parse(_define, argv, PROG, __doc__)
     for name in ("teacher", "out"):
         if not fv[name].value:
             raise BadInput(f"--{name} is required")

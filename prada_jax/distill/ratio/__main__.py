@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from prada_jax import cli
-from prada_jax.distill.entry import undash
+from prada_jax.distill import entry
 from prada_jax.errors import BadInput
 
 PROG = "prada_jax.distill.ratio"
@@ -31,15 +31,9 @@ def _define(fv) -> None:
     flags.DEFINE_string("json", "", "also write the summary here", flag_values=fv)
 
 
-def _names() -> list[str]:
-    from absl import flags
-    fv = flags.FlagValues()
-    _define(fv)
-    return list(fv)
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    fv = cli.parse_local(_define, undash(argv, _names()), PROG, __doc__)
+    fv = entry.parse(_define, argv, PROG, __doc__)
     for name in ("pool", "logits", "student"):
         if not fv[name].value:
             raise BadInput(f"--{name} is required")

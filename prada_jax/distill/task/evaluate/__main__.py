@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from prada_jax import cli
-from prada_jax.distill.entry import undash
+from prada_jax.distill import entry
 from prada_jax.errors import BadInput
 
 PROG = "prada_jax.distill.task.evaluate"
@@ -29,15 +29,9 @@ def _define(fv) -> None:
                          flag_values=fv)
 
 
-def _names() -> list[str]:
-    from absl import flags
-    fv = flags.FlagValues()
-    _define(fv)
-    return list(fv)
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    fv = cli.parse_local(_define, undash(argv, _names()), PROG, __doc__)
+    fv = entry.parse(_define, argv, PROG, __doc__)
     if not fv.student:
         raise BadInput("--student is required")
     if not Path(fv.student).is_dir():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from prada_jax import cli
-from prada_jax.distill.entry import undash
+from prada_jax.distill import entry
 
 PROG = "prada_jax.distill.task.teacher"
 
@@ -35,15 +35,9 @@ def _define(fv) -> None:
             flags.DEFINE_integer(k, v, f"teacher {k}", lower_bound=1, flag_values=fv)
 
 
-def _names() -> list[str]:
-    from absl import flags
-    fv = flags.FlagValues()
-    _define(fv)
-    return list(fv)
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    fv = cli.parse_local(_define, undash(argv, _names()), PROG, __doc__)
+    fv = entry.parse(_define, argv, PROG, __doc__)
     import numpy as np
     import torch
 
