@@ -33,7 +33,11 @@ Two ways to learn the multipliers (``DualConfig.mode``):
 * ``"subgradient"`` / ``"pid"`` (online): projected steps on the observed long-run excess of
   the hard rule (before repair). ``subgradient``: ``m ← [m + η_t·e + k_d·(e − e_prev)]₊`` with
   ``η_t = step_size / sqrt(1 + t/decay_steps)``; ``pid`` (Stooke et al. 2020):
-  ``I ← [I + k_i·e]₊``, ``m = [k_p·e + I + k_d·(e − e_prev)]₊``.
+  ``I ← [I + k_i·e]₊``, ``m = [k_p·e + I + k_d·(e − e_prev)]₊``. The rollout runs with the
+  current iterate, but the constant pair the run exports (:func:`export_multipliers`) is the
+  Polyak–Ruppert average of the iterates over the last ``average_tail`` share of the run's
+  ``average_horizon`` updates: dual subgradient theory guarantees convergence of the averaged
+  iterates, not of the last one, which keeps cycling when the load cycles (a burst scenario).
 * ``"differentiable"``: the max inside D is the smooth max ``T·logsumexp(·/T)`` (the
   temperature-smoothed rule, ``sched.threshold.soft_choice``), the relaxed D_T is minimised
   with optax Adam over batches of slots, T annealed geometrically from ``temperature`` to
@@ -89,6 +93,15 @@ class DualConfig:
         default: the long-run constraints count every slot).
       queue_price: ignored, kept so older configs load: the price is always charged to
         queueing too (the admission-price rule is the rule).
+      average_tail: online modes: the exported constant (:func:`export_multipliers`) is the
+        mean of the multiplier iterates after the updates numbered
+        ``floor((1 − average_tail)·average_horizon) + 1 … `` (Polyak–Ruppert averaging;
+        0.5 = the second half of the run), in [0, 1]; 0 = the last iterate (the old
+        behaviour). Ignored by the differentiable mode (its annealed Adam steps converge on
+        their own; its export is the last iterate).
+      average_horizon: number of updates the run will make (online modes: one per slot, set
+        by ``prada_jax.dual_train.validate_config`` from ``train.*``); ≥ 0. 0 with
+        ``average_tail > 0`` averages every iterate from the first update.
       utilisation: ρ in (0, 1], the share of the server capacity the long-run occupancy
         constraint allows: admissions per slot ≤ ρ·M_t / k̄ (bandwidth keeps B_t / k̄).
         1.0 (default) is the plain capacity constraint. ρ < 1 makes the price see the
@@ -121,6 +134,8 @@ class DualConfig:
     skip_full_slots: bool = False
     queue_price: bool = True
     utilisation: float = 1.0
+    average_tail: float = 0.0
+    average_horizon: int = 0
 
     def __post_init__(self):
         def bad(field, msg):
@@ -140,6 +155,10 @@ class DualConfig:
                 f"{self.temperature_min}")
         if not 0.0 < self.utilisation <= 1.0:
             bad("utilisation", f"must be in (0, 1], got {self.utilisation!r}")
+        if not 0.0 <= self.average_tail <= 1.0:
+            bad("average_tail", f"must be in [0, 1], got {self.average_tail!r}")
+        if self.average_horizon < 0:
+            bad("average_horizon", f"must be >= 0, got {self.average_horizon!r}")
         if self.anneal_steps < 1:
             bad("anneal_steps", f"must be >= 1, got {self.anneal_steps}")
         if self.conditioned and self.mode != "differentiable":
@@ -229,6 +248,9 @@ class DualState(NamedTuple):
     integral: [2] PID integral term (pid mode), else unused.
     prev_error: [2] last excess (admissions, bw/bw_scale) for the derivative/damping term.
     step: [] int32 number of updates done.
+    avg_sum: [2] sum of the iterates (λ_s, µ_scaled) inside the averaging window (online modes
+      with ``average_tail > 0``), else zeros.
+    avg_count: [] float32 number of iterates in ``avg_sum``.
     """
 
     params: Any
@@ -236,6 +258,8 @@ class DualState(NamedTuple):
     integral: jax.Array
     prev_error: jax.Array
     step: jax.Array
+    avg_sum: jax.Array = None
+    avg_count: jax.Array = None
 
 
 def _inv_softplus(x):
@@ -269,7 +293,8 @@ def init(config: DualConfig, key: jax.Array | None = None) -> DualState:
     z = jnp.zeros((2,), jnp.float32)
     integral = m0 if config.mode == "pid" else z
     return DualState(params=params, opt_state=opt_state, integral=integral, prev_error=z,
-                     step=jnp.zeros((), jnp.int32))
+                     step=jnp.zeros((), jnp.int32), avg_sum=z,
+                     avg_count=jnp.zeros((), jnp.float32))
 
 
 def _scaled_multipliers(params, config: DualConfig, load=None) -> jax.Array:
@@ -290,6 +315,32 @@ def multipliers(state: DualState, config: DualConfig, load=None) -> Multipliers:
     ``load`` [..., K] (conditioned variant only) gives per-slot multipliers [...].
     """
     m = _scaled_multipliers(state.params, config, load)
+    return Multipliers(lambda_s=m[..., 0], mu=m[..., 1] / config.bw_scale_hz)
+
+
+def averaging(config: DualConfig) -> bool:
+    """True if the exported constant is an average of iterates (online modes, tail > 0)."""
+    return config.mode != "differentiable" and config.average_tail > 0.0
+
+
+def average_start(config: DualConfig) -> int:
+    """Updates done before the averaging window opens: ``floor((1 − tail)·horizon)``; the
+    iterates after updates ``average_start + 1, …`` are averaged."""
+    return int((1.0 - config.average_tail) * config.average_horizon)
+
+
+def export_multipliers(state: DualState, config: DualConfig, load=None) -> Multipliers:
+    """The constant pair a run stores and evaluates (natural units, like :func:`multipliers`).
+
+    Online modes with ``average_tail > 0``: the mean of the iterates in the averaging window
+    (:func:`average_start`) once it holds at least one, else the current iterate. Otherwise
+    (differentiable, conditioned at ``load``, tail 0): :func:`multipliers`.
+    """
+    if not averaging(config):
+        return multipliers(state, config, load)
+    cur = _scaled_multipliers(state.params, config)
+    n = state.avg_count
+    m = jnp.where(n > 0, state.avg_sum / jnp.maximum(n, 1.0), cur)
     return Multipliers(lambda_s=m[..., 0], mu=m[..., 1] / config.bw_scale_hz)
 
 
@@ -428,8 +479,14 @@ def update(state: DualState, batch: SlotBatch, config: DualConfig
     else:  # pid
         integral = jnp.maximum(state.integral + config.ki * e, 0.0)
         m = jnp.maximum(config.kp * e + integral + config.kd * de, 0.0)
-    state = state._replace(params={"raw": m}, integral=integral, prev_error=e,
-                           step=state.step + 1)
+    step = state.step + 1
+    avg_sum, avg_count = state.avg_sum, state.avg_count
+    if averaging(config):  # Polyak–Ruppert: iterates after update average_start + 1, ...
+        inside = step > average_start(config)
+        avg_sum = jnp.where(inside, avg_sum + m, avg_sum)
+        avg_count = jnp.where(inside, avg_count + 1.0, avg_count)
+    state = state._replace(params={"raw": m}, integral=integral, prev_error=e, step=step,
+                           avg_sum=avg_sum, avg_count=avg_count)
     return multipliers(state, config), state
 
 
@@ -449,7 +506,9 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
     dual/overflow_bw_hz (mean positive part per slot), dual/admissions_per_slot,
     dual/capacity_per_slot (ρ·M/k̄), dual/mean_service_slots (k̄), dual/learning_slots (share of
     slots that count), dual/relaxed_objective and dual/hard_objective (the dual function with
-    the smooth and the hard max) and dual/relaxed_minus_hard (their gap, ≥ 0).
+    the smooth and the hard max), dual/relaxed_minus_hard (their gap, ≥ 0), and
+    dual/export_lambda_s, dual/export_mu_per_mhz (the pair :func:`export_multipliers` gives:
+    the averaged iterate in the online modes with ``average_tail > 0``).
     """
     load = batch.load if config.conditioned else None
     mult = multipliers(state, config, load)
@@ -460,7 +519,10 @@ def metrics(state: DualState, batch: SlotBatch, config: DualConfig) -> dict[str,
     hard = dual_objective(state.params, batch, config, None)
     kbar = mean_work(batch)
     cap = _weighted_mean(config.utilisation * batch.capacity_units / kbar, wts)
+    exp = export_multipliers(state, config, load)
     return {
+        "dual/export_lambda_s": jnp.mean(exp.lambda_s),
+        "dual/export_mu_per_mhz": jnp.mean(exp.mu) * 1e6,
         "dual/lambda_s": jnp.mean(mult.lambda_s),
         "dual/mu": jnp.mean(mult.mu),
         "dual/mu_per_mhz": jnp.mean(mult.mu) * 1e6,

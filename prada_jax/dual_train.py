@@ -27,6 +27,7 @@ from another absl program is safe.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -91,7 +92,11 @@ def validate_config(config) -> dual.DualConfig:
         raise cu.ConfigError(f"config.dual.load_features must be {dual_rollout.LOAD_FEATURES} "
                              f"for the edge env, got {config.dual.load_features}")
     try:
-        return dual.config_from(config.dual)
+        dcfg = dual.config_from(config.dual)
+        if dual.averaging(dcfg):  # online modes update once per slot
+            horizon = int(config.train.num_chunks) * int(config.train.rollout_len)
+            dcfg = dataclasses.replace(dcfg, average_horizon=horizon)
+        return dcfg
     except ValueError as e:
         raise cu.ConfigError(str(e)) from None
 
@@ -205,7 +210,7 @@ def _final_multipliers(carry: dual_rollout.RolloutCarry, dcfg: dual.DualConfig, 
     if dcfg.conditioned:
         m = dual.multipliers(carry.dual, dcfg, jnp.asarray(load_mean, jnp.float32))
     else:
-        m = dual.multipliers(carry.dual, dcfg)
+        m = dual.export_multipliers(carry.dual, dcfg)  # averaged iterate (online modes)
     return dual.Multipliers(float(m.lambda_s), float(m.mu))
 
 
