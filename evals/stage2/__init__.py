@@ -312,6 +312,12 @@ def parse_dual_overrides(text: str) -> dict:
     return out
 
 
+def _default_dual():
+    """``config.dual`` of train/configs/dual.py (the learner's defaults)."""
+    from train.configs import dual as dual_cfg
+    return dual_cfg.get_config().dual
+
+
 def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
                       conditioned: bool, seed: int = 0, nominate_by: str = "actor",
                       dual_overrides: dict | None = None):
@@ -332,6 +338,8 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     c.env.scenario_length = int(size["scenario_length"])
     c.env.problems = int(env_kw.get("train_problems", 0))
     c.dual.conditioned = bool(conditioned)
+    if conditioned:
+        c.dual.mode = "differentiable"  # the map is learned by gradient (Adam)
     c.policy.nominate_by = nominate_by
     for k, v in size["dual"].items():
         _set(c, k, v)
@@ -399,7 +407,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         "scenario_length": size["scenario_length"], "size": size_name,
         "nominate_by": nominate_by,
         "dual_overrides": dict(size["dual"], **(dual_overrides or {})),
-        "constant_mode": (dual_overrides or {}).get("dual.mode", "differentiable"),
+        "constant_mode": (dual_overrides or {}).get("dual.mode", _default_dual().mode),
         "ci95": "half-width of the 95% Student-t interval"}}
     for name in scenario_names:
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")

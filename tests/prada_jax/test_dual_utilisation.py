@@ -88,9 +88,20 @@ def test_variant_default_and_bad_values():
     from prada_jax import dual_train
     from train.configs import dual as dual_configs
 
-    assert dual_train.validate_config(dual_configs.get_config()).utilisation == 1.0
+    # the launcher's default is ρ = ½ (issue 14 follow-up); the learner's own default and
+    # the capacity / legacy variants keep the plain capacity constraint
+    assert dual_train.validate_config(dual_configs.get_config()).utilisation == 0.5
     assert dual_train.validate_config(dual_configs.get_config("dual_wait")).utilisation == 0.5
+    assert dual_train.validate_config(dual_configs.get_config("capacity")).utilisation == 1.0
     assert dual.DualConfig().utilisation == 1.0
+    legacy = dual_train.validate_config(dual_configs.get_config("legacy"))
+    assert (legacy.mode, legacy.utilisation, legacy.init_lambda_s, legacy.learning_rate) == (
+        "differentiable", 1.0, 0.0, 0.01)
+    d = dual_train.validate_config(dual_configs.get_config())
+    assert (d.mode, d.average_tail) == ("subgradient", 0.5)
+    assert dual_train.validate_config(dual_configs.get_config("last_iterate")).average_tail == 0
+    cond = dual_train.validate_config(dual_configs.get_config("conditioned"))
+    assert cond.mode == "differentiable" and cond.conditioned
     for bad in (0.0, -0.5, 1.5, float("nan")):
         with pytest.raises(ValueError, match="config.dual.utilisation"):
             dual.DualConfig(utilisation=bad)

@@ -8,8 +8,16 @@ Variants (comma-separated): ``smoke`` (seconds-long CPU run for tests), ``gsm8k`
 over-subscribed), ``light`` (M=8, 100 MHz, 1 user/s), ``subgradient`` / ``pid`` (online modes
 instead of the differentiable one), ``conditioned`` (load-conditioned multipliers),
 ``admission`` (no-op, kept for older commands: the price is always charged to queueing too),
-``dual_wait`` (utilisation target ρ = ½ in the long-run occupancy constraint, see
-``prada_jax.dual.DualConfig.utilisation``).
+``dual_wait`` (ρ = ½: now the default, kept so older commands load), ``differentiable`` (the
+constant pair learned by Adam instead of the averaged subgradient), ``capacity`` (ρ = 1: the
+plain capacity constraint), ``last_iterate`` (export the last online iterate, no averaging),
+``legacy`` (the default before issue 14's follow-up: Adam from the softplus floor, lr 0.01,
+ρ = 1).
+
+Default learner (docs/dual.md, "Converging constant learner"): online subgradient on the
+long-run excess, the exported constant the average of its iterates over the second half of the
+run (``dual.average_tail``), utilisation target ρ = ½ (``dual.utilisation``). The
+load-conditioned map is always learned by Adam (``conditioned`` sets the differentiable mode).
 Env defaults follow ``envs.edge.make_params`` (assumptions, see docs/env.md).
 """
 from __future__ import annotations
@@ -17,8 +25,8 @@ from __future__ import annotations
 import ml_collections
 
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
-VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "conditioned",
-            "admission", "dual_wait") + PRESETS
+VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "differentiable", "conditioned",
+            "admission", "dual_wait", "capacity", "last_iterate", "legacy") + PRESETS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -50,7 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.policy.nominate_by = "actor"  # PPO policy: "actor" (its logits) or "critic" (ΔQ > 0)
 
     c.dual = ml_collections.ConfigDict()
-    c.dual.mode = "differentiable"  # "differentiable" | "subgradient" | "pid"
+    c.dual.mode = "subgradient"     # "subgradient" (default) | "pid" | "differentiable"
     c.dual.init_lambda_s = 0.04     # initial λ_s [PRM units per server unit]: the midpoint,
                                     # in softplus pre-image, of 1e-3 … 1 (docs/dual.md,
                                     # "Adam off its floor"); every mode starts here
@@ -76,9 +84,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                     # (the long-run constraints count every slot)
     c.dual.queue_price = True       # ignored (kept so older commands load): the price is
                                     # always charged to queueing too (admission price)
-    c.dual.utilisation = 1.0        # ρ: long-run constraint admissions ≤ ρ·M/k̄; 1 = capacity;
-                                    # variant dual_wait: 0.5 (M/M/1 mean wait ≤ service time,
-                                    # prada_jax.dual.DualConfig)
+    c.dual.utilisation = 0.5        # ρ: long-run constraint admissions ≤ ρ·M/k̄; 0.5 = M/M/1
+                                    # mean wait ≤ service time (prada_jax.dual.DualConfig);
+                                    # variant capacity: 1 (plain capacity constraint)
     c.dual.average_tail = 0.5       # online modes: the exported constant is the mean of the
                                     # iterates over the last half of the run's updates
                                     # (Polyak–Ruppert); 0 = last iterate. Differentiable: unused
@@ -130,12 +138,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.env.num_servers = 8
             c.env.bandwidth_hz = 100e6
             c.env.arrival_rate_hz = 1.0
-        elif variant in ("subgradient", "pid"):
+        elif variant in ("subgradient", "pid", "differentiable"):
             c.dual.mode = variant
         elif variant == "dual_wait":
             c.dual.utilisation = 0.5
+        elif variant == "capacity":
+            c.dual.utilisation = 1.0
+        elif variant == "last_iterate":
+            c.dual.average_tail = 0.0
+        elif variant == "legacy":
+            c.dual.mode = "differentiable"
+            c.dual.utilisation = 1.0
+            c.dual.init_lambda_s = 0.0
+            c.dual.learning_rate = 0.01
         elif variant == "conditioned":
             c.dual.conditioned = True
+            c.dual.mode = "differentiable"  # the MLP is learned by gradient
         elif variant == "admission":
             c.dual.queue_price = True
     return c
