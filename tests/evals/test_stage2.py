@@ -91,6 +91,13 @@ def test_stage2_json_schema(tiny_run):
     assert set(sc["paired"]["learned_minus_fifo"]["objective"]) >= {"mean", "ci95"}
     assert (out / "stage2.png").stat().st_size > 0 and "### burst" in (
         out / "stage2.md").read_text()
+    # default learners: averaged subgradient for the constant, Adam for the conditioned map
+    assert data["meta"]["constant_mode"] == "subgradient"
+    cfgs = {k: json.loads((out / "dual" / "burst" / k / "config.json").read_text())["dual"]
+            for k in ("constant", "conditioned")}
+    assert (cfgs["constant"]["mode"], cfgs["constant"]["average_tail"],
+            cfgs["constant"]["utilisation"]) == ("subgradient", 0.5, 0.5)
+    assert cfgs["conditioned"]["mode"] == "differentiable" and cfgs["conditioned"]["conditioned"]
 
 
 @pytest.mark.slow
