@@ -1,7 +1,9 @@
 """Stage-2 verdict: ``python -m evals.stage2 --out=DIR [--scenarios=...] [--seeds=N] [--quick]``.
 
 For each scenario (``envs.scenarios`` presets) this learns the multipliers with the stage-2
-library (``prada_jax.dual_train``: a constant pair and a load-conditioned map), searches the
+library (``prada_jax.dual_train``: a constant pair by the ``train/configs/dual.py`` default
+learner — online subgradient, exported as the average of its iterates over the second half of
+the run, utilisation target ρ = ½ — and a load-conditioned map, always by Adam), searches the
 best constant pair on a grid (``evals.grid``), and evaluates, on the same seeds (paired), the
 rows
 
