@@ -34,6 +34,7 @@ docstring (N states, R replicates).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -167,11 +168,17 @@ def sample_decision_states(env, env_params, apply_fn, net_params, key, *, num_st
     return DecisionStates(state=one, obs=np.asarray(obs)[:, 0])
 
 
+def _edge_action(screen, gain):
+    from envs.edge import EdgeAction
+    return EdgeAction(screen=screen, gain=gain)
+
+
+def _screen_only(screen, gain):
+    return screen
+
+
 def _edge_action_fn(env_params):
-    if hasattr(env_params, "traces"):
-        from envs.edge import EdgeAction
-        return lambda screen, gain: EdgeAction(screen=screen, gain=gain)
-    return lambda screen, gain: screen
+    return _edge_action if hasattr(env_params, "traces") else _screen_only
 
 
 def mc_action_values(env, env_params, apply_fn, net_params, states, key, *,
@@ -209,31 +216,8 @@ def mc_action_values(env, env_params, apply_fn, net_params, states, key, *,
     p1 = env_params.replace(num_users=1)
     n = int(np.asarray(states.obs).shape[0])
     r = int(replicates)
-
-    def _one(state, k, first):
-        def cond(c):
-            _, t, alive, _, _ = c
-            return alive & (t < horizon)
-
-        def body(c):
-            state, t, alive, ret, ndec = c
-            sk = jax.random.fold_in(k, t)
-            act_key, env_key = jax.random.split(sk)
-            obs = _observe(env, state, p1)
-            screen, gain = _policy_action(apply_fn, net_params, obs, act_key, greedy)
-            screen = jnp.where(t == 0, first, screen)
-            _, state2, reward, done, info = env.step(env_key, state, action_fn(screen, gain),
-                                                     p1)
-            ndec = ndec + info["decision_mask"][0].astype(jnp.int32)
-            disc = jnp.power(jnp.float32(gamma), jnp.maximum(ndec - 1, 0).astype(jnp.float32))
-            ret = ret + disc * reward[0]
-            return state2, t + 1, alive & ~done[0], ret, ndec
-
-        c0 = (state, jnp.int32(0), jnp.bool_(True), jnp.float32(0.0), jnp.int32(0))
-        _, _, alive, ret, _ = jax.lax.while_loop(cond, body, c0)
-        return ret, alive
-
-    run = jax.jit(jax.vmap(_one))
+    run = _mc_runner(env.step, apply_fn, int(horizon), bool(greedy), action_fn)
+    g32 = jnp.float32(gamma)
     # Flatten (state n, replicate r, branch a) into rows.
     rows_n = np.repeat(np.arange(n), 2 * r)
     rows_r = np.tile(np.repeat(np.arange(r), 2), n)
@@ -250,13 +234,43 @@ def mc_action_values(env, env_params, apply_fn, net_params, states, key, *,
         st = jax.tree.map(lambda x: jnp.asarray(x)[idx], states.state)
         ks = jnp.concatenate([keys[sl], keys[:pad]]) if pad else keys[sl]
         fa = jnp.asarray(np.concatenate([rows_a[sl], np.zeros(pad, np.int32)]))
-        ret, alive = run(st, ks, fa)
+        ret, alive = run(st, ks, fa, net_params, p1, g32)
         rets[sl] = np.asarray(ret, np.float64)[:m]
         unfinished += int(np.sum(np.asarray(alive)[:m]))
     g = rets.reshape(n, r, 2)
     diff = g[:, :, 1] - g[:, :, 0]
     se = diff.std(axis=1, ddof=1) / np.sqrt(r) if r > 1 else np.zeros(n)
     return MCResult(q=g.mean(axis=1), dq=diff.mean(axis=1), dq_se=se, unfinished=unfinished)
+
+
+@functools.lru_cache(maxsize=16)
+def _mc_runner(step_fn, apply_fn, horizon: int, greedy: bool, action_fn):
+    """Jitted ``run(states [B], keys [B], first [B], net_params, params, gamma) -> (return [B],
+    unfinished [B])`` (cached: one compile per env/network/continuation policy)."""
+    def _one(state, k, first, net_params, p1, gamma):
+        def cond(c):
+            _, t, alive, _, _ = c
+            return alive & (t < horizon)
+
+        def body(c):
+            state, t, alive, ret, ndec = c
+            sk = jax.random.fold_in(k, t)
+            act_key, env_key = jax.random.split(sk)
+            from envs import edge
+            obs = edge._observe(state, p1)  # noqa: SLF001
+            screen, gain = _policy_action(apply_fn, net_params, obs, act_key, greedy)
+            screen = jnp.where(t == 0, first, screen)
+            _, state2, reward, done, info = step_fn(env_key, state, action_fn(screen, gain), p1)
+            ndec = ndec + info["decision_mask"][0].astype(jnp.int32)
+            disc = jnp.power(gamma, jnp.maximum(ndec - 1, 0).astype(jnp.float32))
+            ret = ret + disc * reward[0]
+            return state2, t + 1, alive & ~done[0], ret, ndec
+
+        c0 = (state, jnp.int32(0), jnp.bool_(True), jnp.float32(0.0), jnp.int32(0))
+        _, _, alive, ret, _ = jax.lax.while_loop(cond, body, c0)
+        return ret, alive
+
+    return jax.jit(jax.vmap(_one, in_axes=(0, 0, 0, None, None, None)))
 
 
 def _observe(env, state, params):
