@@ -25,9 +25,8 @@ of ``trainer.build_env`` with ``contention=False`` (``offload_all``, unlimited M
 outage). In that env a user's trajectory under the greedy actor is deterministic given its
 state (no randomness reaches a single user's coarse return), so R = 1 is exact for the greedy
 actor; R > 1 matters for the sampling policy the critic was trained on (``greedy=False``).
-For a contended env the other users would have to be branched too; this module does not do
-that (``sample_decision_states`` refuses nothing, but the docstring of each result says which
-env produced it).
+In a contended env the other users would have to be branched too; this module does not do
+that, and ``prada_jax.rl.critic_refit`` refuses a policy trained with contention.
 
 Units: returns and ΔQ in reward units (PRM units under the coarse reward); shapes in each
 docstring (N states, R replicates).
