@@ -219,6 +219,9 @@ CASES: list[Case] = [
          r"--policy=.*policy_nockpt.*checkpoints"),
     Case("evals.stage2", ("--seeds=1", "--out={out}"), r"--seeds", slow=True),
     Case("evals.clairvoyant", ("--slots=0",), r"--slots"),
+    # train.critic_refit (the policy is loaded before --out is created)
+    Case("train.critic_refit", ("--policy={policy_nockpt}", "--out={out}"),
+         r"--policy=.*policy_nockpt.*checkpoints"),
     Case("evals.clairvoyant", ("--scenario=nope",), r"nope", slow=True),
     Case("evals.stage2", ("--policy={out}", "--out={out}"), r"--policy=", slow=True),
     Case("evals.stage2", ("--out={out}", "stray"), r"stray", slow=True),

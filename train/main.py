@@ -7,6 +7,9 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
                     summary table (problems, nodes, steps, tokens, all-SLM / all-LLM accuracy,
                     PRM calibration AUC) — ``traces/summary.txt``;
 2. ``ppo/``         the stage-1 screening policy (``train.ppo`` library, orbax checkpoints, TB);
+   ``critic/``      the same actor with its critic refit on Monte-Carlo action values of the
+                    final actor (``prada_jax.rl.critic_refit``; ``critic_check.json``): the
+                    policy every later stage uses (docs/ppo.md, "Critic calibration");
 3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.dual_train``, run as ``python -m train.dual``);
 4. ``eval/``        the benchmark table on the synthetic problems the policy trained on (mean
                     ± 95% CI over seeds), results.json / .csv, figures, TB;
@@ -69,6 +72,9 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         # demo: the ppo.py default sizes with 150 instead of 300 updates (compile-dominated
         # on CPU; see docs/evals.md for timings)
         "ppo_overrides": {"ppo.total_env_steps": 16 * 64 * 150},
+        # Critic refit for the final actor (prada_jax.rl.critic_refit); None: use the PPO
+        # critic as trained (docs/dual.md, "Stage-1 critic calibration").
+        "critic_refit": {"fit_states": 20000, "eval_states": 2000, "steps": 2000, "seed": 0},
         "dual_variant": "",
         "dual_overrides": {},
         "eval": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200},
@@ -83,14 +89,17 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
     }
     if mode == "smoke":
         s.update(summary_problems=40, train_problems=60, eval_problems=60, ppo_variant="smoke",
-                 ppo_overrides={}, dual_variant="smoke")
+                 ppo_overrides={}, dual_variant="smoke",
+                 critic_refit={"fit_states": 200, "eval_states": 100, "steps": 50, "seed": 0})
         s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20}
         s["sweep"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "M": [1, 4],
                       "B": [1e6, 20e6], "lam": [2.0, 8.0], "num_users": None}
         s["stage2"] = None  # tests run evals.stage2 on their own
         s["calibration"] = {"problems": 40, "stress_miscalibration": None}
     elif mode == "full":
-        s.update(ppo_overrides={}, dual_overrides={})
+        s.update(ppo_overrides={}, dual_overrides={},
+                 critic_refit={"fit_states": 40000, "eval_states": 6000, "steps": 4000,
+                               "seed": 0})
         s["eval"] = {"seeds": seeds or 5, "slots": 4000, "warmup_slots": 400}
         s["sweep"].update(seeds=seeds or 5, slots=4000, warmup_slots=400, num_users=64,
                           M=[1, 2, 3, 4, 5, 6, 8, 12],
@@ -433,6 +442,37 @@ def stage_calibration(workdir: Path, s: dict, policy_dirs: dict, log, redo: bool
     return result
 
 
+def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: bool) -> Path:
+    """Refits the critic of the PPO run for its final actor (``prada_jax.rl.critic_refit``)
+    into ``critic/<preset>`` and returns that policy folder (the PPO folder itself when
+    ``settings["critic_refit"]`` is None)."""
+    cfg = s.get("critic_refit")
+    if not cfg:
+        return ppo_dir
+    import shutil
+
+    from prada_jax.rl import critic_refit
+
+    d = workdir / "critic" / preset
+    key = {"critic_refit": cfg, "policy": str(ppo_dir)}
+    if not redo and stage_done(d, key):
+        log(f"critic [{preset}]: reusing the refit critic in {d}")
+        return d
+    if d.exists():   # an interrupted or outdated refit: start again
+        shutil.rmtree(d)
+    log(f"critic [{preset}]: refitting the critic for the final actor ({cfg['fit_states']} "
+        f"Monte-Carlo states) in {d}")
+    rep = critic_refit.check_and_refit(
+        str(ppo_dir), str(d), fit_states=int(cfg["fit_states"]),
+        eval_states=int(cfg["eval_states"]), steps=int(cfg["steps"]), seed=int(cfg["seed"]),
+        log=lambda m: log(f"critic [{preset}]: {m.strip()}"))
+    summary = {k: {m: rep[k]["greedy"][m] for m in ("pearson", "nom_critic_positive",
+                                                    "nom_mc_mean", "rule_gain")}
+               for k in ("before", "after")}
+    mark_done(d, key, summary)
+    return d
+
+
 # ----------------------------------------------------------------------------- main
 
 def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
@@ -449,13 +489,15 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
     out = {"workdir": str(workdir), "benchmarks": {}}
     policy_dirs = {}
     for preset in s["benchmarks"]:
-        pol = stage_ppo(workdir, s, preset, log, redo)
+        ppo_dir = stage_ppo(workdir, s, preset, log, redo)
+        pol = stage_critic(workdir, s, preset, ppo_dir, log, redo)
         policy_dirs[preset] = pol
         dual = stage_dual(workdir, s, preset, pol, log, redo)
         ev_res = stage_eval(workdir, s, preset, pol, dual, log, redo)
         sw_res = stage_sweep(workdir, s, preset, pol, dual, log, redo)
         s2_res = stage_stage2(workdir, s, preset, pol, log, redo)
-        out["benchmarks"][preset] = {"ppo": str(pol), "dual": str(dual) if dual else None,
+        out["benchmarks"][preset] = {"ppo": str(ppo_dir), "policy": str(pol),
+                                     "dual": str(dual) if dual else None,
                                      "eval": ev_res, "sweep": sw_res, "stage2": s2_res}
     out["calibration"] = stage_calibration(workdir, s, policy_dirs, log, redo)
     log("done")
@@ -464,6 +506,9 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
     print(f"  trace summary:     {workdir / 'traces' / 'summary.txt'}")
     for preset, b in out["benchmarks"].items():
         print(f"  [{preset}] policy checkpoints: {Path(b['ppo']) / 'checkpoints'}")
+        if b["policy"] != b["ppo"]:
+            print(f"  [{preset}] refit critic:       {Path(b['policy'])} (critic_check.json; "
+                  "the policy the later stages use)")
         if b["dual"]:
             print(f"  [{preset}] multipliers:        {b['dual']}")
         print(f"  [{preset}] results table:      {workdir / 'eval' / preset / 'table.txt'} "
