@@ -3,7 +3,7 @@
 For each scenario (``envs.scenarios`` presets) this learns the multipliers with the stage-2
 library (``prada_jax.dual_train``: a constant pair by the ``train/configs/dual.py`` default
 learner — online subgradient, exported as the average of its iterates over the second half of
-the run, utilisation target ρ = ½ — and a load-conditioned map, always by Adam), searches the
+the run, plain capacity constraint ρ = 1 — and a load-conditioned map, always by Adam), searches the
 best constant pair on a grid (``evals.grid``), and evaluates, on the same seeds (paired), the
 rows
 

@@ -96,7 +96,7 @@ def test_stage2_json_schema(tiny_run):
     cfgs = {k: json.loads((out / "dual" / "burst" / k / "config.json").read_text())["dual"]
             for k in ("constant", "conditioned")}
     assert (cfgs["constant"]["mode"], cfgs["constant"]["average_tail"],
-            cfgs["constant"]["utilisation"]) == ("subgradient", 0.5, 0.5)
+            cfgs["constant"]["utilisation"]) == ("subgradient", 0.5, 1.0)
     assert cfgs["conditioned"]["mode"] == "differentiable" and cfgs["conditioned"]["conditioned"]
 
 

