@@ -7,7 +7,7 @@ deterministic from a seed.
 
 Each problem carries its own hidden graph over :data:`ENTITIES` (16 entities ``A``-``P``):
 every entity has the four *link* relations ``a b c d`` (to another entity) and the two numeric
-*attributes* ``x y`` (an integer in [10, 99]). The agent sees only the question; the graph is
+*attributes* ``x y`` (a digit 0-9, one token). The agent sees only the question; the graph is
 reachable only through the tool, and every relation the question does not name is a
 distractor. A question names two chains and a combiner::
 
@@ -18,12 +18,12 @@ distractor. A question names two chains and a combiner::
     assistant: <call>aD</call>          t = 1: the same call in the other argument order
     tool:      <res>M</res>
     assistant: <call>Mx</call>          t = 2: attribute x of M
-    tool:      <res>57</res>
+    tool:      <res>7</res>
     assistant: <call>Fb</call>          t = 3: chain 2
     tool:      <res>B</res>
     assistant: <call>By</call>          t = 4
-    tool:      <res>31</res>
-    assistant: <ans>57</ans>            t = 5: max(57, 31); success iff it equals the value
+    tool:      <res>3</res>
+    assistant: <ans>7</ans>             t = 5: max(7, 3); success iff it equals the value
 
 A chain with h link relations (h in [1, 4]) needs h + 1 calls, so a problem has
 h1 + h2 + 3 agent turns (5-11). Each call's entity is the previous reply (or the chain's
@@ -63,8 +63,8 @@ TASK_NAME = "kg_lookup_v1"
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 MAX_TURNS = 14            # an episode still running after this many agent turns fails
 MIN_HOPS, MAX_HOPS = 1, 4  # link relations per chain
-VALUE_RANGE = (10, 99)     # attribute values, inclusive (always two digits)
-MAX_ACTION_TOKENS = 4      # longest reference action: <call>Ea</call>, <ans>57</ans>
+VALUE_RANGE = (0, 9)       # attribute values, inclusive (one digit token)
+MAX_ACTION_TOKENS = 4      # longest reference action: <call>Ea</call> (<ans>7</ans>: 3)
 _TOKEN_RE = re.compile(r"</?[a-z]+>|.", re.S)
 ERR_REPLY = "<res><err></res>"
 
@@ -166,7 +166,7 @@ def make_problems(seed: int, n: int, min_hops: int = MIN_HOPS, max_hops: int = M
 def lookup(problem: Problem, payload: str) -> str:
     """The tool: ``payload`` is the text between ``<call>`` and ``</call>``; exactly one entity
     and one relation (link or attribute), in either order. Returns ``<res>E</res>`` (a link),
-    ``<res>57</res>`` (an attribute) or ``<res><err></res>``. Counts the call."""
+    ``<res>7</res>`` (an attribute) or ``<res><err></res>``. Counts the call."""
     TOOL_CALLS.calls += 1
     if len(payload) != 2:
         return ERR_REPLY
@@ -308,7 +308,7 @@ def replay(problem: Problem, messages: Sequence[dict]) -> tuple[bool, bool]:
 def max_episode_tokens(max_hops: int = MAX_HOPS) -> int:
     """Upper bound on the tokens of a solved episode (for static shapes)."""
     q = 2 + 2 * (max_hops + 2) + 1 + 1
-    link, attr, ans = 4 + 3, 4 + 4, 4
+    link, attr, ans = 4 + 3, 4 + 3, 3
     return q + 2 * (max_hops * link + attr) + ans
 
 

@@ -69,7 +69,7 @@ def test_graphs_and_tool_against_reference():
     for p in probs:
         g = _ref_graph(p)
         assert all(g[e, r] != e for e in "ABCDEFGHIJKLMNOP" for r in "abcd")  # no self-loops
-        assert all(10 <= int(g[e, r]) <= 99 for e in "ABCDEFGHIJKLMNOP" for r in "xy")
+        assert all(0 <= int(g[e, r]) <= 9 for e in "ABCDEFGHIJKLMNOP" for r in "xy")
         # every (entity, relation), both argument orders
         for (e, r), want in g.items():
             assert kg.lookup(p, e + r) == kg.lookup(p, r + e) == f"<res>{want}</res>"
@@ -86,7 +86,7 @@ def test_graphs_and_tool_against_reference():
         q = p.question
         wrong = "abcd"[("abcd".index(q[4]) + 1) % 4]
         changed += _ref_answer(q[:4] + wrong + q[5:], g)[0] != p.answer
-    assert changed > 0.5 * len(probs)
+    assert changed > 0.3 * len(probs)
 
 
 @pytest.mark.parametrize("payload", ["", "A", "a", "x", "AB", "ab", "xy", "Aab", "AaB", "Aa ",
@@ -116,7 +116,9 @@ def test_episodes_with_reference_agent_both_forms_and_failures():
                           + kg.decode(c)[4] + "</call>")
                 if "<res>" not in kg.decode(c) else o for c, o in zip(contexts, out)]
     res = kg.run_episodes(probs, wrong_first)
-    assert np.mean([r.success for r in res]) < 0.5
+    ref = kg.run_episodes(probs, good)
+    assert np.mean([r.messages[2] != q.messages[2] for r, q in zip(res, ref)]) > 0.8
+    assert np.mean([r.success for r in res]) < 0.75
     # a malformed call gets <err> and the episode goes on; a non-call, non-answer ends it
     res = kg.run_episodes(probs[:2], lambda cs: [kg.encode("<call>AB</call>")] * len(cs),
                           max_turns=3)
