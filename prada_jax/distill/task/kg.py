@@ -23,7 +23,13 @@ distractor. A question names two chains and a combiner::
     tool:      <res>B</res>
     assistant: <call>By</call>          t = 4
     tool:      <res>3</res>
-    assistant: <ans>7</ans>             t = 5: max(7, 3); success iff it equals the value
+    assistant: <ans>7<max>3=7</ans>     t = 5: the answer: both values, the combiner, result
+
+The episode succeeds iff the answer's result (the text after its last ``=``, or the whole
+payload: ``<ans>7</ans>`` is accepted too) equals max/min of the two values. The reference
+answer writes out the values it combines (a short worked step: each token is one retrieval or
+one comparison of the three tokens before it; with the bare answer neither a 3-layer teacher
+nor the student learnt the far-back compare in their budgets).
 
 A chain with h link relations (h in [1, 4]) needs h + 1 calls, so a problem has
 h1 + h2 + 3 agent turns (5-11). Each call's entity is the previous reply (or the chain's
@@ -33,7 +39,7 @@ relation in either order (``<call>Kc</call>`` or ``<call>cK</call>``) and answer
 ``<res><err></res>`` to anything else. Every tool call increments :data:`TOOL_CALLS`, so a
 trainer can prove it made none.
 
-Tokens: one id per character or tag (:data:`VOCAB`, 46 ids). :func:`build_tokenizer` wraps the
+Tokens: one id per character or tag (:data:`VOCAB`, 47 ids). :func:`build_tokenizer` wraps the
 vocabulary into a ``PreTrainedTokenizerFast`` whose chat template concatenates the messages, so
 the generic JSONL converter reproduces :func:`messages_to_tokens`.
 """
@@ -51,7 +57,7 @@ ATTRS: tuple[str, ...] = ("x", "y")
 OPS: tuple[str, ...] = ("<max>", "<min>")
 VOCAB: tuple[str, ...] = (
     ("<pad>", "<eos>") + tuple("0123456789") + ENTITIES + LINKS + ATTRS
-    + (";", "<q>", "</q>", "<call>", "</call>", "<res>", "</res>", "<ans>", "</ans>", "<err>")
+    + (";", "=", "<q>", "</q>", "<call>", "</call>", "<res>", "</res>", "<ans>", "</ans>", "<err>")
     + OPS)
 TOKEN_ID = {t: i for i, t in enumerate(VOCAB)}
 PAD_ID = TOKEN_ID["<pad>"]
@@ -64,7 +70,7 @@ CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 MAX_TURNS = 14            # an episode still running after this many agent turns fails
 MIN_HOPS, MAX_HOPS = 1, 4  # link relations per chain
 VALUE_RANGE = (0, 9)       # attribute values, inclusive (one digit token)
-MAX_ACTION_TOKENS = 4      # longest reference action: <call>Ea</call> (<ans>7</ans>: 3)
+MAX_ACTION_TOKENS = 7      # longest reference action: <ans>7<max>3=7</ans>
 _TOKEN_RE = re.compile(r"</?[a-z]+>|.", re.S)
 ERR_REPLY = "<res><err></res>"
 
@@ -198,8 +204,19 @@ def solved_messages(p: Problem, rng: np.random.Generator | None = None) -> list[
             act = call_text(e, r, rf)
             msgs.append({"role": "assistant", "content": act})
             msgs.append({"role": "tool", "content": lookup(p, act[6:-7])})
-    msgs.append({"role": "assistant", "content": f"<ans>{p.answer}</ans>"})
+    msgs.append({"role": "assistant", "content": answer_text(p)})
     return msgs
+
+
+def answer_text(p: Problem) -> str:
+    """The reference answer action: ``<ans>{v1}{op}{v2}={result}</ans>``."""
+    v1, v2 = p.values()
+    return f"<ans>{v1}{OPS[p.op]}{v2}={p.answer}</ans>"
+
+
+def answer_value(payload: str) -> str:
+    """The result of an answer payload: the text after its last ``=`` (all of it without)."""
+    return payload.rsplit("=", 1)[-1]
 
 
 def messages_to_tokens(messages: Sequence[dict]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -283,7 +300,7 @@ def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn,
                 ctx[i].extend(encode(reply))
             else:
                 done[i] = True
-                success[i] = kind == "ans" and payload == str(problems[i].answer)
+                success[i] = kind == "ans" and answer_value(payload) == str(problems[i].answer)
     return [EpisodeResult(m, s, c, t) for m, s, c, t in zip(msgs, success, calls, turns)]
 
 
@@ -300,7 +317,7 @@ def replay(problem: Problem, messages: Sequence[dict]) -> tuple[bool, bool]:
             nxt = messages[j + 1] if j + 1 < len(messages) else None
             consistent &= nxt is not None and nxt["role"] == "tool" and nxt["content"] == reply
         else:
-            success = kind == "ans" and payload == str(problem.answer)
+            success = kind == "ans" and answer_value(payload) == str(problem.answer)
             consistent &= j == len(messages) - 1
     return consistent, success
 
@@ -308,7 +325,7 @@ def replay(problem: Problem, messages: Sequence[dict]) -> tuple[bool, bool]:
 def max_episode_tokens(max_hops: int = MAX_HOPS) -> int:
     """Upper bound on the tokens of a solved episode (for static shapes)."""
     q = 2 + 2 * (max_hops + 2) + 1 + 1
-    link, attr, ans = 4 + 3, 4 + 3, 3
+    link, attr, ans = 4 + 3, 4 + 3, MAX_ACTION_TOKENS
     return q + 2 * (max_hops * link + attr) + ans
 
 
@@ -328,7 +345,7 @@ def build_tokenizer():
 
 
 def flax_generate_fn(model, *, batch: int = 64, context_len: int = 128,
-                     max_new_tokens: int = 6, temperature: float = 0.0, key=None) -> GenerateFn:
+                     max_new_tokens: int = 8, temperature: float = 0.0, key=None) -> GenerateFn:
     """Batched action generation with the Flax LM (:func:`prada_jax.lm.sampling.generate`) at
     static shapes [batch, context_len] tokens (longer contexts keep their last tokens; partial
     batches are padded with dummy rows); greedy when ``temperature`` is 0; stops at

@@ -59,7 +59,9 @@ def _agent(first="entity"):
             rel_first = (n % 2 == 1) == (first == "entity")
             return kg.encode(f"<call>{r + e if rel_first else e + r}</call>")
         v = [int(replies[len(p1)]), int(replies[-1])]
-        return kg.encode(f"<ans>{max(v) if op == 'max' else min(v)}</ans>")
+        res = max(v) if op == "max" else min(v)
+        long = f"{v[0]}<{op}>{v[1]}=" if first == "entity" else ""
+        return kg.encode(f"<ans>{long}{res}</ans>")
     return lambda contexts: [act(c) for c in contexts]
 
 
@@ -126,14 +128,19 @@ def test_episodes_with_reference_agent_both_forms_and_failures():
     assert res[0].messages[2]["content"] == kg.ERR_REPLY
     res = kg.run_episodes(probs[:2], lambda cs: [kg.encode("<res>A</res>")] * len(cs))
     assert [r.turns for r in res] == [1, 1] and not any(r.success for r in res)
-    res = kg.run_episodes(probs[:1], lambda cs: [kg.encode("<ans>1</ans>")])
-    assert res[0].turns == 1 and not res[0].success
+    p = probs[0]
+    wrong = (p.answer + 1) % 10
+    for act, ok in ((f"<ans>{wrong}</ans>", False), (f"<ans>{p.answer}</ans>", True),
+                    (f"<ans>1<max>2={p.answer}</ans>", True),
+                    (f"<ans>{p.answer}<max>2={wrong}</ans>", False)):
+        res = kg.run_episodes([p], lambda cs: [kg.encode(act)])
+        assert res[0].turns == 1 and res[0].success == ok, act
 
 
 def test_encode_decode_round_trip_and_hf_tokenizer():
     rng = np.random.default_rng(0)
     tok = kg.build_tokenizer()
-    assert tok.vocab_size == len(kg.VOCAB) == 46
+    assert tok.vocab_size == len(kg.VOCAB) == 47
     longest = 0
     for p in kg.make_problems(2, 50):
         msgs = kg.solved_messages(p, rng)

@@ -28,7 +28,7 @@ import numpy as np
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill.task import kg
 
-DEFAULTS = dict(hidden=128, layers=3, heads=4, kv_heads=2, intermediate=256, steps=600,
+DEFAULTS = dict(hidden=128, layers=3, heads=4, kv_heads=2, intermediate=256, steps=700,
                 batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=512, n_eval=256, top_k=8,
                 temperature=1.0, threads=1)
 
@@ -105,7 +105,7 @@ def train_teacher(out_dir: os.PathLike | str, seed: int = 0, steps: int = DEFAUL
     return out
 
 
-def torch_generate_fn(model, max_new_tokens: int = 6, temperature: float = 0.0,
+def torch_generate_fn(model, max_new_tokens: int = 8, temperature: float = 0.0,
                       seed: int = 0) -> kg.GenerateFn:
     """Batched action generation with a PyTorch causal LM (left padding, KV cache); greedy when
     ``temperature`` is 0, else softmax sampling at ``temperature`` from a ``torch.Generator``
