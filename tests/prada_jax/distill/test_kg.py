@@ -223,6 +223,13 @@ def test_torch_teacher_pool_and_smoke_distillation(tmp_path):
     p2 = record_pool(teacher, probs, tmp_path / "p2", temperature=1.0, seed=3)
     assert p1.meta["content_hash"] == p2.meta["content_hash"]
     assert all(c and s == bool(f) for (c, s), f in zip(_replay_pool(p1, probs), p1.success))
+    # the Flax evaluator's port of the teacher folder acts like the PyTorch teacher (greedy)
+    from prada_jax.distill.task.kg_teacher import torch_generate_fn
+    from prada_jax.lm.hf import load_hf
+    flax_teacher, _ = load_hf(tmp_path / "teacher")
+    ep_t = kg.run_episodes(probs, torch_generate_fn(teacher), max_turns=4)
+    ep_f = kg.run_episodes(probs, kg.flax_generate_fn(flax_teacher, batch=8), max_turns=4)
+    assert [r.messages for r in ep_t] == [r.messages for r in ep_f]
     # a trainable pool: reference episodes, logits of the tiny teacher
     save_episodes(kg.run_episodes(kg.make_problems(10, 12), _agent()), tmp_path / "pool")
     export_logits(tmp_path / "teacher", tmp_path / "pool", tmp_path / "logits", top_k=4)
