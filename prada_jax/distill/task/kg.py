@@ -25,11 +25,12 @@ distractor. A question names two chains and a combiner::
     tool:      <res>3</res>
     assistant: <ans>7<max>3=7</ans>     t = 5: the answer: both values, the combiner, result
 
-The episode succeeds iff the answer's result (the text after its last ``=``, or the whole
-payload: ``<ans>7</ans>`` is accepted too) equals max/min of the two values. The reference
-answer writes out the values it combines (a short worked step: each token is one retrieval or
-one comparison of the three tokens before it; with the bare answer neither a 3-layer teacher
-nor the student learnt the far-back compare in their budgets).
+The episode succeeds iff the answer is the worked step ``v1 op v2 = result`` with both
+retrieved values (in either order), the question's combiner and the right result
+(:func:`answer_ok`): a guessed digit does not pass (a bare result would succeed by chance about
+one time in six). The worked step also makes the last turn learnable: each token is one
+retrieval or one comparison of the three tokens before it; with a bare answer neither a
+3-layer teacher nor the student learnt the far-back compare in their budgets.
 
 A chain with h link relations (h in [1, 4]) needs h + 1 calls, so a problem has
 h1 + h2 + 3 agent turns (5-11). Each call's entity is the previous reply (or the chain's
@@ -214,9 +215,12 @@ def answer_text(p: Problem) -> str:
     return f"<ans>{v1}{OPS[p.op]}{v2}={p.answer}</ans>"
 
 
-def answer_value(payload: str) -> str:
-    """The result of an answer payload: the text after its last ``=`` (all of it without)."""
-    return payload.rsplit("=", 1)[-1]
+def answer_ok(p: Problem, payload: str) -> bool:
+    """Whether an answer payload is the worked step with the right values (either order),
+    combiner and result: ``7<max>3=7`` or ``3<max>7=7``."""
+    v1, v2 = p.values()
+    op = OPS[p.op]
+    return payload in (f"{v1}{op}{v2}={p.answer}", f"{v2}{op}{v1}={p.answer}")
 
 
 def messages_to_tokens(messages: Sequence[dict]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -271,7 +275,7 @@ def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn,
                  max_turns: int = MAX_TURNS) -> list[EpisodeResult]:
     """Runs the task with an agent and the ``lookup`` tool, all problems batched per turn.
 
-    An episode ends at an ``<ans>`` action (success iff the answer equals the problem's value),
+    An episode ends at an ``<ans>`` action (success iff :func:`answer_ok`),
     at a malformed action, or after ``max_turns`` agent turns (failure). A malformed *call*
     (``<call>..</call>`` the tool rejects) is answered ``<res><err></res>`` and the episode goes
     on, so the agent sees a state the reference solution never shows.
@@ -300,7 +304,7 @@ def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn,
                 ctx[i].extend(encode(reply))
             else:
                 done[i] = True
-                success[i] = kind == "ans" and answer_value(payload) == str(problems[i].answer)
+                success[i] = kind == "ans" and answer_ok(problems[i], payload)
     return [EpisodeResult(m, s, c, t) for m, s, c, t in zip(msgs, success, calls, turns)]
 
 
@@ -317,7 +321,7 @@ def replay(problem: Problem, messages: Sequence[dict]) -> tuple[bool, bool]:
             nxt = messages[j + 1] if j + 1 < len(messages) else None
             consistent &= nxt is not None and nxt["role"] == "tool" and nxt["content"] == reply
         else:
-            success = kind == "ans" and answer_value(payload) == str(problem.answer)
+            success = kind == "ans" and answer_ok(problem, payload)
             consistent &= j == len(messages) - 1
     return consistent, success
 

@@ -60,8 +60,8 @@ def _agent(first="entity"):
             return kg.encode(f"<call>{r + e if rel_first else e + r}</call>")
         v = [int(replies[len(p1)]), int(replies[-1])]
         res = max(v) if op == "max" else min(v)
-        long = f"{v[0]}<{op}>{v[1]}=" if first == "entity" else ""
-        return kg.encode(f"<ans>{long}{res}</ans>")
+        a, b = v if first == "entity" else v[::-1]
+        return kg.encode(f"<ans>{a}<{op}>{b}={res}</ans>")
     return lambda contexts: [act(c) for c in contexts]
 
 
@@ -128,11 +128,16 @@ def test_episodes_with_reference_agent_both_forms_and_failures():
     assert res[0].messages[2]["content"] == kg.ERR_REPLY
     res = kg.run_episodes(probs[:2], lambda cs: [kg.encode("<res>A</res>")] * len(cs))
     assert [r.turns for r in res] == [1, 1] and not any(r.success for r in res)
-    p = probs[0]
-    wrong = (p.answer + 1) % 10
-    for act, ok in ((f"<ans>{wrong}</ans>", False), (f"<ans>{p.answer}</ans>", True),
-                    (f"<ans>1<max>2={p.answer}</ans>", True),
-                    (f"<ans>{p.answer}<max>2={wrong}</ans>", False)):
+    p = next(q for q in probs if q.values()[0] != q.values()[1])
+    (v1, v2), op, ans = p.values(), kg.OPS[p.op], p.answer
+    other = kg.OPS[1 - p.op]
+    for act, ok in ((f"<ans>{v1}{op}{v2}={ans}</ans>", True),
+                    (f"<ans>{v2}{op}{v1}={ans}</ans>", True),
+                    (f"<ans>{ans}</ans>", False),                     # a bare result
+                    (f"<ans>{v1}{op}{v2}={(ans + 1) % 10}</ans>", False),
+                    (f"<ans>{v1}{other}{v2}={ans}</ans>", False),
+                    (f"<ans>{(v1 + 1) % 10}{op}{v2}={ans}</ans>", False),
+                    (f"<ans>{v1}{op}{v2}={ans}={ans}</ans>", False)):
         res = kg.run_episodes([p], lambda cs: [kg.encode(act)])
         assert res[0].turns == 1 and res[0].success == ok, act
 
