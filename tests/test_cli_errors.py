@@ -199,6 +199,8 @@ CASES: list[Case] = [
     Case("prada_jax.distill.ratio", ("--pool={out}", "--logits={empty_dir}",
                                      "--student={empty_dir}"), r"out/run"),
     Case("prada_jax.distill.task.teacher", ("--cache={out}", "--steps=0"), r"--steps"),
+    Case("prada_jax.distill.task.kg_teacher", ("--cache={out}", "--temperature=-1"),
+         r"--temperature"),
     Case("prada_jax.distill.task.evaluate", ("--student={out}",), r"--student.*out/run"),
     Case("evals.distill_report", ("--methods=nope", "--out={out}"), r"--methods.*nope"),
     Case("evals.distill_report", ("--seeds=a", "--out={out}"), r"--seeds=a", slow=True),

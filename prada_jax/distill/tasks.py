@@ -66,7 +66,25 @@ def _arith() -> Task:
                 teacher_scorer=hf_teacher_scorer, evaluate=evaluate)
 
 
-_FACTORIES: dict[str, Callable[[], Task]] = {"arith_calc_v1": _arith}
+def _kg() -> Task:
+    from prada_jax.distill.task import kg
+
+    def evaluate(model, n_problems: int, seed: int, batch: int) -> dict:
+        return kg.evaluate_model(model, kg.make_problems(seed * 1000 + 3, n_problems),
+                                 batch=batch)
+
+    def build_pool(teacher_model, out_dir, n: int, seed: int, **kw):
+        from prada_jax.distill.task.kg_teacher import record_pool
+        return record_pool(teacher_model, kg.make_problems(seed * 1000 + 2, n), out_dir,
+                           seed=seed, **kw)
+
+    return Task(name=kg.TASK_NAME, pad_id=kg.PAD_ID, eos_id=kg.EOS_ID,
+                stop_ids=tuple(kg.STOP_IDS), build_tokenizer=kg.build_tokenizer,
+                tool_calls=lambda: kg.TOOL_CALLS.calls, build_pool=build_pool,
+                teacher_scorer=hf_teacher_scorer, evaluate=evaluate)
+
+
+_FACTORIES: dict[str, Callable[[], Task]] = {"arith_calc_v1": _arith, "kg_lookup_v1": _kg}
 
 
 def register(name: str, factory: Callable[[], Task]) -> None:
