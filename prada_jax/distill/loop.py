@@ -120,6 +120,7 @@ def validate_config(config) -> None:
                  "student.num_kv_heads", "student.intermediate_size", minimum=1)
     cu.check_int(config, "optim.warmup_steps", "eval.n_problems", minimum=0)
     cu.check_int(config, "train.num_seeds", minimum=1)
+    cu.check_int(config, "eval.every", minimum=0)
     cu.check(config.student.hidden_size % config.student.num_heads == 0, "student.hidden_size",
              "must be divisible by config.student.num_heads")
     cu.check(config.student.num_heads % config.student.num_kv_heads == 0,
@@ -535,7 +536,7 @@ def load_host_state(run: DistillRun, h: dict | None) -> None:
 def checkpoint_meta(run: DistillRun, done: int) -> dict:
     """The JSON meta stored with the checkpoint of update ``done`` (N > 1: results and
     sampler states as per-seed lists)."""
-    kept = [{k: v for k, v in res.items() if k in ("before", "ratio")}
+    kept = [{k: v for k, v in res.items() if k in ("before", "ratio", "curve")}
             for res in run.seed_results]
     meta = {"opt_step": done, "results": {"per_seed": kept} if run.stacked else kept[0],
             "host": host_state(run)}
@@ -566,6 +567,18 @@ def mean_ci95(values) -> dict:
     d = mean_ci([float(v) for v in values]).to_dict()
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in d.items()}
+
+
+def eval_point(run: DistillRun, done: int) -> None:
+    """Task success of every seed's student after update ``done`` (``eval.every``):
+    ``eval/success_rate`` curve points and ``results["curve"]`` records ``{step,
+    success_rate}`` (the "before" and "after" evaluations are not repeated there)."""
+    for i, res in enumerate(run.seed_results):
+        got = evaluate(run, run.params_of(i))
+        if got:
+            run.writers[i].write_scalars(done, {"eval/success_rate": got["success_rate"]})
+            res.setdefault("curve", []).append({"step": done,
+                                                "success_rate": got["success_rate"]})
 
 
 def seeds_summary(run: DistillRun) -> dict:
@@ -677,6 +690,7 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
     (with :func:`checkpoint_meta`) every ``log.ckpt_every`` and at the end."""
     config = run.config
     refresh_every = int(config.sampler.refresh_every)
+    eval_every = int(config.eval.get("every", 0))
 
     def step_fn(state, opt_step):
         run.state = state
@@ -685,6 +699,8 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
         if run.logp_fn is not None and (
                 (refresh_every and done % refresh_every == 0) or done == steps):
             refresh_ratio(run, done, run.adaptive and done < steps)
+        if eval_every and done % eval_every == 0 and done < steps:
+            eval_point(run, done)
         return run.state, {}
 
     def scalars_fn(_, done, wall_s):

@@ -93,6 +93,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.n_problems = 256             # task episodes before and after training (0 = skip)
     c.eval.seed = 0                     # problems = make_problems(seed * 1000 + 3)
     c.eval.batch_size = 64              # episodes decoded together
+    c.eval.every = 0                    # also evaluate every N updates (results "curve"); 0 = only
+    #                                     before and after training
 
     for v in [a for a in (arg or "").split(",") if a]:
         if v not in VARIANTS:

@@ -73,6 +73,7 @@ def _assert_equals_separate(cache, tmp_path, variants, n, seed0, **ov):
         # task success (before and after) and the sampled turns: equal
         assert r["before"] == sep["before"] and r["after"] == sep["after"]
         assert r["turn_histogram"] == sep["turn_histogram"]
+        assert r.get("curve") == sep.get("curve")
         wa = _weights(vm / f"seed_{s}" / "student_hf")
         wb = _weights(tmp_path / f"s{s}" / "student_hf")
         assert wa.keys() == wb.keys()
@@ -93,7 +94,9 @@ def _assert_equals_separate(cache, tmp_path, variants, n, seed0, **ov):
 
 
 def test_offline_vmapped_seeds_equal_separate_runs_and_ci(cache, tmp_path):
-    res = _assert_equals_separate(cache, tmp_path, (), 3, 5)
+    res = _assert_equals_separate(cache, tmp_path, (), 3, 5, **{"eval.every": 2})
+    for r in res["per_seed"]:   # an eval point every 2 updates (the 4th is "after")
+        assert [c["step"] for c in r["curve"]] == [2]
     after = [r["after"]["success_rate"] for r in res["per_seed"]]
     ci = res["success_after"]
     assert ci["n"] == 3 and ci["mean"] == pytest.approx(np.mean(after))
