@@ -115,7 +115,7 @@ def wall_budget(runs: dict, onpolicy_steps: int) -> tuple[int, dict]:
 
 
 def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
-        eval_points: int = 0) -> dict:
+        eval_points: int = 0, batch_size: int = 64) -> dict:
     """Runs every method not yet in ``<out>/runs.json`` for all ``seeds`` in ONE process run
     with ``config.train.num_seeds = len(seeds)`` (seed_i = seeds[0] + i, vmapped; workdir
     ``<out>/<method>``); ``budgets`` maps the PLAN budget names to optimizer updates
@@ -136,7 +136,7 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
         if all(f"{name}/seed{s}" in runs for s in seeds):
             continue
         variant, warm_from, budget = PLAN[name]
-        over = {"train.num_seeds": n}
+        over = {"train.num_seeds": n, "train.batch_size": batch_size}
         if warm_from is not None:
             warm = out / warm_from
             need = ([warm / f"seed_{s}" / "student_hf" for s in seeds] if n > 1
@@ -375,6 +375,13 @@ def claims(runs: dict, margin: float = 0.02) -> list[dict]:
             continue
         d = mean_ci([a[s] - b[s] for s in common])
         v, why = verdict(kind, d.low, d.high, margin)
+        both = [a[s] for s in common] + [b[s] for s in common]
+        if max(both) < margin or min(both) > 1.0 - margin:
+            # every seed of both methods at the floor (or ceiling): nothing to separate them
+            v, why = "unresolved at this power", (
+                f"every seed of both methods has success {'<' if max(both) < margin else '>'} "
+                f"{margin if max(both) < margin else 1.0 - margin:g} (floor/ceiling): the "
+                f"budget cannot separate them")
         rec = {"id": cid, "claim": text, "method": name, "reference": ref, "kind": kind,
                "n": len(common), "diff_mean": d.mean,
                "ci95": [d.low, d.high] if d.n >= 2 else None,
@@ -474,7 +481,8 @@ def plot_success(curves: dict, path: Path) -> Path | None:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("optimizer updates")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        if names:
+            ax.legend(fontsize=7)
     axes[0].set_ylabel("task success (mean, 95% CI over seeds)")
     fig.suptitle("ReOPD on the synthetic arithmetic task", fontsize=10)
     fig.tight_layout()

@@ -35,6 +35,8 @@ def _define(fv) -> None:
                          lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("onpolicy_steps", 100, "on-policy updates (reopd_*)", lower_bound=1,
                          flag_values=fv)
+    flags.DEFINE_integer("batch_size", 64, "(trajectory, turn) pairs per update, every method",
+                         lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("n_eval", 256, "task episodes per evaluation", lower_bound=0,
                          flag_values=fv)
     flags.DEFINE_string("methods", "fkl_k0.6,fkl_k1,fkl_late,sft,fkl_auto,warm_k0.6,"
@@ -77,7 +79,8 @@ def main(argv=None) -> int:
     budgets = {"steps": args.steps, "warm": args.warm_steps, "cont": args.cont_steps,
                "onpolicy": args.onpolicy_steps}
     try:
-        runs = run(out, args.cache, seeds, budgets, args.n_eval, methods, args.eval_points)
+        runs = run(out, args.cache, seeds, budgets, args.n_eval, methods, args.eval_points,
+                   batch_size=args.batch_size)
     except FileNotFoundError as e:
         raise BadInput(str(e)) from None
     roots = [out] + [Path(d) for d in args.merge_from.split(",") if d]
