@@ -1,6 +1,6 @@
 """Seeds as a batch axis: students·updates/s of N vmapped students vs N sequential runs.
 
-    python -m benchmarks.distill_seeds [--num_seeds=8] [--updates=20] [--batch=64] [--out=F]
+    python -m benchmarks.distill_seeds [--num_seeds=8] [--updates=20] [--batch=64] [--json=F]
 
 Builds a small SYNTHETIC cache in a temporary folder (generated arithmetic episodes, a random
 tiny PyTorch teacher, its exported top-4 logits), then, in the same process, times
@@ -96,24 +96,27 @@ def run(num_seeds: int = 8, updates: int = 20, batch: int = 64) -> dict:
     return out
 
 
+def _define(fv) -> None:
+    from absl import flags
+    flags.DEFINE_integer("num_seeds", 8, "students (N)", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("updates", 20, "timed updates per run (after one compiling update)",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("batch", 64, "(trajectory, turn) pairs per update and student",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_string("json", "", "also write the result to this file", flag_values=fv)
+
+
 def main(argv=None) -> int:
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m benchmarks.distill_seeds",
-                                description=__doc__.split("\n")[0])
-    p.add_argument("--num_seeds", type=int, default=8)
-    p.add_argument("--updates", type=int, default=20)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--out", default="")
-    a = p.parse_args(argv)
-    for name in ("num_seeds", "updates", "batch"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name} must be >= 1")
+    """``argv``: absl flags (``--num_seeds=8``); None = the command line."""
+    from prada_jax import cli
+    a = cli.parse_local(_define, argv, "benchmarks.distill_seeds", __doc__)
     res = run(a.num_seeds, a.updates, a.batch)
     print(json.dumps(res, indent=2))
-    if a.out:
-        Path(a.out).write_text(json.dumps(res, indent=2))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from prada_jax import cli as _cli
+    _cli.run_local(main)
