@@ -1,32 +1,49 @@
-"""Multi-seed report of the built-in ReOPD task: teacher, student before/after each method.
+"""Multi-seed report of the built-in ReOPD task: teacher, student before/after each method, and
+the paper's claims with verdicts.
 
-    python -m evals.distill_report --out=checkpoints/distill_report [--seeds=0,1,2] \
+    python -m evals.distill_report --out=checkpoints/distill_report [--seeds=0-9] \
         [--cache=checkpoints/task_cache/seed0] [--steps=1000] [--warm_steps=300] \
-        [--cont_steps=300] [--onpolicy_steps=100] [--n_eval=256] [--methods=a,b,...] \
-        [--merge_from=DIR,DIR]
+        [--cont_steps=300] [--onpolicy_steps=100] [--batch_size=64] [--n_eval=256] \
+        [--eval_points=0] [--margin=0.02] [--methods=a,b,...] [--merge_from=DIR,DIR]
 
-Methods (``PLAN``), run for every seed (student init, batch draws, sampling keys):
+Every method is ONE training process over all seeds (``config.train.num_seeds`` = number of
+seeds, vmapped; seeds must be consecutive, seed_i = first seed + i: student init, batch draws,
+sampling keys), in ``<out>/<method>`` with one student per seed in ``seed_<s>/student_hf``.
+Methods (``PLAN``):
 
 * from a random init, ``--steps`` offline updates: ``fkl_k0.6`` (forward KL on exported top-k +
   tail, κ = 0.6), ``fkl_k1`` (κ = 1, uniform turns), ``fkl_late`` (late-heavy
   p ∝ 0.6^(K-1-t)), ``sft`` (cross-entropy on teacher tokens), ``fkl_auto`` / ``fkl_exact``
   (the adaptive weightings below, from scratch);
 * warm starts, ``--warm_steps`` offline updates: ``warm_k0.6``, ``warm_k1``;
-* continuations of ``warm_k0.6``, ``--cont_steps`` offline updates (lr 1e-3, 5 warm-up):
-  ``cont_k0.6``, ``cont_k1``, ``cont_auto`` (κ = exp(−c̄), c̄ the student's mean per-turn gap
-  to the teacher on the pool, re-estimated every ``sampler.refresh_every`` updates — beyond the
-  paper, :mod:`prada_jax.distill.ratio`), ``cont_exact`` (turns weighted by the clipped
-  per-prefix likelihood ratio br_{i,t} instead of κ^t);
+* continuations of ``warm_k0.6`` (each seed from its own warm student), ``--cont_steps``
+  offline updates (lr 1e-3, 5 warm-up): ``cont_k0.6``, ``cont_k1``, ``cont_auto`` (κ = exp(−c̄),
+  c̄ the student's mean per-turn gap to the teacher on the pool, re-estimated every
+  ``sampler.refresh_every`` updates, held at 0.6 while c̄ > ``sampler.auto_gap_max`` —
+  beyond the paper, :mod:`prada_jax.distill.ratio`), ``cont_exact`` (turns weighted by the
+  clipped per-prefix likelihood ratio br_{i,t} instead of κ^t); ``cont_k0.6_wall``: κ = 0.6
+  for as many updates as fit in the wall time of ``reopd_k0.6``'s updates,
+  ``round(onpolicy_steps × u_on / u_off)`` with the measured median seconds per update of
+  ``reopd_k0.6`` and ``cont_k0.6`` (run those first);
 * on-policy ReOPD (student samples, teacher scores, reverse-KL policy gradient),
   ``--onpolicy_steps`` updates: ``reopd_k0.6`` and ``reopd_auto`` from ``warm_k0.6``,
   ``reopd_k1`` from ``warm_k1`` (a random student's samples carry no signal on this task).
 
 Every run also logs the pool likelihood-ratio diagnostic (c̄, exp(−c̄), and the OLS of log br_t
-on the turn index: slope, R²) at its start and end. ``report.json`` + ``report.md`` hold the
-mean ± 95% Student-t CI over seeds of the task success rate, a paired difference to the
-method's reference (``fkl_k0.6`` from scratch, ``cont_k0.6`` for continuations, the warm start
-for ReOPD), the environment calls during training, the median wall time per update, and the
-diagnostic of each method's final student (and of the warm start for ReOPD).
+on the turn index: slope, R²) at its start and end. ``report.json`` + ``report.md`` hold:
+
+* **claims** (:data:`CLAIMS`): for each of the paper's claims the paired difference of task
+  success per seed (method − reference) with its 95% Student-t CI and a verdict — supported,
+  refuted, or unresolved at this power — with the reason (:func:`verdict`; ``--margin`` is the
+  smallest difference that matters; methods at the floor/ceiling on every seed are
+  unresolved);
+* the mean ± 95% CI over seeds of the task success rate, a paired difference to the method's
+  reference (``fkl_k0.6`` from scratch, ``cont_k0.6`` for continuations, the warm start for
+  ReOPD), the environment calls during training, the median wall time per update, and the
+  diagnostic of each method's final student (and of the warm start for ReOPD);
+* ``success_vs_updates.png``: task success against updates, mean and 95% CI band over seeds,
+  from the before/after evaluations and ``--eval_points`` evaluations inside each run.
+
 All data is synthetic (generated arithmetic problems).
 """
 from __future__ import annotations
