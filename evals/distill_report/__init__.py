@@ -164,7 +164,11 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
             over.update({"student.init": str(warm if n > 1 else need[0]),
                          "optim.warmup_steps": 5, "optim.lr": 1e-3})
         extra = {}
-        if budget == "wall":
+        if budget == "wall" and budgets.get("wall"):
+            # fixed by the caller (--wall_steps), e.g. from an early estimate of u_on
+            steps = int(budgets["wall"])
+            extra = {"steps": steps, "onpolicy_steps": budgets["onpolicy"], "fixed": True}
+        elif budget == "wall":
             steps, extra = wall_budget(runs, budgets["onpolicy"])
         else:
             steps = budgets[budget]
@@ -433,9 +437,13 @@ def claims_markdown(cl: list[dict]) -> str:
         extra = ""
         if "wall_budget" in c:
             w = c["wall_budget"]
-            extra = (f"; {c['reference']} ran {w['steps']} updates = {w['onpolicy_steps']} × "
-                     f"{w['u_onpolicy_s']:.3f} s / {w['u_offline_s']:.3f} s (median s per "
-                     "update, on-policy / offline)")
+            if w.get("fixed"):
+                extra = (f"; {c['reference']} ran {w['steps']} updates (--wall_steps, set "
+                         "before the on-policy run ended; see the note on the wall budget)")
+            else:
+                extra = (f"; {c['reference']} ran {w['steps']} updates = {w['onpolicy_steps']}"
+                         f" × {w['u_onpolicy_s']:.3f} s / {w['u_offline_s']:.3f} s (median s "
+                         "per update, on-policy / offline)")
         if "kappa_held_seeds" in c:
             extra += f"; κ held at its configured value in ≥ 1 refresh on {c['kappa_held_seeds']} seeds"
         lines.append(f"| {c['id']}: {c['claim']} | {c['method']} vs {c['reference']} | {c['n']} "

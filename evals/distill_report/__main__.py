@@ -37,6 +37,9 @@ def _define(fv) -> None:
                          flag_values=fv)
     flags.DEFINE_integer("batch_size", 64, "(trajectory, turn) pairs per update, every method",
                          lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("wall_steps", 0, "updates of cont_k0.6_wall; 0 = onpolicy_steps × the "
+                         "measured median update time of reopd_k0.6 / cont_k0.6", lower_bound=0,
+                         flag_values=fv)
     flags.DEFINE_integer("n_eval", 256, "task episodes per evaluation", lower_bound=0,
                          flag_values=fv)
     flags.DEFINE_string("methods", "fkl_k0.6,fkl_k1,fkl_late,sft,fkl_auto,warm_k0.6,"
@@ -77,7 +80,7 @@ def main(argv=None) -> int:
             merged.update(read_json_object(out / "runs.json", "--out"))
         (out / "runs.json").write_text(json.dumps(merged, indent=2))
     budgets = {"steps": args.steps, "warm": args.warm_steps, "cont": args.cont_steps,
-               "onpolicy": args.onpolicy_steps}
+               "onpolicy": args.onpolicy_steps, "wall": args.wall_steps}
     try:
         runs = run(out, args.cache, seeds, budgets, args.n_eval, methods, args.eval_points,
                    batch_size=args.batch_size)
