@@ -22,6 +22,8 @@ Parts (each calls the part's own benchmark function; medians over repeats after 
 * ``distill``: distillation train step (offline forward-KL on a synthetic top-k teacher),
   tokens/s and, on a GPU/TPU with a known peak, model-FLOP utilisation from XLA's own FLOP
   count of the compiled step.
+* ``seeds``: distillation with seeds as a batch axis, students·updates/s of N = 8 vmapped
+  students vs 8 sequential runs (``benchmarks.distill_seeds.run``).
 
 ``--gpu`` uses GPU sizes (8192 envs × 32 users; a 0.5B-class Qwen2.5-shaped student in
 bfloat16). Every workload is SYNTHETIC (random weights, synthetic traces): the numbers measure
@@ -41,7 +43,7 @@ import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "sched", "roofline")
+PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "seeds", "sched", "roofline")
 
 # Single-device CPU numbers recorded before issue 10 (2-core shared machine, heavy load).
 BEFORE = {
@@ -273,6 +275,11 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
         if quick:
             return bench_distill("small", batch=2, prompt_len=16, action_len=16, repeats=2)
         return bench_distill("small", batch=8, prompt_len=64, action_len=64, repeats=repeats)
+    if name == "seeds":
+        from benchmarks import distill_seeds
+        if quick:
+            return distill_seeds.run(num_seeds=2, updates=2, batch=8)
+        return distill_seeds.run(num_seeds=8, updates=max(repeats, 10), batch=64 if gpu else 32)
     raise ValueError(f"unknown part {name!r}; choose from {PARTS}")
 
 
@@ -361,6 +368,13 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
                      f"{r['trained_tokens_per_s']:.4g} trained tok/s, "
                      f"{r['processed_tokens_per_s']:.4g} processed tok/s",
                      mfu))
+    if "seeds" in res:
+        r = res["seeds"]
+        rows.append((f"distillation, {r['num_seeds']} seeds vmapped vs sequential "
+                     "(students·updates/s)",
+                     f"{r['vmapped_students_updates_per_s']:.3g} vs "
+                     f"{r['sequential_students_updates_per_s']:.3g} (batch {r['batch']})",
+                     f"{r['speedup']:.2f}x"))
     return rows
 
 

@@ -257,6 +257,7 @@ CASES: list[Case] = [
     Case("benchmarks.ppo_throughput", ("--num_envs=x", "--json={out}"), r"--num_envs"),
     Case("benchmarks.env_throughput", ("--num_users=x", "--json={out}"), r"--num_users"),
     Case("benchmarks.roofline", ("--num_envs=0", "--json={out}"), r"--num_envs"),
+    Case("benchmarks.distill_seeds", ("--num_seeds=0", "--json={out}"), r"--num_seeds"),
 ]
 
 

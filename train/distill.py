@@ -67,6 +67,17 @@ def summary_line(res: dict) -> str:
         return "n/a" if v is None else f"{v:.3f}"
     upd = res.get("update_s_median")
     upd = "n/a" if upd is None else f"{upd:.4f} s"
+    if "per_seed" in res:   # config.train.num_seeds > 1: mean ± 95% CI over the seeds
+        def ci(key):
+            c = res.get(key)
+            if not c or c.get("mean") is None:
+                return "n/a"
+            half = c.get("ci_half_width")
+            return f"{c['mean']:.3f}" + ("" if half is None else f" ± {half:.3f}")
+        return (f"{res['num_seeds']} seeds {res['seeds'][0]}..{res['seeds'][-1]}: task success "
+                f"(mean ± 95% CI) before {ci('success_before')} after {ci('success_after')}; "
+                f"env calls during training {res.get('env_calls_during_training', 'n/a')}; "
+                f"median update (all seeds) {upd}")
     return (f"task success: before {rate('before')} after {rate('after')}; env calls during "
             f"training {res.get('env_calls_during_training', 'n/a')}; median update {upd}")
 

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 import evals.distill_report as _lib
-from evals.distill_report import (PLAN, heldout_diagnostics, read_json_object, run, summarize,
-                                  to_markdown)
+from evals.distill_report import (PLAN, claims, claims_markdown, heldout_diagnostics,
+                                  parse_seeds, plot_success, read_json_object, run,
+                                  success_curves, summarize, to_markdown)
 
 
 def _define(fv) -> None:
@@ -18,7 +19,13 @@ def _define(fv) -> None:
     flags.DEFINE_string("out", "checkpoints/distill_report", "report folder", flag_values=fv)
     flags.DEFINE_string("cache", "checkpoints/task_cache/seed0",
                         "task cache (pool/, logits/, teacher/)", flag_values=fv)
-    flags.DEFINE_string("seeds", "0,1,2", "comma-separated student seeds", flag_values=fv)
+    flags.DEFINE_string("seeds", "0-9", "consecutive student seeds, '0,1,2' or '0-9' (one "
+                        "vmapped run per method, config.train.num_seeds)", flag_values=fv)
+    flags.DEFINE_integer("eval_points", 0, "task evaluations inside each run (besides before "
+                         "and after) for the success-vs-updates curves", lower_bound=0,
+                         flag_values=fv)
+    flags.DEFINE_float("margin", 0.02, "smallest difference in task success that matters "
+                       "(claim verdicts)", lower_bound=0.0, flag_values=fv)
     flags.DEFINE_integer("steps", 1000, "offline updates from random init", lower_bound=1,
                          flag_values=fv)
     flags.DEFINE_integer("warm_steps", 300,
@@ -28,10 +35,15 @@ def _define(fv) -> None:
                          lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("onpolicy_steps", 100, "on-policy updates (reopd_*)", lower_bound=1,
                          flag_values=fv)
+    flags.DEFINE_integer("batch_size", 64, "(trajectory, turn) pairs per update, every method",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("wall_steps", 0, "updates of cont_k0.6_wall; 0 = onpolicy_steps × the "
+                         "measured median update time of reopd_k0.6 / cont_k0.6", lower_bound=0,
+                         flag_values=fv)
     flags.DEFINE_integer("n_eval", 256, "task episodes per evaluation", lower_bound=0,
                          flag_values=fv)
-    flags.DEFINE_string("methods", "fkl_k0.6,fkl_k1,sft,warm_k0.6,cont_k0.6,cont_auto,"
-                        "cont_exact,reopd_k0.6,reopd_auto",
+    flags.DEFINE_string("methods", "fkl_k0.6,fkl_k1,fkl_late,sft,fkl_auto,warm_k0.6,"
+                        "cont_k0.6,cont_auto,reopd_k0.6,cont_k0.6_wall",
                         f"comma-separated, in run order; from {', '.join(PLAN)}", flag_values=fv)
     flags.DEFINE_string("merge_from", "",
                         "comma-separated report folders whose runs.json are merged in first "
@@ -49,9 +61,10 @@ def main(argv=None) -> int:
     _define(names)
     args = cli.parse_local(_define, undash(argv, list(names)), "evals.distill_report", _lib.__doc__)
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s]
+        seeds = parse_seeds(args.seeds)
     except ValueError:
-        raise BadInput(f"--seeds={args.seeds}: expected comma-separated integers") from None
+        raise BadInput(f"--seeds={args.seeds}: expected consecutive integers, '0,1,2' or "
+                       "'0-9'") from None
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in PLAN]
     if unknown:
@@ -67,17 +80,26 @@ def main(argv=None) -> int:
             merged.update(read_json_object(out / "runs.json", "--out"))
         (out / "runs.json").write_text(json.dumps(merged, indent=2))
     budgets = {"steps": args.steps, "warm": args.warm_steps, "cont": args.cont_steps,
-               "onpolicy": args.onpolicy_steps}
+               "onpolicy": args.onpolicy_steps, "wall": args.wall_steps}
     try:
-        runs = run(out, args.cache, seeds, budgets, args.n_eval, methods)
+        runs = run(out, args.cache, seeds, budgets, args.n_eval, methods, args.eval_points,
+                   batch_size=args.batch_size)
     except FileNotFoundError as e:
         raise BadInput(str(e)) from None
     roots = [out] + [Path(d) for d in args.merge_from.split(",") if d]
     if heldout_diagnostics(runs, roots, args.cache):
         (out / "runs.json").write_text(json.dumps(runs, indent=2))
     table = summarize(runs, args.cache)
-    (out / "report.json").write_text(json.dumps(table, indent=2))
+    cl = claims(runs, args.margin)
+    curves = success_curves(runs)
+    (out / "report.json").write_text(json.dumps({**table, "claims": cl, "curves": curves},
+                                                indent=2))
+    png = plot_success(curves, out / "success_vs_updates.png")
     md = to_markdown(table)
+    if cl:
+        md = claims_markdown(cl) + "\n## All runs\n\n" + md
+    if png is not None:
+        md += f"\n![task success vs updates]({png.name})\n"
     (out / "report.md").write_text(md)
     print(md)
     return 0

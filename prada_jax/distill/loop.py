@@ -25,6 +25,21 @@ in or looked up by the pool's ``task`` name. The job is a sequence of named step
 
 Determinism: the batch of micro-step s is drawn with ``np.random.default_rng([seed, s])`` and
 the sampling key is ``fold_in(key(seed), s)``, so a resumed run continues the same sequence.
+
+Seeds as a batch axis (``config.train.num_seeds = N`` > 1): one process trains N students with
+seeds ``seed_i = config.seed + i`` (i = 0..N-1) in one jitted, ``vmap``-ped step: parameters
+and optimiser states are stacked on a leading seed axis, and everything seed-dependent is
+exactly what a separate run with ``config.seed = seed_i`` uses (student init, batch draws
+``default_rng([seed_i, s])``, sampling keys ``fold_in(key(seed_i), s)``, the sampler's
+schedule state for ``auto`` / ``exact-ratio``), so seed i of the vmapped run equals that
+separate run up to floating-point reassociation of the batched kernels. On-policy generation,
+teacher scoring, ratio refreshes and evaluations loop over the seeds on the host. Outputs:
+curves of seed s in ``<workdir>/tb/seed_<s>`` (one TensorBoard run per seed), its student in
+``<workdir>/seed_<s>/student_hf``; ``results.json`` holds ``per_seed`` (each entry the
+results dict a separate run would write) and ``success_after`` = mean ± 95% Student-t CI of the
+task success over seeds. With a ``student.init`` folder that holds ``seed_<s>/student_hf``
+(a multi-seed run), seed s starts from its own student. N = 1 is the single-student path,
+unchanged.
 The trainer never calls the environment: ``distill/env_calls`` is the task's tool-call
 counter across the training steps (it must be 0).
 """
@@ -50,7 +65,8 @@ from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill import tasks as tasks_lib
 from prada_jax.distill import teacher_table
 from prada_jax.distill.sampler import SCHEDULES, TurnSampler, check_kappa
-from prada_jax.distill.trainer import init_state, make_optimizer, make_train_step, onpolicy_round
+from prada_jax.distill.trainer import (init_state, make_optimizer, make_train_step,
+                                       onpolicy_round, seed_slice, stack_states)
 
 
 # Adaptive turn weightings (prada_jax/distill/ratio.py), re-estimated from the current student
@@ -103,6 +119,8 @@ def validate_config(config) -> None:
                  "student.hidden_size", "student.num_layers", "student.num_heads",
                  "student.num_kv_heads", "student.intermediate_size", minimum=1)
     cu.check_int(config, "optim.warmup_steps", "eval.n_problems", minimum=0)
+    cu.check_int(config, "train.num_seeds", minimum=1)
+    cu.check_int(config, "eval.every", minimum=0)
     cu.check(config.student.hidden_size % config.student.num_heads == 0, "student.hidden_size",
              "must be divisible by config.student.num_heads")
     cu.check(config.student.num_heads % config.student.num_kv_heads == 0,
@@ -117,14 +135,33 @@ def validate_config(config) -> None:
             raise cu.ConfigError(str(e)) from e
 
 
-def build_student(config, vocab_size: int, task: tasks_lib.Task):
-    """The Flax student: ``config.student.init`` (HF folder) or a random Qwen2-style model."""
+def seeds_of(config) -> list[int]:
+    """The student seeds of a run: ``[config.seed + i for i in range(train.num_seeds)]``."""
+    return [int(config.seed) + i for i in range(int(config.train.get("num_seeds", 1)))]
+
+
+def init_dir(config, seed: int) -> str:
+    """The HF folder seed ``seed`` starts from: ``<student.init>/seed_<seed>/student_hf`` when a
+    multi-seed run's folder is given, else ``student.init`` itself ("" = random init)."""
+    init = config.student.init
+    if init and int(config.train.get("num_seeds", 1)) > 1:
+        per = Path(init) / f"seed_{seed}" / "student_hf"
+        if per.is_dir():
+            return str(per)
+    return init
+
+
+def build_student(config, vocab_size: int, task: tasks_lib.Task, seed: int | None = None):
+    """The Flax student: ``config.student.init`` (HF folder, :func:`init_dir`) or a random
+    Qwen2-style model initialised from ``seed`` (default ``config.seed``)."""
+    seed = int(config.seed if seed is None else seed)
     from prada_jax.lm.config import LMConfig
     from prada_jax.lm.hf import load_hf
     from prada_jax.lm.model import CausalLM
     dtype = jnp.bfloat16 if config.train.compute_dtype == "bfloat16" else jnp.float32
-    if config.student.init:
-        model, cfg = load_hf(config.student.init, dtype=dtype, param_dtype=jnp.float32)
+    init = init_dir(config, seed)
+    if init:
+        model, cfg = load_hf(init, dtype=dtype, param_dtype=jnp.float32)
         return model, cfg
     s = config.student
     cfg = LMConfig(vocab_size=vocab_size, hidden_size=s.hidden_size,
@@ -133,7 +170,7 @@ def build_student(config, vocab_size: int, task: tasks_lib.Task):
                    head_dim=s.hidden_size // s.num_heads, tie_word_embeddings=True,
                    max_position_embeddings=256, pad_token_id=task.pad_id,
                    eos_token_id=task.eos_id, arch="qwen2")
-    model = CausalLM(cfg, rngs=nnx.Rngs(params=config.seed), dtype=dtype,
+    model = CausalLM(cfg, rngs=nnx.Rngs(params=seed), dtype=dtype,
                      param_dtype=jnp.float32)
     return model, cfg
 
@@ -153,34 +190,61 @@ class DistillRun:
     workdir: Path
     task: tasks_lib.Task
     pool: Any
-    sampler: TurnSampler
+    samplers: list                  # one TurnSampler per seed (each owns its schedule state)
     table: Any                      # TeacherTable or None (on-policy without exported logits)
     teacher_score_fn: Callable | None
     graphdef: Any
     cfg: Any                        # LMConfig of the student
-    state: Any                      # TrainState (params, opt_state)
+    state: Any                      # TrainState (params, opt_state); [N, ...] stacked if N > 1
     step_fn: Callable
     ckpt: Any
-    writer: Any
+    writers: list                   # one MetricWriter per seed
     mesh: Any
     logp_fn: Callable | None        # student token log-probs for the ratio diagnostic
     num_turns: int
-    results: dict
+    seed_results: list              # one results dict per seed
+    seeds: list = dataclasses.field(default_factory=list)
     start: int = 0
     meta: dict = dataclasses.field(default_factory=dict)
-    base_key: Any = None
+    base_keys: list = dataclasses.field(default_factory=list)
     prompts_cache: dict = dataclasses.field(default_factory=dict)
     # host-side state that feeds curves and results.json; all of it is in every checkpoint
     # (:func:`host_state`), so a resumed run's curves and results equal an uninterrupted run's
     update_times: list = dataclasses.field(default_factory=list)   # [s] per update, no compile
-    tokens_done: int = 0            # tokens since the last log
-    turn_hist: Any = None           # [num_turns] sampled-turn histogram
+    tokens_done: int = 0            # tokens since the last log (all seeds)
+    turn_hist: Any = None           # [N, num_turns] sampled-turn histogram per seed
     acc: dict = dataclasses.field(default_factory=dict)   # metric sums since the last log
+    #                                 ([N, ...] per metric when N > 1)
     env_calls: int = 0
     # timing of this process only (not checkpointed): (seconds, tokens) of timed updates since
     # the last log; the first update of a process compiles and is not timed
     window: list = dataclasses.field(default_factory=list)
     calls: int = 0
+
+    @property
+    def num_seeds(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def stacked(self) -> bool:
+        return self.num_seeds > 1
+
+    @property
+    def sampler(self) -> TurnSampler:
+        return self.samplers[0]
+
+    @property
+    def writer(self):
+        return self.writers[0]
+
+    @property
+    def results(self) -> dict:
+        return self.seed_results[0]
+
+    def params_of(self, i: int, params=None):
+        """Seed i's parameters (of ``params``, default the current state's)."""
+        params = self.state.params if params is None else params
+        return seed_slice(params, i) if self.stacked else params
 
     @property
     def schedule(self) -> str:
@@ -225,10 +289,12 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
     vocab = int(pool.meta["tokenizer"]["vocab_size"])
     schedule = config.sampler.schedule
     adaptive = schedule in ADAPTIVE
-    sampler = TurnSampler(pool, kappa=config.sampler.kappa,
-                          schedule="kappa" if adaptive else schedule,
-                          ratio_min=config.sampler.ratio_min,
-                          ratio_max=config.sampler.ratio_max)
+    seeds = seeds_of(config)
+    samplers = [TurnSampler(pool, kappa=config.sampler.kappa,
+                            schedule="kappa" if adaptive else schedule,
+                            ratio_min=config.sampler.ratio_min,
+                            ratio_max=config.sampler.ratio_max) for _ in seeds]
+    sampler = samplers[0]
     onpolicy = config.mode == "onpolicy"
     table = None
     # offline losses and adaptive schedules need the exported logits; otherwise (on-policy)
@@ -237,94 +303,112 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
         table = teacher_table.load(paths["logits"], pool)
     if onpolicy and teacher_score_fn is None:
         teacher_score_fn = task.teacher_scorer(paths["teacher"], config.loss.top_k)
-    model, cfg = build_student(config, vocab, task)
-    if cfg.vocab_size < vocab:
-        raise cu.ConfigError(f"config.student.init: vocabulary {cfg.vocab_size} is smaller than "
-                             f"the pool's tokenizer ({vocab})")
     tx = make_optimizer(config.optim.lr, config.optim.warmup_steps, config.train.steps,
                         config.optim.weight_decay, config.optim.clip_norm,
                         config.optim.grad_accum)
-    graphdef, state = init_state(model, tx, jax.random.key(config.seed))
-    del model
+    states = []
+    for seed in seeds:   # N = 1: the seed is config.seed
+        model, cfg = build_student(config, vocab, task, seed)
+        if cfg.vocab_size < vocab:
+            raise cu.ConfigError(f"config.student.init: vocabulary {cfg.vocab_size} is smaller "
+                                 f"than the pool's tokenizer ({vocab})")
+        graphdef, st = init_state(model, tx, jax.random.key(seed))
+        states.append(st)
+        del model
+    state = states[0] if len(seeds) == 1 else stack_states(states)
+    del states
     num_turns = max(sampler.max_turns, 1)
     step_fn = make_train_step(graphdef, tx, config.mode,
                               "rkl" if onpolicy else config.loss.kind,
                               temperature=config.loss.temperature, beta=config.loss.beta,
                               rkl_coef=config.loss.rkl_coef, fkl_coef=config.loss.fkl_coef,
-                              num_turns=num_turns)
+                              num_turns=num_turns, num_seeds=len(seeds))
     # every input is loaded and checked: now the workdir may be written
     workdir = cu.prepare_workdir(workdir)
     if parallel.is_process_zero():
         run_state.commit(config, workdir, check)
     ckpt = Checkpointer(workdir / "checkpoints", save_every=config.log.ckpt_every,
                         max_to_keep=config.log.keep)
-    writer = MetricWriter(workdir / "tb")
+    # one TensorBoard run per seed: <workdir>/tb (N = 1) or <workdir>/tb/seed_<s>
+    writers = [MetricWriter(workdir / "tb") if len(seeds) == 1
+               else MetricWriter(workdir / "tb" / f"seed_{s}") for s in seeds]
     if check.fresh:
-        writer.write_texts(0, {"config": cu.config_to_json(config)})
-    results: dict = {"mode": config.mode, "loss": config.loss.kind,
+        for w in writers:
+            w.write_texts(0, {"config": cu.config_to_json(config)})
+    seed_results = [{"mode": config.mode, "loss": config.loss.kind,
                      "kappa": None if adaptive else config.sampler.kappa,
-                     "schedule": schedule, "seed": config.seed, "synthetic": True, "ratio": []}
-    return DistillRun(config=config, workdir=workdir, task=task, pool=pool, sampler=sampler,
+                     "schedule": schedule, "seed": seed, "synthetic": True, "ratio": []}
+                    for seed in seeds]
+    return DistillRun(config=config, workdir=workdir, task=task, pool=pool, samplers=samplers,
                       table=table, teacher_score_fn=teacher_score_fn, graphdef=graphdef,
-                      cfg=cfg, state=state, step_fn=step_fn, ckpt=ckpt, writer=writer,
+                      cfg=cfg, state=state, step_fn=step_fn, ckpt=ckpt, writers=writers,
                       mesh=mesh,
                       logp_fn=ratio_lib.token_logp_fn(graphdef) if table is not None else None,
-                      num_turns=num_turns, results=results,
-                      base_key=jax.random.key(config.seed), turn_hist=np.zeros(num_turns))
+                      num_turns=num_turns, seed_results=seed_results, seeds=seeds,
+                      base_keys=[jax.random.key(s) for s in seeds],
+                      turn_hist=np.zeros((len(seeds), num_turns)))
 
 
 def restore(run: DistillRun) -> None:
-    """Restores the newest intact checkpoint (state, results so far, the sampler's schedule
-    state, the host-side counters) if there is one, sets ``run.start``; otherwise evaluates the untrained student ("before") and
-    runs the first ratio diagnostic."""
+    """Restores the newest intact checkpoint (state, results so far, each sampler's schedule
+    state, the host-side counters) if there is one, sets ``run.start``; otherwise evaluates the
+    untrained students ("before") and runs the first ratio diagnostic."""
     from prada_jax import parallel
     run.state, run.meta, step = runloop.restore_or_init(run.ckpt, run.state)
     if run.meta:
         run.start = int(run.meta.get("opt_step", step))
-        run.results.update(run.meta.get("results", {}))
+        stored = run.meta.get("results", {})
+        per = stored.get("per_seed") if run.stacked else [stored]
+        for res, got in zip(run.seed_results, per or []):
+            res.update(got)
         load_host_state(run, run.meta.get("host"))
     if run.mesh is not None:   # parameters / optimiser state replicated on every device
         run.state = parallel.replicate(run.state, run.mesh)
     if run.adaptive and run.start > 0 and "sampler" in run.meta:
-        run.sampler.load_schedule_state(run.meta["sampler"])   # the weights in force
+        states = run.meta["sampler"] if run.stacked else [run.meta["sampler"]]
+        for sampler, st in zip(run.samplers, states):
+            sampler.load_schedule_state(st)   # the weights in force
     elif run.adaptive and run.start > 0:
         refresh_ratio(run, run.start, True)
     if run.start == 0:
-        run.results["before"] = evaluate(run, run.state.params)
-        if run.results["before"]:
-            run.writer.write_scalars(0, {"eval/success_rate":
-                                         run.results["before"]["success_rate"]})
+        for i, res in enumerate(run.seed_results):
+            res["before"] = evaluate(run, run.params_of(i))
+            if res["before"]:
+                run.writers[i].write_scalars(0, {"eval/success_rate":
+                                                 res["before"]["success_rate"]})
         if run.logp_fn is not None:
             refresh_ratio(run, 0, run.adaptive)
 
 
 def refresh_ratio(run: DistillRun, step: int, update_weights: bool) -> None:
-    """Ratio diagnostic of the current student (``ratio/*`` curves, ``results["ratio"]``); for
-    adaptive schedules (when ``update_weights``) hands the sampler its new weights."""
+    """Ratio diagnostic of each seed's current student (``ratio/*`` curves,
+    ``results["ratio"]``); for adaptive schedules (when ``update_weights``) hands each seed's
+    sampler its new weights."""
     from prada_jax.checkpointing import first_non_finite
-    config, sampler = run.config, run.sampler
+    config = run.config
     bad = first_non_finite(run.state.params)
     if bad is not None:
         raise NonFiniteTraining(f"non-finite student parameters ({bad}) at update {step}; "
                                 f"stopping; {runloop.no_checkpoint_note(run.ckpt)}")
-    diag = ratio_lib.diagnose_student(run.logp_fn, run.state.params, run.pool, run.table,
-                                      config.sampler.kappa_min)
-    scal = diag.scalars()
-    rec = {"step": step, **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
-                            for k, v in diag.summary().items()}}
-    if update_weights and run.schedule == "auto":
-        # hold the configured κ while the gap is uninformative (from scratch: c̄ ≈ 20 nats)
-        held = not diag.mean_gap <= float(config.sampler.get("auto_gap_max", float("inf")))
-        sampler.use_kappa(config.sampler.kappa if held else diag.kappa_auto)
-        rec["kappa_held"] = held
-        scal["distill/kappa_held"] = float(held)
-    elif update_weights and run.schedule == "exact-ratio":
-        low = sampler.use_log_ratio(diag.log_ratio)
-        scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low
-    if run.schedule == "auto":   # exact-ratio has no single κ to report
-        scal["distill/kappa"] = rec["kappa_used"] = sampler.kappa
-    run.writer.write_scalars(step, scal)
-    run.results["ratio"].append(rec)
+    for i, sampler in enumerate(run.samplers):
+        diag = ratio_lib.diagnose_student(run.logp_fn, run.params_of(i), run.pool, run.table,
+                                          config.sampler.kappa_min)
+        scal = diag.scalars()
+        rec = {"step": step, **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                                for k, v in diag.summary().items()}}
+        if update_weights and run.schedule == "auto":
+            # hold the configured κ while the gap is uninformative (from scratch: c̄ ≈ 20 nats)
+            held = not diag.mean_gap <= float(config.sampler.get("auto_gap_max", float("inf")))
+            sampler.use_kappa(config.sampler.kappa if held else diag.kappa_auto)
+            rec["kappa_held"] = held
+            scal["distill/kappa_held"] = float(held)
+        elif update_weights and run.schedule == "exact-ratio":
+            low = sampler.use_log_ratio(diag.log_ratio)
+            scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low
+        if run.schedule == "auto":   # exact-ratio has no single κ to report
+            scal["distill/kappa"] = rec["kappa_used"] = sampler.kappa
+        run.writers[i].write_scalars(step, scal)
+        run.seed_results[i]["ratio"].append(rec)
 
 
 def _prefix(run: DistillRun, k) -> list[int]:
@@ -336,10 +420,34 @@ def _prefix(run: DistillRun, k) -> list[int]:
     return cache[k]
 
 
+def _seed_batch(run: DistillRun, i: int, s: int) -> tuple[dict, int]:
+    """Micro-step ``s``'s batch of seed index ``i`` (what a separate run with
+    ``config.seed = seeds[i]`` draws) and its number of trained tokens."""
+    config, seed, sampler = run.config, run.seeds[i], run.samplers[i]
+    rng = np.random.default_rng([seed, s])
+    pairs = sampler.draw(rng, config.train.batch_size)
+    tb = sampler.batch(pairs)
+    run.turn_hist[i] += np.bincount(tb.turn, minlength=run.num_turns)
+    if run.onpolicy:
+        prompts = [_prefix(run, k) for k in pairs]
+        return onpolicy_round(
+            run.graphdef, run.params_of(i), jax.random.fold_in(run.base_keys[i], s), tb,
+            run.teacher_score_fn, max_new_tokens=config.onpolicy.max_new_tokens,
+            temperature=config.onpolicy.temperature, top_p=config.onpolicy.top_p,
+            stop_ids=run.task.stop_ids, pad_id=run.task.pad_id, prompt_tokens=prompts)
+    batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=tb.action,
+                 action_valid=(tb.action_pos >= 0).astype(np.int32),
+                 action_mask=tb.action_mask, turn=tb.turn)
+    g = run.table.gather(tb.action_pos)
+    batch.update(topk_ids=g["topk_ids"], topk_logp=g["topk_logp"], tail_mass=g["tail_mass"])
+    return batch, int(tb.action_mask.sum())
+
+
 def optimizer_step(run: DistillRun, opt_step: int) -> None:
-    """One optimiser update (``optim.grad_accum`` micro-batches): draw pairs, build the batch
-    (teacher logits gathered offline; student samples scored by the teacher on-policy), run the
-    jitted step; accumulates metrics, the sampled-turn histogram, tokens, env calls, time."""
+    """One optimiser update (``optim.grad_accum`` micro-batches) of every seed's student: draw
+    pairs, build the batch (teacher logits gathered offline; student samples scored by the
+    teacher on-policy), run the jitted (seed-vmapped when N > 1) step; accumulates metrics, the
+    sampled-turn histograms, tokens, env calls, time."""
     from prada_jax import parallel
     config = run.config
     t0 = time.perf_counter()
@@ -347,27 +455,15 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
     ntok_step = 0
     for micro in range(config.optim.grad_accum):
         s = opt_step * config.optim.grad_accum + micro
-        rng = np.random.default_rng([config.seed, s])
-        pairs = run.sampler.draw(rng, config.train.batch_size)
-        tb = run.sampler.batch(pairs)
-        run.turn_hist += np.bincount(tb.turn, minlength=run.num_turns)
-        if run.onpolicy:
-            prompts = [_prefix(run, k) for k in pairs]
-            batch, ntok = onpolicy_round(
-                run.graphdef, run.state.params, jax.random.fold_in(run.base_key, s), tb,
-                run.teacher_score_fn, max_new_tokens=config.onpolicy.max_new_tokens,
-                temperature=config.onpolicy.temperature, top_p=config.onpolicy.top_p,
-                stop_ids=run.task.stop_ids, pad_id=run.task.pad_id, prompt_tokens=prompts)
+        got = [_seed_batch(run, i, s) for i in range(run.num_seeds)]
+        ntok = sum(n for _, n in got)
+        if run.stacked:   # [N, B, ...]
+            batch = {k: np.stack([b[k] for b, _ in got]) for k in got[0][0]}
         else:
-            batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=tb.action,
-                         action_valid=(tb.action_pos >= 0).astype(np.int32),
-                         action_mask=tb.action_mask, turn=tb.turn)
-            g = run.table.gather(tb.action_pos)
-            batch.update(topk_ids=g["topk_ids"], topk_logp=g["topk_logp"],
-                         tail_mass=g["tail_mass"])
-            ntok = int(tb.action_mask.sum())
+            batch = got[0][0]
         if run.mesh is not None:   # sequences split over the ``batch`` mesh axis
-            batch = parallel.shard_batch(batch, run.mesh)
+            batch = (parallel.shard_axis(batch, run.mesh, 1) if run.stacked
+                     else parallel.shard_batch(batch, run.mesh))
         run.state, m = run.step_fn(run.state, batch)
         m = jax.device_get(m)
         for k, v in m.items():
@@ -384,32 +480,42 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
     run.calls += 1
 
 
-def log_metrics(run: DistillRun, done: int) -> dict:
-    """The ``distill/*`` scalars averaged since the last log (``distill/tokens_per_s`` and
-    ``distill/update_s`` over the timed updates of the window, omitted when it has none);
-    resets the accumulators. The host loop checks them for finiteness before writing."""
+def log_metrics(run: DistillRun, done: int) -> dict | list[dict]:
+    """The ``distill/*`` scalars averaged since the last log (``distill/tokens_per_s`` — all
+    seeds' tokens — and ``distill/update_s`` over the timed updates of the window, omitted when
+    it has none); one dict, or one per seed when N > 1; resets the accumulators. The host loop
+    checks them for finiteness before writing."""
     acc = run.acc
     n = acc.pop("n")
-    scal = {"distill/loss": acc["loss"] / n, "distill/kl": acc["kl"] / n,
-            "distill/grad_norm": acc["grad_norm"] / n, "distill/env_calls": run.env_calls}
+    timing = {}
     if run.window:
         secs = [w[0] for w in run.window]
-        scal["distill/tokens_per_s"] = sum(w[1] for w in run.window) / max(sum(secs), 1e-9)
-        scal["distill/update_s"] = float(np.median(secs))
-    if "fkl" in acc:
-        scal["distill/fkl"] = acc["fkl"] / n
-    cnt = acc["kl_turn_count"]
-    for t in range(run.num_turns):
-        if cnt[t] > 0:
-            scal[f"distill/kl_turn_{t}"] = acc["kl_turn_sum"][t] / cnt[t]
-        scal[f"distill/turn_frac_{t}"] = run.turn_hist[t] / max(run.turn_hist.sum(), 1)
+        timing["distill/tokens_per_s"] = (sum(w[1] for w in run.window)
+                                          / max(sum(secs), 1e-9))
+        timing["distill/update_s"] = float(np.median(secs))
+    out = []
+    for i in range(run.num_seeds):
+        a = {k: v[i] for k, v in acc.items()} if run.stacked else acc
+        scal = {"distill/loss": a["loss"] / n, "distill/kl": a["kl"] / n,
+                "distill/grad_norm": a["grad_norm"] / n, "distill/env_calls": run.env_calls}
+        scal.update(timing)
+        if "fkl" in a:
+            scal["distill/fkl"] = a["fkl"] / n
+        cnt, hist = a["kl_turn_count"], run.turn_hist[i]
+        for t in range(run.num_turns):
+            if cnt[t] > 0:
+                scal[f"distill/kl_turn_{t}"] = a["kl_turn_sum"][t] / cnt[t]
+            scal[f"distill/turn_frac_{t}"] = hist[t] / max(hist.sum(), 1)
+        out.append(scal)
     run.acc, run.tokens_done, run.window = {}, 0, []
-    return scal
+    return out if run.stacked else out[0]
 
 
 def host_state(run: DistillRun) -> dict:
-    """JSON-able host-side state that feeds curves and ``results.json``."""
-    return {"turn_hist": run.turn_hist.tolist(), "env_calls": int(run.env_calls),
+    """JSON-able host-side state that feeds curves and ``results.json`` (N > 1: the histogram
+    and metric sums carry the leading seed axis)."""
+    hist = run.turn_hist if run.stacked else run.turn_hist[0]
+    return {"turn_hist": hist.tolist(), "env_calls": int(run.env_calls),
             "update_times": list(run.update_times), "tokens_done": int(run.tokens_done),
             "acc": {k: (int(v) if k == "n" else np.asarray(v).tolist())
                     for k, v in run.acc.items()}}
@@ -419,7 +525,7 @@ def load_host_state(run: DistillRun, h: dict | None) -> None:
     """Inverse of :func:`host_state` (checkpoints without it leave the fresh values)."""
     if not h:
         return
-    run.turn_hist = np.asarray(h["turn_hist"], np.float64)
+    run.turn_hist = np.asarray(h["turn_hist"], np.float64).reshape(run.num_seeds, -1)
     run.env_calls = int(h["env_calls"])
     run.update_times = [float(x) for x in h["update_times"]]
     run.tokens_done = int(h["tokens_done"])
@@ -428,18 +534,21 @@ def load_host_state(run: DistillRun, h: dict | None) -> None:
 
 
 def checkpoint_meta(run: DistillRun, done: int) -> dict:
-    """The JSON meta stored with the checkpoint of update ``done``."""
-    meta = {"opt_step": done, "results": {k: v for k, v in run.results.items()
-                                          if k in ("before", "ratio")},
+    """The JSON meta stored with the checkpoint of update ``done`` (N > 1: results and
+    sampler states as per-seed lists)."""
+    kept = [{k: v for k, v in res.items() if k in ("before", "ratio", "curve")}
+            for res in run.seed_results]
+    meta = {"opt_step": done, "results": {"per_seed": kept} if run.stacked else kept[0],
             "host": host_state(run)}
     if run.adaptive:
-        meta["sampler"] = run.sampler.schedule_state()
+        states = [s.schedule_state() for s in run.samplers]
+        meta["sampler"] = states if run.stacked else states[0]
     return meta
 
 
 def evaluate(run: DistillRun, params) -> dict:
-    """Task success of the student (the task's evaluator; {} without one or with
-    ``eval.n_problems`` = 0)."""
+    """Task success of one student (``params``: unstacked; the task's evaluator; {} without
+    one or with ``eval.n_problems`` = 0)."""
     config = run.config
     if config.eval.n_problems == 0 or run.task.evaluate is None:
         return {}
@@ -450,24 +559,73 @@ def evaluate(run: DistillRun, params) -> dict:
                              config.eval.batch_size)
 
 
+def mean_ci95(values) -> dict:
+    """Mean ± 95% Student-t CI of per-seed values [N] (JSON-safe: None where undefined)."""
+    import math
+
+    from evals.stats import mean_ci
+    d = mean_ci([float(v) for v in values]).to_dict()
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in d.items()}
+
+
+def eval_point(run: DistillRun, done: int) -> None:
+    """Task success of every seed's student after update ``done`` (``eval.every``):
+    ``eval/success_rate`` curve points and ``results["curve"]`` records ``{step,
+    success_rate}`` (the "before" and "after" evaluations are not repeated there)."""
+    for i, res in enumerate(run.seed_results):
+        got = evaluate(run, run.params_of(i))
+        if got:
+            run.writers[i].write_scalars(done, {"eval/success_rate": got["success_rate"]})
+            res.setdefault("curve", []).append({"step": done,
+                                                "success_rate": got["success_rate"]})
+
+
+def seeds_summary(run: DistillRun) -> dict:
+    """``results.json`` of a multi-seed run: ``per_seed`` (each the dict a separate run with
+    that seed writes) and mean ± 95% CI over seeds of the task success before/after."""
+    per = run.seed_results
+    out = {"num_seeds": run.num_seeds, "seeds": list(run.seeds), "mode": run.config.mode,
+           "loss": run.config.loss.kind, "schedule": run.schedule, "synthetic": True,
+           "env_calls_during_training": int(run.env_calls),
+           "update_s_median": per[0]["update_s_median"]}
+    for tag in ("before", "after"):
+        vals = [r[tag]["success_rate"] for r in per if r.get(tag)]
+        if vals:
+            out[f"success_{tag}"] = mean_ci95(vals)
+    out["per_seed"] = per
+    return out
+
+
+def student_dir(run: DistillRun, i: int) -> Path:
+    """Where seed index i's student is saved: ``student_hf`` (N = 1) or
+    ``seed_<s>/student_hf``."""
+    if not run.stacked:
+        return run.workdir / "student_hf"
+    return run.workdir / f"seed_{run.seeds[i]}" / "student_hf"
+
+
 def finish(run: DistillRun) -> dict:
-    """Final evaluation, the student as a Hugging Face folder and ``results.json``."""
+    """Final evaluation, the students as Hugging Face folders and ``results.json``."""
     from prada_jax import parallel
-    config, results = run.config, run.results
-    results["env_calls_during_training"] = int(run.env_calls)
-    results["update_s_median"] = (float(np.median(run.update_times)) if run.update_times
-                                  else None)
-    results["turn_histogram"] = run.turn_hist.tolist()
-    if run.schedule == "auto":
-        results["kappa"] = run.sampler.kappa   # the last estimate in force
-    results["after"] = evaluate(run, run.state.params)
-    if results["after"]:
-        run.writer.write_scalars(config.train.steps,
-                                 {"eval/success_rate": results["after"]["success_rate"]})
-    run.writer.flush()
+    config = run.config
+    update_s = float(np.median(run.update_times)) if run.update_times else None
+    for i, results in enumerate(run.seed_results):
+        results["env_calls_during_training"] = int(run.env_calls)
+        results["update_s_median"] = update_s
+        results["turn_histogram"] = run.turn_hist[i].tolist()
+        if run.schedule == "auto":
+            results["kappa"] = run.samplers[i].kappa   # the last estimate in force
+        results["after"] = evaluate(run, run.params_of(i))
+        if results["after"]:
+            run.writers[i].write_scalars(config.train.steps,
+                                         {"eval/success_rate": results["after"]["success_rate"]})
+    for w in run.writers:
+        w.flush()
+    results = seeds_summary(run) if run.stacked else run.seed_results[0]
     if parallel.is_process_zero():
-        save_student(run.graphdef, run.state.params, run.cfg, run.workdir / "student_hf",
-                     run.task)
+        for i in range(run.num_seeds):
+            save_student(run.graphdef, run.params_of(i), run.cfg, student_dir(run, i), run.task)
         tmp = run.workdir / "results.json.tmp"
         tmp.write_text(json.dumps(results, indent=2))
         os.replace(tmp, run.workdir / "results.json")
@@ -475,12 +633,13 @@ def finish(run: DistillRun) -> dict:
 
 
 def stored_results(workdir: Path) -> dict | None:
-    """``<workdir>/results.json`` of a finished run, or None (absent, unreadable, no "after")."""
+    """``<workdir>/results.json`` of a finished run, or None (absent, unreadable, no "after" /
+    "per_seed")."""
     try:
         res = json.loads((Path(workdir) / "results.json").read_text())
     except (OSError, ValueError, RecursionError):
         return None
-    return res if isinstance(res, dict) and "after" in res else None
+    return res if isinstance(res, dict) and ("after" in res or "per_seed" in res) else None
 
 
 def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None,
@@ -521,7 +680,8 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
         return finish(run)
     finally:
         run.ckpt.close()
-        run.writer.close()
+        for w in run.writers:
+            w.close()
 
 
 def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
@@ -530,6 +690,7 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
     (with :func:`checkpoint_meta`) every ``log.ckpt_every`` and at the end."""
     config = run.config
     refresh_every = int(config.sampler.refresh_every)
+    eval_every = int(config.eval.get("every", 0))
 
     def step_fn(state, opt_step):
         run.state = state
@@ -538,6 +699,8 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
         if run.logp_fn is not None and (
                 (refresh_every and done % refresh_every == 0) or done == steps):
             refresh_ratio(run, done, run.adaptive and done < steps)
+        if eval_every and done % eval_every == 0 and done < steps:
+            eval_point(run, done)
         return run.state, {}
 
     def scalars_fn(_, done, wall_s):
@@ -547,7 +710,8 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
 
     return runloop.run(
         run.state, step_fn, start=run.start, total=steps, max_calls=max_steps,
-        writers=[run.writer], ckpt=run.ckpt, scalars_fn=scalars_fn,
+        writers=run.writers, ckpt=run.ckpt, scalars_fn=scalars_fn,
+        writer_names=[f"seed {s}" for s in run.seeds],
         meta_fn=lambda st, done, sc: checkpoint_meta(run, done),
         progress=bool(config.log.progress), desc=f"distill[{config.mode}/{config.loss.kind}]",
         unit="upd", step_name="updates",

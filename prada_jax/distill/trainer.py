@@ -86,8 +86,13 @@ def per_turn_sums(per_token, mask, turn, num_turns: int):
 
 def make_train_step(graphdef, tx, mode: str, loss: str, *, temperature: float = 1.0,
                     beta: float = 0.5, rkl_coef: float = 1.0, fkl_coef: float = 0.0,
-                    num_turns: int = 8) -> Callable:
+                    num_turns: int = 8, num_seeds: int = 1) -> Callable:
     """Builds the jitted ``train_step(state, batch) -> (state, metrics)``.
+
+    ``num_seeds`` > 1: the step is ``vmap``-ped over a leading seed axis of ``state`` (stacked
+    parameters and optimiser states, :func:`stack_states`) and of every ``batch`` array
+    ([N, B, ...]); every metric gets the same leading axis [N, ...]. One compiled program
+    updates all N students.
 
     ``batch`` (arrays): prompt [B, P], prompt_mask [B, P], action [B, A], action_valid [B, A]
     (real tokens), action_mask [B, A] (loss), turn [B]; offline fkl/jsd and on-policy also
@@ -140,7 +145,19 @@ def make_train_step(graphdef, tx, mode: str, loss: str, *, temperature: float = 
         metrics = dict(aux, loss=val, grad_norm=optax.global_norm(grads))
         return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
+    if num_seeds > 1:
+        return jax.jit(jax.vmap(train_step), donate_argnums=0)
     return jax.jit(train_step, donate_argnums=0)
+
+
+def stack_states(states) -> TrainState:
+    """Stacks per-seed :class:`TrainState`s along a new leading seed axis [N, ...]."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+def seed_slice(tree, i: int):
+    """Seed ``i`` of a seed-stacked pytree (every leaf indexed on its leading axis)."""
+    return jax.tree.map(lambda x: x[i], tree)
 
 
 def student_logits_fn(graphdef) -> Callable:

@@ -62,6 +62,7 @@ def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
     (bad / "runs.json").write_text("[" * 100000 + "]" * 100000)
     for argv, msg in (([f"--out={out}", "--methods=fkl_k0.6,nope"], "--methods: unknown"),
                       ([f"--out={out}", "--seeds=0,x"], "--seeds=0,x"),
+                      ([f"--out={out}", "--seeds=0,2"], "consecutive"),
                       ([f"--out={out}", f"--merge_from={bad}"], "runs.json: not valid JSON"),
                       ([f"--out={out}", "--warm-steps=0"], "warm_steps"),
                       ([f"--out={out}", "--steps=0"], "--steps")):
@@ -69,3 +70,49 @@ def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
             entry.main(argv)
         assert "\n" not in str(ei.value)
         assert not out.exists()
+
+
+def test_claim_verdicts_seed_parsing_and_curves(tmp_path):
+    """Verdicts follow the documented CI rules (checked against SciPy's t interval), seeds must
+    be consecutive, and the success curves average the per-seed eval points."""
+    from evals.distill_report import (claims, claims_markdown, parse_seeds, plot_success,
+                                      success_curves, verdict)
+    assert parse_seeds("0-3") == [0, 1, 2, 3] and parse_seeds("5,6") == [5, 6]
+    for bad in ("0,2", "3,2", "x", ""):
+        with pytest.raises(ValueError):
+            parse_seeds(bad)
+    assert verdict("beats", 0.01, 0.2, 0.02)[0] == "supported"
+    assert verdict("beats", -0.05, 0.015, 0.02)[0] == "refuted"
+    assert verdict("beats", -0.05, 0.1, 0.02)[0] == "unresolved at this power"
+    assert verdict("noninferior", -0.01, 0.1, 0.02)[0] == "supported"
+    assert verdict("noninferior", -0.2, -0.01, 0.02)[0] == "refuted"
+    assert verdict("noninferior", -0.1, 0.1, 0.02)[0] == "unresolved at this power"
+    ref = [0.5, 0.6, 0.55, 0.4]
+    k1 = [0.4, 0.45, 0.5, 0.3]      # κ = 0.6 better on every seed
+    sft = [0.52, 0.58, 0.6, 0.35]   # mixed
+    runs = {}
+    for s in range(4):
+        for name, v in (("fkl_k0.6", ref), ("fkl_k1", k1), ("sft", sft), ("fkl_late", [0.0] * 4)):
+            runs[f"{name}/seed{s}"] = {"seed": s, "after": {"success_rate": v[s]},
+                                       "before": {"success_rate": 0.0}, "steps": 10,
+                                       "curve": [{"step": 5, "success_rate": v[s] / 2}],
+                                       "warm_from": None}
+    cl = {c["id"]: c for c in claims(runs, 0.02)}
+    for cid, other in (("a1", k1), ("a3", sft)):
+        d = np.subtract(ref, other)
+        lo, hi = stats.t.interval(0.95, 3, loc=d.mean(), scale=d.std(ddof=1) / 2)
+        assert cl[cid]["ci95"] == pytest.approx([lo, hi])
+        assert cl[cid]["diff_mean"] == pytest.approx(d.mean())
+    assert cl["a1"]["verdict"] == "supported" and cl["a3"]["verdict"].startswith("unresolved")
+    assert cl["a2"]["verdict"] == "supported"    # late-heavy at 0 on every seed
+    assert "b1" not in cl                        # its methods did not run
+    md = claims_markdown(list(cl.values()))
+    assert "**supported**" in md and "a3:" in md
+    cur = success_curves(runs)["fkl_k0.6"]
+    assert cur["x"] == [0, 5, 10]
+    assert cur["mean"] == pytest.approx([0.0, np.mean(ref) / 2, np.mean(ref)])
+    assert plot_success(success_curves(runs), tmp_path / "c.png").stat().st_size > 1000
+    # floor: both methods at 0 on every seed -> unresolved, not "refuted"
+    for s in range(4):
+        runs[f"fkl_k0.6/seed{s}"]["after"]["success_rate"] = 0.0
+    assert claims(runs)[1]["verdict"] == "unresolved at this power"

@@ -75,6 +75,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.steps = 300                 # optimizer updates
     c.train.batch_size = 64             # (trajectory, turn) pairs per micro-batch
     c.train.compute_dtype = "float32"   # "float32" | "bfloat16" (params stay float32)
+    c.train.num_seeds = 1               # N students trained together in one vmapped step, seeds
+    #   config.seed + i (i < N); seed i equals a separate run with config.seed + i
+    #   (prada_jax/distill/loop.py); tb/seed_<s>, seed_<s>/student_hf, results.json per_seed
 
     c.log = ml_collections.ConfigDict()
     c.log.every = 25                    # curves every N updates
@@ -90,6 +93,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.n_problems = 256             # task episodes before and after training (0 = skip)
     c.eval.seed = 0                     # problems = make_problems(seed * 1000 + 3)
     c.eval.batch_size = 64              # episodes decoded together
+    c.eval.every = 0                    # also evaluate every N updates (results "curve"); 0 = only
+    #                                     before and after training
 
     for v in [a for a in (arg or "").split(",") if a]:
         if v not in VARIANTS:
