@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from prada_jax.distill.task import common
+from prada_jax.distill.task.common import GenerateFn
 
 VOCAB: tuple[str, ...] = (
     "<pad>", "<eos>", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "+", "-", "*",
@@ -40,8 +43,7 @@ CALC_END_ID = TOKEN_ID["</calc>"]
 ANS_END_ID = TOKEN_ID["</ans>"]
 STOP_IDS = (CALC_END_ID, ANS_END_ID)
 TASK_NAME = "arith_calc_v1"
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-_TOKEN_RE = re.compile(r"</?[a-z]+>|.", re.S)
+CHAT_TEMPLATE = common.CHAT_TEMPLATE
 _EXPR_RE = re.compile(r"^[0-9]+([+\-*][0-9]+)*$")
 
 
@@ -57,17 +59,11 @@ TOOL_CALLS = ToolCounter()
 
 def encode(text: str) -> list[int]:
     """Text -> token ids. Raises ValueError naming an unknown symbol."""
-    out = []
-    for m in _TOKEN_RE.finditer(text):
-        s = m.group(0)
-        if s not in TOKEN_ID:
-            raise ValueError(f"symbol {s!r} is not in the arithmetic task vocabulary")
-        out.append(TOKEN_ID[s])
-    return out
+    return common.encode(text, TOKEN_ID, "arithmetic")
 
 
 def decode(ids: Sequence[int]) -> str:
-    return "".join(VOCAB[int(i)] if 0 <= int(i) < len(VOCAB) else "?" for i in ids)
+    return common.decode(ids, VOCAB)
 
 
 @dataclass(frozen=True)
@@ -161,30 +157,12 @@ def solved_messages(p: Problem) -> list[dict]:
 
 def messages_to_tokens(messages: Sequence[dict]) -> tuple[list[int], list[tuple[int, int]]]:
     """Tokens and agent-turn spans (end exclusive) of a chat, without a tokenizer object."""
-    toks, spans = [], []
-    for m in messages:
-        ids = encode(m["content"])
-        if m["role"] == "assistant":
-            spans.append((len(toks), len(toks) + len(ids)))
-        toks.extend(ids)
-    return toks, spans
+    return common.messages_to_tokens(messages, encode)
 
 
 def parse_action(ids: Sequence[int]) -> tuple[str, str]:
     """Generated action tokens -> (kind, payload); kind is "calc", "ans" or "bad"."""
-    text = decode(ids)
-    m = re.fullmatch(r"<calc>(.*)</calc>", text, re.S)
-    if m:
-        return "calc", m.group(1)
-    m = re.fullmatch(r"<ans>(.*)</ans>", text, re.S)
-    if m:
-        return "ans", m.group(1)
-    return "bad", text
-
-
-# Generates one action per context: list of token lists -> list of token lists (each ending
-# at a stop token, or truncated).
-GenerateFn = Callable[[list[list[int]]], list[list[int]]]
+    return common.parse_action(decode(ids), "calc")
 
 
 @dataclass
@@ -241,14 +219,4 @@ def max_episode_tokens(max_operands: int = 4, max_value: int = 999) -> int:
 
 def build_tokenizer():
     """A ``PreTrainedTokenizerFast`` over :data:`VOCAB` with the task's chat template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.WordLevel(vocab=dict(TOKEN_ID), unk_token="<err>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"</?[a-z]+>|."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>",
-                                  unk_token="<err>")
-    tok.chat_template = CHAT_TEMPLATE
-    tok.name_or_path = TASK_NAME
-    return tok
+    return common.build_tokenizer(TOKEN_ID, TASK_NAME)

@@ -46,11 +46,13 @@ the generic JSONL converter reproduces :func:`messages_to_tokens`.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from prada_jax.distill.task import common
+from prada_jax.distill.task.common import GenerateFn
 
 ENTITIES: tuple[str, ...] = tuple("ABCDEFGHIJKLMNOP")
 LINKS: tuple[str, ...] = ("a", "b", "c", "d")
@@ -67,12 +69,11 @@ CALL_END_ID = TOKEN_ID["</call>"]
 ANS_END_ID = TOKEN_ID["</ans>"]
 STOP_IDS = (CALL_END_ID, ANS_END_ID)
 TASK_NAME = "kg_lookup_v1"
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+CHAT_TEMPLATE = common.CHAT_TEMPLATE
 MAX_TURNS = 14            # an episode still running after this many agent turns fails
 MIN_HOPS, MAX_HOPS = 1, 4  # link relations per chain
 VALUE_RANGE = (0, 9)       # attribute values, inclusive (one digit token)
 MAX_ACTION_TOKENS = 7      # longest reference action: <ans>7<max>3=7</ans>
-_TOKEN_RE = re.compile(r"</?[a-z]+>|.", re.S)
 ERR_REPLY = "<res><err></res>"
 
 
@@ -88,17 +89,11 @@ TOOL_CALLS = ToolCounter()
 
 def encode(text: str) -> list[int]:
     """Text -> token ids. Raises ValueError naming an unknown symbol."""
-    out = []
-    for m in _TOKEN_RE.finditer(text):
-        s = m.group(0)
-        if s not in TOKEN_ID:
-            raise ValueError(f"symbol {s!r} is not in the knowledge-graph task vocabulary")
-        out.append(TOKEN_ID[s])
-    return out
+    return common.encode(text, TOKEN_ID, "knowledge-graph")
 
 
 def decode(ids: Sequence[int]) -> str:
-    return "".join(VOCAB[int(i)] if 0 <= int(i) < len(VOCAB) else "?" for i in ids)
+    return common.decode(ids, VOCAB)
 
 
 @dataclass(frozen=True)
@@ -225,13 +220,7 @@ def answer_ok(p: Problem, payload: str) -> bool:
 
 def messages_to_tokens(messages: Sequence[dict]) -> tuple[list[int], list[tuple[int, int]]]:
     """Tokens and agent-turn spans (end exclusive) of a chat, without a tokenizer object."""
-    toks, spans = [], []
-    for m in messages:
-        ids = encode(m["content"])
-        if m["role"] == "assistant":
-            spans.append((len(toks), len(toks) + len(ids)))
-        toks.extend(ids)
-    return toks, spans
+    return common.messages_to_tokens(messages, encode)
 
 
 def tokens_to_messages(tokens: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[dict]:
@@ -248,19 +237,7 @@ def tokens_to_messages(tokens: Sequence[int], spans: Sequence[tuple[int, int]]) 
 
 def parse_action(ids: Sequence[int]) -> tuple[str, str]:
     """Generated action tokens -> (kind, payload); kind is "call", "ans" or "bad"."""
-    text = decode(ids)
-    m = re.fullmatch(r"<call>(.*)</call>", text, re.S)
-    if m:
-        return "call", m.group(1)
-    m = re.fullmatch(r"<ans>(.*)</ans>", text, re.S)
-    if m:
-        return "ans", m.group(1)
-    return "bad", text
-
-
-# Generates one action per context: list of token lists -> list of token lists (each ending
-# at a stop token, or truncated).
-GenerateFn = Callable[[list[list[int]]], list[list[int]]]
+    return common.parse_action(decode(ids), "call")
 
 
 @dataclass
@@ -335,17 +312,7 @@ def max_episode_tokens(max_hops: int = MAX_HOPS) -> int:
 
 def build_tokenizer():
     """A ``PreTrainedTokenizerFast`` over :data:`VOCAB` with the task's chat template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.WordLevel(vocab=dict(TOKEN_ID), unk_token="<err>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"</?[a-z]+>|."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>",
-                                  unk_token="<err>")
-    tok.chat_template = CHAT_TEMPLATE
-    tok.name_or_path = TASK_NAME
-    return tok
+    return common.build_tokenizer(TOKEN_ID, TASK_NAME)
 
 
 def flax_generate_fn(model, *, batch: int = 64, context_len: int = 128,
@@ -353,32 +320,10 @@ def flax_generate_fn(model, *, batch: int = 64, context_len: int = 128,
     """Batched action generation with the Flax LM (:func:`prada_jax.lm.sampling.generate`) at
     static shapes [batch, context_len] tokens (longer contexts keep their last tokens; partial
     batches are padded with dummy rows); greedy when ``temperature`` is 0; stops at
-    ``</call>`` or ``</ans>``."""
-    import jax
-
-    from prada_jax.lm.sampling import generate
-    key = jax.random.key(0) if key is None else key
-    calls = [0]
-
-    def fn(contexts: list[list[int]]) -> list[list[int]]:
-        out = []
-        for s in range(0, len(contexts), batch):
-            chunk = contexts[s:s + batch]
-            ids = np.full((batch, context_len), PAD_ID, np.int32)
-            mask = np.zeros((batch, context_len), np.int32)
-            for b in range(batch):
-                c = chunk[b][-context_len:] if b < len(chunk) else [PAD_ID]
-                ids[b, context_len - len(c):] = c
-                mask[b, context_len - len(c):] = 1
-            calls[0] += 1
-            toks, _, lens = generate(model, ids, mask, key=jax.random.fold_in(key, calls[0]),
-                                     max_new_tokens=max_new_tokens, temperature=temperature,
-                                     stop_token_ids=STOP_IDS, pad_token_id=PAD_ID)
-            toks, lens = np.asarray(toks), np.asarray(lens)
-            out += [toks[b, :lens[b]].tolist() for b in range(len(chunk))]
-        return out
-
-    return fn
+    ``</call>`` or ``</ans>`` (:func:`.common.flax_generate_fn`)."""
+    return common.flax_generate_fn(model, pad_id=PAD_ID, stop_ids=STOP_IDS, batch=batch,
+                                   context_len=context_len, max_new_tokens=max_new_tokens,
+                                   temperature=temperature, key=key)
 
 
 def summarize(results: Sequence[EpisodeResult]) -> dict:

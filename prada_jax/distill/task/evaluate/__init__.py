@@ -12,10 +12,9 @@ import json
 import math
 from typing import Sequence
 
-import jax
 import numpy as np
 
-from prada_jax.distill.task import arith
+from prada_jax.distill.task import arith, common
 
 
 def flax_generate_fn(model, *, batch: int = 64, context_len: int = 96,
@@ -23,30 +22,12 @@ def flax_generate_fn(model, *, batch: int = 64, context_len: int = 96,
                      key=None) -> arith.GenerateFn:
     """Batched action generation with the Flax LM at static shapes [batch, context_len]
     (contexts longer than ``context_len`` keep their last tokens; partial batches are padded
-    with dummy rows), so one program serves a whole evaluation."""
-    from prada_jax.lm.sampling import generate
-    key = jax.random.key(0) if key is None else key
-    calls = [0]
-
-    def fn(contexts: list[list[int]]) -> list[list[int]]:
-        out = []
-        for s in range(0, len(contexts), batch):
-            chunk = contexts[s:s + batch]
-            ids = np.full((batch, context_len), arith.PAD_ID, np.int32)
-            mask = np.zeros((batch, context_len), np.int32)
-            for b in range(batch):
-                c = chunk[b][-context_len:] if b < len(chunk) else [arith.PAD_ID]
-                ids[b, context_len - len(c):] = c
-                mask[b, context_len - len(c):] = 1
-            calls[0] += 1
-            toks, _, lens = generate(model, ids, mask, key=jax.random.fold_in(key, calls[0]),
-                                     max_new_tokens=max_new_tokens, temperature=temperature,
-                                     stop_token_ids=arith.STOP_IDS, pad_token_id=arith.PAD_ID)
-            toks, lens = np.asarray(toks), np.asarray(lens)
-            out += [toks[b, :lens[b]].tolist() for b in range(len(chunk))]
-        return out
-
-    return fn
+    with dummy rows), so one program serves a whole evaluation
+    (:func:`..common.flax_generate_fn`)."""
+    return common.flax_generate_fn(model, pad_id=arith.PAD_ID, stop_ids=arith.STOP_IDS,
+                                   batch=batch, context_len=context_len,
+                                   max_new_tokens=max_new_tokens, temperature=temperature,
+                                   key=key)
 
 
 def wilson_ci(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -16,17 +16,14 @@ on CPU; reruns reuse finished stages. All data is synthetic.
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from prada_jax.distill import pool as pool_lib
-from prada_jax.distill.task import kg
+from prada_jax.distill.task import common, kg
 
 DEFAULTS = dict(hidden=128, layers=3, heads=4, kv_heads=2, intermediate=256, steps=700,
                 batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=512, n_eval=256, top_k=8,
@@ -34,12 +31,8 @@ DEFAULTS = dict(hidden=128, layers=3, heads=4, kv_heads=2, intermediate=256, ste
 
 
 def model_config(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int):
-    from transformers import Qwen2Config
-    return Qwen2Config(vocab_size=len(kg.VOCAB), hidden_size=hidden, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=kv_heads,
-                       intermediate_size=intermediate, max_position_embeddings=256,
-                       tie_word_embeddings=True, pad_token_id=kg.PAD_ID,
-                       eos_token_id=kg.EOS_ID, bos_token_id=kg.EOS_ID, rope_theta=10000.0)
+    return common.qwen2_config(len(kg.VOCAB), kg.PAD_ID, kg.EOS_ID, 256, hidden, layers, heads,
+                               kv_heads, intermediate)
 
 
 def training_episodes(seed: int, n: int) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
@@ -79,27 +72,14 @@ def train_teacher(out_dir: os.PathLike | str, seed: int = 0, steps: int = DEFAUL
         for a, e in sp:
             lab_all[i, a:e] = s[a:e]
     model = Qwen2ForCausalLM(model_config(hidden, layers, heads, kv_heads, intermediate))
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps)
-                                                                        / steps)))
-    model.train()
-    t0 = time.time()
-    for step in range(steps):
+
+    def next_batch():
         idx = rng.integers(0, len(seqs), size=batch)
         n = int(att_all[idx].sum(1).max())
-        x, att, lab = (torch.from_numpy(a[idx, :n]) for a in (x_all, att_all, lab_all))
-        loss = model(input_ids=x, attention_mask=att, labels=lab).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if log_every and (step % log_every == 0 or step == steps - 1):
-            print(f"teacher step {step} loss {loss.item():.4f} ({time.time() - t0:.0f}s)",
-                  flush=True)
+        return tuple(a[idx, :n] for a in (x_all, att_all, lab_all))
+
+    common.fit_teacher(model, next_batch, steps, lr, warmup, log_every)
     out = Path(out_dir)
-    model.eval()
     model.save_pretrained(out, safe_serialization=True)
     kg.build_tokenizer().save_pretrained(out)
     return out
@@ -109,44 +89,11 @@ def torch_generate_fn(model, max_new_tokens: int = 8, temperature: float = 0.0,
                       seed: int = 0) -> kg.GenerateFn:
     """Batched action generation with a PyTorch causal LM (left padding, KV cache); greedy when
     ``temperature`` is 0, else softmax sampling at ``temperature`` from a ``torch.Generator``
-    seeded by ``seed`` (reproducible on CPU); stops at ``</call>`` or ``</ans>``."""
-    import torch
-    gen = torch.Generator().manual_seed(seed)
-
-    @torch.no_grad()
-    def fn(contexts: list[list[int]]) -> list[list[int]]:
-        L = max(len(c) for c in contexts)
-        x = torch.full((len(contexts), L), kg.PAD_ID, dtype=torch.long)
-        att = torch.zeros_like(x)
-        for b, c in enumerate(contexts):
-            x[b, L - len(c):] = torch.tensor(c)
-            att[b, L - len(c):] = 1
-        out = [[] for _ in contexts]
-        live = [True] * len(contexts)
-        past = None
-        cur, cur_pos = x, (att.cumsum(-1) - 1).clamp(min=0)
-        for _ in range(max_new_tokens):
-            res = model(input_ids=cur, attention_mask=att, position_ids=cur_pos,
-                        past_key_values=past, use_cache=True)
-            past = res.past_key_values
-            logits = res.logits[:, -1].float()
-            if temperature > 0:
-                probs = torch.softmax(logits / temperature, -1)
-                nxt = torch.multinomial(probs, 1, generator=gen)[:, 0]
-            else:
-                nxt = logits.argmax(-1)
-            for b in range(len(contexts)):
-                if live[b]:
-                    out[b].append(int(nxt[b]))
-                    live[b] = int(nxt[b]) not in kg.STOP_IDS
-            if not any(live):
-                break
-            cur = nxt[:, None]
-            cur_pos = cur_pos[:, -1:] + 1
-            att = torch.cat([att, torch.ones_like(cur)], dim=1)
-        return out
-
-    return fn
+    seeded by ``seed`` (reproducible on CPU); stops at ``</call>`` or ``</ans>``
+    (:func:`..common.torch_generate_fn`)."""
+    return common.torch_generate_fn(model, pad_id=kg.PAD_ID, stop_ids=kg.STOP_IDS,
+                                    max_new_tokens=max_new_tokens, temperature=temperature,
+                                    seed=seed)
 
 
 def run_teacher(model, problems: Sequence[kg.Problem], temperature: float = 0.0,
@@ -183,20 +130,5 @@ def save_episodes(results: Sequence[kg.EpisodeResult], out_dir: os.PathLike | st
                   extra_meta: dict | None = None) -> pool_lib.Pool:
     """Stores episodes (in order, each with its success flag) as a pool of task
     ``kg_lookup_v1``; optionally also as chat JSONL. Returns the loaded pool."""
-    trajs, spans, succ = [], [], []
-    for r in results:
-        t, s = kg.messages_to_tokens(r.messages)
-        trajs.append(t)
-        spans.append(s)
-        succ.append(int(r.success))
-    if jsonl_path is not None:
-        with open(jsonl_path, "w") as f:
-            for r in results:
-                f.write(json.dumps({"messages": r.messages, "success": int(r.success),
-                                    "task": kg.TASK_NAME}) + "\n")
-    meta = {"task": kg.TASK_NAME,
-            "tokenizer": pool_lib.tokenizer_meta(kg.build_tokenizer(), kg.TASK_NAME),
-            "synthetic": True}
-    meta.update(extra_meta or {})
-    pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, succ), out_dir, meta)
-    return pool_lib.load_pool(out_dir)
+    return common.save_episodes(results, out_dir, kg.messages_to_tokens, kg.TASK_NAME,
+                                kg.build_tokenizer(), jsonl_path, extra_meta)
