@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from prada_jax.distill.task import common
-from prada_jax.distill.task.common import GenerateFn
+from prada_jax.distill.task.common import EpisodeResult, GenerateFn, ToolCounter
 
 VOCAB: tuple[str, ...] = (
     "<pad>", "<eos>", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "+", "-", "*",
@@ -47,14 +47,7 @@ CHAT_TEMPLATE = common.CHAT_TEMPLATE
 _EXPR_RE = re.compile(r"^[0-9]+([+\-*][0-9]+)*$")
 
 
-class ToolCounter:
-    """Counts calculator (environment) calls made in this process."""
-
-    def __init__(self):
-        self.calls = 0
-
-
-TOOL_CALLS = ToolCounter()
+TOOL_CALLS = ToolCounter()  # calculator calls
 
 
 def encode(text: str) -> list[int]:
@@ -165,14 +158,6 @@ def parse_action(ids: Sequence[int]) -> tuple[str, str]:
     return common.parse_action(decode(ids), "calc")
 
 
-@dataclass
-class EpisodeResult:
-    messages: list[dict]
-    success: bool
-    tool_calls: int
-    turns: int
-
-
 def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn, max_turns: int = 6
                  ) -> list[EpisodeResult]:
     """Runs the task with an agent and the calculator tool, all problems batched per turn.
@@ -180,32 +165,10 @@ def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn, max_turns
     An episode ends at an ``<ans>`` action (success iff the answer equals the problem's value),
     at a malformed action, or after ``max_turns`` agent turns (failure).
     """
-    msgs = [[{"role": "user", "content": p.question}] for p in problems]
-    ctx = [encode(p.question) for p in problems]
-    done = [False] * len(problems)
-    success = [False] * len(problems)
-    calls = [0] * len(problems)
-    turns = [0] * len(problems)
-    for _ in range(max_turns):
-        live = [i for i, d in enumerate(done) if not d]
-        if not live:
-            break
-        actions = generate_fn([ctx[i] for i in live])
-        for i, act in zip(live, actions):
-            act = [int(a) for a in act]
-            turns[i] += 1
-            kind, payload = parse_action(act)
-            msgs[i].append({"role": "assistant", "content": decode(act)})
-            ctx[i].extend(act)
-            if kind == "calc":
-                reply = calculator(payload)
-                calls[i] += 1
-                msgs[i].append({"role": "tool", "content": reply})
-                ctx[i].extend(encode(reply))
-            else:
-                done[i] = True
-                success[i] = kind == "ans" and payload == str(problems[i].answer)
-    return [EpisodeResult(m, s, c, t) for m, s, c, t in zip(msgs, success, calls, turns)]
+    return common.run_episodes(
+        problems, generate_fn, max_turns, encode_fn=encode, decode_fn=decode,
+        parse_fn=parse_action, tool_kind="calc", tool=lambda p, payload: calculator(payload),
+        answer_ok=lambda p, payload: payload == str(p.answer))
 
 
 def max_episode_tokens(max_operands: int = 4, max_value: int = 999) -> int:

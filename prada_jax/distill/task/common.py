@@ -12,6 +12,7 @@ import math
 import os
 import re
 import time
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -226,3 +227,61 @@ def save_episodes(results: Sequence, out_dir: os.PathLike | str,
     meta.update(extra_meta or {})
     pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, succ), out_dir, meta)
     return pool_lib.load_pool(out_dir)
+
+
+# --- episodes ---------------------------------------------------------------------------------
+
+class ToolCounter:
+    """Counts tool (environment) calls made in this process (one instance per task)."""
+
+    def __init__(self):
+        self.calls = 0
+
+
+@dataclass
+class EpisodeResult:
+    messages: list[dict]
+    success: bool
+    tool_calls: int
+    turns: int
+
+
+def run_episodes(problems: Sequence, generate_fn: GenerateFn, max_turns: int, *,
+                 encode_fn: Callable[[str], list[int]],
+                 decode_fn: Callable[[Sequence[int]], str],
+                 parse_fn: Callable[[Sequence[int]], tuple[str, str]], tool_kind: str,
+                 tool: Callable[[object, str], str],
+                 answer_ok: Callable[[object, str], bool]) -> list[EpisodeResult]:
+    """Runs a task with an agent and its tool, all problems batched per turn.
+
+    Each turn, ``generate_fn`` acts for every live episode; ``parse_fn`` reads the action: a
+    ``tool_kind`` action is answered by ``tool(problem, payload)`` (a tool message, appended
+    to the context), any other action ends the episode, a success iff it is an ``ans`` action
+    with ``answer_ok(problem, payload)``. Episodes still live after ``max_turns`` fail.
+    """
+    msgs = [[{"role": "user", "content": p.question}] for p in problems]
+    ctx = [encode_fn(p.question) for p in problems]
+    done = [False] * len(problems)
+    success = [False] * len(problems)
+    calls = [0] * len(problems)
+    turns = [0] * len(problems)
+    for _ in range(max_turns):
+        live = [i for i, d in enumerate(done) if not d]
+        if not live:
+            break
+        actions = generate_fn([ctx[i] for i in live])
+        for i, act in zip(live, actions):
+            act = [int(a) for a in act]
+            turns[i] += 1
+            kind, payload = parse_fn(act)
+            msgs[i].append({"role": "assistant", "content": decode_fn(act)})
+            ctx[i].extend(act)
+            if kind == tool_kind:
+                reply = tool(problems[i], payload)
+                calls[i] += 1
+                msgs[i].append({"role": "tool", "content": reply})
+                ctx[i].extend(encode_fn(reply))
+            else:
+                done[i] = True
+                success[i] = kind == "ans" and answer_ok(problems[i], payload)
+    return [EpisodeResult(m, s, c, t) for m, s, c, t in zip(msgs, success, calls, turns)]

@@ -52,7 +52,7 @@ from typing import Sequence
 import numpy as np
 
 from prada_jax.distill.task import common
-from prada_jax.distill.task.common import GenerateFn
+from prada_jax.distill.task.common import EpisodeResult, GenerateFn, ToolCounter
 
 ENTITIES: tuple[str, ...] = tuple("ABCDEFGHIJKLMNOP")
 LINKS: tuple[str, ...] = ("a", "b", "c", "d")
@@ -77,14 +77,7 @@ MAX_ACTION_TOKENS = 7      # longest reference action: <ans>7<max>3=7</ans>
 ERR_REPLY = "<res><err></res>"
 
 
-class ToolCounter:
-    """Counts ``lookup`` (environment) calls made in this process."""
-
-    def __init__(self):
-        self.calls = 0
-
-
-TOOL_CALLS = ToolCounter()
+TOOL_CALLS = ToolCounter()  # ``lookup`` calls
 
 
 def encode(text: str) -> list[int]:
@@ -240,14 +233,6 @@ def parse_action(ids: Sequence[int]) -> tuple[str, str]:
     return common.parse_action(decode(ids), "call")
 
 
-@dataclass
-class EpisodeResult:
-    messages: list[dict]
-    success: bool
-    tool_calls: int
-    turns: int
-
-
 def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn,
                  max_turns: int = MAX_TURNS) -> list[EpisodeResult]:
     """Runs the task with an agent and the ``lookup`` tool, all problems batched per turn.
@@ -257,32 +242,9 @@ def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn,
     (``<call>..</call>`` the tool rejects) is answered ``<res><err></res>`` and the episode goes
     on, so the agent sees a state the reference solution never shows.
     """
-    msgs = [[{"role": "user", "content": p.question}] for p in problems]
-    ctx = [encode(p.question) for p in problems]
-    done = [False] * len(problems)
-    success = [False] * len(problems)
-    calls = [0] * len(problems)
-    turns = [0] * len(problems)
-    for _ in range(max_turns):
-        live = [i for i, d in enumerate(done) if not d]
-        if not live:
-            break
-        actions = generate_fn([ctx[i] for i in live])
-        for i, act in zip(live, actions):
-            act = [int(a) for a in act]
-            turns[i] += 1
-            kind, payload = parse_action(act)
-            msgs[i].append({"role": "assistant", "content": decode(act)})
-            ctx[i].extend(act)
-            if kind == "call":
-                reply = lookup(problems[i], payload)
-                calls[i] += 1
-                msgs[i].append({"role": "tool", "content": reply})
-                ctx[i].extend(encode(reply))
-            else:
-                done[i] = True
-                success[i] = kind == "ans" and answer_ok(problems[i], payload)
-    return [EpisodeResult(m, s, c, t) for m, s, c, t in zip(msgs, success, calls, turns)]
+    return common.run_episodes(
+        problems, generate_fn, max_turns, encode_fn=encode, decode_fn=decode,
+        parse_fn=parse_action, tool_kind="call", tool=lookup, answer_ok=answer_ok)
 
 
 def replay(problem: Problem, messages: Sequence[dict]) -> tuple[bool, bool]:
