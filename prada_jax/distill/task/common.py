@@ -285,3 +285,17 @@ def run_episodes(problems: Sequence, generate_fn: GenerateFn, max_turns: int, *,
                 done[i] = True
                 success[i] = kind == "ans" and answer_ok(problems[i], payload)
     return [EpisodeResult(m, s, c, t) for m, s, c, t in zip(msgs, success, calls, turns)]
+
+
+def ensure_teacher(tdir: os.PathLike | str, fv, train_fn: Callable, t0: float):
+    """The teacher of a task cache: trains it into ``tdir`` with ``train_fn`` (a task's
+    ``train_teacher``; seed and sizes from the parsed flags ``fv``) unless ``tdir`` already
+    holds a ``config.json``, then loads it (PyTorch, float32, eval mode)."""
+    from pathlib import Path
+
+    from prada_jax.distill.scoring import load_teacher
+    if not (Path(tdir) / "config.json").is_file():
+        train_fn(tdir, fv.seed, fv.steps, fv.batch, fv.lr, fv.warmup, fv.n_train,
+                 fv.hidden, fv.layers, fv.heads, fv.kv_heads, fv.intermediate)
+    print(f"teacher ready ({time.time() - t0:.0f}s)", flush=True)
+    return load_teacher(tdir)

@@ -43,8 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill.scoring import load_teacher
     from prada_jax.distill.task import kg
+    from prada_jax.distill.task.common import ensure_teacher
     from prada_jax.distill.task.export_local import export_logits
     from prada_jax.distill.task.kg_teacher import evaluate_torch, record_pool, train_teacher
     torch.set_num_threads(fv.threads)
@@ -52,11 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     tdir = root / "teacher"
     t0 = time.time()
-    if not (tdir / "config.json").is_file():
-        train_teacher(tdir, fv.seed, fv.steps, fv.batch, fv.lr, fv.warmup, fv.n_train,
-                      fv.hidden, fv.layers, fv.heads, fv.kv_heads, fv.intermediate)
-    print(f"teacher ready ({time.time() - t0:.0f}s)", flush=True)
-    model = load_teacher(tdir)
+    model = ensure_teacher(tdir, fv, train_teacher, t0)
     tau = fv.temperature
     eval_problems = kg.make_problems(fv.seed * 1000 + 3, fv.n_eval)
     ev = {"temperature": tau, "sampled": evaluate_torch(model, eval_problems, tau, fv.seed),

@@ -44,18 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from prada_jax.distill import pool as pool_lib
     from prada_jax.distill.task import arith
     from prada_jax.distill.task.export_local import export_logits
-    from prada_jax.distill.task.teacher import (evaluate_torch, load_teacher, record_pool,
-                                                train_teacher)
+    from prada_jax.distill.task.common import ensure_teacher
+    from prada_jax.distill.task.teacher import evaluate_torch, record_pool, train_teacher
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     root = Path(fv.cache) / f"seed{fv.seed}"
     root.mkdir(parents=True, exist_ok=True)
     tdir = root / "teacher"
     t0 = time.time()
-    if not (tdir / "config.json").is_file():
-        train_teacher(tdir, fv.seed, fv.steps, fv.batch, fv.lr, fv.warmup, fv.n_train,
-                      fv.hidden, fv.layers, fv.heads, fv.kv_heads, fv.intermediate)
-    print(f"teacher ready ({time.time() - t0:.0f}s)", flush=True)
-    model = load_teacher(tdir)
+    model = ensure_teacher(tdir, fv, train_teacher, t0)
     ev = evaluate_torch(model, arith.make_problems(fv.seed * 1000 + 3, fv.n_eval))
     (root / "teacher_eval.json").write_text(json.dumps(ev, indent=2))
     print(f"teacher success on held-out problems (synthetic): {ev['success_rate']:.3f}")
