@@ -8,7 +8,6 @@ deterministic from ``--seed`` (the held-out set of :mod:`..teacher` uses ``seed 
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Sequence
 

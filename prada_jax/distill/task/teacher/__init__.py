@@ -23,7 +23,6 @@ import numpy as np
 
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill.task import arith, common
-from prada_jax.distill.task.export_local import export_logits
 
 DEFAULTS = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256, steps=600,
                 batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=512, n_eval=256, top_k=8)
