@@ -29,24 +29,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def make_cache(root: Path, n_problems: int = 48) -> Path:
     """A synthetic cache (pool/, logits/, teacher/) under ``root``."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill.task import arith
-    from prada_jax.distill.task.export_local import export_logits
-    from prada_jax.distill.task.teacher import model_config
-
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(model_config(16, 1, 2, 1, 32)).save_pretrained(root / "teacher")
-    arith.build_tokenizer().save_pretrained(root / "teacher")
-    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))
-                         for p in arith.make_problems(5, n_problems)))
-    pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * n_problems), root / "pool",
-                       {"task": arith.TASK_NAME, "synthetic": True,
-                        "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
-    export_logits(root / "teacher", root / "pool", root / "logits", top_k=4)
-    return root
+    from prada_jax.distill.task.teacher import tiny_cache
+    return tiny_cache(root, n_problems)
 
 
 def _times(cache: Path, workdir: Path, seed: int, num_seeds: int, updates: int,

@@ -17,23 +17,8 @@ from prada_jax.distill.task import arith  # noqa: E402
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """A tiny cache: a pool of solved episodes, a random tiny PyTorch teacher, its logits."""
-    from transformers import Qwen2ForCausalLM
-
-    from prada_jax.distill.task.export_local import export_logits
-    from prada_jax.distill.task.teacher import model_config
-
-    root = tmp_path_factory.mktemp("cache")
-    torch.manual_seed(0)
-    teacher = Qwen2ForCausalLM(model_config(16, 1, 2, 1, 32))
-    teacher.save_pretrained(root / "teacher")
-    arith.build_tokenizer().save_pretrained(root / "teacher")
-    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))
-                         for p in arith.make_problems(5, 12)))
-    pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * 12), root / "pool",
-                       {"task": arith.TASK_NAME, "synthetic": True,
-                        "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
-    export_logits(root / "teacher", root / "pool", root / "logits", top_k=4)
-    return root
+    from prada_jax.distill.task.teacher import tiny_cache
+    return tiny_cache(tmp_path_factory.mktemp("cache"))
 
 
 def _config(cache, *variants, **overrides):

@@ -116,3 +116,29 @@ def record_pool(model, problems: Sequence[arith.Problem], out_dir: os.PathLike |
     meta.update(extra_meta or {})
     return common.save_episodes(results, out_dir, arith.messages_to_tokens, arith.TASK_NAME,
                                 arith.build_tokenizer(), jsonl_path, meta)
+
+
+def tiny_cache(root: os.PathLike | str, n_problems: int = 12, top_k: int = 4) -> Path:
+    """A small synthetic cache for tests and benchmarks (not a trained teacher).
+
+    It holds ``teacher/``, an untrained random Qwen2 (hidden 16, torch seed 0) with the task's
+    tokenizer, then ``pool/``, the ``n_problems`` solved reference episodes of
+    ``make_problems(5, n_problems)``, and ``logits/``, the teacher's top-``top_k`` export of that
+    pool. It returns ``root``. Needs torch.
+    """
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from prada_jax.distill.task.export_local import export_logits
+
+    root = Path(root)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(model_config(16, 1, 2, 1, 32)).save_pretrained(root / "teacher")
+    arith.build_tokenizer().save_pretrained(root / "teacher")
+    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))
+                         for p in arith.make_problems(5, n_problems)))
+    pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * n_problems), root / "pool",
+                       {"task": arith.TASK_NAME, "synthetic": True,
+                        "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
+    export_logits(root / "teacher", root / "pool", root / "logits", top_k=top_k)
+    return root
