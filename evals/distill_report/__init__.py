@@ -4,7 +4,8 @@ the paper's claims with verdicts.
     python -m evals.distill_report --out=checkpoints/distill_report [--seeds=0-9] \
         [--cache=checkpoints/task_cache/seed0] [--steps=1000] [--warm_steps=300] \
         [--cont_steps=300] [--onpolicy_steps=100] [--batch_size=64] [--n_eval=256] \
-        [--eval_points=0] [--margin=0.02] [--methods=a,b,...] [--merge_from=DIR,DIR]
+        [--eval_points=0] [--margin=0.02] [--methods=a,b,...] [--merge_from=DIR,DIR] \
+        [--warm=warm_k0.6|warm_k1]
 
 Every method is ONE training process over all seeds (``config.train.num_seeds`` = number of
 seeds, vmapped; seeds must be consecutive, seed_i = first seed + i: student init, batch draws,
@@ -13,10 +14,14 @@ Methods (``PLAN``):
 
 * from a random init, ``--steps`` offline updates: ``fkl_k0.6`` (forward KL on exported top-k +
   tail, κ = 0.6), ``fkl_k1`` (κ = 1, uniform turns), ``fkl_late`` (late-heavy
-  p ∝ 0.6^(K-1-t)), ``sft`` (cross-entropy on teacher tokens), ``fkl_auto`` / ``fkl_exact``
-  (the adaptive weightings below, from scratch);
-* warm starts, ``--warm_steps`` offline updates: ``warm_k0.6``, ``warm_k1``;
-* continuations of ``warm_k0.6`` (each seed from its own warm student), ``--cont_steps``
+  p ∝ 0.6^(K-1-t)), ``sft`` (cross-entropy on teacher tokens, κ = 0.6: the loss alone differs
+  from ``fkl_k0.6``), ``sft_k1`` (plain SFT: cross-entropy on every teacher turn equally, κ = 1),
+  ``fkl_auto`` / ``fkl_exact`` (the adaptive weightings below, from scratch);
+* warm starts, ``--warm_steps`` offline updates: ``warm_k0.6``, ``warm_k1`` (when
+  ``--warm_steps`` equals ``--steps`` and ``fkl_k0.6`` / ``fkl_k1`` already ran in ``--out``,
+  the warm start is that run, linked, not retrained);
+* continuations of the ``--warm`` start (``warm_k0.6`` by default; each seed from its own
+  warm student), ``--cont_steps``
   offline updates (lr 1e-3, 5 warm-up): ``cont_k0.6``, ``cont_k1``, ``cont_auto`` (κ = exp(−c̄),
   c̄ the student's mean per-turn gap to the teacher on the pool, re-estimated every
   ``sampler.refresh_every`` updates, held at 0.6 while c̄ > ``sampler.auto_gap_max`` —
@@ -26,7 +31,7 @@ Methods (``PLAN``):
   ``round(onpolicy_steps × u_on / u_off)`` with the measured median seconds per update of
   ``reopd_k0.6`` and ``cont_k0.6`` (run those first);
 * on-policy ReOPD (student samples, teacher scores, reverse-KL policy gradient),
-  ``--onpolicy_steps`` updates: ``reopd_k0.6`` and ``reopd_auto`` from ``warm_k0.6``,
+  ``--onpolicy_steps`` updates: ``reopd_k0.6`` and ``reopd_auto`` from the ``--warm`` start,
   ``reopd_k1`` from ``warm_k1`` (a random student's samples carry no signal on this task).
 
 Every run also logs the pool likelihood-ratio diagnostic (c̄, exp(−c̄), and the OLS of log br_t
@@ -44,7 +49,8 @@ on the turn index: slope, R²) at its start and end. ``report.json`` + ``report.
 * ``success_vs_updates.png``: task success against updates, mean and 95% CI band over seeds,
   from the before/after evaluations and ``--eval_points`` evaluations inside each run.
 
-All data is synthetic (generated arithmetic problems).
+All data is synthetic (the built-in tasks generate their problems); the report names the task
+from ``<cache>/pool/pool.json``.
 """
 from __future__ import annotations
 
@@ -69,6 +75,13 @@ def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over
     return c
 
 
+# The warm start the continuations and on-policy runs continue from (``--warm``): a
+# placeholder in PLAN, resolved by :func:`plan_of`.
+WARM = "<warm>"
+WARM_STARTS = ("warm_k0.6", "warm_k1")
+# a warm start with the same config and budget as a from-scratch method IS that method's run
+TWIN = {"warm_k0.6": "fkl_k0.6", "warm_k1": "fkl_k1"}
+
 # name -> (config variant, warm start it continues from or None, budget); budgets: "steps"
 # (offline from a random init), "warm" (the warm starts), "cont" (offline continuation of a
 # warm start), "onpolicy" (ReOPD updates from a warm start).
@@ -77,20 +90,36 @@ PLAN = {
     "fkl_k1": ("uniform", None, "steps"),
     "fkl_late": ("late", None, "steps"),
     "sft": ("sft", None, "steps"),
+    # plain SFT as usually run: cross-entropy on every teacher turn equally (κ = 1)
+    "sft_k1": ("sft,uniform", None, "steps"),
     "fkl_auto": ("auto", None, "steps"),
     "fkl_exact": ("exact", None, "steps"),
     "warm_k0.6": ("", None, "warm"),
     "warm_k1": ("uniform", None, "warm"),
-    "cont_k0.6": ("", "warm_k0.6", "cont"),
-    "cont_k1": ("uniform", "warm_k0.6", "cont"),
-    "cont_auto": ("auto", "warm_k0.6", "cont"),
-    "cont_exact": ("exact", "warm_k0.6", "cont"),
-    "reopd_k0.6": ("onpolicy", "warm_k0.6", "onpolicy"),
+    "cont_k0.6": ("", WARM, "cont"),
+    "cont_k1": ("uniform", WARM, "cont"),
+    "cont_auto": ("auto", WARM, "cont"),
+    "cont_exact": ("exact", WARM, "cont"),
+    "reopd_k0.6": ("onpolicy", WARM, "onpolicy"),
     "reopd_k1": ("onpolicy,uniform", "warm_k1", "onpolicy"),
-    "reopd_auto": ("onpolicy,auto", "warm_k0.6", "onpolicy"),
-    # offline continuation of warm_k0.6 for the wall time of reopd_k0.6's updates (claim b)
-    "cont_k0.6_wall": ("", "warm_k0.6", "wall"),
+    "reopd_auto": ("onpolicy,auto", WARM, "onpolicy"),
+    # offline continuation of the warm start for the wall time of reopd_k0.6's updates (claim b)
+    "cont_k0.6_wall": ("", WARM, "wall"),
 }
+
+
+def plan_of(name: str, warm: str = "warm_k0.6") -> tuple[str, str | None, str]:
+    """PLAN[name] with the continuations' warm start resolved to ``warm`` (one of
+    :data:`WARM_STARTS`)."""
+    if warm not in WARM_STARTS:
+        raise ValueError(f"--warm={warm}: choose from {WARM_STARTS}")
+    variant, warm_from, budget = PLAN[name]
+    return variant, (warm if warm_from == WARM else warm_from), budget
+
+
+def adaptive(variant: str) -> bool:
+    """Whether a config variant re-weights its sampler from the ratio diagnostic."""
+    return bool({"auto", "exact"} & set(variant.split(",")))
 
 
 def check_seeds(seeds) -> list[int]:
@@ -131,14 +160,38 @@ def wall_budget(runs: dict, onpolicy_steps: int) -> tuple[int, dict]:
                    "steps": steps}
 
 
+def _reuse_twin(out: Path, runs: dict, name: str, seeds, budgets: dict) -> bool:
+    """A warm start whose from-scratch twin (:data:`TWIN`: same config) ran the same number of
+    updates in ``out`` is that run: ``<out>/<warm>`` becomes a relative symlink to the twin's
+    folder and the twin's records are copied under the warm start's name (``reused_from``),
+    instead of training the same students twice. False when there is nothing to reuse."""
+    twin = TWIN.get(name)
+    if twin is None or budgets.get("warm") != budgets.get("steps"):
+        return False
+    recs = [runs.get(f"{twin}/seed{s}") for s in seeds]
+    if any(r is None for r in recs) or not (out / twin).is_dir():
+        return False
+    link = out / name
+    if not link.exists():
+        link.symlink_to(twin, target_is_directory=True)
+    for r in recs:
+        runs[f"{name}/seed{r['seed']}"] = {**r, "budget": "warm", "reused_from": twin}
+    return True
+
+
 def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
-        eval_points: int = 0, batch_size: int = 64) -> dict:
+        eval_points: int = 0, batch_size: int = 64, warm: str = "warm_k0.6") -> dict:
     """Runs every method not yet in ``<out>/runs.json`` for all ``seeds`` in ONE process run
     with ``config.train.num_seeds = len(seeds)`` (seed_i = seeds[0] + i, vmapped; workdir
     ``<out>/<method>``); ``budgets`` maps the PLAN budget names to optimizer updates
     (``wall`` is derived, :func:`wall_budget`). ``eval_points`` > 0 adds that many evenly
     spaced task evaluations inside each run (``config.eval.every``) for the success-vs-updates
-    curves. Records per seed in ``runs.json`` under ``<method>/seed<s>``."""
+    curves. ``warm`` is the warm start the continuations and on-policy runs continue from
+    (:func:`plan_of`); a warm start equal to a from-scratch run already here is reused
+    (:func:`_reuse_twin`); a continuation's "before" is its warm start's final evaluation (the
+    same students on the same problems, ``eval.before = False``). Runs with a fixed sampler take the ratio diagnostic at their start
+    and end only (``sampler.refresh_every = 0``; it changes nothing they train on). Records
+    per seed in ``runs.json`` under ``<method>/seed<s>``."""
     from prada_jax.distill.loop import train_and_evaluate
     import time
     unknown = [m for m in methods if m not in PLAN]
@@ -152,17 +205,28 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
     for name in methods:
         if all(f"{name}/seed{s}" in runs for s in seeds):
             continue
-        variant, warm_from, budget = PLAN[name]
+        variant, warm_from, budget = plan_of(name, warm)
+        if budget == "warm" and _reuse_twin(out, runs, name, seeds, budgets):
+            res_path.write_text(json.dumps(runs, indent=2))
+            print(f"{name}: the same students as {TWIN[name]} (reused, not retrained)",
+                  flush=True)
+            continue
         over = {"train.num_seeds": n, "train.batch_size": batch_size}
+        if not adaptive(variant):
+            over["sampler.refresh_every"] = 0
         if warm_from is not None:
-            warm = out / warm_from
-            need = ([warm / f"seed_{s}" / "student_hf" for s in seeds] if n > 1
-                    else [warm / "student_hf"])
+            wdir = out / warm_from
+            need = ([wdir / f"seed_{s}" / "student_hf" for s in seeds] if n > 1
+                    else [wdir / "student_hf"])
             missing = [str(p) for p in need if not p.is_dir()]
             if missing:
                 raise FileNotFoundError(f"{missing[0]}: run {warm_from} first")
-            over.update({"student.init": str(warm if n > 1 else need[0]),
+            over.update({"student.init": str(wdir if n > 1 else need[0]),
                          "optim.warmup_steps": 5, "optim.lr": 1e-3})
+            warm_after = {s: runs.get(f"{warm_from}/seed{s}", {}).get("after") for s in seeds}
+            if all(warm_after.values()):
+                # the warm start's own final evaluation: the same students on the same problems
+                over["eval.before"] = False
         extra = {}
         if budget == "wall" and budgets.get("wall"):
             # fixed by the caller (--wall_steps), e.g. from an early estimate of u_on
@@ -181,6 +245,8 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
         per = r["per_seed"] if n > 1 else [r]
         for rr in per:
             rr.pop("already_finished", None)
+            if warm_from is not None and not rr.get("before") and warm_after.get(rr["seed"]):
+                rr["before"] = {**warm_after[rr["seed"]], "from_warm_start": warm_from}
             rr.update(budget=budget, warm_from=warm_from, steps=steps, run_wall_s=wall,
                       num_seeds=n, **({"wall_budget": extra} if extra else {}))
             runs[f"{name}/seed{rr['seed']}"] = rr
@@ -233,19 +299,37 @@ def heldout_diagnostics(runs: dict, roots, cache: str) -> int:
     return added
 
 
-def reference_of(name: str) -> str | None:
-    """The run a method is compared with, paired by seed (None for the references)."""
+def reference_of(name: str, runs: dict | None = None) -> str | None:
+    """The run a method is compared with, paired by seed (None for the references); an
+    on-policy run is compared with the warm start its records name (``warm_from``)."""
     if name not in PLAN or name in ("fkl_k0.6", "cont_k0.6") or name.startswith("warm"):
         return None
     variant, warm_from, budget = PLAN[name]
+    if budget == "onpolicy":
+        recorded = [r.get("warm_from") for k, r in (runs or {}).items()
+                    if k.split("/")[0] == name and r.get("warm_from")]
+        warm_from = recorded[0] if recorded else plan_of(name)[1]
     return {"steps": "fkl_k0.6", "cont": "cont_k0.6", "wall": "cont_k0.6",
             "onpolicy": warm_from}[budget]
+
+
+TASK_LABELS = {"arith_calc_v1": "synthetic arithmetic task",
+               "kg_lookup_v1": "synthetic knowledge-graph task (kg_lookup_v1)"}
+
+
+def task_label(cache: str) -> str:
+    """What the report's numbers come from, read from ``<cache>/pool/pool.json``'s ``task``."""
+    try:
+        name = json.loads((Path(cache) / "pool" / "pool.json").read_text()).get("task", "")
+    except (OSError, ValueError, AttributeError):
+        name = ""
+    return TASK_LABELS.get(name, f"task {name}" if name else "synthetic task")
 
 
 def summarize(runs: dict, cache: str) -> dict:
     from evals.stats import mean_ci
     from prada_jax.distill.task.evaluate import wilson_ci
-    table = {}
+    table = {"task": task_label(cache)}
     names = sorted({k.split("/")[0] for k in runs})
     before = [r["before"]["success_rate"] for k, r in runs.items()
               if k.startswith("fkl_k0.6/") and r.get("before")]
@@ -276,7 +360,7 @@ def summarize(runs: dict, cache: str) -> dict:
         if name.endswith("auto"):
             table[name]["kappa_final"] = mean_ci([r["kappa"] for r in rs]).to_dict()
     for name in names:
-        ref_name = reference_of(name)
+        ref_name = reference_of(name, runs)
         if ref_name is None:
             continue
         ref = {r["seed"]: r["after"]["success_rate"] for k, r in runs.items()
@@ -289,25 +373,36 @@ def summarize(runs: dict, cache: str) -> dict:
     tpath = Path(cache) / "teacher_eval.json"
     if tpath.is_file():
         t = json.loads(tpath.read_text())
-        k = round(t["success_rate"] * t["n"])
-        table["teacher"] = {"success_rate": t["success_rate"], "n": t["n"],
-                            "wilson95": list(wilson_ci(k, t["n"]))}
+        # one decoding rule (arith: greedy) or {"sampled": ..., "greedy": ...} (kg: the pool's
+        # sampling temperature and greedy)
+        for key, e in ((("teacher", t),) if "success_rate" in t else
+                       (("teacher", t.get("sampled")), ("teacher_greedy", t.get("greedy")))):
+            if isinstance(e, dict) and "success_rate" in e and "n" in e:
+                k = round(e["success_rate"] * e["n"])
+                table[key] = {"success_rate": e["success_rate"], "n": e["n"],
+                              "wilson95": list(wilson_ci(k, e["n"])),
+                              "label": ("greedy" if key == "teacher_greedy" else
+                                        f"sampled τ = {t['temperature']:g}"
+                                        if "temperature" in t and "sampled" in t else "")}
     return table
 
 
 def to_markdown(table: dict) -> str:
     lines = ["| method | task success (mean ± 95% CI over seeds) | paired difference | "
              "env calls in training | median s / update |", "|---|---|---|---|---|"]
-    if "teacher" in table:
-        t = table["teacher"]
-        lines.append(f"| teacher (PyTorch, n={t['n']}) | {t['success_rate']:.3f} "
-                     f"(Wilson [{t['wilson95'][0]:.3f}, {t['wilson95'][1]:.3f}]) | – | – | – |")
+    for key in ("teacher", "teacher_greedy"):
+        if key in table:
+            t = table[key]
+            how = f", {t['label']}" if t.get("label") else ""
+            lines.append(f"| teacher (PyTorch{how}, n={t['n']}) | {t['success_rate']:.3f} "
+                         f"(Wilson [{t['wilson95'][0]:.3f}, {t['wilson95'][1]:.3f}]) | – | – | "
+                         "– |")
     if "student_before" in table:
         b = table["student_before"]
         lines.append(f"| student before distillation | {b['mean']:.3f} ± "
                      f"{b['ci_half_width']:.3f} | – | – | – |")
     for name, row in table.items():
-        if name in ("teacher", "student_before"):
+        if name in ("teacher", "teacher_greedy", "student_before", "task"):
             continue
         s, u = row["success"], row["update_s_median"]
         d = row.get("paired")
@@ -333,7 +428,7 @@ def to_markdown(table: dict) -> str:
                 lines.append(f"| {label} | " + " | ".join(
                     f"{e[k]['mean']:.3f} ± {e[k]['ci_half_width']:.3f}"
                     for k in DIAG_KEYS) + " |")
-    return "\n".join(lines) + "\n\nAll numbers: synthetic arithmetic task.\n"
+    return "\n".join(lines) + f"\n\nAll numbers: {table.get('task', 'synthetic task')}.\n"
 
 
 # The paper's claims as hypotheses: (id, statement, method, reference, kind). kind "beats":
@@ -345,6 +440,10 @@ CLAIMS = (
      "fkl_k0.6", "fkl_late", "beats"),
     ("a3", "κ = 0.6 forward KL beats SFT on the teacher tokens (offline, from scratch)",
      "fkl_k0.6", "sft", "beats"),
+    ("a4", "κ = 0.6 forward KL beats plain SFT (cross-entropy on every teacher turn equally, "
+     "κ = 1; offline, from scratch)", "fkl_k0.6", "sft_k1", "beats"),
+    ("a5", "forward KL on the teacher's top-k + tail beats SFT at equal turn weights (both κ = 1, "
+     "offline, from scratch)", "fkl_k1", "sft_k1", "beats"),
     ("b1", "on-policy ReOPD beats continuing offline from the same warm start, equal updates",
      "reopd_k0.6", "cont_k0.6", "beats"),
     ("b2", "on-policy ReOPD beats continuing offline from the same warm start, equal wall time",
@@ -483,7 +582,7 @@ def success_curves(runs: dict) -> dict:
     return out
 
 
-def plot_success(curves: dict, path: Path) -> Path | None:
+def plot_success(curves: dict, path: Path, task: str = "synthetic task") -> Path | None:
     """PNG: task success vs updates, mean and 95% CI band over seeds; left panel from
     scratch, right panel warm starts and what continues them."""
     if not curves:
@@ -509,7 +608,7 @@ def plot_success(curves: dict, path: Path) -> Path | None:
         if names:
             ax.legend(fontsize=7)
     axes[0].set_ylabel("task success (mean, 95% CI over seeds)")
-    fig.suptitle("ReOPD on the synthetic arithmetic task", fontsize=10)
+    fig.suptitle(f"ReOPD on the {task}", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)

@@ -45,6 +45,10 @@ def _define(fv) -> None:
     flags.DEFINE_string("methods", "fkl_k0.6,fkl_k1,fkl_late,sft,fkl_auto,warm_k0.6,"
                         "cont_k0.6,cont_auto,reopd_k0.6,cont_k0.6_wall",
                         f"comma-separated, in run order; from {', '.join(PLAN)}", flag_values=fv)
+    flags.DEFINE_enum("warm", "warm_k0.6", list(_lib.WARM_STARTS),
+                      "warm start of the continuations and on-policy runs (cont_*, reopd_k0.6, "
+                      "reopd_auto, cont_k0.6_wall); warm_k1 on tasks where κ = 0.6 from "
+                      "scratch stays near 0", flag_values=fv)
     flags.DEFINE_string("merge_from", "",
                         "comma-separated report folders whose runs.json are merged in first "
                         "(e.g. one folder per seed run in parallel)", flag_values=fv)
@@ -83,7 +87,7 @@ def main(argv=None) -> int:
                "onpolicy": args.onpolicy_steps, "wall": args.wall_steps}
     try:
         runs = run(out, args.cache, seeds, budgets, args.n_eval, methods, args.eval_points,
-                   batch_size=args.batch_size)
+                   batch_size=args.batch_size, warm=args.warm)
     except FileNotFoundError as e:
         raise BadInput(str(e)) from None
     roots = [out] + [Path(d) for d in args.merge_from.split(",") if d]
@@ -94,7 +98,7 @@ def main(argv=None) -> int:
     curves = success_curves(runs)
     (out / "report.json").write_text(json.dumps({**table, "claims": cl, "curves": curves},
                                                 indent=2))
-    png = plot_success(curves, out / "success_vs_updates.png")
+    png = plot_success(curves, out / "success_vs_updates.png", table["task"])
     md = to_markdown(table)
     if cl:
         md = claims_markdown(cl) + "\n## All runs\n\n" + md

@@ -121,6 +121,8 @@ def validate_config(config) -> None:
     cu.check_int(config, "optim.warmup_steps", "eval.n_problems", minimum=0)
     cu.check_int(config, "train.num_seeds", minimum=1)
     cu.check_int(config, "eval.every", minimum=0)
+    cu.check(isinstance(config.eval.get("before", True), bool), "eval.before",
+             f"must be true or false, got {config.eval.get('before')!r}")
     cu.check(config.student.hidden_size % config.student.num_heads == 0, "student.hidden_size",
              "must be divisible by config.student.num_heads")
     cu.check(config.student.num_heads % config.student.num_kv_heads == 0,
@@ -352,7 +354,8 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
 def restore(run: DistillRun) -> None:
     """Restores the newest intact checkpoint (state, results so far, each sampler's schedule
     state, the host-side counters) if there is one, sets ``run.start``; otherwise evaluates the
-    untrained students ("before") and runs the first ratio diagnostic."""
+    untrained students ("before", unless ``eval.before`` is False) and runs the first ratio
+    diagnostic."""
     from prada_jax import parallel
     run.state, run.meta, step = runloop.restore_or_init(run.ckpt, run.state)
     if run.meta:
@@ -371,7 +374,7 @@ def restore(run: DistillRun) -> None:
     elif run.adaptive and run.start > 0:
         refresh_ratio(run, run.start, True)
     if run.start == 0:
-        for i, res in enumerate(run.seed_results):
+        for i, res in enumerate(run.seed_results if run.config.eval.get("before", True) else ()):
             res["before"] = evaluate(run, run.params_of(i))
             if res["before"]:
                 run.writers[i].write_scalars(0, {"eval/success_rate":

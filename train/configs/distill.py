@@ -5,7 +5,9 @@ Variants (``:a,b`` combines): ``smoke`` (seconds-long CPU run), ``uniform`` (κ 
 per-turn teacher–student gap, re-estimated during training), ``exact`` (clipped per-prefix
 likelihood-ratio weights instead of κ^t), ``sft`` (cross-entropy on teacher tokens),
 ``jsd`` (JSD(β) on top-k + tail), ``onpolicy`` (ReOPD as published: student samples,
-teacher scores, reverse-KL policy gradient), ``bf16`` (bfloat16 compute).
+teacher scores, reverse-KL policy gradient), ``bf16`` (bfloat16 compute), ``kg`` (the
+knowledge-graph task: its cache ``python -m prada_jax.distill.task.kg_teacher`` writes and its
+default budget, 400 updates of 64 pairs; ``:kg,sft,uniform`` is plain SFT on it).
 Turn index t counts agent turns from 0. Defaults target the built-in arithmetic task whose
 cache ``python -m prada_jax.distill.task.teacher`` writes.
 """
@@ -15,7 +17,7 @@ import ml_collections
 
 from prada_jax import parallel
 
-VARIANTS = ("smoke", "uniform", "late", "auto", "exact", "sft", "jsd", "onpolicy", "bf16")
+VARIANTS = ("smoke", "uniform", "late", "auto", "exact", "sft", "jsd", "onpolicy", "bf16", "kg")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -95,6 +97,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.batch_size = 64              # episodes decoded together
     c.eval.every = 0                    # also evaluate every N updates (results "curve"); 0 = only
     #                                     before and after training
+    c.eval.before = True                # evaluate the students before training; False skips it (a
+    #                                     continuation whose warm start was evaluated already)
 
     for v in [a for a in (arg or "").split(",") if a]:
         if v not in VARIANTS:
@@ -128,4 +132,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.loss.kind = "rkl"
         elif v == "bf16":
             c.train.compute_dtype = "bfloat16"
+        elif v == "kg":
+            # kg_lookup_v1 (5-11 agent turns): 400 x 64 pairs is the budget at which plain SFT
+            # (":kg,sft,uniform") lands inside (0, 1) on held-out problems (docs/distill.md);
+            # the student and κ = 0.6 stay the method's defaults
+            c.data.cache = "checkpoints/kg_cache/seed0"
+            c.train.steps = 400
     return c
