@@ -247,3 +247,17 @@ def test_torch_teacher_pool_and_smoke_distillation(tmp_path):
     assert after["n"] == 4 and 0.0 <= after["success_rate"] <= 1.0
     assert after["tool_calls"] + 4 >= 4 * after["mean_turns"]   # every non-final turn calls
     assert (tmp_path / "run" / "student_hf" / "tokenizer.json").is_file()
+
+
+def test_kg_config_variant_and_pool_default():
+    """``:kg`` points the trainer at the kg cache with the task's budget and leaves the method's
+    defaults (κ = 0.6, the student) alone; the kg cache records 4096 pool trajectories."""
+    from prada_jax.distill.task import kg_teacher
+    from train.configs.distill import get_config
+    base, c = get_config(""), get_config("kg")
+    assert c.data.cache == "checkpoints/kg_cache/seed0" and c.train.steps == 400
+    assert (c.sampler.kappa, c.student.hidden_size, c.train.batch_size) == (
+        base.sampler.kappa, base.student.hidden_size, base.train.batch_size)
+    plain = get_config("kg,sft,uniform")
+    assert (plain.loss.kind, plain.sampler.kappa, plain.train.steps) == ("sft", 1.0, 400)
+    assert kg_teacher.DEFAULTS["n_pool"] == 4096

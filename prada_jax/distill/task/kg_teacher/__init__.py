@@ -26,8 +26,11 @@ from prada_jax.distill import pool as pool_lib
 from prada_jax.distill.task import common, kg
 
 DEFAULTS = dict(hidden=128, layers=3, heads=4, kv_heads=2, intermediate=256, steps=700,
-                batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=512, n_eval=256, top_k=8,
+                batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=4096, n_eval=256, top_k=8,
                 temperature=1.0, threads=1)
+# n_pool: 4096 trajectories, not the arithmetic task's 512: on 512 the 300-1000-update
+# students memorised the pool (SFT loss below the teacher's own) and stayed near 0 success
+# (docs/distill.md, "Second built-in task")
 
 
 def model_config(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int):
