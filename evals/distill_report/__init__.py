@@ -537,8 +537,8 @@ def claims_markdown(cl: list[dict]) -> str:
         if "wall_budget" in c:
             w = c["wall_budget"]
             if w.get("fixed"):
-                extra = (f"; {c['reference']} ran {w['steps']} updates (--wall_steps, set "
-                         "before the on-policy run ended; see the note on the wall budget)")
+                extra = (f"; {c['reference']} ran {w['steps']} updates (--wall_steps, fixed by "
+                         "the caller; see the note on the wall budget)")
             else:
                 extra = (f"; {c['reference']} ran {w['steps']} updates = {w['onpolicy_steps']}"
                          f" × {w['u_onpolicy_s']:.3f} s / {w['u_offline_s']:.3f} s (median s "
