@@ -189,9 +189,10 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
     curves. ``warm`` is the warm start the continuations and on-policy runs continue from
     (:func:`plan_of`); a warm start equal to a from-scratch run already here is reused
     (:func:`_reuse_twin`); a continuation's "before" is its warm start's final evaluation (the
-    same students on the same problems, ``eval.before = False``). Runs with a fixed sampler take the ratio diagnostic at their start
-    and end only (``sampler.refresh_every = 0``; it changes nothing they train on). Records
-    per seed in ``runs.json`` under ``<method>/seed<s>``."""
+    same students on the same problems, ``eval.before = False``). Runs with a fixed sampler
+    take the ratio diagnostic at their start and end only (``sampler.refresh_every = 0``; it
+    changes nothing they train on). Records per seed in ``runs.json`` under
+    ``<method>/seed<s>``."""
     from prada_jax.distill.loop import train_and_evaluate
     import time
     unknown = [m for m in methods if m not in PLAN]
