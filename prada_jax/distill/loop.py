@@ -78,7 +78,7 @@ ADAPTIVE = ("auto", "exact-ratio")
 # ``prada_jax.run_state``): the total number of updates and the logging / checkpoint cadence.
 # Note: the learning-rate schedule is laid out over ``train.steps``, so extending a run changes
 # the schedule from the resumed update on (it does not equal a run started with the new total).
-OBSERVATIONAL = ("train.steps", "log.*")
+OBSERVATIONAL = ("train.steps", "log.*", "eval.before")   # eval.before acts at update 0 only
 
 
 def resolve_paths(config) -> dict[str, Path]:
