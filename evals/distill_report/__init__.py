@@ -283,7 +283,7 @@ def heldout_diagnostics(runs: dict, roots, cache: str) -> int:
     table = teacher_table.load(hl, pool)
     added = 0
     for key, r in runs.items():
-        if "ratio_heldout" in r:
+        if "ratio_heldout" in r or r.get("reused_from"):
             continue
         name, seed = key.split("/")
         s_ = seed.removeprefix("seed")
@@ -297,7 +297,19 @@ def heldout_diagnostics(runs: dict, roots, cache: str) -> int:
         d = ratio.diagnose_student(ratio.token_logp_fn(gd), params, pool, table)
         r["ratio_heldout"] = {k: v for k, v in d.summary().items()}
         added += 1
-    return added
+    return added + _copy_twin_heldout(runs)
+
+
+def _copy_twin_heldout(runs: dict) -> int:
+    """A reused warm start (``reused_from``) takes its twin's held-out diagnostic: the same
+    students, so it is not computed twice."""
+    copied = 0
+    for key, r in runs.items():
+        twin = runs.get(f"{r.get('reused_from')}/{key.split('/')[1]}", {})
+        if "ratio_heldout" not in r and "ratio_heldout" in twin:
+            r["ratio_heldout"] = dict(twin["ratio_heldout"])
+            copied += 1
+    return copied
 
 
 def reference_of(name: str, runs: dict | None = None) -> str | None:
