@@ -91,7 +91,7 @@ def machine() -> dict:
 def bench_distill(student: str = "small", batch: int = 8, prompt_len: int = 64,
                   action_len: int = 64, top_k: int = 8, dtype: str = "float32",
                   repeats: int = 5) -> dict:
-    """Times ``prada_jax.distill.trainer.make_train_step`` (offline forward KL) on a synthetic
+    """Times ``prada_jax.distill.learner.make_train_step`` (offline forward KL) on a synthetic
     batch: B sequences of ``prompt_len`` prompt + ``action_len`` trained tokens.
 
     tokens/s counts trained (action) tokens and processed (prompt + action) tokens per second
@@ -105,7 +105,7 @@ def bench_distill(student: str = "small", batch: int = 8, prompt_len: int = 64,
     from flax import nnx
 
     from prada_jax import parallel
-    from prada_jax.distill.trainer import init_state, make_optimizer, make_train_step
+    from prada_jax.distill.learner import init_state, make_optimizer, make_train_step
     from prada_jax.lm.config import LMConfig
     from prada_jax.lm.model import CausalLM
 

@@ -4,7 +4,7 @@
 
 Builds a small SYNTHETIC cache in a temporary folder (generated arithmetic episodes, a random
 tiny PyTorch teacher, its exported top-4 logits), then, in the same process, times
-``prada_jax.distill.loop.optimizer_step`` (host batch drawing + teacher-logit gather + the
+``prada_jax.distill.trainer.optimizer_step`` (host batch drawing + teacher-logit gather + the
 jitted step, offline forward KL, default student of ``train/configs/distill.py``):
 
 * vmapped: one run with ``config.train.num_seeds = N``; students·updates/s = N / median
@@ -35,7 +35,7 @@ def make_cache(root: Path, n_problems: int = 48) -> Path:
 
 def _times(cache: Path, workdir: Path, seed: int, num_seeds: int, updates: int,
            batch: int) -> list[float]:
-    from prada_jax.distill import loop
+    from prada_jax.distill import trainer
     from train.configs.distill import get_config
     c = get_config()
     c.data.cache = str(cache)
@@ -45,10 +45,10 @@ def _times(cache: Path, workdir: Path, seed: int, num_seeds: int, updates: int,
     c.train.steps = updates + 1
     c.eval.n_problems = 0
     c.log.progress = False
-    run = loop.build(c, workdir)
+    run = trainer.build(c, workdir)
     try:
         for step in range(updates + 1):   # update 0 compiles: not timed
-            loop.optimizer_step(run, step)
+            trainer.optimizer_step(run, step)
     finally:
         run.ckpt.close()
         for w in run.writers:

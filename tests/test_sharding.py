@@ -112,7 +112,7 @@ _DISTILL = """
     import jax, jax.numpy as jnp, numpy as np
     from flax import nnx
     from prada_jax import parallel
-    from prada_jax.distill.trainer import init_state, make_optimizer, make_train_step
+    from prada_jax.distill.learner import init_state, make_optimizer, make_train_step
     from prada_jax.lm.config import LMConfig
     from prada_jax.lm.model import CausalLM
 

@@ -90,7 +90,7 @@ def main(argv):
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     apply_kappa_flag(FLAGS.config, FLAGS.kappa)
-    from prada_jax.distill.loop import train_and_evaluate, validate_config
+    from prada_jax.distill.trainer import train_and_evaluate, validate_config
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2).
     validate_config(FLAGS.config)

@@ -124,7 +124,7 @@ def adaptive(variant: str) -> bool:
 
 def check_seeds(seeds) -> list[int]:
     """The seeds of a report: consecutive integers (one vmapped run per method trains seeds
-    ``seeds[0] + i``, :mod:`prada_jax.distill.loop`); ValueError otherwise."""
+    ``seeds[0] + i``, :mod:`prada_jax.distill.trainer`); ValueError otherwise."""
     seeds = [int(s) for s in seeds]
     if not seeds or seeds != list(range(seeds[0], seeds[0] + len(seeds))):
         raise ValueError(f"seeds must be consecutive integers (one vmapped run per method), "
@@ -193,7 +193,7 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
     take the ratio diagnostic at their start and end only (``sampler.refresh_every = 0``; it
     changes nothing they train on). Records per seed in ``runs.json`` under
     ``<method>/seed<s>``."""
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     import time
     unknown = [m for m in methods if m not in PLAN]
     if unknown:

@@ -1,6 +1,6 @@
 """The task interface the distillation trainer is given, and a registry of tasks by name.
 
-The trainer (:mod:`prada_jax.distill.loop`) imports no task: everything task-specific reaches
+The trainer (:mod:`prada_jax.distill.trainer`) imports no task: everything task-specific reaches
 it through a :class:`Task`, looked up by the pool's ``meta["task"]`` name (:func:`for_pool`)
 or passed in by the caller. A task bundles
 

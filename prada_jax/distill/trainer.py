@@ -1,213 +1,737 @@
-"""ReOPD trainer: jitted distillation step (offline / on-policy) and the host training loop.
+"""Host training loop of ``python -m train.distill``: data, student, checkpoints, curves, eval.
 
-One compiled ``train_step(state, batch) -> (state, metrics)`` per mode. The model input is
-``concat(prompt, action)`` [B, P + A] (:mod:`prada_jax.distill.sampler` layout); the logits at
-columns ``P - 1 .. P + A - 2`` predict the action tokens.
+``train_and_evaluate(config, workdir)`` (config: ``train/configs/distill.py``):
 
-Modes (``config.mode``):
+1. loads the pool (``config.data.pool_dir``) and, for offline fkl/jsd (and for logging the
+   teacher KL in every offline run), the exported teacher logits (``config.data.logits_dir``);
+2. builds the Flax student from ``config.student`` (or loads ``config.student.init``);
+3. restores ``<workdir>/checkpoints`` if present, else evaluates the untrained student on the
+   task ("before distillation");
+4. runs ``config.train.steps`` optimizer updates (× ``config.optim.grad_accum`` micro-steps),
+   writing TensorBoard curves to ``<workdir>/tb`` (``distill/loss``, ``distill/kl``,
+   ``distill/kl_turn_<t>``, ``distill/turn_frac_<t>`` — the sampled-turn histogram —,
+   ``distill/tokens_per_s``, ``distill/update_s``, ``distill/env_calls``), with a progress bar
+   and orbax checkpoints every ``config.log.ckpt_every`` updates;
+5. evaluates the student by running the task with the tool, saves it as a Hugging Face folder
+   ``<workdir>/student_hf`` (safetensors; ``transformers`` loads it) and writes
+   ``<workdir>/results.json``.
 
-* ``offline``: the action is the teacher's recorded turn-t tokens; ``config.loss`` is
-  ``fkl`` (forward KL on the exported top-k + tail), ``jsd`` (JSD(β) on the same buckets) or
-  ``sft`` (cross-entropy on the teacher tokens, the SFT baseline).
-* ``onpolicy`` (ReOPD as published): each round the student samples the turn-t action after the
-  replayed prefix (``prada_jax.lm.sampling.generate``), the PyTorch teacher scores the sampled
-  tokens in-process (a scoring function passed in: no environment calls), and the loss is the
-  per-token reverse-KL policy gradient (``rkl_coef``) plus optionally ``fkl_coef`` × the
-  top-k forward KL at the sampled positions.
+The trainer knows no task: everything task-specific (token ids, tokenizer, environment call
+counter, teacher scorer, evaluator) comes from a :class:`prada_jax.distill.tasks.Task`, passed
+in or looked up by the pool's ``task`` name. The job is a sequence of named steps on a
+:class:`DistillRun`: :func:`build`, :func:`restore`, then per update :func:`optimizer_step`,
+:func:`log_metrics`, :func:`refresh_ratio` and :func:`save`, and finally :func:`evaluate` and
+:func:`finish`.
 
-Gradient accumulation uses ``optax.MultiSteps`` (every ``grad_accum`` micro-batches one
-optimizer update); learning rate: linear warm-up + cosine decay (AdamW).
+Determinism: the batch of micro-step s is drawn with ``np.random.default_rng([seed, s])`` and
+the sampling key is ``fold_in(key(seed), s)``, so a resumed run continues the same sequence.
+
+Seeds as a batch axis (``config.train.num_seeds = N`` > 1): one process trains N students with
+seeds ``seed_i = config.seed + i`` (i = 0..N-1) in one jitted, ``vmap``-ped step: parameters
+and optimiser states are stacked on a leading seed axis, and everything seed-dependent is
+exactly what a separate run with ``config.seed = seed_i`` uses (student init, batch draws
+``default_rng([seed_i, s])``, sampling keys ``fold_in(key(seed_i), s)``, the sampler's
+schedule state for ``auto`` / ``exact-ratio``), so seed i of the vmapped run equals that
+separate run up to floating-point reassociation of the batched kernels. On-policy generation,
+teacher scoring, ratio refreshes and evaluations loop over the seeds on the host. Outputs:
+curves of seed s in ``<workdir>/tb/seed_<s>`` (one TensorBoard run per seed), its student in
+``<workdir>/seed_<s>/student_hf``; ``results.json`` holds ``per_seed`` (each entry the
+results dict a separate run would write) and ``success_after`` = mean ± 95% Student-t CI of the
+task success over seeds. With a ``student.init`` folder that holds ``seed_<s>/student_hf``
+(a multi-seed run), seed s starts from its own student. N = 1 is the single-student path,
+unchanged.
+The trainer never calls the environment: ``distill/env_calls`` is the task's tool-call
+counter across the training steps (it must be 0).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx, struct
+from flax import nnx
 
-from prada_jax.distill import losses
-
-
-@struct.dataclass
-class TrainState:
-    """params / opt_state: pytrees of the student's nnx.Param state and the optimizer; step:
-    micro-steps done (int32); key: typed PRNG key for on-policy sampling."""
-
-    params: Any
-    opt_state: Any
-    step: Any
-    key: Any
+from prada_jax import config_utils as cu
+from prada_jax import run_state, runloop
+from prada_jax.errors import NonFiniteTraining
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill import ratio as ratio_lib
+from prada_jax.distill import tasks as tasks_lib
+from prada_jax.distill import teacher_table
+from prada_jax.distill.sampler import SCHEDULES, TurnSampler, check_kappa
+from prada_jax.distill.learner import (init_state, make_optimizer, make_train_step,
+                                       onpolicy_round, seed_slice, stack_states)
 
 
-def make_optimizer(lr: float, warmup_steps: int, total_steps: int, weight_decay: float,
-                   clip_norm: float, grad_accum: int) -> optax.GradientTransformation:
-    """AdamW with warm-up + cosine over ``total_steps`` optimizer updates, clipped, accumulated
-    over ``grad_accum`` micro-steps."""
-    sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, warmup_steps),
-                                               max(total_steps, warmup_steps + 1), lr * 0.1)
-    tx = optax.chain(optax.clip_by_global_norm(clip_norm),
-                     optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=weight_decay))
-    if grad_accum > 1:
-        tx = optax.MultiSteps(tx, every_k_schedule=grad_accum)
-    return tx
+# Adaptive turn weightings (prada_jax/distill/ratio.py), re-estimated from the current student
+# every ``sampler.refresh_every`` updates: "auto" = κ^t with κ = exp(−c̄), "exact-ratio" =
+# clipped per-prefix likelihood ratio br_{i,t}.
+ADAPTIVE = ("auto", "exact-ratio")
+
+# Config fields that may change when a workdir is resumed (they extend or observe the run;
+# ``prada_jax.run_state``): the total number of updates and the logging / checkpoint cadence.
+# Note: the learning-rate schedule is laid out over ``train.steps``, so extending a run changes
+# the schedule from the resumed update on (it does not equal a run started with the new total).
+OBSERVATIONAL = ("train.steps", "log.*", "eval.before")   # eval.before acts at update 0 only
 
 
-def init_state(model, tx, key) -> tuple[Any, TrainState]:
-    """Splits the NNX model into (graphdef, TrainState)."""
-    graphdef, params = nnx.split(model, nnx.Param)
-    return graphdef, TrainState(params=params, opt_state=tx.init(params),
-                                step=jnp.zeros((), jnp.int32), key=key)
+def resolve_paths(config) -> dict[str, Path]:
+    cache = Path(config.data.cache)
+    return {"pool": Path(config.data.pool_dir or cache / "pool"),
+            "logits": Path(config.data.logits_dir or cache / "logits"),
+            "teacher": Path(config.data.teacher_dir or cache / "teacher")}
 
 
-def _action_logits(graphdef, params, prompt, prompt_mask, action, action_valid):
-    """Student logits [B, A, V] predicting each action token."""
-    model = nnx.merge(graphdef, params)
-    ids = jnp.concatenate([prompt, action], axis=1)
-    mask = jnp.concatenate([prompt_mask, action_valid], axis=1).astype(jnp.int32)
-    logits = model(ids, mask)
-    P, A = prompt.shape[1], action.shape[1]
-    return jax.lax.dynamic_slice_in_dim(logits, P - 1, A, axis=1).astype(jnp.float32)
+def validate_config(config) -> None:
+    """Checks every field once; errors name the field (``config.sampler.kappa ...``)."""
+    cu.check_choice(config, "mode", ("offline", "onpolicy"))
+    cu.check_choice(config, "loss.kind", ("fkl", "jsd", "sft", "rkl"))
+    if config.mode == "offline":
+        cu.check(config.loss.kind != "rkl", "loss.kind",
+                 "'rkl' needs config.mode=onpolicy (it scores student samples)")
+    else:
+        cu.check(config.loss.kind == "rkl", "loss.kind", "on-policy mode uses 'rkl'")
+    try:
+        check_kappa(config.sampler.kappa)
+    except ValueError:
+        raise cu.ConfigError(f"config.sampler.kappa must lie in (0, 1], got "
+                             f"{config.sampler.kappa!r}") from None
+    cu.check_choice(config, "sampler.schedule", SCHEDULES + ADAPTIVE)
+    cu.check_int(config, "sampler.refresh_every", minimum=0)
+    cu.check_range(config, "sampler.kappa_min", 0.0, 1.0, low_open=True)
+    cu.check(float(config.sampler.get("auto_gap_max", float("inf"))) > 0.0,
+             "sampler.auto_gap_max", "must be > 0 (nats per turn; inf = never hold κ)")
+    cu.check_range(config, "sampler.ratio_min", 0.0, 1.0, low_open=True)
+    cu.check(config.sampler.ratio_max >= 1.0, "sampler.ratio_max",
+             f"must be >= 1 (the first turn's ratio), got {config.sampler.ratio_max!r}")
+    cu.check_positive(config, "loss.temperature", "optim.lr", "optim.clip_norm",
+                      "onpolicy.temperature", "onpolicy.top_p")
+    cu.check_range(config, "loss.beta", 0.0, 1.0, low_open=True, high_open=True)
+    cu.check_nonnegative(config, "loss.rkl_coef", "loss.fkl_coef", "optim.weight_decay")
+    cu.check_int(config, "train.steps", "train.batch_size", "optim.grad_accum",
+                 "log.every", "log.ckpt_every", "log.keep", "onpolicy.max_new_tokens",
+                 "student.hidden_size", "student.num_layers", "student.num_heads",
+                 "student.num_kv_heads", "student.intermediate_size", minimum=1)
+    cu.check_int(config, "optim.warmup_steps", "eval.n_problems", minimum=0)
+    cu.check_int(config, "train.num_seeds", minimum=1)
+    cu.check_int(config, "eval.every", minimum=0)
+    cu.check(isinstance(config.eval.get("before", True), bool), "eval.before",
+             f"must be true or false, got {config.eval.get('before')!r}")
+    cu.check(config.student.hidden_size % config.student.num_heads == 0, "student.hidden_size",
+             "must be divisible by config.student.num_heads")
+    cu.check(config.student.num_heads % config.student.num_kv_heads == 0,
+             "student.num_heads", "must be divisible by config.student.num_kv_heads")
+    cu.check_choice(config, "train.compute_dtype", ("float32", "bfloat16"))
+    cu.check(config.onpolicy.top_p <= 1.0, "onpolicy.top_p", "must be <= 1")
+    if "mesh" in config:
+        from prada_jax import parallel
+        try:
+            parallel.validate_mesh_config(config.mesh)
+        except ValueError as e:
+            raise cu.ConfigError(str(e)) from e
 
 
-def per_turn_sums(per_token, mask, turn, num_turns: int):
-    """Per-sample mean of ``per_token`` over its masked tokens, summed by turn index.
-
-    Returns ([num_turns] sums, [num_turns] counts of samples)."""
-    m = mask.astype(jnp.float32)
-    per_sample = per_token.sum(-1) / jnp.maximum(m.sum(-1), 1.0)
-    has = (m.sum(-1) > 0).astype(jnp.float32)
-    sums = jax.ops.segment_sum(per_sample * has, turn, num_segments=num_turns)
-    counts = jax.ops.segment_sum(has, turn, num_segments=num_turns)
-    return sums, counts
+def seeds_of(config) -> list[int]:
+    """The student seeds of a run: ``[config.seed + i for i in range(train.num_seeds)]``."""
+    return [int(config.seed) + i for i in range(int(config.train.get("num_seeds", 1)))]
 
 
-def make_train_step(graphdef, tx, mode: str, loss: str, *, temperature: float = 1.0,
-                    beta: float = 0.5, rkl_coef: float = 1.0, fkl_coef: float = 0.0,
-                    num_turns: int = 8, num_seeds: int = 1) -> Callable:
-    """Builds the jitted ``train_step(state, batch) -> (state, metrics)``.
+def init_dir(config, seed: int) -> str:
+    """The HF folder seed ``seed`` starts from: ``<student.init>/seed_<seed>/student_hf`` when a
+    multi-seed run's folder is given, else ``student.init`` itself ("" = random init)."""
+    init = config.student.init
+    if init and int(config.train.get("num_seeds", 1)) > 1:
+        per = Path(init) / f"seed_{seed}" / "student_hf"
+        if per.is_dir():
+            return str(per)
+    return init
 
-    ``num_seeds`` > 1: the step is ``vmap``-ped over a leading seed axis of ``state`` (stacked
-    parameters and optimiser states, :func:`stack_states`) and of every ``batch`` array
-    ([N, B, ...]); every metric gets the same leading axis [N, ...]. One compiled program
-    updates all N students.
 
-    ``batch`` (arrays): prompt [B, P], prompt_mask [B, P], action [B, A], action_valid [B, A]
-    (real tokens), action_mask [B, A] (loss), turn [B]; offline fkl/jsd and on-policy also
-    topk_ids [B, A, k], topk_logp [B, A, k], tail_mass [B, A]; on-policy also teacher_logp
-    [B, A] (teacher log-prob of the sampled tokens).
-    """
-    if mode not in ("offline", "onpolicy"):
-        raise ValueError(f"mode must be 'offline' or 'onpolicy', got {mode!r}")
-    if mode == "offline" and loss not in ("fkl", "jsd", "sft"):
-        raise ValueError(f"offline loss must be fkl, jsd or sft, got {loss!r}")
+def build_student(config, vocab_size: int, task: tasks_lib.Task, seed: int | None = None):
+    """The Flax student: ``config.student.init`` (HF folder, :func:`init_dir`) or a random
+    Qwen2-style model initialised from ``seed`` (default ``config.seed``)."""
+    seed = int(config.seed if seed is None else seed)
+    from prada_jax.lm.config import LMConfig
+    from prada_jax.lm.hf import load_hf
+    from prada_jax.lm.model import CausalLM
+    dtype = jnp.bfloat16 if config.train.compute_dtype == "bfloat16" else jnp.float32
+    init = init_dir(config, seed)
+    if init:
+        model, cfg = load_hf(init, dtype=dtype, param_dtype=jnp.float32)
+        return model, cfg
+    s = config.student
+    cfg = LMConfig(vocab_size=vocab_size, hidden_size=s.hidden_size,
+                   intermediate_size=s.intermediate_size, num_layers=s.num_layers,
+                   num_heads=s.num_heads, num_kv_heads=s.num_kv_heads,
+                   head_dim=s.hidden_size // s.num_heads, tie_word_embeddings=True,
+                   max_position_embeddings=256, pad_token_id=task.pad_id,
+                   eos_token_id=task.eos_id, arch="qwen2")
+    model = CausalLM(cfg, rngs=nnx.Rngs(params=seed), dtype=dtype,
+                     param_dtype=jnp.float32)
+    return model, cfg
 
-    def loss_fn(params, batch):
-        logits = _action_logits(graphdef, params, batch["prompt"], batch["prompt_mask"],
-                                batch["action"], batch["action_valid"])
-        mask = batch["action_mask"]
-        aux = {}
-        if mode == "offline":
-            if loss == "fkl":
-                val, per = losses.forward_kl_topk(logits, batch["topk_ids"], batch["topk_logp"],
-                                                  batch["tail_mass"], mask, temperature)
-            elif loss == "jsd":
-                val, per = losses.generalized_jsd_topk(logits, batch["topk_ids"],
-                                                       batch["topk_logp"], batch["tail_mass"],
-                                                       mask, beta, temperature)
-            else:
-                val, per = losses.sft_cross_entropy(logits, batch["action"], mask)
-            # KL(teacher||student) at the teacher tokens, logged for every loss
-            _, kl_tok = losses.forward_kl_topk(jax.lax.stop_gradient(logits),
-                                               batch["topk_ids"], batch["topk_logp"],
-                                               batch["tail_mass"], mask)
+
+def _as_f32(model, cfg):
+    from prada_jax.lm.model import CausalLM
+    f32 = nnx.eval_shape(lambda: CausalLM(cfg, rngs=nnx.Rngs(0)))
+    gd, _ = nnx.split(f32)
+    return nnx.merge(gd, nnx.state(model))
+
+
+@dataclasses.dataclass
+class DistillRun:
+    """Everything one distillation job holds between its steps (host side)."""
+
+    config: Any
+    workdir: Path
+    task: tasks_lib.Task
+    pool: Any
+    samplers: list                  # one TurnSampler per seed (each owns its schedule state)
+    table: Any                      # TeacherTable or None (on-policy without exported logits)
+    teacher_score_fn: Callable | None
+    graphdef: Any
+    cfg: Any                        # LMConfig of the student
+    state: Any                      # TrainState (params, opt_state); [N, ...] stacked if N > 1
+    step_fn: Callable
+    ckpt: Any
+    writers: list                   # one MetricWriter per seed
+    mesh: Any
+    logp_fn: Callable | None        # student token log-probs for the ratio diagnostic
+    num_turns: int
+    seed_results: list              # one results dict per seed
+    seeds: list = dataclasses.field(default_factory=list)
+    start: int = 0
+    meta: dict = dataclasses.field(default_factory=dict)
+    base_keys: list = dataclasses.field(default_factory=list)
+    prompts_cache: dict = dataclasses.field(default_factory=dict)
+    # host-side state that feeds curves and results.json; all of it is in every checkpoint
+    # (:func:`host_state`), so a resumed run's curves and results equal an uninterrupted run's
+    update_times: list = dataclasses.field(default_factory=list)   # [s] per update, no compile
+    tokens_done: int = 0            # tokens since the last log (all seeds)
+    turn_hist: Any = None           # [N, num_turns] sampled-turn histogram per seed
+    acc: dict = dataclasses.field(default_factory=dict)   # metric sums since the last log
+    #                                 ([N, ...] per metric when N > 1)
+    env_calls: int = 0
+    # timing of this process only (not checkpointed): (seconds, tokens) of timed updates since
+    # the last log; the first update of a process compiles and is not timed
+    window: list = dataclasses.field(default_factory=list)
+    calls: int = 0
+
+    @property
+    def num_seeds(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def stacked(self) -> bool:
+        return self.num_seeds > 1
+
+    @property
+    def sampler(self) -> TurnSampler:
+        return self.samplers[0]
+
+    @property
+    def writer(self):
+        return self.writers[0]
+
+    @property
+    def results(self) -> dict:
+        return self.seed_results[0]
+
+    def params_of(self, i: int, params=None):
+        """Seed i's parameters (of ``params``, default the current state's)."""
+        params = self.state.params if params is None else params
+        return seed_slice(params, i) if self.stacked else params
+
+    @property
+    def schedule(self) -> str:
+        return self.config.sampler.schedule
+
+    @property
+    def adaptive(self) -> bool:
+        return self.schedule in ADAPTIVE
+
+    @property
+    def onpolicy(self) -> bool:
+        return self.config.mode == "onpolicy"
+
+
+def build(config, workdir, task: tasks_lib.Task | None = None,
+          teacher_score_fn: Callable | None = None) -> DistillRun:
+    """Validates the config, prepares the workdir, loads pool / teacher logits / student and
+    builds optimiser, jitted step, checkpointer and TensorBoard writer. ``task`` defaults to the
+    registered task of the pool's ``meta["task"]``; ``teacher_score_fn`` (on-policy) to the
+    task's teacher scorer on ``data.teacher_dir``."""
+    from prada_jax import parallel
+    from prada_jax.checkpointing import Checkpointer
+    from prada_jax.metric_writer import MetricWriter
+
+    validate_config(config)
+    mesh = None
+    if "mesh" in config:
+        parallel.maybe_initialize_distributed(config.mesh)
+        mesh = parallel.make_mesh(int(config.mesh.num_devices))
+        try:
+            parallel.check_divisible(int(config.train.batch_size), mesh,
+                                     "config.train.batch_size")
+        except ValueError as e:
+            raise cu.ConfigError(str(e)) from e
+    if not workdir:
+        raise cu.ConfigError("--workdir is required")
+    check = run_state.check_resume(config, workdir, OBSERVATIONAL)   # writes nothing
+    paths = resolve_paths(config)
+    pool = pool_lib.load_pool(paths["pool"])
+    if task is None:
+        task = tasks_lib.for_pool(pool.meta)
+    vocab = int(pool.meta["tokenizer"]["vocab_size"])
+    schedule = config.sampler.schedule
+    adaptive = schedule in ADAPTIVE
+    seeds = seeds_of(config)
+    samplers = [TurnSampler(pool, kappa=config.sampler.kappa,
+                            schedule="kappa" if adaptive else schedule,
+                            ratio_min=config.sampler.ratio_min,
+                            ratio_max=config.sampler.ratio_max) for _ in seeds]
+    sampler = samplers[0]
+    onpolicy = config.mode == "onpolicy"
+    table = None
+    # offline losses and adaptive schedules need the exported logits; otherwise (on-policy)
+    # they only feed the ratio diagnostic, when present
+    if not onpolicy or adaptive or paths["logits"].is_dir():
+        table = teacher_table.load(paths["logits"], pool)
+    if onpolicy and teacher_score_fn is None:
+        teacher_score_fn = task.teacher_scorer(paths["teacher"], config.loss.top_k)
+    tx = make_optimizer(config.optim.lr, config.optim.warmup_steps, config.train.steps,
+                        config.optim.weight_decay, config.optim.clip_norm,
+                        config.optim.grad_accum)
+    states = []
+    for seed in seeds:   # N = 1: the seed is config.seed
+        model, cfg = build_student(config, vocab, task, seed)
+        if cfg.vocab_size < vocab:
+            raise cu.ConfigError(f"config.student.init: vocabulary {cfg.vocab_size} is smaller "
+                                 f"than the pool's tokenizer ({vocab})")
+        graphdef, st = init_state(model, tx, jax.random.key(seed))
+        states.append(st)
+        del model
+    state = states[0] if len(seeds) == 1 else stack_states(states)
+    del states
+    num_turns = max(sampler.max_turns, 1)
+    step_fn = make_train_step(graphdef, tx, config.mode,
+                              "rkl" if onpolicy else config.loss.kind,
+                              temperature=config.loss.temperature, beta=config.loss.beta,
+                              rkl_coef=config.loss.rkl_coef, fkl_coef=config.loss.fkl_coef,
+                              num_turns=num_turns, num_seeds=len(seeds))
+    # every input is loaded and checked: now the workdir may be written
+    workdir = cu.prepare_workdir(workdir)
+    if parallel.is_process_zero():
+        run_state.commit(config, workdir, check)
+    ckpt = Checkpointer(workdir / "checkpoints", save_every=config.log.ckpt_every,
+                        max_to_keep=config.log.keep)
+    # one TensorBoard run per seed: <workdir>/tb (N = 1) or <workdir>/tb/seed_<s>
+    writers = [MetricWriter(workdir / "tb") if len(seeds) == 1
+               else MetricWriter(workdir / "tb" / f"seed_{s}") for s in seeds]
+    if check.fresh:
+        for w in writers:
+            w.write_texts(0, {"config": cu.config_to_json(config)})
+    seed_results = [{"mode": config.mode, "loss": config.loss.kind,
+                     "kappa": None if adaptive else config.sampler.kappa,
+                     "schedule": schedule, "seed": seed, "synthetic": True, "ratio": []}
+                    for seed in seeds]
+    return DistillRun(config=config, workdir=workdir, task=task, pool=pool, samplers=samplers,
+                      table=table, teacher_score_fn=teacher_score_fn, graphdef=graphdef,
+                      cfg=cfg, state=state, step_fn=step_fn, ckpt=ckpt, writers=writers,
+                      mesh=mesh,
+                      logp_fn=ratio_lib.token_logp_fn(graphdef) if table is not None else None,
+                      num_turns=num_turns, seed_results=seed_results, seeds=seeds,
+                      base_keys=[jax.random.key(s) for s in seeds],
+                      turn_hist=np.zeros((len(seeds), num_turns)))
+
+
+def restore(run: DistillRun) -> None:
+    """Restores the newest intact checkpoint (state, results so far, each sampler's schedule
+    state, the host-side counters) if there is one, sets ``run.start``; otherwise evaluates the
+    untrained students ("before", unless ``eval.before`` is False) and runs the first ratio
+    diagnostic."""
+    from prada_jax import parallel
+    run.state, run.meta, step = runloop.restore_or_init(run.ckpt, run.state)
+    if run.meta:
+        run.start = int(run.meta.get("opt_step", step))
+        stored = run.meta.get("results", {})
+        per = stored.get("per_seed") if run.stacked else [stored]
+        for res, got in zip(run.seed_results, per or []):
+            res.update(got)
+        load_host_state(run, run.meta.get("host"))
+    if run.mesh is not None:   # parameters / optimiser state replicated on every device
+        run.state = parallel.replicate(run.state, run.mesh)
+    if run.adaptive and run.start > 0 and "sampler" in run.meta:
+        states = run.meta["sampler"] if run.stacked else [run.meta["sampler"]]
+        for sampler, st in zip(run.samplers, states):
+            sampler.load_schedule_state(st)   # the weights in force
+    elif run.adaptive and run.start > 0:
+        refresh_ratio(run, run.start, True)
+    if run.start == 0:
+        for i, res in enumerate(run.seed_results if run.config.eval.get("before", True) else ()):
+            res["before"] = evaluate(run, run.params_of(i))
+            if res["before"]:
+                run.writers[i].write_scalars(0, {"eval/success_rate":
+                                                 res["before"]["success_rate"]})
+        if run.logp_fn is not None:
+            refresh_ratio(run, 0, run.adaptive)
+
+
+def refresh_ratio(run: DistillRun, step: int, update_weights: bool) -> None:
+    """Ratio diagnostic of each seed's current student (``ratio/*`` curves,
+    ``results["ratio"]``); for adaptive schedules (when ``update_weights``) hands each seed's
+    sampler its new weights."""
+    from prada_jax.checkpointing import first_non_finite
+    config = run.config
+    bad = first_non_finite(run.state.params)
+    if bad is not None:
+        raise NonFiniteTraining(f"non-finite student parameters ({bad}) at update {step}; "
+                                f"stopping; {runloop.no_checkpoint_note(run.ckpt)}")
+    for i, sampler in enumerate(run.samplers):
+        diag = ratio_lib.diagnose_student(run.logp_fn, run.params_of(i), run.pool, run.table,
+                                          config.sampler.kappa_min)
+        scal = diag.scalars()
+        rec = {"step": step, **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                                for k, v in diag.summary().items()}}
+        if update_weights and run.schedule == "auto":
+            # hold the configured κ while the gap is uninformative (from scratch: c̄ ≈ 20 nats)
+            held = not diag.mean_gap <= float(config.sampler.get("auto_gap_max", float("inf")))
+            sampler.use_kappa(config.sampler.kappa if held else diag.kappa_auto)
+            rec["kappa_held"] = held
+            scal["distill/kappa_held"] = float(held)
+        elif update_weights and run.schedule == "exact-ratio":
+            low = sampler.use_log_ratio(diag.log_ratio)
+            scal["ratio/clipped_low_frac"] = rec["clipped_low_frac"] = low
+        if run.schedule == "auto":   # exact-ratio has no single κ to report
+            scal["distill/kappa"] = rec["kappa_used"] = sampler.kappa
+        run.writers[i].write_scalars(step, scal)
+        run.seed_results[i]["ratio"].append(rec)
+
+
+def _prefix(run: DistillRun, k) -> list[int]:
+    k, cache, pool = int(k), run.prompts_cache, run.pool
+    if k not in cache:
+        s = int(pool.turn_starts[k])
+        a = max(int(pool.traj_offsets[run.sampler.pair_traj[k]]), s - run.sampler.P)
+        cache[k] = np.asarray(pool.tokens[a:s]).tolist()
+    return cache[k]
+
+
+def _seed_batch(run: DistillRun, i: int, s: int) -> tuple[dict, int]:
+    """Micro-step ``s``'s batch of seed index ``i`` (what a separate run with
+    ``config.seed = seeds[i]`` draws) and its number of trained tokens."""
+    config, seed, sampler = run.config, run.seeds[i], run.samplers[i]
+    rng = np.random.default_rng([seed, s])
+    pairs = sampler.draw(rng, config.train.batch_size)
+    tb = sampler.batch(pairs)
+    run.turn_hist[i] += np.bincount(tb.turn, minlength=run.num_turns)
+    if run.onpolicy:
+        prompts = [_prefix(run, k) for k in pairs]
+        return onpolicy_round(
+            run.graphdef, run.params_of(i), jax.random.fold_in(run.base_keys[i], s), tb,
+            run.teacher_score_fn, max_new_tokens=config.onpolicy.max_new_tokens,
+            temperature=config.onpolicy.temperature, top_p=config.onpolicy.top_p,
+            stop_ids=run.task.stop_ids, pad_id=run.task.pad_id, prompt_tokens=prompts)
+    batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=tb.action,
+                 action_valid=(tb.action_pos >= 0).astype(np.int32),
+                 action_mask=tb.action_mask, turn=tb.turn)
+    g = run.table.gather(tb.action_pos)
+    batch.update(topk_ids=g["topk_ids"], topk_logp=g["topk_logp"], tail_mass=g["tail_mass"])
+    return batch, int(tb.action_mask.sum())
+
+
+def optimizer_step(run: DistillRun, opt_step: int) -> None:
+    """One optimiser update (``optim.grad_accum`` micro-batches) of every seed's student: draw
+    pairs, build the batch (teacher logits gathered offline; student samples scored by the
+    teacher on-policy), run the jitted (seed-vmapped when N > 1) step; accumulates metrics, the
+    sampled-turn histograms, tokens, env calls, time."""
+    from prada_jax import parallel
+    config = run.config
+    t0 = time.perf_counter()
+    calls0 = run.task.tool_calls()
+    ntok_step = 0
+    for micro in range(config.optim.grad_accum):
+        s = opt_step * config.optim.grad_accum + micro
+        got = [_seed_batch(run, i, s) for i in range(run.num_seeds)]
+        ntok = sum(n for _, n in got)
+        if run.stacked:   # [N, B, ...]
+            batch = {k: np.stack([b[k] for b, _ in got]) for k in got[0][0]}
         else:
-            val, kl_tok = losses.reverse_kl_pg(logits, batch["action"], batch["teacher_logp"],
-                                               mask, rkl_coef)
-            if fkl_coef > 0:
-                f, _ = losses.forward_kl_topk(logits, batch["topk_ids"], batch["topk_logp"],
-                                              batch["tail_mass"], mask, temperature)
-                val = val + fkl_coef * f
-                aux["fkl"] = f
-        m = mask.astype(jnp.float32)
-        aux["kl"] = (kl_tok * m).sum() / jnp.maximum(m.sum(), 1.0)
-        aux["kl_turn_sum"], aux["kl_turn_count"] = per_turn_sums(kl_tok, mask, batch["turn"],
-                                                                 num_turns)
-        aux["tokens"] = m.sum()
-        return val, aux
-
-    def train_step(state: TrainState, batch):
-        (val, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = dict(aux, loss=val, grad_norm=optax.global_norm(grads))
-        return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
-
-    if num_seeds > 1:
-        return jax.jit(jax.vmap(train_step), donate_argnums=0)
-    return jax.jit(train_step, donate_argnums=0)
+            batch = got[0][0]
+        if run.mesh is not None:   # sequences split over the ``batch`` mesh axis
+            batch = (parallel.shard_axis(batch, run.mesh, 1) if run.stacked
+                     else parallel.shard_batch(batch, run.mesh))
+        run.state, m = run.step_fn(run.state, batch)
+        m = jax.device_get(m)
+        for k, v in m.items():
+            run.acc[k] = run.acc.get(k, 0.0) + np.asarray(v, np.float64)
+        run.acc["n"] = run.acc.get("n", 0) + 1
+        run.tokens_done += ntok
+        ntok_step += ntok
+    jax.block_until_ready(run.state.params)
+    run.env_calls += run.task.tool_calls() - calls0
+    dt = time.perf_counter() - t0
+    if run.calls > 0:   # the first update of a process includes compilation: not timed
+        run.update_times.append(dt)
+        run.window.append((dt, ntok_step))
+    run.calls += 1
 
 
-def stack_states(states) -> TrainState:
-    """Stacks per-seed :class:`TrainState`s along a new leading seed axis [N, ...]."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+def log_metrics(run: DistillRun, done: int) -> dict | list[dict]:
+    """The ``distill/*`` scalars averaged since the last log (``distill/tokens_per_s`` — all
+    seeds' tokens — and ``distill/update_s`` over the timed updates of the window, omitted when
+    it has none); one dict, or one per seed when N > 1; resets the accumulators. The host loop
+    checks them for finiteness before writing."""
+    acc = run.acc
+    n = acc.pop("n")
+    timing = {}
+    if run.window:
+        secs = [w[0] for w in run.window]
+        timing["distill/tokens_per_s"] = (sum(w[1] for w in run.window)
+                                          / max(sum(secs), 1e-9))
+        timing["distill/update_s"] = float(np.median(secs))
+    out = []
+    for i in range(run.num_seeds):
+        a = {k: v[i] for k, v in acc.items()} if run.stacked else acc
+        scal = {"distill/loss": a["loss"] / n, "distill/kl": a["kl"] / n,
+                "distill/grad_norm": a["grad_norm"] / n, "distill/env_calls": run.env_calls}
+        scal.update(timing)
+        if "fkl" in a:
+            scal["distill/fkl"] = a["fkl"] / n
+        cnt, hist = a["kl_turn_count"], run.turn_hist[i]
+        for t in range(run.num_turns):
+            if cnt[t] > 0:
+                scal[f"distill/kl_turn_{t}"] = a["kl_turn_sum"][t] / cnt[t]
+            scal[f"distill/turn_frac_{t}"] = hist[t] / max(hist.sum(), 1)
+        out.append(scal)
+    run.acc, run.tokens_done, run.window = {}, 0, []
+    return out if run.stacked else out[0]
 
 
-def seed_slice(tree, i: int):
-    """Seed ``i`` of a seed-stacked pytree (every leaf indexed on its leading axis)."""
-    return jax.tree.map(lambda x: x[i], tree)
+def host_state(run: DistillRun) -> dict:
+    """JSON-able host-side state that feeds curves and ``results.json`` (N > 1: the histogram
+    and metric sums carry the leading seed axis)."""
+    hist = run.turn_hist if run.stacked else run.turn_hist[0]
+    return {"turn_hist": hist.tolist(), "env_calls": int(run.env_calls),
+            "update_times": list(run.update_times), "tokens_done": int(run.tokens_done),
+            "acc": {k: (int(v) if k == "n" else np.asarray(v).tolist())
+                    for k, v in run.acc.items()}}
 
 
-def student_logits_fn(graphdef) -> Callable:
-    """jit(params, ids [B, L], mask [B, L]) -> logits [B, L, V] float32."""
+def load_host_state(run: DistillRun, h: dict | None) -> None:
+    """Inverse of :func:`host_state` (checkpoints without it leave the fresh values)."""
+    if not h:
+        return
+    run.turn_hist = np.asarray(h["turn_hist"], np.float64).reshape(run.num_seeds, -1)
+    run.env_calls = int(h["env_calls"])
+    run.update_times = [float(x) for x in h["update_times"]]
+    run.tokens_done = int(h["tokens_done"])
+    run.acc = {k: (int(v) if k == "n" else np.asarray(v, np.float64))
+               for k, v in h["acc"].items()}
 
-    @jax.jit
-    def fn(params, ids, mask):
-        return nnx.merge(graphdef, params)(ids, mask).astype(jnp.float32)
 
-    return fn
+def checkpoint_meta(run: DistillRun, done: int) -> dict:
+    """The JSON meta stored with the checkpoint of update ``done`` (N > 1: results and
+    sampler states as per-seed lists)."""
+    kept = [{k: v for k, v in res.items() if k in ("before", "ratio", "curve")}
+            for res in run.seed_results]
+    meta = {"opt_step": done, "results": {"per_seed": kept} if run.stacked else kept[0],
+            "host": host_state(run)}
+    if run.adaptive:
+        states = [s.schedule_state() for s in run.samplers]
+        meta["sampler"] = states if run.stacked else states[0]
+    return meta
 
 
-def onpolicy_round(graphdef, params, key, tb, teacher_score_fn, *, max_new_tokens: int,
-                   temperature: float, top_p: float, stop_ids, pad_id: int, prompt_tokens):
-    """One on-policy scoring round (host side): the student samples each turn's action after
-    its replayed prefix, the teacher scores the sampled tokens.
+def evaluate(run: DistillRun, params) -> dict:
+    """Task success of one student (``params``: unstacked; the task's evaluator; {} without
+    one or with ``eval.n_problems`` = 0)."""
+    config = run.config
+    if config.eval.n_problems == 0 or run.task.evaluate is None:
+        return {}
+    model = nnx.merge(run.graphdef, params)
+    if config.train.compute_dtype == "bfloat16":
+        model = _as_f32(model, run.cfg)
+    return run.task.evaluate(model, config.eval.n_problems, config.eval.seed,
+                             config.eval.batch_size)
 
-    Args:
-      tb: a :class:`~prada_jax.distill.sampler.TurnBatch` (prompt left-padded).
-      teacher_score_fn: list of token lists -> list of score dicts (exporter contract).
-      prompt_tokens: list of the unpadded prefixes (token lists) of the batch rows.
 
-    Returns:
-      dict of arrays for ``train_step`` (action = student tokens) and the number of generated
-      tokens.
+def mean_ci95(values) -> dict:
+    """Mean ± 95% Student-t CI of per-seed values [N] (JSON-safe: None where undefined)."""
+    import math
+
+    from evals.stats import mean_ci
+    d = mean_ci([float(v) for v in values]).to_dict()
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in d.items()}
+
+
+def eval_point(run: DistillRun, done: int) -> None:
+    """Task success of every seed's student after update ``done`` (``eval.every``):
+    ``eval/success_rate`` curve points and ``results["curve"]`` records ``{step,
+    success_rate}`` (the "before" and "after" evaluations are not repeated there)."""
+    for i, res in enumerate(run.seed_results):
+        got = evaluate(run, run.params_of(i))
+        if got:
+            run.writers[i].write_scalars(done, {"eval/success_rate": got["success_rate"]})
+            res.setdefault("curve", []).append({"step": done,
+                                                "success_rate": got["success_rate"]})
+
+
+def seeds_summary(run: DistillRun) -> dict:
+    """``results.json`` of a multi-seed run: ``per_seed`` (each the dict a separate run with
+    that seed writes) and mean ± 95% CI over seeds of the task success before/after."""
+    per = run.seed_results
+    out = {"num_seeds": run.num_seeds, "seeds": list(run.seeds), "mode": run.config.mode,
+           "loss": run.config.loss.kind, "schedule": run.schedule, "synthetic": True,
+           "env_calls_during_training": int(run.env_calls),
+           "update_s_median": per[0]["update_s_median"]}
+    for tag in ("before", "after"):
+        vals = [r[tag]["success_rate"] for r in per if r.get(tag)]
+        if vals:
+            out[f"success_{tag}"] = mean_ci95(vals)
+    out["per_seed"] = per
+    return out
+
+
+def student_dir(run: DistillRun, i: int) -> Path:
+    """Where seed index i's student is saved: ``student_hf`` (N = 1) or
+    ``seed_<s>/student_hf``."""
+    if not run.stacked:
+        return run.workdir / "student_hf"
+    return run.workdir / f"seed_{run.seeds[i]}" / "student_hf"
+
+
+def finish(run: DistillRun) -> dict:
+    """Final evaluation, the students as Hugging Face folders and ``results.json``."""
+    from prada_jax import parallel
+    config = run.config
+    update_s = float(np.median(run.update_times)) if run.update_times else None
+    for i, results in enumerate(run.seed_results):
+        results["env_calls_during_training"] = int(run.env_calls)
+        results["update_s_median"] = update_s
+        results["turn_histogram"] = run.turn_hist[i].tolist()
+        if run.schedule == "auto":
+            results["kappa"] = run.samplers[i].kappa   # the last estimate in force
+        results["after"] = evaluate(run, run.params_of(i))
+        if results["after"]:
+            run.writers[i].write_scalars(config.train.steps,
+                                         {"eval/success_rate": results["after"]["success_rate"]})
+    for w in run.writers:
+        w.flush()
+    results = seeds_summary(run) if run.stacked else run.seed_results[0]
+    if parallel.is_process_zero():
+        for i in range(run.num_seeds):
+            save_student(run.graphdef, run.params_of(i), run.cfg, student_dir(run, i), run.task)
+        tmp = run.workdir / "results.json.tmp"
+        tmp.write_text(json.dumps(results, indent=2))
+        os.replace(tmp, run.workdir / "results.json")
+    return results
+
+
+def stored_results(workdir: Path) -> dict | None:
+    """``<workdir>/results.json`` of a finished run, or None (absent, unreadable, no "after" /
+    "per_seed")."""
+    try:
+        res = json.loads((Path(workdir) / "results.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return res if isinstance(res, dict) and ("after" in res or "per_seed" in res) else None
+
+
+def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None,
+                       task: tasks_lib.Task | None = None, max_steps: int | None = None
+                       ) -> dict:
+    """Runs (or resumes) a distillation job on the shared host loop (``prada_jax.runloop``);
+    returns the results dict (also written to ``<workdir>/results.json``).
+
+    On an existing workdir the config is checked against the stored one before anything is
+    written (only :data:`OBSERVATIONAL` fields may change); the newest intact checkpoint is
+    restored with all host-side state, and the run says it resumed. A finished workdir is not
+    touched: the stored results are returned with ``"already_finished": True``. ``max_steps``
+    stops after that many updates in this call (checkpointed; the returned dict then has
+    ``"finished": False``); so does SIGINT/SIGTERM (``"stopped_by"``).
+
+    Raises:
+      BadInput subclasses (config, pool, logits, checkpoint, resume mismatch) before writing;
+      errors.NonFiniteTraining when a metric, the parameters at a refresh or the state at a
+        save is non-finite (the last good checkpoint stays, results.json is not written).
     """
-    from prada_jax.lm.sampling import generate
+    run = build(config, workdir, task, teacher_score_fn)
+    steps = int(config.train.steps)
+    try:
+        restore(run)
+        if run.start >= steps:
+            stored = stored_results(run.workdir)
+            if stored is not None:
+                print(f"{run.workdir}: finished run ({run.start} of {steps} updates); nothing "
+                      "to do", flush=True)
+                return {**stored, "already_finished": True}
+        elif run.start > 0:
+            print(f"resumed {run.workdir} at update {run.start} of {steps}", flush=True)
+        if run.start < steps:
+            res = _run_updates(run, steps, max_steps)
+            run.state = res.state
+            if not res.finished:
+                return {"finished": False, "stopped_by": res.stopped_by, "opt_step": res.step}
+        return finish(run)
+    finally:
+        run.ckpt.close()
+        for w in run.writers:
+            w.close()
 
+
+def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
+    """The update loop: one :func:`optimizer_step` per call of the host loop's step function,
+    then the ratio refresh on its cadence; curves every ``log.every`` updates; checkpoints
+    (with :func:`checkpoint_meta`) every ``log.ckpt_every`` and at the end."""
+    config = run.config
+    refresh_every = int(config.sampler.refresh_every)
+    eval_every = int(config.eval.get("every", 0))
+
+    def step_fn(state, opt_step):
+        run.state = state
+        optimizer_step(run, opt_step)
+        done = opt_step + 1
+        if run.logp_fn is not None and (
+                (refresh_every and done % refresh_every == 0) or done == steps):
+            refresh_ratio(run, done, run.adaptive and done < steps)
+        if eval_every and done % eval_every == 0 and done < steps:
+            eval_point(run, done)
+        return run.state, {}
+
+    def scalars_fn(_, done, wall_s):
+        if done % config.log.every == 0 or done == steps:
+            return log_metrics(run, done)
+        return None
+
+    return runloop.run(
+        run.state, step_fn, start=run.start, total=steps, max_calls=max_steps,
+        writers=run.writers, ckpt=run.ckpt, scalars_fn=scalars_fn,
+        writer_names=[f"seed {s}" for s in run.seeds],
+        meta_fn=lambda st, done, sc: checkpoint_meta(run, done),
+        progress=bool(config.log.progress), desc=f"distill[{config.mode}/{config.loss.kind}]",
+        unit="upd", step_name="updates",
+        postfix_fn=lambda sc: {"loss": f"{sc[0]['distill/loss']:.4f}",
+                               "kl": f"{sc[0]['distill/kl']:.4f}"})
+
+
+def save_student(graphdef, params, cfg, out_dir: Path, task: tasks_lib.Task | None = None
+                 ) -> Path:
+    """Saves the student as a Hugging Face folder (float32 safetensors + config + the task's
+    tokenizer when the task has one)."""
+    from prada_jax.lm.hf import save_hf
     model = nnx.merge(graphdef, params)
-    toks, _, lengths = generate(model, tb.prompt, tb.prompt_mask, key=key,
-                                max_new_tokens=max_new_tokens, temperature=temperature,
-                                top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id)
-    toks, lengths = np.asarray(toks), np.asarray(lengths)
-    B, A = toks.shape
-    seqs = [list(prompt_tokens[b]) + toks[b, :lengths[b]].tolist() for b in range(B)]
-    scores = teacher_score_fn(seqs)
-    k = int(np.asarray(scores[0]["topk_ids"]).shape[-1])
-    tlogp = np.zeros((B, A), np.float32)
-    ids = np.zeros((B, A, k), np.int32)
-    tlp = np.full((B, A, k), -1e4, np.float32)
-    tail = np.ones((B, A), np.float32)
-    for b in range(B):
-        n, g = len(prompt_tokens[b]), int(lengths[b])
-        sl = slice(n - 1, n - 1 + g)  # entry i predicts token i + 1
-        tlogp[b, :g] = scores[b]["logp_actual"][sl]
-        ids[b, :g] = scores[b]["topk_ids"][sl]
-        tlp[b, :g] = scores[b]["topk_logp"][sl]
-        tail[b, :g] = np.clip(scores[b]["tail_mass"][sl], 0.0, 1.0)
-    valid = (np.arange(A)[None, :] < lengths[:, None]).astype(np.int32)
-    batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=toks.astype(np.int32),
-                 action_valid=valid, action_mask=valid, turn=tb.turn, teacher_logp=tlogp,
-                 topk_ids=ids, topk_logp=tlp, tail_mass=tail)
-    return batch, int(lengths.sum())
+    save_hf(model, cfg, out_dir, arch=cfg.arch)
+    if task is not None and task.build_tokenizer is not None:
+        try:
+            task.build_tokenizer().save_pretrained(out_dir)
+        except Exception as e:  # noqa: BLE001 - the tokenizer is a convenience, weights suffice
+            print(f"note: tokenizer not saved next to the student ({e})")
+    return out_dir

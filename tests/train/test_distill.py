@@ -40,7 +40,7 @@ def _scalars(tb_dir):
 def test_offline_smoke_resume_and_hf_parity(cache, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     from prada_jax.lm.hf import load_hf
 
     wd = tmp_path / "run"
@@ -69,7 +69,7 @@ def test_offline_smoke_resume_and_hf_parity(cache, tmp_path):
 
 
 def test_onpolicy_smoke_makes_no_env_calls(cache, tmp_path):
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     res = train_and_evaluate(_config(cache, "onpolicy", **{"eval.n_problems": 0,
                                                            "loss.fkl_coef": 0.5}),
                              tmp_path / "on")
@@ -80,7 +80,7 @@ def test_onpolicy_smoke_makes_no_env_calls(cache, tmp_path):
 
 def test_bad_inputs(cache, tmp_path):
     from prada_jax import config_utils as cu
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     from prada_jax.distill.teacher_table import TeacherLogitsMismatch
     with pytest.raises(cu.ConfigError, match=r"config.sampler.kappa must lie in \(0, 1\]"):
         train_and_evaluate(_config(cache, **{"sampler.kappa": 1.5}), tmp_path / "a")
@@ -107,7 +107,7 @@ def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, varian
 
     from safetensors.numpy import load_file
 
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     cfg = dict(**{"sampler.refresh_every": 2, "eval.n_problems": 0, "sampler.kappa_min": 0.05})
     a = tmp_path / "a"
     res = train_and_evaluate(_config(cache, variant, **cfg), a)
@@ -147,7 +147,7 @@ def test_adaptive_schedules_log_ratio_and_resume_exactly(cache, tmp_path, varian
 def test_auto_kappa_from_scratch_holds_configured_kappa_unless_disabled(cache, tmp_path):
     """From a random init c̄ is many nats: ``auto`` holds sampler.kappa (no collapse to the
     floor); with ``auto_gap_max = inf`` it uses exp(−c̄) clipped at kappa_min, as before."""
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     ov = {"sampler.refresh_every": 2, "eval.n_problems": 0, "train.steps": 2}
     res = train_and_evaluate(_config(cache, "auto", **ov), tmp_path / "held")
     r0 = res["ratio"][0]
@@ -165,7 +165,7 @@ def test_auto_kappa_from_scratch_holds_configured_kappa_unless_disabled(cache, t
 def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
     import subprocess
     import sys
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     with pytest.raises(BadInput, match="nowhere"):
         train_and_evaluate(_config(cache, "onpolicy", "auto",
                                    **{"data.logits_dir": str(tmp_path / "nowhere")}),
@@ -241,7 +241,7 @@ def test_resume_equals_uninterrupted_run_and_finished_rerun(cache, tmp_path, cap
     refused before anything is written."""
     import shutil
 
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     from prada_jax.run_state import ConfigMismatch
     ov = {"train.steps": 6, "log.every": 3, "log.ckpt_every": 2, "sampler.refresh_every": 3}
     a, b = tmp_path / "a", tmp_path / "b"
@@ -271,7 +271,7 @@ def test_diverging_run_raises_non_finite_and_keeps_last_good_checkpoint(cache, t
     import re
 
     from prada_jax.checkpointing import Checkpointer
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     from prada_jax.errors import NonFiniteTraining
     wd = tmp_path / "nan"
     with pytest.raises(NonFiniteTraining) as ei:

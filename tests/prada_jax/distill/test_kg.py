@@ -214,7 +214,7 @@ def test_torch_teacher_pool_and_smoke_distillation(tmp_path):
     torch = pytest.importorskip("torch")
     from transformers import Qwen2ForCausalLM
 
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     from prada_jax.distill.task.export_local import export_logits
     from prada_jax.distill.task.kg_teacher import model_config, record_pool
     from train.configs.distill import get_config

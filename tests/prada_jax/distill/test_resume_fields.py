@@ -6,7 +6,7 @@ import json
 import pytest
 
 from prada_jax import config_utils, run_state
-from prada_jax.distill.loop import OBSERVATIONAL
+from prada_jax.distill.trainer import OBSERVATIONAL
 
 
 def test_eval_before_may_differ_on_resume(tmp_path):

@@ -43,7 +43,7 @@ def _scalars(tb_dir):
 
 
 def _assert_equals_separate(cache, tmp_path, variants, n, seed0, **ov):
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     vm = tmp_path / "vmapped"
     res = train_and_evaluate(_config(cache, *variants, seed=seed0,
                                      **{"train.num_seeds": n}, **ov), vm)
@@ -99,7 +99,7 @@ def test_auto_per_seed_sampler_state_and_stacked_resume(cache, tmp_path):
     """``auto`` keeps one sampler state per seed (equal to separate runs, with the gap test
     switched on so κ moves); a multi-seed run interrupted after update 2 and resumed from its
     stacked checkpoint ends with the same students, results and curves."""
-    from prada_jax.distill.loop import train_and_evaluate
+    from prada_jax.distill.trainer import train_and_evaluate
     ov = {"sampler.auto_gap_max": 1e9, "eval.n_problems": 0}
     _assert_equals_separate(cache, tmp_path / "eq", ("auto",), 2, 1, **ov)
     cfg = _config(cache, "auto", **ov, **{"train.num_seeds": 2})

@@ -21,7 +21,7 @@ def _modules_after(stmt: str) -> set[str]:
 
 
 def test_loop_imports_no_task_and_export_local_not_teacher():
-    mods = _modules_after("import prada_jax.distill.loop")
+    mods = _modules_after("import prada_jax.distill.trainer")
     assert "prada_jax.distill.tasks" in mods
     assert not {m for m in mods if m.startswith("prada_jax.distill.task.")
                 or m == "prada_jax.distill.task"}

@@ -8,7 +8,7 @@ from flax import nnx
 from prada_jax.distill import pool as P
 from prada_jax.distill.sampler import TurnSampler
 from prada_jax.distill.task import arith
-from prada_jax.distill.trainer import init_state, make_optimizer, make_train_step
+from prada_jax.distill.learner import init_state, make_optimizer, make_train_step
 from prada_jax.lm.config import LMConfig
 from prada_jax.lm.model import CausalLM
 
