@@ -15,7 +15,12 @@ import json
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
 from absl import app, flags
+
+from prada_jax import cli
+from prada_jax.rl import evaluate, policy, trainer
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "train.ppo run directory")
 _NUM_SLOTS = flags.DEFINE_integer("num_slots", 1500, "slots per evaluation rollout")
@@ -25,19 +30,14 @@ _STEP = flags.DEFINE_integer("step", None, "checkpoint step (default latest)")
 
 
 def run(workdir, num_slots=1500, num_envs=16, eval_seed=1234, step=None) -> dict:
-    import jax
-    import numpy as np
-
-    from prada_jax.rl import evaluate, trainer
-
     workdir = Path(workdir)
     trainer.config_utils.check_run_dir(workdir, "--workdir",
                                        files=("config.json", "policy_meta.json"),
                                        kind="train.ppo run")
     config = trainer.config_utils.read_config_json(workdir)
-    meta = trainer.read_policy_meta(workdir)
+    meta = policy.read_policy_meta(workdir)
     env, env_params, trace_info = trainer.build_env(config)
-    policies = [trainer.load_policy(workdir, step=step, seed_index=i)[0]
+    policies = [policy.load_policy(workdir, step=step, seed_index=i)[0]
                 for i in range(int(meta["num_seeds"]))]
     apply_fn = policies[0].apply_fn
     action_fn = trainer._default_action_fn(env_params, bool(config.env.pass_gain))  # noqa: SLF001
@@ -115,6 +115,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run(main)

@@ -99,7 +99,7 @@ def load_policy(workdir: str, step: int | None = None, flag: str = "--policy") -
     created in the folder: one without ``checkpoints/`` is refused before the checkpoint
     library sees it.
     """
-    from prada_jax.rl import trainer
+    from prada_jax.rl import policy as policy_files
 
     path = Path(workdir)
     if not path.is_dir():
@@ -120,7 +120,7 @@ def load_policy(workdir: str, step: int | None = None, flag: str = "--policy") -
     if cache_key in _POLICY_CACHE:
         return _POLICY_CACHE[cache_key]
     try:
-        policy, config = trainer.load_policy(path, step=step)
+        policy, config = policy_files.load_policy(path, step=step)
     except (FileNotFoundError, ValueError, KeyError) as e:
         raise EvalError(f"{flag}={workdir}: cannot load the policy checkpoint: {e}") from None
     except Exception as e:  # orbax / tensorstore errors on a corrupt checkpoint

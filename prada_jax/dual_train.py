@@ -4,7 +4,7 @@ rollouts and measures the duality gap of the resulting hard threshold rule.
 ``train_and_evaluate(config, workdir)`` is what ``python -m train.dual`` calls (``config`` is a
 ``train/configs/dual.py`` ConfigDict, validated once by ``validate_config``, whose errors name
 the field). Nominations come from the PPO policy of ``config.policy_dir``
-(``prada_jax.rl.trainer.load_policy``) or, if that is empty, from the privileged trace rule of
+(``prada_jax.rl.policy.load_policy``) or, if that is empty, from the privileged trace rule of
 ``prada_jax.dual_rollout.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
 
     <workdir>/config.json         resolved config (the one in force)
@@ -128,12 +128,12 @@ def policy_reward_mode(config) -> str:
     if not config.policy_dir:
         return "coarse"
     from envs.edge import REWARD_MODES
-    from prada_jax.rl import trainer
+    from prada_jax.rl import policy as policy_files
 
-    meta = trainer.read_policy_meta(config.policy_dir)
+    meta = policy_files.read_policy_meta(config.policy_dir)
     mode = meta.get("reward_mode", "coarse")
     if mode not in REWARD_MODES:
-        raise BadInput(f"{Path(config.policy_dir) / trainer.POLICY_META_FILE}: reward_mode "
+        raise BadInput(f"{Path(config.policy_dir) / policy_files.POLICY_META_FILE}: reward_mode "
                        f"must be one of {REWARD_MODES}, got {mode!r}")
     return mode
 
@@ -164,10 +164,10 @@ def build_policy(config, traces):
         return dual_rollout.make_trace_rule_policy(thr), {
             "kind": "trace_rule", "threshold": thr, "note": "privileged: reads cand_prm",
             "reward_mode": "coarse"}
-    from prada_jax.rl import trainer
+    from prada_jax.rl import policy as policy_files
 
-    policy, ppo_config = trainer.load_policy(config.policy_dir)
-    trainer.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
+    policy, ppo_config = policy_files.load_policy(config.policy_dir)
+    policy_files.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
     nominate_by = str(config.policy.get("nominate_by", "actor"))
     fn = dual_rollout.make_ppo_policy(policy.apply_fn, policy.params,
                                       greedy=bool(config.policy.greedy),

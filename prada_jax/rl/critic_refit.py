@@ -28,10 +28,14 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from prada_jax import checkpointing
 from prada_jax.errors import BadInput
+from prada_jax.rl import policy as policy_files
 from prada_jax.rl import policy_eval as pe
+from prada_jax.rl import trainer
 
 __all__ = ["check_and_refit", "REPORT_FILE"]
 
@@ -58,8 +62,7 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
                     steps: int = 4000, measure_only: bool = False, log=print) -> dict:
     """Measures (and unless ``measure_only`` refits) the critic of ``policy_dir``; see the
     module docstring. Returns the report dict (also written to ``out/critic_check.json``)."""
-    from evals import suite
-    from prada_jax.rl import trainer
+    from evals import suite  # layer violation (rl -> evals); being removed on another branch
 
     validate(policy_dir, out, measure_only)
     policy = suite.load_policy(str(policy_dir))   # EvalError (BadInput) naming the folder
@@ -159,11 +162,6 @@ def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: 
     """``out`` as a ``train.ppo`` run folder: the source's config.json and run.json, its
     policy_meta.json plus ``critic_refit``, and its newest checkpoint's whole learner state with
     the critic parameters replaced (saved under the same step)."""
-    import jax.numpy as jnp
-
-    from prada_jax import checkpointing
-    from prada_jax.rl import trainer
-
     setup = trainer.build_setup(config)
     template = setup.init_states(config)
     step = int(meta["step"])
@@ -186,8 +184,7 @@ def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: 
                 "greedy actor (prada_jax.rl.critic_refit); actor unchanged",
         "fit_states": report["fit_states"], "steps": report["refit"]["steps"],
         "best_step": report["refit"]["best_step"], "seed": report["seed"]}
-    (out / trainer.POLICY_META_FILE).write_text(json.dumps(keep, indent=2, sort_keys=True)
-                                                + "\n")
+    policy_files.write_policy_meta(out, keep)
     ck = checkpointing.Checkpointer(out / "checkpoints", max_to_keep=1)
     try:
         ck.save(step, state, meta=dict(ckpt_meta, critic_refit=True), force=True)

@@ -3,7 +3,7 @@
 A screening network maps observations to ``(logits [..., 2], q [..., 2])`` (action 1 =
 nominate the draft for server recompute). ``screen_and_gain`` is the action every runner of a
 trained policy uses (evaluation rollouts, the edge-env evaluator, the stage-2 policy wrapper,
-``trainer.make_act_fn``): the argmax of the logits (greedy) or a categorical sample, and the
+``policy.make_act_fn``): the argmax of the logits (greedy) or a categorical sample, and the
 critic's ΔQ = Q(s, 1) − Q(s, 0) [PRM units] as the gain the threshold scheduler ranks by.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage-1 PPO run: config → env + learner, host loop with curves/checkpoints/resume, policy loading.
+"""Stage-1 PPO run: config → env + learner, and the host loop with curves/checkpoints/resume.
 
 ``train_and_evaluate(config, workdir)`` is what ``python -m train.ppo`` calls. A run directory
 holds::
@@ -15,12 +15,10 @@ change), then restores the newest intact checkpoint and continues; the result is
 bit-identical to an uninterrupted run on CPU (same seed), because the checkpoint holds the
 PRNG keys and the env state and the chunk is deterministic.
 
-``load_policy(workdir)`` rebuilds the network and returns the trained parameters plus the
-functions the evaluation and dual-ascent code need (``advantage_fn`` for ΔQ, ``act_fn``).
+Reading a run folder back (``policy_meta.json``, ``load_policy``) is ``prada_jax.rl.policy``.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -30,23 +28,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs import registry
+from envs.edge import EdgeAction
 from prada_jax import checkpointing, config_utils, parallel, run_state, runloop
-from prada_jax.errors import BadInput, NonFiniteTraining
 from prada_jax.metric_writer import MetricWriter
-from prada_jax.rl import learner, losses, networks
+from prada_jax.rl import learner, losses, networks, policy, toy_env
+from prada_jax.traces import synthetic
+from prada_jax.traces.loader import load_config_traces
 
-__all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "load_policy",
-           "Policy", "Setup", "make_act_fn", "NonFiniteLossError", "POLICY_META_FILE",
+__all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "Setup",
            "observational_fields"]
-
-POLICY_META_FILE = "policy_meta.json"
 _TRAIN_TAGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "total_loss",
                "grad_norm", "explained_variance")
-
-
-# A train/* metric became NaN/inf (exit 3); the message names the metric and the update range.
-# Kept as a name for older callers: the host loop raises ``errors.NonFiniteTraining``.
-NonFiniteLossError = NonFiniteTraining
 
 
 # ----------------------------------------------------------------------------- config
@@ -75,7 +68,6 @@ def validate_config(config, env_given: bool = False) -> None:
         cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
         cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
         if config.env.name == "edge" and not config.env.trace_dir:
-            from prada_jax.traces import synthetic
             cu.check_choice(config, "env.preset", sorted(synthetic.PRESETS))
         if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
             raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a "
@@ -135,20 +127,15 @@ def load_traces(config):
     Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts
     (the shared loader ``prada_jax.traces.loader.load_config_traces``).
     """
-    from prada_jax.traces.loader import load_config_traces
-
     return load_config_traces(config)
 
 
 def build_env(config, traces=None):
     """``(env, env_params, trace_info)`` for the config (traces loaded if not given)."""
     if config.env.name == "toy":
-        from prada_jax.rl import toy_env
         env, params = toy_env.make(num_users=int(config.env.num_users),
                                    threshold=float(config.env.toy_threshold))
         return env, params, {"source": "toy", "benchmark": "toy", "synthetic": True}
-    from envs import registry
-
     info = None
     if traces is None:
         traces, info = load_traces(config)
@@ -182,7 +169,6 @@ def _obs_dim(env, env_params) -> int:
 
 def _default_action_fn(env_params, pass_gain: bool):
     if pass_gain and hasattr(env_params, "traces"):
-        from envs.edge import EdgeAction
         return lambda screen, gain: EdgeAction(screen=screen, gain=gain)
     return None
 
@@ -320,17 +306,6 @@ def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float | None,
     return out
 
 
-def _policy_meta(config, setup: Setup) -> dict:
-    return {"obs_dim": setup.obs_dim, "num_users": setup.num_users,
-            "env": config.env.name, "preset": config.env.preset,
-            "reward_mode": config.env.reward_mode,
-            "traces": setup.trace_info, "hidden": list(config.net.hidden),
-            "separate_critic": bool(config.net.separate_critic),
-            "num_actions": setup.num_actions, "critic": setup.critic,
-            "num_seeds": int(config.num_seeds), "seeds": [int(config.seed) + i
-                                                          for i in range(int(config.num_seeds))]}
-
-
 def _place_on_mesh(config, states):
     """Seed-stacked states ``[S, E, ...]``: env fields split over the ``batch`` mesh axis (axis
     1, environments), everything else replicated. No-op without ``config.mesh``."""
@@ -355,25 +330,6 @@ def observational_fields(config) -> tuple[str, ...]:
     if config.ppo.lr_schedule == "constant":
         fields.append("ppo.total_env_steps")
     return tuple(fields)
-
-
-def _check_policy_meta(workdir: Path, meta: dict) -> None:
-    """Refuses a resume whose data gives another policy_meta.json (e.g. a trace folder whose
-    content changed under the same path); writes nothing."""
-    path = workdir / POLICY_META_FILE
-    if not path.is_file():
-        return
-    try:
-        old = json.loads(path.read_text())
-    except (ValueError, RecursionError):
-        raise BadInput(f"{path}: not valid JSON; cannot check the resumed run against "
-                       "it") from None
-    new = json.loads(json.dumps(meta))
-    if isinstance(old, dict) and old != new:
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        raise run_state.ConfigMismatch(
-            f"--workdir={workdir} holds a run whose {POLICY_META_FILE} differs in {diff} "
-            f"(the data changed?); use a new --workdir")
 
 
 def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
@@ -414,13 +370,13 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")
     check = run_state.check_resume(config, workdir, observational_fields(config))
-    meta = _policy_meta(config, setup)
+    meta = policy.policy_meta(config, setup)
     if env_and_params is None:   # a caller-given env is the caller's business
-        _check_policy_meta(Path(workdir), meta)
+        policy.check_policy_meta(Path(workdir), meta)
     workdir = config_utils.prepare_workdir(workdir)
     if parallel.is_process_zero():   # several hosts share the workdir: one writer
         run_state.commit(config, workdir, check)
-        (workdir / POLICY_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        policy.write_policy_meta(workdir, meta)
     num_seeds = int(config.num_seeds)
     seeds = meta["seeds"]
     ckpt = checkpointing.Checkpointer(workdir / "checkpoints",
@@ -478,153 +434,3 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
             "env_steps": env_steps_of(res.state), "scalars": scalars, "states": res.state,
             "finished": res.finished, "stopped_by": res.stopped_by,
             "start_update": start_update}
-
-
-# ----------------------------------------------------------------------------- loading
-
-def make_act_fn(apply_fn: Callable, action_fn: Callable | None = None,
-                greedy: bool = True) -> Callable:
-    """``act_fn(params, key, obs [U, D]) -> env action`` for running a policy in an env.
-
-    Greedy = argmax of the policy logits, else a sample. With ``action_fn`` (e.g. building an
-    ``EdgeAction``) the critic's ΔQ is attached as the gain; otherwise an int32 [U] array.
-    """
-    def act_fn(params, key, obs):
-        from prada_jax.rl.greedy import screen_and_gain
-
-        screen, gain = screen_and_gain(apply_fn, params, obs, key, greedy=greedy)
-        if action_fn is None:
-            return screen
-        return action_fn(screen, gain)
-    return act_fn
-
-
-class Policy(NamedTuple):
-    """A trained screening policy.
-
-    apply_fn: ``(params, obs [..., D]) -> (logits [..., 2], q [..., 2])``.
-    params: parameters of one seed.
-    advantage_fn: ``(params, obs [U, D]) -> ΔQ [U]`` (PRM units under the coarse reward).
-    act_fn: ``(params, key, obs [U, D]) -> EdgeAction`` (greedy, gain = ΔQ) for the edge env,
-      or int32 [U] for other envs.
-    meta: the run's ``policy_meta.json`` plus ``step`` and ``seed``.
-    """
-
-    apply_fn: Callable
-    params: Any
-    advantage_fn: Callable
-    act_fn: Callable
-    meta: dict
-
-
-def read_policy_meta(workdir) -> dict:
-    path = Path(workdir) / POLICY_META_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (is {workdir} a train.ppo run directory?)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-
-
-def check_traces_match(meta: dict, traces, where: str = "policy") -> None:
-    """Refuses a trace set whose feature dim differs from the one the policy was trained on."""
-    want = meta.get("traces", {}).get("feature_dim")
-    if want is not None and int(traces.feature_dim) != int(want):
-        raise ValueError(f"{where}: trained on traces with feature_dim {want} "
-                         f"({meta['traces'].get('source')}), got a trace set with "
-                         f"feature_dim {traces.feature_dim}")
-
-
-def load_policy(workdir, step: int | None = None, seed_index: int = 0):
-    """Loads a trained policy from a ``train.ppo`` run directory.
-
-    Args:
-      workdir: the run directory.
-      step: checkpoint step (update count); default the latest.
-      seed_index: which of the run's ``num_seeds`` learner states (0-based).
-
-    Returns:
-      ``(policy, config)``: a ``Policy`` and the run's ``ConfigDict``; ``policy.meta["step"]``
-      is the checkpoint step (update count) that was loaded.
-
-    Raises:
-      FileNotFoundError / ValueError naming the file that is missing or malformed;
-      ``checkpointing.CheckpointError`` (a ``BadInput``; ``MissingCheckpoint`` is also a
-      FileNotFoundError) for a missing, damaged or mismatched checkpoint. The latest step is
-      loaded as it is: a damaged one is reported (naming the file), never skipped.
-    """
-    workdir = Path(workdir)
-    config = config_utils.read_config_json(workdir)
-    meta = read_policy_meta(workdir)
-    if not 0 <= seed_index < int(meta["num_seeds"]):
-        raise ValueError(f"seed_index {seed_index} out of range: {workdir} holds "
-                         f"{meta['num_seeds']} seed(s)")
-    obs_dim, hidden = int(meta["obs_dim"]), tuple(meta["hidden"])
-    sep = bool(meta["separate_critic"])
-    graphdef, params_template = networks.init_network(
-        jax.random.key(0), obs_dim, hidden, sep, int(meta.get("num_actions", networks.NUM_ACTIONS)),
-        str(meta.get("critic", "q")))
-    params_template = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((int(meta["num_seeds"]),) + x.shape, x.dtype),
-        params_template)
-    # Read-only: a policy folder without checkpoints/ is refused, never created.
-    ckpt = checkpointing.Checkpointer(workdir / "checkpoints", create=False)
-    try:
-        params, ckpt_meta, step = _restore_params(ckpt, params_template, step)
-    finally:
-        ckpt.close()
-    # debug: commands validate every input before their first INFO line (evals.run logs it)
-    logging.debug("loaded policy %s at update %d (seed index %d)", workdir, step, seed_index)
-    params = jax.tree.map(lambda x: x[seed_index], params)
-    apply_fn = networks.make_apply_fn(graphdef)
-    action_fn = None
-    if meta.get("env") == "edge" and bool(config.env.pass_gain):
-        from envs.edge import EdgeAction
-        action_fn = lambda screen, gain: EdgeAction(screen=screen, gain=gain)  # noqa: E731
-    policy = Policy(apply_fn=apply_fn, params=params,
-                    advantage_fn=networks.make_advantage_fn(apply_fn),
-                    act_fn=make_act_fn(apply_fn, action_fn, greedy=True),
-                    meta=dict(meta, step=step, seed=meta["seeds"][seed_index],
-                              checkpoint_meta=ckpt_meta))
-    return policy, config
-
-
-def _restore_params(ckpt: checkpointing.Checkpointer, params_template, step):
-    """Restores only ``params`` of a saved LearnerState (other items are not read)."""
-    import orbax.checkpoint as ocp
-
-    if step is None:
-        step = ckpt.latest_step()
-        if step is None:
-            raise checkpointing.MissingCheckpoint(f"no checkpoint in {ckpt.directory}")
-    if step not in ckpt.all_steps():
-        raise checkpointing.MissingCheckpoint(f"no checkpoint for step {step} in "
-                                              f"{ckpt.directory} (have {ckpt.all_steps()})")
-    step = int(step)
-    verified = ckpt.verify(step)
-    path = ckpt.directory / str(step) / "state"
-    meta_path = ckpt.directory / str(step) / "meta" / "metadata"
-    try:
-        ckpt_meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    except (ValueError, RecursionError) as e:
-        raise checkpointing.DamagedCheckpoint(
-            f"checkpoint step {step} is damaged: {meta_path} is not valid JSON "
-            f"({type(e).__name__})") from None
-    try:
-        with ocp.PyTreeCheckpointer() as pc:
-            item = {"params": params_template}
-            # Restore onto the template's devices, whatever topology saved the run.
-            restored = pc.restore(path, args=ocp.args.PyTreeRestore(
-                item=item, partial_restore=True,
-                restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
-    except Exception as e:  # noqa: BLE001  (orbax/tensorstore raise many types)
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        if verified:
-            raise checkpointing.CheckpointError(
-                f"checkpoint {path} does not hold the parameters {POLICY_META_FILE} "
-                f"describes: {type(e).__name__}: {first}") from e
-        raise checkpointing.DamagedCheckpoint(
-            f"checkpoint step {step} is damaged or unreadable: {path}: "
-            f"{type(e).__name__}: {first}") from e
-    return restored["params"], ckpt_meta, step

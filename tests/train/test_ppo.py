@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from prada_jax import config_utils
-from prada_jax.rl import toy_env, trainer
+from prada_jax import config_utils, errors
+from prada_jax.rl import policy as policy_files, toy_env, trainer
 from train.configs import ppo as ppo_configs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def test_smoke_cli_two_chunks_then_resume(tmp_path):
     per_chunk = 4 * 16 * 2
     assert [s for s, _ in sc["train/policy_loss"]] == [per_chunk, 2 * per_chunk]
     assert all(math.isfinite(v) for _, v in sc["train/policy_loss"])
-    policy, config = trainer.load_policy(wd)
+    policy, config = policy_files.load_policy(wd)
     assert policy.meta["step"] == 4
     obs = np.zeros((4, 18), np.float32)
     gain = policy.advantage_fn(policy.params, obs)
@@ -107,7 +107,7 @@ def test_smoke_cli_two_chunks_then_resume(tmp_path):
     action = policy.act_fn(policy.params, jax.random.key(0), obs)
     assert action.screen.shape == (4,) and np.allclose(action.gain, gain)
     with pytest.raises(FileNotFoundError, match="step 3"):
-        trainer.load_policy(wd, step=3)
+        policy_files.load_policy(wd, step=3)
 
 
 @pytest.fixture
@@ -128,12 +128,12 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, fast_compile)
     r0, r1 = (_scalars(tmp_path / "tb" / f"seed{s}") for s in (0, 1))
     assert r0["train/policy_loss"] != r1["train/policy_loss"]
     env, params = toy_env.make(num_users=4, threshold=float("nan"))
-    with pytest.raises(trainer.NonFiniteLossError, match=r"train/\w+ \(seed \d\) in updates 3\.\.4; stopping; the last good checkpoint \(step 2\)"):
+    with pytest.raises(errors.NonFiniteTraining, match=r"train/\w+ \(seed \d\) in updates 3\.\.4; stopping; the last good checkpoint \(step 2\)"):
         trainer.train_and_evaluate(config, tmp_path, env_and_params=(env, params))
     steps = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
     assert steps == [2]
     # The kept checkpoint loads, per seed.
-    p1, _ = trainer.load_policy(tmp_path, seed_index=1)
+    p1, _ = policy_files.load_policy(tmp_path, seed_index=1)
     assert p1.meta["seed"] == 1 and p1.meta["step"] == 2
     with pytest.raises(ValueError, match="seed_index 2"):
-        trainer.load_policy(tmp_path, seed_index=2)
+        policy_files.load_policy(tmp_path, seed_index=2)

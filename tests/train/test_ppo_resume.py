@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from prada_jax.rl import trainer
+from prada_jax.rl import policy as policy_files
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGS = ["--config=train/configs/ppo.py:smoke", "--config.ppo.total_env_steps=512",
@@ -61,8 +61,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resumed" in r.stderr
 
-    ref, _ = trainer.load_policy(ref_dir)
-    got, _ = trainer.load_policy(run_dir)
+    ref, _ = policy_files.load_policy(ref_dir)
+    got, _ = policy_files.load_policy(run_dir)
     assert ref.meta["step"] == got.meta["step"] == 8
     for a, b in zip(jax.tree.leaves(ref.params), jax.tree.leaves(got.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

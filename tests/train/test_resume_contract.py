@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from prada_jax import checkpointing, dual_train, errors, run_state
-from prada_jax.rl import trainer
+from prada_jax.rl import policy as policy_files, trainer
 from train import ppo as ppo_launcher
 from train.configs import dual as dual_configs
 from train.configs import ppo as ppo_configs
@@ -126,14 +126,14 @@ def test_ppo_resume_refuses_a_changed_computation_and_records_extensions(tmp_pat
         p.write_bytes(p.read_bytes()[:3])
     with pytest.raises(checkpointing.DamagedCheckpoint,
                        match=r"step 10 is damaged: .*truncated"):
-        trainer.load_policy(tmp_path)
-    assert trainer.load_policy(tmp_path, step=8)[0].meta["step"] == 8
+        policy_files.load_policy(tmp_path)
+    assert policy_files.load_policy(tmp_path, step=8)[0].meta["step"] == 8
     bare = tmp_path / "bare"
     bare.mkdir()
     for n in ("config.json", "policy_meta.json"):
         shutil.copy(tmp_path / n, bare / n)
     with pytest.raises(checkpointing.MissingCheckpoint):
-        trainer.load_policy(bare)
+        policy_files.load_policy(bare)
     assert sorted(p.name for p in bare.iterdir()) == ["config.json", "policy_meta.json"]
 
 

@@ -41,9 +41,9 @@ def test_refit_command_writes_a_loadable_policy_with_the_same_actor(tmp_path):
     assert (outs[0] / "critic_check.json").read_text() == \
         (outs[1] / "critic_check.json").read_text()      # same seed → same numbers
 
-    from prada_jax.rl import trainer
-    old, _ = trainer.load_policy(ppo)
-    new, _ = trainer.load_policy(outs[0])
+    from prada_jax.rl import policy as policy_files
+    old, _ = policy_files.load_policy(ppo)
+    new, _ = policy_files.load_policy(outs[0])
     assert new.meta["critic_refit"]["source"] == str(ppo)
     assert new.meta["step"] == old.meta["step"]
     obs = jax.random.normal(jax.random.key(0), (64, int(old.meta["obs_dim"])))
