@@ -6,7 +6,7 @@
         [--node_budget=B]
     python -m prada_jax.traces stats DIR [DIR ...] [--preset=all|NAME ...] [--json=FILE]
     python -m prada_jax.traces build --slm=DIR --llm=DIR --prm=DIR --data=FILE ...
-        ([torch] extra; flags in prada_jax/traces/build.py, docs/build_traces.md)
+        ([torch] extra; flags in prada_jax/traces/build/cli.py, docs/build_traces.md)
     python -m prada_jax.traces SUBCOMMAND --help
 
 Flags are absl flags (``--name=value`` or ``--name value``); the older dash spellings
@@ -28,8 +28,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from absl import flags  # noqa: E402
 
+from prada_jax.cli import one_line  # noqa: E402
 from prada_jax.errors import EXIT_BAD_INPUT, BadInput  # noqa: E402
 from prada_jax.presets import BENCHMARKS  # noqa: E402
+from prada_jax.traces import stats, synthetic  # noqa: E402
+from prada_jax.traces.format import load, read_meta, save  # noqa: E402
 
 EXIT_BAD_DATA = EXIT_BAD_INPUT
 SUBCOMMANDS = ("validate", "synth", "stats", "build")
@@ -38,8 +41,6 @@ SUBCOMMANDS = ("validate", "synth", "stats", "build")
 # ----------------------------------------------------------------------------- subcommands
 
 def _cmd_validate(fv, dirs) -> int:
-    from prada_jax.traces.format import load, read_meta
-
     if not dirs:
         raise BadInput("validate: give at least one trace folder DIR")
     for d in dirs:
@@ -52,9 +53,6 @@ def _cmd_validate(fv, dirs) -> int:
 
 
 def _cmd_synth(fv, rest) -> int:
-    from prada_jax.traces import synthetic
-    from prada_jax.traces.format import save
-
     if rest:
         raise BadInput(f"synth: unexpected arguments {' '.join(rest)}")
     if len(fv.preset) != 1 or fv.preset[0] == "all":
@@ -74,9 +72,6 @@ def _cmd_synth(fv, rest) -> int:
 
 
 def _cmd_stats(fv, dirs) -> int:
-    from prada_jax.traces import stats, synthetic
-    from prada_jax.traces.format import load, read_meta
-
     presets = []
     for name in fv.preset:
         presets.extend(BENCHMARKS if name == "all" else [name])
@@ -129,7 +124,9 @@ def _define(cmd: str, fv: flags.FlagValues) -> None:
 # ----------------------------------------------------------------------------- build
 
 def _build_parser() -> argparse.ArgumentParser:
-    build = importlib.import_module("prada_jax.traces.build")
+    # Imported by name when the subcommand is chosen: without the [torch] extra an ImportError
+    # here becomes one clear error line (main), not a failure of every subcommand.
+    build = importlib.import_module("prada_jax.traces.build.cli")
     p = argparse.ArgumentParser(prog="python -m prada_jax.traces build", add_help=False)
     build.add_arguments(p)
     return p
@@ -170,7 +167,7 @@ def _build_namespace(fv: flags.FlagValues) -> argparse.Namespace:
 def _cmd_build(fv, rest) -> int:
     if rest:
         raise BadInput(f"build: unexpected arguments {' '.join(rest)}")
-    build = importlib.import_module("prada_jax.traces.build")
+    build = importlib.import_module("prada_jax.traces.build.cli")
     return build.run(_build_namespace(fv))
 
 
@@ -190,8 +187,6 @@ def _normalise(argv: list[str]) -> list[str]:
 
 
 def _error(msg: str) -> int:
-    from prada_jax.cli import one_line
-
     print(f"error: {one_line(msg)}", file=sys.stderr, flush=True)
     return EXIT_BAD_DATA
 

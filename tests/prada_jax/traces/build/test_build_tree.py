@@ -5,7 +5,11 @@ import itertools
 import numpy as np
 import pytest
 
-from prada_jax.traces import build as B
+from prada_jax.traces.build import assembly as assembly_lib
+from prada_jax.traces.build import generation as generation_lib
+from prada_jax.traces.build import settings as settings_lib
+from prada_jax.traces.build import staging as staging_lib
+from prada_jax.traces.build import tree as tree_lib
 from prada_jax.traces import format as fmt
 from prada_jax.traces.datasets import Problem
 
@@ -26,7 +30,7 @@ class ScriptedGenerator:
             path = "".join(x[0] for x in s) + str(self.role)
             text = self.finals.get((q, path), f"{self.role}{len(s)}|\n\n")
             n = len(s) + 2
-            out.append(B.Step(text=text, n_tokens=n, logprobs=-np.arange(1.0, n + 1),
+            out.append(generation_lib.Step(text=text, n_tokens=n, logprobs=-np.arange(1.0, n + 1),
                               entropies=np.full(n, 0.5), hidden=np.ones(self.hidden_size,
                                                                        np.float32) * len(s),
                               eos=False, ctx_tokens=10 + 3 * len(s)))
@@ -54,7 +58,7 @@ def _settings(**kw):
                 system_prompt="", feature_dim=8, seed=0, batch_size=2, prm_style="value-head",
                 device="cpu", dtype="fp32", check_timeout=1.0)
     base.update(kw)
-    return B.Settings(**base)
+    return settings_lib.Settings(**base)
 
 
 def _paths(tree):
@@ -76,8 +80,8 @@ def _reference_expansion(budget, full_depth, max_steps, p_llm):
 def test_expansion_matches_exhaustive_reference(budget, full_depth):
     st = _settings(node_budget=budget, full_depth=full_depth, max_steps=6)
     probs = [Problem(0, "q0", "7", "math"), Problem(1, "q1", "8", "math")]
-    proj = B.make_projection(4, st.feature_dim, st.seed)
-    trees = B.build_trees(probs, ScriptedGenerator(0), ScriptedGenerator(1), CountingPRM(), st,
+    proj = tree_lib.make_projection(4, st.feature_dim, st.seed)
+    trees = tree_lib.build_trees(probs, ScriptedGenerator(0), ScriptedGenerator(1), CountingPRM(), st,
                           proj)
     want = _reference_expansion(budget, full_depth, st.max_steps, 0.3)
     for tree in trees:
@@ -100,8 +104,8 @@ def test_terminal_correct_prm_and_features():
                                 ("q1", "0"): "The answer is \\boxed{B}\n\n"})
     llm = ScriptedGenerator(1, {("q0", "1"): "\\boxed{8}\n\n"})
     probs = [Problem(0, "q0", "7", "math"), Problem(5, "q1", "B", "choice")]
-    proj = B.make_projection(4, st.feature_dim, st.seed)
-    trees = B.build_trees(probs, slm, llm, CountingPRM(), st, proj)
+    proj = tree_lib.make_projection(4, st.feature_dim, st.seed)
+    trees = tree_lib.build_trees(probs, slm, llm, CountingPRM(), st, proj)
     t0 = trees[0]
     root = t0.nodes[0]
     assert root.terminal == (0, 1) and root.correct == (0, 0)
@@ -131,12 +135,12 @@ def test_terminal_correct_prm_and_features():
 
 def test_prm_behaviour_policy_and_fallbacks():
     st = _settings(behaviour="prm", node_budget=5, full_depth=0, max_steps=4)
-    assert B.behaviour_llm_prob(0.7, st) == pytest.approx(0.5)
-    assert B.behaviour_llm_prob(0.0, st) == pytest.approx(1 - st.behaviour_eps, abs=1e-3)
+    assert tree_lib.behaviour_llm_prob(0.7, st) == pytest.approx(0.5)
+    assert tree_lib.behaviour_llm_prob(0.0, st) == pytest.approx(1 - st.behaviour_eps, abs=1e-3)
     # 0.8 is one temperature above the threshold: eps + (1 - 2 eps) / (1 + e)
-    assert B.behaviour_llm_prob(0.8, st) == pytest.approx(0.05 + 0.9 / (1 + np.e), rel=1e-9)
-    proj = B.make_projection(4, st.feature_dim, st.seed)
-    trees = B.build_trees([Problem(0, "q", "1", "math")], ScriptedGenerator(0),
+    assert tree_lib.behaviour_llm_prob(0.8, st) == pytest.approx(0.05 + 0.9 / (1 + np.e), rel=1e-9)
+    proj = tree_lib.make_projection(4, st.feature_dim, st.seed)
+    trees = tree_lib.build_trees([Problem(0, "q", "1", "math")], ScriptedGenerator(0),
                           ScriptedGenerator(1), CountingPRM(), st, proj)
     tree = trees[0]
     by_depth = {}
@@ -158,21 +162,21 @@ def test_prm_behaviour_policy_and_fallbacks():
 def test_assembled_batches_pass_validator(tmp_path):
     st = _settings(node_budget=5, full_depth=1, max_steps=4)
     probs = [Problem(i, f"q{i}", "7", "math") for i in range(3)]
-    proj = B.make_projection(4, st.feature_dim, st.seed)
-    staging = tmp_path / B.STAGING
+    proj = tree_lib.make_projection(4, st.feature_dim, st.seed)
+    staging = tmp_path / staging_lib.STAGING
     staging.mkdir()
     for s, e in [(0, 2), (2, 3)]:
-        trees = B.build_trees(probs[s:e], ScriptedGenerator(0), ScriptedGenerator(1),
+        trees = tree_lib.build_trees(probs[s:e], ScriptedGenerator(0), ScriptedGenerator(1),
                               CountingPRM(), st, proj)
-        B.write_batch(staging, s, e, trees, {"seconds": 0.0})
-    meta = B.assemble(tmp_path, probs, [(0, 2), (2, 3)],
+        staging_lib.write_batch(staging, s, e, trees, {"seconds": 0.0})
+    meta = assembly_lib.assemble(tmp_path, probs, [(0, 2), (2, 3)],
                       {"benchmark": "gsm8k", "synthetic": False,
                        "models": {"slm": "a", "llm": "b", "prm": "c"},
-                       "feature_names": B.feature_names(st.feature_dim)})
+                       "feature_names": tree_lib.feature_names(st.feature_dim)})
     traces = fmt.load(tmp_path)
     assert meta["counts"]["problems"] == 3
     assert traces.answer_id.tolist() == [0, 1, 2]
-    assert meta["feature_names"][-5:] == list(B.STATS_FEATURES)
+    assert meta["feature_names"][-5:] == list(settings_lib.STATS_FEATURES)
     assert meta["generator"]["nodes_with_fallback"] == int((traces.fallback >= 0).sum())
 
 
@@ -182,8 +186,8 @@ def test_context_full_makes_candidates_terminal():
     st = _settings(node_budget=40, full_depth=5, max_steps=6, max_step_tokens=8)
     slm, llm = ScriptedGenerator(0), ScriptedGenerator(1)
     slm.max_context = 30
-    proj = B.make_projection(4, st.feature_dim, st.seed)
-    tree = B.build_trees([Problem(0, "q", "1", "math")], slm, llm, CountingPRM(), st, proj)[0]
+    proj = tree_lib.make_projection(4, st.feature_dim, st.seed)
+    tree = tree_lib.build_trees([Problem(0, "q", "1", "math")], slm, llm, CountingPRM(), st, proj)[0]
     assert max(n.depth for n in tree.nodes) == 3
     assert all(n.terminal == ((1, 1) if n.depth == 3 else (0, 0)) for n in tree.nodes)
     assert len(tree.nodes) == 15  # the full tree down to depth 3
@@ -193,7 +197,7 @@ def test_importing_the_builder_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, prada_jax.traces.build, prada_jax.traces.prm, prada_jax.traces.answers, "
-            "prada_jax.traces.datasets; "
+    code = ("import sys, prada_jax.traces.build.cli, prada_jax.traces.prm, "
+            "prada_jax.traces.answers, prada_jax.traces.datasets; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

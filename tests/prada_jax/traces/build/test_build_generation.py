@@ -6,7 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from prada_jax.traces import build as B  # noqa: E402
+from prada_jax.traces.build import generation as generation_lib  # noqa: E402
+from prada_jax.traces.build import settings as settings_lib  # noqa: E402
 from test_build_fixtures import make_lm, make_tokenizer  # noqa: E402
 
 
@@ -14,10 +15,10 @@ def _settings(**kw):
     base = dict(benchmark="gsm8k", node_budget=4, full_depth=1, max_steps=4, behaviour="prm",
                 behaviour_llm_prob=0.3, behaviour_threshold=0.7, behaviour_temp=0.1,
                 behaviour_eps=0.05, step_delimiter="\n\n", max_step_tokens=10, temperature=0.0,
-                system_prompt=B.DEFAULT_SYSTEM_PROMPT, feature_dim=8, seed=0, batch_size=3,
+                system_prompt=settings_lib.DEFAULT_SYSTEM_PROMPT, feature_dim=8, seed=0, batch_size=3,
                 prm_style="value-head", device="cpu", dtype="fp32", check_timeout=1.0)
     base.update(kw)
-    return B.Settings(**base)
+    return settings_lib.Settings(**base)
 
 
 def _reference_step(model, tok, text, max_tokens, delim, eos):
@@ -49,7 +50,7 @@ def test_batched_generation_matches_unbatched_reference(tmp_path, arch, boost):
         tok.save_pretrained(str(tmp_path / "m"))
         assert AutoTokenizer.from_pretrained(str(tmp_path / "m")).pad_token is None
     st = _settings()
-    gen = B.HFStepGenerator(tmp_path / "m", st, want_hidden=True)
+    gen = generation_lib.HFStepGenerator(tmp_path / "m", st, want_hidden=True)
     questions = ["What is 15 minus 6?", "A box holds 12 eggs. How many eggs are in 5 boxes?",
                  "Half of 18?"]
     steps = [[], ["Step 1: add the numbers.\n\n"], ["x\n\n", "y\n\n"]]

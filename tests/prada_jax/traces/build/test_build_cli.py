@@ -14,8 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from prada_jax.traces import build as B  # noqa: E402
 from prada_jax.traces import format as fmt  # noqa: E402
+from prada_jax.traces.build import cli as cli_lib  # noqa: E402
+from prada_jax.traces.build import pipeline as pipeline_lib  # noqa: E402
+from prada_jax.traces.build import staging as staging_lib  # noqa: E402
 from test_build_fixtures import make_all  # noqa: E402
 
 SMALL = ["--node-budget", "4", "--full-depth", "1", "--max-steps", "3", "--max-step-tokens",
@@ -30,7 +32,7 @@ def tiny(tmp_path_factory):
 
 def _args(tiny, out, *extra, prm="prm"):
     parser = argparse.ArgumentParser()
-    B.add_arguments(parser)
+    cli_lib.add_arguments(parser)
     return parser.parse_args(["--slm", str(tiny["slm"]), "--llm", str(tiny["llm"]), "--prm",
                               str(tiny[prm]), "--data", str(tiny["data"]), "--benchmark",
                               "gsm8k", "--out", str(out), "--device", "cpu", *SMALL,
@@ -43,7 +45,7 @@ def _arrays(out):
 
 def test_build_validate_and_edge_env(tiny, tmp_path):
     out = tmp_path / "traces"
-    assert B.run(_args(tiny, out)) == 0
+    assert cli_lib.run(_args(tiny, out)) == 0
     meta = fmt.validate(out)
     assert meta["synthetic"] is False
     assert meta["models"] == {"slm": "tiny-slm", "llm": "tiny-llm", "prm": "tiny-prm"}
@@ -105,7 +107,7 @@ def test_hub_name_fails_at_once(tiny, tmp_path, capsys):
     args = _args(tiny, tmp_path / "x")
     args.slm = "Qwen/Qwen2.5-Math-1.5B-Instruct"
     t0 = time.monotonic()
-    assert B.run(args) == B.EXIT_BAD_INPUT
+    assert cli_lib.run(args) == cli_lib.EXIT_BAD_INPUT
     assert time.monotonic() - t0 < 5
     err = capsys.readouterr().err
     assert "--slm" in err and "not a local folder" in err and "huggingface-cli download" in err
@@ -117,7 +119,7 @@ def test_hub_name_fails_at_once(tiny, tmp_path, capsys):
     ("--behaviour-eps", "0.7", "--behaviour-eps"),
 ])
 def test_bad_flags_are_named(tiny, tmp_path, capsys, flag, value, pattern):
-    assert B.run(_args(tiny, tmp_path / "x", flag, value)) == B.EXIT_BAD_INPUT
+    assert cli_lib.run(_args(tiny, tmp_path / "x", flag, value)) == cli_lib.EXIT_BAD_INPUT
     assert pattern in capsys.readouterr().err
 
 
@@ -126,7 +128,7 @@ def test_bad_data_row_is_named(tiny, tmp_path, capsys):
     bad.write_text(json.dumps({"question": "q", "answer": "no marker"}) + "\n")
     args = _args(tiny, tmp_path / "x")
     args.data = str(bad)
-    assert B.run(args) == B.EXIT_BAD_INPUT
+    assert cli_lib.run(args) == cli_lib.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "--data" in err and f"{bad}:1: field 'answer'" in err
 
@@ -140,18 +142,18 @@ def test_failed_start_does_not_block_a_fixed_rerun(tiny, tmp_path, capsys):
     out = tmp_path / "t"
     args = _args(tiny, out, "--limit", "2", "--no-progress")
     args.prm = str(broken)
-    assert B.run(args) == B.EXIT_BAD_INPUT
+    assert cli_lib.run(args) == cli_lib.EXIT_BAD_INPUT
     assert "value_head.safetensors" in capsys.readouterr().err
     shutil.copy(tiny["prm"] / "value_head.safetensors", broken / "value_head.safetensors")
-    assert B.run(args) == 0  # nothing was staged, so the changed folder is not "different"
+    assert cli_lib.run(args) == 0  # nothing was staged, so the changed folder is not "different"
 
 
 def test_interrupt_and_resume_is_identical(tiny, tmp_path, monkeypatch):
     ref = tmp_path / "ref"
-    assert B.run(_args(tiny, ref, "--no-progress")) == 0
+    assert cli_lib.run(_args(tiny, ref, "--no-progress")) == 0
 
     out = tmp_path / "resumed"
-    real = B.build_trees
+    real = pipeline_lib.build_trees
     calls = {"n": 0}
 
     def interrupt_second_batch(*a, **k):
@@ -160,16 +162,16 @@ def test_interrupt_and_resume_is_identical(tiny, tmp_path, monkeypatch):
             raise KeyboardInterrupt  # Ctrl-C while the second batch is in flight
         return real(*a, **k)
 
-    monkeypatch.setattr(B, "build_trees", interrupt_second_batch)
-    assert B.run(_args(tiny, out, "--no-progress")) == B.EXIT_INTERRUPTED
-    staged = sorted(p.name for p in (out / B.STAGING).glob("batch_*"))
+    monkeypatch.setattr(pipeline_lib, "build_trees", interrupt_second_batch)
+    assert cli_lib.run(_args(tiny, out, "--no-progress")) == cli_lib.EXIT_INTERRUPTED
+    staged = sorted(p.name for p in (out / staging_lib.STAGING).glob("batch_*"))
     assert staged == ["batch_0000000_0000002.safetensors"]
     assert not (out / fmt.NODES_FILE).exists()
     # a write killed half-way leaves only a temporary file, which a rerun removes
-    (out / B.STAGING / "batch_0000002_0000004.safetensors.tmp999").write_bytes(b"\0partial")
-    monkeypatch.setattr(B, "build_trees", real)
-    assert B.run(_args(tiny, out, "--no-progress")) == 0
-    assert not list((out / B.STAGING).glob("*.tmp*"))
+    (out / staging_lib.STAGING / "batch_0000002_0000004.safetensors.tmp999").write_bytes(b"\0partial")
+    monkeypatch.setattr(pipeline_lib, "build_trees", real)
+    assert cli_lib.run(_args(tiny, out, "--no-progress")) == 0
+    assert not list((out / staging_lib.STAGING).glob("*.tmp*"))
     a, b = _arrays(ref), _arrays(out)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -179,12 +181,12 @@ def test_interrupt_and_resume_is_identical(tiny, tmp_path, monkeypatch):
 
 def test_max_batches_then_continue_and_changed_settings_refused(tiny, tmp_path, capsys):
     out = tmp_path / "t"
-    assert B.run(_args(tiny, out, "--max-batches", "1", "--no-progress")) == 0
-    assert len(list((out / B.STAGING).glob("batch_*"))) == 1
+    assert cli_lib.run(_args(tiny, out, "--max-batches", "1", "--no-progress")) == 0
+    assert len(list((out / staging_lib.STAGING).glob("batch_*"))) == 1
     assert not (out / fmt.NODES_FILE).exists()
-    assert B.run(_args(tiny, out, "--node-budget", "5", "--no-progress")) == B.EXIT_BAD_INPUT
+    assert cli_lib.run(_args(tiny, out, "--node-budget", "5", "--no-progress")) == cli_lib.EXIT_BAD_INPUT
     assert "node_budget" in capsys.readouterr().err
-    assert B.run(_args(tiny, out, "--no-progress")) == 0
+    assert cli_lib.run(_args(tiny, out, "--no-progress")) == 0
     fmt.validate(out)
 
 
@@ -192,18 +194,18 @@ def test_max_batches_then_continue_and_changed_settings_refused(tiny, tmp_path, 
 def test_sigkill_mid_build_then_resume(tiny, tmp_path):
     """A real kill -9 of a build process, then a rerun: same trace as an uninterrupted build."""
     ref = tmp_path / "ref"
-    assert B.run(_args(tiny, ref, "--no-progress", "--limit", "5", "--batch-size", "1")) == 0
+    assert cli_lib.run(_args(tiny, ref, "--no-progress", "--limit", "5", "--batch-size", "1")) == 0
     out = tmp_path / "killed"
     script = (
-        "import argparse,sys; from prada_jax.traces import build as B\n"
-        "p=argparse.ArgumentParser(); B.add_arguments(p); sys.exit(B.run(p.parse_args(sys.argv[1:])))\n")
+        "import argparse,sys; from prada_jax.traces.build import cli as B\n"
+        "p=argparse.ArgumentParser(); cli_lib.add_arguments(p); sys.exit(cli_lib.run(p.parse_args(sys.argv[1:])))\n")
     cli = ["--slm", str(tiny["slm"]), "--llm", str(tiny["llm"]), "--prm", str(tiny["prm"]),
            "--data", str(tiny["data"]), "--benchmark", "gsm8k", "--out", str(out),
            "--device", "cpu", *SMALL, "--no-progress", "--limit", "5", "--batch-size", "1"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.Popen([sys.executable, "-c", script, *cli], env=env,
-                            cwd=str(Path(__file__).resolve().parents[3]))
-    staging = out / B.STAGING
+                            cwd=str(Path(__file__).resolve().parents[4]))
+    staging = out / staging_lib.STAGING
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         if len(list(staging.glob("batch_*.safetensors"))) >= 2:
@@ -213,7 +215,7 @@ def test_sigkill_mid_build_then_resume(tiny, tmp_path):
     assert proc.wait() == -9, "the build finished before it could be killed"
     assert not (out / fmt.NODES_FILE).exists()
     assert 2 <= len(list(staging.glob("batch_*.safetensors"))) < 5
-    assert B.run(_args(tiny, out, "--no-progress", "--limit", "5", "--batch-size", "1")) == 0
+    assert cli_lib.run(_args(tiny, out, "--no-progress", "--limit", "5", "--batch-size", "1")) == 0
     a, b = _arrays(ref), _arrays(out)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
