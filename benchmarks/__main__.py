@@ -33,6 +33,7 @@ docs/ppo.md and docs/lm.md before the sharding change (issue 10), same machine t
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -42,6 +43,20 @@ import time
 import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import flags  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from prada_jax import cli, parallel  # noqa: E402
+from prada_jax.distill.learner import init_state, make_optimizer, make_train_step  # noqa: E402
+from prada_jax.errors import BadInput  # noqa: E402
+from prada_jax.lm.config import LMConfig  # noqa: E402
+from prada_jax.lm.model import CausalLM  # noqa: E402
+from prada_jax.rl import trainer  # noqa: E402
+from train.configs import ppo as ppo_configs  # noqa: E402
 
 PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "seeds", "sched", "roofline")
 
@@ -72,8 +87,6 @@ def peak_flops(device_kind: str) -> float | None:
 
 
 def machine() -> dict:
-    import jax
-
     d = jax.devices()
     cpu_model = ""
     try:
@@ -99,16 +112,6 @@ def bench_distill(student: str = "small", batch: int = 8, prompt_len: int = 64,
     MFU = FLOPs / step time / (peak bf16 FLOP/s × devices) when the device's peak is known.
     With several devices the batch is split over the ``batch`` mesh axis.
     """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from flax import nnx
-
-    from prada_jax import parallel
-    from prada_jax.distill.learner import init_state, make_optimizer, make_train_step
-    from prada_jax.lm.config import LMConfig
-    from prada_jax.lm.model import CausalLM
-
     vocab, hidden, inter, layers, heads, kv, hd = STUDENTS[student]
     cfg = LMConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
                    num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=hd,
@@ -175,11 +178,6 @@ def bench_mesh_overhead(repeats: int = 5, num_envs: int | None = None) -> dict:
     on plain (uncommitted) states vs on states placed by the trainer's mesh code
     (``trainer._place_on_mesh`` with ``config.mesh`` defaults: all devices, envs split).
     Calls alternate so machine load hits both alike; medians of ``repeats`` each."""
-    import jax
-
-    from prada_jax.rl import trainer
-    from train.configs import ppo as ppo_configs
-
     config = ppo_configs.get_config()
     if num_envs:
         config.ppo.num_envs = num_envs
@@ -213,10 +211,6 @@ def _import_absl_module(name: str):
     """Imports ``benchmarks.<name>`` whose absl flags may share names with another part's
     (``num_envs``, ``repeats``, ``json``): the suite never parses absl flags, so the earlier
     definitions are dropped before the import."""
-    import importlib
-
-    from absl import flags
-
     mod = f"benchmarks.{name}"
     if mod not in sys.modules:
         for flag in ("num_envs", "num_users", "repeats", "json", "num_seeds", "variant"):
@@ -235,7 +229,7 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
                                   slots=16 if quick else 64, numpy_slots=100 if quick else 300,
                                   repeats=repeats)
     if name == "scaling":
-        from benchmarks import env_scaling
+        from benchmarks import env_scaling  # lazy: a failing part fails alone
         if gpu:
             return env_scaling.run((1, 16, 256, 1024, 4096, 8192, 32768), num_users=32,
                                    slots=64, repeats=repeats)
@@ -249,19 +243,19 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
         return ppo_throughput.compare(variant="smoke" if quick else "", repeats=repeats)
     if name == "roofline":
         _import_absl_module("env_throughput")   # roofline reuses its runner (absl flags)
-        from benchmarks import roofline
+        from benchmarks import roofline  # lazy: a failing part fails alone
         return roofline.run(num_envs=4096, num_users=32 if gpu else 16, slots=64 if gpu else 16,
                             repeats=repeats)
     if name == "mesh1":
         return bench_mesh_overhead(repeats=repeats, num_envs=1024 if gpu else None)
     if name == "sched":
-        from benchmarks import sched_vs_milp
+        from benchmarks import sched_vs_milp  # lazy: a failing part fails alone
         # 1024-candidate slots (issue 17): medians over 30 slots vs the knapsack MILP, and
         # 256 slots vmapped
         return sched_vs_milp.run_slots(n=1024, slots=8 if quick else 30, free_units=64,
                                        repeats=10 if quick else 20, batch=256)
     if name == "lm":
-        from benchmarks import lm_forward
+        from benchmarks import lm_forward  # lazy: a failing part fails alone
         argv = ["--preset", "tiny" if quick else "small", "--repeats", str(max(repeats, 3)),
                 "--skip_export", "--skip_generate"]
         if gpu:
@@ -276,7 +270,7 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
             return bench_distill("small", batch=2, prompt_len=16, action_len=16, repeats=2)
         return bench_distill("small", batch=8, prompt_len=64, action_len=64, repeats=repeats)
     if name == "seeds":
-        from benchmarks import distill_seeds
+        from benchmarks import distill_seeds  # lazy: a failing part fails alone
         if quick:
             return distill_seeds.run(num_seeds=2, updates=2, batch=8)
         return distill_seeds.run(num_seeds=8, updates=max(repeats, 10), batch=64 if gpu else 32)
@@ -393,11 +387,6 @@ def format_table(rows, markdown: bool = False) -> str:
 def main(argv=None) -> dict:
     """``argv``: absl flags (``--only=env,ppo``); None = the command line. Bad flags raise
     ``errors.BadInput`` (exit 2 from the command line)."""
-    from absl import flags
-
-    from prada_jax import cli
-    from prada_jax.errors import BadInput
-
     def define(fv):
         flags.DEFINE_bool("gpu", False, "GPU sizes (8192 envs x 32 users, 0.5B student in "
                           "bf16); needs an accelerator", flag_values=fv)
@@ -420,8 +409,6 @@ def main(argv=None) -> dict:
         raise BadInput(f"--only: unknown part(s) {bad}; choose from {','.join(PARTS)}")
     if args.gpu and args.quick:
         raise BadInput("--gpu and --quick are exclusive")
-
-    import jax
 
     if args.gpu and jax.default_backend() == "cpu":
         raise BadInput("--gpu: JAX sees no accelerator (backend cpu); install the CUDA build "
@@ -459,6 +446,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run_local(main)

@@ -26,17 +26,22 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import jax  # noqa: E402
+from absl import flags  # noqa: E402
+
+from prada_jax import cli  # noqa: E402
+from prada_jax.distill import trainer  # noqa: E402
+from prada_jax.distill.task.teacher import tiny_cache  # noqa: E402
+from train.configs.distill import get_config  # noqa: E402
+
 
 def make_cache(root: Path, n_problems: int = 48) -> Path:
     """A synthetic cache (pool/, logits/, teacher/) under ``root``."""
-    from prada_jax.distill.task.teacher import tiny_cache
     return tiny_cache(root, n_problems)
 
 
 def _times(cache: Path, workdir: Path, seed: int, num_seeds: int, updates: int,
            batch: int) -> list[float]:
-    from prada_jax.distill import trainer
-    from train.configs.distill import get_config
     c = get_config()
     c.data.cache = str(cache)
     c.seed = seed
@@ -57,7 +62,6 @@ def _times(cache: Path, workdir: Path, seed: int, num_seeds: int, updates: int,
 
 
 def run(num_seeds: int = 8, updates: int = 20, batch: int = 64) -> dict:
-    import jax
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         cache = make_cache(tmp / "cache")
@@ -81,7 +85,6 @@ def run(num_seeds: int = 8, updates: int = 20, batch: int = 64) -> dict:
 
 
 def _define(fv) -> None:
-    from absl import flags
     flags.DEFINE_integer("num_seeds", 8, "students (N)", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("updates", 20, "timed updates per run (after one compiling update)",
                          lower_bound=1, flag_values=fv)
@@ -92,7 +95,6 @@ def _define(fv) -> None:
 
 def main(argv=None) -> int:
     """``argv``: absl flags (``--num_seeds=8``); None = the command line."""
-    from prada_jax import cli
     a = cli.parse_local(_define, argv, "benchmarks.distill_seeds", __doc__)
     res = run(a.num_seeds, a.updates, a.batch)
     print(json.dumps(res, indent=2))
@@ -102,5 +104,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from prada_jax import cli as _cli
-    _cli.run_local(main)
+    cli.run_local(main)

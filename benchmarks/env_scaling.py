@@ -19,6 +19,13 @@ import os
 import statistics
 import time
 
+import jax
+from absl import flags
+
+from envs import edge
+from prada_jax import cli, parallel
+from prada_jax.errors import BadInput
+
 DEFAULT_ENVS = (1, 4, 16, 64, 256, 1024, 4096)
 
 
@@ -32,11 +39,7 @@ def run(envs=DEFAULT_ENVS, num_users: int = 16, slots: int = 32, repeats: int = 
         problems: int = 256) -> dict:
     """Returns ``{"rows": [{"num_envs", "steps_per_s", "call_s", "compile_s", "sharded"}],
     "saturation_envs", "best_steps_per_s", ...}``; rates are user-slot steps per second."""
-    import jax
-
-    from benchmarks.env_throughput import _traces, make_jax_runner
-    from envs import edge
-    from prada_jax import parallel
+    from benchmarks.env_throughput import _traces, make_jax_runner  # lazy: defines absl flags
 
     envs = sorted(int(e) for e in envs)
     if not envs or envs[0] < 1:
@@ -79,11 +82,6 @@ def run(envs=DEFAULT_ENVS, num_users: int = 16, slots: int = 32, repeats: int = 
 
 def main(argv=None) -> dict:
     """``argv``: absl flags (``--envs=64,256``); None = the command line."""
-    from absl import flags
-
-    from prada_jax import cli
-    from prada_jax.errors import BadInput
-
     def define(fv):
         flags.DEFINE_list("envs", [str(e) for e in DEFAULT_ENVS], "comma-separated env counts",
                           flag_values=fv)
@@ -111,6 +109,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run_local(main)

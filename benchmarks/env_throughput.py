@@ -17,7 +17,15 @@ import os
 import statistics
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from absl import app, flags
+
+from envs import edge
+from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
+from prada_jax import cli
+from prada_jax.traces import synthetic
 
 _NUM_ENVS = flags.DEFINE_integer("num_envs", 1024, "JAX envs run in parallel (vmap)")
 _NUM_USERS = flags.DEFINE_integer("num_users", 16, "user slots U per env")
@@ -30,19 +38,12 @@ _JSON = flags.DEFINE_string("json", "", "also write the result to this JSON file
 
 
 def _traces(problems: int):
-    from prada_jax.traces import synthetic
-
     traces, meta = synthetic.generate("gsm8k", seed=0, problems=problems)
     return traces, f"synthetic gsm8k ({problems} problems, {traces.num_nodes} nodes)"
 
 
 def make_jax_runner(params, num_envs: int, slots: int):
     """Returns a jitted ``run(key, states) -> (states, reward_sum)`` over [E] envs × slots."""
-    import jax
-    import jax.numpy as jnp
-
-    from envs import edge
-
     u = params.num_users
 
     def one(key, state):
@@ -66,10 +67,6 @@ def make_jax_runner(params, num_envs: int, slots: int):
 
 
 def bench_jax(params, num_envs, slots, repeats):
-    import jax
-
-    from envs import edge
-
     states = jax.jit(jax.vmap(edge.reset, in_axes=(0, None)))(
         jax.random.split(jax.random.key(0), num_envs), params)[1]
     run = make_jax_runner(params, num_envs, slots)
@@ -91,10 +88,6 @@ def bench_jax(params, num_envs, slots, repeats):
 
 
 def bench_numpy(traces, cfg, lat, slots, seed=0):
-    import numpy as np
-
-    from envs.edge_numpy import EdgeEnvNumPy
-
     rng = np.random.default_rng(seed)
     u = cfg["num_users"]
     n_prob = traces.num_problems
@@ -115,11 +108,6 @@ def bench_numpy(traces, cfg, lat, slots, seed=0):
 
 def run(num_envs=1024, num_users=16, slots=64, numpy_slots=2000, scheduler="threshold",
         repeats=3, problems=256) -> dict:
-    import jax
-
-    from envs import edge
-    from envs.edge_numpy import consts_from_jax
-
     traces, label = _traces(problems)
     cfg = dict(num_users=num_users, scheduler=scheduler)
     params = edge.make_params(traces, **cfg)
@@ -160,6 +148,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run(main)

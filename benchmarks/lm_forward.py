@@ -16,6 +16,16 @@ import statistics
 import tempfile
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+from flax import nnx
+
+from prada_jax import cli
+from prada_jax.distill import export as export_mod
+from prada_jax.lm import hf, sampling
+
 PRESETS = {
     # name: (vocab, hidden, intermediate, layers, heads, kv_heads)
     "tiny": (512, 64, 128, 2, 4, 2),
@@ -35,10 +45,6 @@ def _median_s(fn, repeats):
 
 def main(argv=None) -> dict:
     """``argv``: absl flags (``--new_tokens=32``); None = the command line."""
-    from absl import flags
-
-    from prada_jax import cli
-
     def define(fv):
         flags.DEFINE_enum("preset", "small", sorted(PRESETS), "model size", flag_values=fv)
         for name, default, help_ in (
@@ -57,15 +63,8 @@ def main(argv=None) -> dict:
     args = cli.parse_local(define, argv, "benchmarks.lm_forward", __doc__)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import torch
-    import transformers
-    from flax import nnx
-
-    from prada_jax.distill import export as export_mod
-    from prada_jax.lm import hf, sampling
+    import torch  # lazy: torch is optional (the [torch] extra)
+    import transformers  # lazy: heavy; only this comparison needs it
 
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
@@ -155,6 +154,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run_local(main)

@@ -23,7 +23,14 @@ import json
 import statistics
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from absl import app, flags
+
+from prada_jax import cli
+from prada_jax.rl import learner, networks, trainer
+from train.configs import ppo as ppo_configs
 
 _VARIANT = flags.DEFINE_string("variant", "", "config variant of train/configs/ppo.py")
 _NUM_ENVS = flags.DEFINE_integer("num_envs", None, "override ppo.num_envs")
@@ -35,8 +42,6 @@ _JSON = flags.DEFINE_string("json", "", "also write the result to this JSON file
 
 def jax_tree_first(tree):
     """Seed 0 of a seed-stacked pytree."""
-    import jax
-
     return jax.tree.map(lambda x: x[0], tree)
 
 
@@ -53,12 +58,6 @@ class _Bench:
     """One config's jitted chunk, rollouts-only and rollouts+GAE functions, compiled."""
 
     def __init__(self, variant="", num_envs=None, num_seeds=1, decision_only=None):
-        import jax
-        import jax.numpy as jnp
-
-        from prada_jax.rl import learner, networks, trainer
-        from train.configs import ppo as ppo_configs
-
         config = ppo_configs.get_config(variant)
         config.num_seeds = num_seeds
         if decision_only is not None:
@@ -115,9 +114,6 @@ class _Bench:
         self.steps = num_seeds * s.num_envs * s.rollout_len * s.updates_per_chunk
 
     def time_once(self):
-        import jax
-        import numpy as np
-
         p = self.setup.env_params
         t = time.perf_counter()
         jax.block_until_ready(self.rollouts(self.states, p))
@@ -136,8 +132,6 @@ class _Bench:
         """Network FLOPs per env step: 2·P per user forward (P = parameters, both torsos and
         heads) in the rollout, plus epochs × 3 forwards (forward + backward) per trained
         sample (all E·T·U samples, or the K compacted ones)."""
-        from prada_jax.rl import networks
-
         s = self.s
         p = networks.count_params(jax_tree_first(self.states.params))
         u = self.setup.num_users
@@ -147,8 +141,6 @@ class _Bench:
         return per_update / (s.num_envs * s.rollout_len)
 
     def result(self, variant) -> dict:
-        import jax
-
         s = self.s
         c, r = statistics.median(self.chunk_s), statistics.median(self.roll_s)
         g = max(statistics.median(self.gae_s), r)
@@ -234,6 +226,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run(main)

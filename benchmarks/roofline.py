@@ -23,10 +23,15 @@ import json
 import statistics
 import time
 
+import jax
+import jax.numpy as jnp
+from absl import flags
+
+from envs import edge
+from prada_jax import cli
+
 
 def _median_time(fn, *args, repeats=5):
-    import jax
-
     jax.block_until_ready(fn(*args))
     ts = []
     for _ in range(repeats):
@@ -44,9 +49,6 @@ def _cost(compiled) -> dict:
 
 def measure_machine(repeats: int = 5) -> dict:
     """Streaming bandwidth (GB/s) and matmul FLOP/s of the default device, measured now."""
-    import jax
-    import jax.numpy as jnp
-
     gpu = jax.default_backend() != "cpu"
     n = (256 if gpu else 32) * 2 ** 20             # float32 elements (1 GiB / 128 MiB)
     k = 10                                          # passes inside one call (no allocation)
@@ -64,10 +66,7 @@ def measure_machine(repeats: int = 5) -> dict:
 
 def run(num_envs: int = 4096, num_users: int = 16, slots: int = 16, repeats: int = 5,
         problems: int = 256) -> dict:
-    import jax
-
-    from benchmarks.env_throughput import _traces, make_jax_runner
-    from envs import edge
+    from benchmarks.env_throughput import _traces, make_jax_runner  # lazy: defines absl flags
 
     machine = measure_machine(repeats)
     traces, label = _traces(problems)
@@ -86,7 +85,6 @@ def run(num_envs: int = 4096, num_users: int = 16, slots: int = 16, repeats: int
     med = statistics.median(times)
     steps = num_envs * num_users * slots / med
     # One vmapped step (random screening, as in the runner), costed by XLA.
-    import jax.numpy as jnp
 
     def one_step(keys, st):
         def f(k, s):
@@ -116,8 +114,6 @@ def run(num_envs: int = 4096, num_users: int = 16, slots: int = 16, repeats: int
 
 
 def _define(fv) -> None:
-    from absl import flags
-
     flags.DEFINE_integer("num_envs", 4096, "envs E", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("num_users", 16, "user slots U per env", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("slots", 16, "slots per timed call", lower_bound=1, flag_values=fv)
@@ -127,8 +123,6 @@ def _define(fv) -> None:
 
 def main(argv=None):
     """``argv``: absl flags (``--num_envs=4096``); None = the command line."""
-    from prada_jax import cli
-
     a = cli.parse_local(_define, argv, "benchmarks.roofline", __doc__)
     r = run(a.num_envs, a.num_users, a.slots, a.repeats)
     print(json.dumps(r, indent=2))
@@ -143,6 +137,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run_local(main)

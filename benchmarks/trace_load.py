@@ -13,6 +13,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import jax
+from absl import flags
+
+from prada_jax import cli
+from prada_jax.presets import BENCHMARKS
+from prada_jax.traces import format as fmt
+from prada_jax.traces import synthetic
+
 
 def _time(fn, repeats: int) -> list[float]:
     out = []
@@ -31,11 +39,6 @@ def _fmt(name: str, ts: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``argv``: absl flags (``--preset=gsm8k``); None = the command line."""
-    from absl import flags
-
-    from prada_jax import cli
-    from prada_jax.presets import BENCHMARKS
-
     def define(fv):
         flags.DEFINE_enum("preset", "gsm8k", list(BENCHMARKS), "synthetic preset",
                           flag_values=fv)
@@ -45,11 +48,6 @@ def main(argv: list[str] | None = None) -> int:
                             flag_values=fv)
 
     args = cli.parse_local(define, argv, "benchmarks.trace_load", __doc__)
-
-    import jax
-
-    from prada_jax.traces import format as fmt
-    from prada_jax.traces import synthetic
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(args.dir) if args.dir else Path(tmp)
@@ -73,6 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run_local(main)

@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from envs import scenarios
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, prefix_admit
@@ -288,7 +289,6 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
     elif latency_overrides:
         latency = latency.replace(**latency_overrides)
     lat.validate_latency_params(latency)
-    from envs import scenarios
     scn = scenarios.validate(scenarios.static() if scenario is None else scenario)
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
@@ -309,7 +309,6 @@ def with_scenario(params: EnvParams, scenario) -> EnvParams:
     """Params running the schedule ``scenario`` (an ``envs.scenarios.Scenario``, validated;
     :class:`envs.scenarios.ScenarioError` names a bad field). Same length L as before: no
     recompilation of a jitted rollout."""
-    from envs import scenarios
     scn = scenarios.validate(scenario)
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     return params.replace(scn_arrival=f32(scn.arrival), scn_bandwidth=f32(scn.bandwidth),

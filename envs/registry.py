@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from envs import edge
+from prada_jax.traces.testing import random_traces
+
 
 class Env(NamedTuple):
     """The pure functions of one environment (gymnax style, params passed explicitly)."""
@@ -17,9 +20,6 @@ class Env(NamedTuple):
 
 
 def _edge(traces=None, **overrides):
-    from envs import edge
-    from prada_jax.traces.testing import random_traces
-
     if traces is None:
         # Placeholder structure-only traces (random, not calibrated, not benchmark data):
         # callers pass a real or synthetic TraceSet for anything that reports numbers.

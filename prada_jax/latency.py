@@ -31,6 +31,8 @@ not public); the model presets are the Qwen2.5 architectures.
 """
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from flax import struct
 
@@ -123,8 +125,6 @@ def default_latency_params(**overrides) -> LatencyParams:
 
 def validate_latency_params(p: LatencyParams, prefix: str = "latency") -> None:
     """Raises ``ValueError`` naming the first field that is out of range (host-side check)."""
-    import math
-
     for name in ("edge_peak_flops", "edge_eta", "server_peak_flops", "server_eta",
                  "bits_per_token", "distance_m", "uplink_target_s", "min_request_hz"):
         v = float(getattr(p, name))

@@ -41,6 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from envs import edge
+from envs.edge import EdgeAction
 from prada_jax.rl import networks
 
 __all__ = ["DecisionStates", "sample_decision_states", "user_slice", "mc_action_values",
@@ -168,7 +170,6 @@ def sample_decision_states(env, env_params, apply_fn, net_params, key, *, num_st
 
 
 def _edge_action(screen, gain):
-    from envs.edge import EdgeAction
     return EdgeAction(screen=screen, gain=gain)
 
 
@@ -255,7 +256,6 @@ def _mc_runner(step_fn, apply_fn, horizon: int, greedy: bool, action_fn):
             state, t, alive, ret, ndec = c
             sk = jax.random.fold_in(k, t)
             act_key, env_key = jax.random.split(sk)
-            from envs import edge
             obs = edge._observe(state, p1)  # noqa: SLF001
             screen, gain = _policy_action(apply_fn, net_params, obs, act_key, greedy)
             screen = jnp.where(t == 0, first, screen)
@@ -275,7 +275,6 @@ def _mc_runner(step_fn, apply_fn, horizon: int, greedy: bool, action_fn):
 def _observe(env, state, params):
     if hasattr(env, "observe"):
         return env.observe(state, params)
-    from envs import edge
     return edge._observe(state, params)  # noqa: SLF001
 
 

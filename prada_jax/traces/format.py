@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 from flax import struct
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
 
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
 from prada_jax.errors import BadInput
@@ -217,9 +219,6 @@ def _is_int(x) -> bool:
 
 
 def _read_arrays(nodes_path: Path) -> dict[str, np.ndarray]:
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
     if not nodes_path.is_file():
         raise TraceFormatError(nodes_path, "<file>", "missing")
     try:

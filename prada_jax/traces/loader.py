@@ -17,6 +17,8 @@ from pathlib import Path
 
 from prada_jax.errors import BadInput
 from prada_jax.presets import BENCHMARKS
+from prada_jax.traces import format as tf
+from prada_jax.traces import synthetic
 
 __all__ = ["load_trace_set", "load_config_traces"]
 
@@ -33,8 +35,6 @@ def load_trace_set(spec: os.PathLike | str, *, problems: int | None = None, seed
         error message.
       prefer_folder: an existing path wins over a preset of the same name.
     """
-    from prada_jax.traces import format as tf
-
     spec = str(spec)
     path = Path(spec)
     if prefer_folder and path.exists() or (spec not in BENCHMARKS and os.sep in spec):
@@ -48,8 +48,6 @@ def load_trace_set(spec: os.PathLike | str, *, problems: int | None = None, seed
         info = {"source": str(path), "benchmark": meta["benchmark"],
                 "synthetic": bool(meta["synthetic"]), "content_hash": meta["content_hash"]}
     elif spec in BENCHMARKS:
-        from prada_jax.traces import synthetic
-
         try:
             traces, _ = synthetic.generate(spec, seed=int(seed), problems=problems)
         except BadInput as e:

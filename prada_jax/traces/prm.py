@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
 from prada_jax.errors import BadInput
 
 PRM_CONFIG = "prm_config.json"
@@ -103,7 +106,7 @@ def read_prm_config(path: os.PathLike | str, style: str | None = None) -> dict:
 
 
 def _torch_dtype(dtype: str):
-    import torch
+    import torch  # lazy: torch is optional (the [torch] extra)
 
     table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if dtype not in table:
@@ -152,7 +155,7 @@ class _CausalPRM:
         raise NotImplementedError
 
     def score(self, questions: Sequence[str], steps: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        import torch
+        import torch  # lazy: torch is optional (the [torch] extra)
 
         if len(questions) != len(steps):
             raise ValueError("questions and steps differ in length")
@@ -201,7 +204,7 @@ class ValueHeadPRM(_CausalPRM):
         return self._marker
 
     def _scores_at(self, input_ids, attention_mask, rows, cols):
-        import torch
+        import torch  # lazy: torch is optional (the [torch] extra)
 
         h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         h = h[rows, cols].float()  # [K, H]
@@ -231,7 +234,7 @@ class StepTagPRM(_CausalPRM):
         return self._marker
 
     def _scores_at(self, input_ids, attention_mask, rows, cols):
-        import torch
+        import torch  # lazy: torch is optional (the [torch] extra)
 
         base = getattr(self.model, self.model.base_model_prefix)
         h = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -255,9 +258,8 @@ def _check_loading_info(path: Path, info: dict):
 
 def load_value_head(path: os.PathLike | str, hidden_size: int):
     """Reads ``value_head.safetensors`` -> (weight [1, H], bias [1]) float32 torch tensors."""
-    import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    import torch  # lazy: torch is optional (the [torch] extra)
+    from safetensors.torch import load_file  # lazy: needs torch
 
     f = Path(path) / VALUE_HEAD_FILE
     if not f.is_file():
@@ -289,6 +291,7 @@ def load_prm(path: os.PathLike | str, style: str | None = None, device: str = "c
       dtype: ``fp32`` | ``bf16`` | ``fp16`` for the backbone (the head runs in float32).
       max_batch: sequences per forward pass.
     """
+    # lazy: transformers is heavy (and loads torch); only a PRM needs it
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
@@ -300,6 +303,7 @@ def load_prm(path: os.PathLike | str, style: str | None = None, device: str = "c
     if cfg["style"] == "value-head":
         # The backbone is read from a causal-LM checkpoint: its LM head is expected to be left
         # over, so the load report is silenced; missing weights are checked below instead.
+        # lazy: transformers is heavy (and loads torch); only a PRM needs it
         from transformers.utils import logging as hf_logging
 
         level = hf_logging.get_verbosity()
@@ -332,9 +336,6 @@ def export_value_head(folder: os.PathLike | str, prefix: str = "v_head.summary."
     Scans every ``*.safetensors`` file of ``folder`` for ``prefix + "weight"`` and
     ``prefix + "bias"``; raises ``PRMError`` if either is absent. Returns the head file's path.
     """
-    from safetensors import safe_open
-    from safetensors.numpy import save_file
-
     folder = Path(folder)
     found: dict[str, np.ndarray] = {}
     for f in sorted(folder.glob("*.safetensors")):
