@@ -42,7 +42,7 @@ from prada_jax.rl import losses
 from prada_jax.rl import networks
 
 __all__ = ["PPOSettings", "LearnerState", "make_optimizer", "init_learner_state",
-           "make_train_chunk", "make_rollout", "env_metric_names", "RESERVED_INFO",
+           "make_train_chunk", "make_rollout", "RESERVED_INFO",
            "rollout_gae", "compact_decisions", "decision_capacity"]
 
 RESERVED_INFO = ("decision_mask", "terminated", "truncated", "final_observation")
@@ -192,16 +192,6 @@ def _info_metrics(info: dict, finished: jax.Array) -> dict:
         out["offload_rate"] = (jnp.sum(jnp.asarray(info["user_offloads"], jnp.float32) * fin),
                                jnp.sum(jnp.asarray(info["user_steps"], jnp.float32) * fin))
     return out
-
-
-def env_metric_names(env: Any, env_params: Any) -> list[str]:
-    """Names of the per-slot env metrics the chunk reports (from one abstract env step)."""
-    def _one(key):
-        obs, state = env.reset(key, env_params)
-        action = jnp.zeros(obs.shape[:1], jnp.int32)
-        info = env.step(key, state, action, env_params)[4]
-        return _info_metrics(info, jnp.zeros(obs.shape[:1], bool))
-    return sorted(jax.eval_shape(_one, jax.random.key(0)))
 
 
 def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,

@@ -138,8 +138,3 @@ def load_problems(path: os.PathLike | str, benchmark: str, limit: int | None = N
     return problems
 
 
-def answer_kind(benchmark: str) -> str:
-    """``choice`` for multiple-choice benchmarks, else ``math``."""
-    return "choice" if benchmark == "mmlu_stem" else "math"
-
-
