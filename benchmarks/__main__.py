@@ -178,7 +178,7 @@ def bench_mesh_overhead(repeats: int = 5, num_envs: int | None = None) -> dict:
     import jax
 
     from prada_jax.rl import trainer
-    from train.configs import ppo as ppo_configs
+    from prada_jax.configs import ppo as ppo_configs
 
     config = ppo_configs.get_config()
     if num_envs:

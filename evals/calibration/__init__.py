@@ -116,7 +116,7 @@ def stress_test(preset: str, miscalibration: float, ppo_config, workdir: Path, *
     Args:
       preset: synthetic preset (the stress test needs the generator).
       miscalibration: ``m`` of ``prada_jax.traces.synthetic.generate``.
-      ppo_config: a ``train/configs/ppo.py`` ConfigDict (its trace fields are replaced).
+      ppo_config: a ``prada_jax/configs/ppo.py`` ConfigDict (its trace fields are replaced).
       workdir: where traces, the two PPO runs and the evaluations go.
       policy_dir: an existing policy trained on the calibrated preset (skips that training).
     """

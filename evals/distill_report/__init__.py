@@ -62,7 +62,7 @@ import numpy as np
 
 def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over):
     from prada_jax import config_utils as cu
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
     c = get_config(variant)
     c.data.cache = cache
     c.seed = seed

@@ -1,6 +1,6 @@
 """Host training loop of ``python -m train.distill``: data, student, checkpoints, curves, eval.
 
-``train_and_evaluate(config, workdir)`` (config: ``train/configs/distill.py``):
+``train_and_evaluate(config, workdir)`` (config: ``prada_jax/configs/distill.py``):
 
 1. loads the pool (``config.data.pool_dir``) and, for offline fkl/jsd (and for logging the
    teacher KL in every offline run), the exported teacher logits (``config.data.logits_dir``);

@@ -1,4 +1,4 @@
-"""ReOPD distillation config (``python -m train.distill --config=train/configs/distill.py``).
+"""ReOPD distillation config (``python -m train.distill --config=prada_jax/configs/distill.py``).
 
 Variants (``:a,b`` combines): ``smoke`` (seconds-long CPU run), ``uniform`` (κ = 1),
 ``late`` (late-step-heavy p ∝ κ^(K-1-t)), ``auto`` (κ = exp(−c̄) from the measured
