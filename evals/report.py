@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from evals import stats
+from prada_jax import stats
 
 # name -> (column header, unit, digits, scale for display)
 METRICS: dict[str, tuple[str, str, int, float]] = {
@@ -83,19 +83,13 @@ def format_table(summary: Mapping[str, Mapping[str, stats.MeanCI]],
     return "\n".join(lines)
 
 
-def _clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 def to_json_dict(per_seed, summary, extra: Mapping | None = None) -> dict:
     """JSON-ready dict: per policy, per metric, the summary and the per-seed values."""
     out = {"policies": {}}
     for pol, row in summary.items():
         out["policies"][pol] = {
-            m: {**{k: _clean(v) for k, v in ci.to_dict().items()},
-                "per_seed": [_clean(float(x)) for x in per_seed[pol][m]]}
+            m: {**ci.to_json_dict(),
+                "per_seed": [stats.finite_or_none(float(x)) for x in per_seed[pol][m]]}
             for m, ci in row.items()}
     out["metric_units"] = {m: METRICS[m][1] for m in METRICS}
     if extra:

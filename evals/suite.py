@@ -14,7 +14,8 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from evals import evaluate as ev
-from evals import plots, report, stats
+from evals import plots, report
+from prada_jax import stats
 from prada_jax.errors import BadInput
 
 # Added to the policy run's generator seed to pick the evaluation trace set of a synthetic

@@ -21,7 +21,8 @@ from typing import Sequence
 import numpy as np
 
 from evals import calibration_metrics as cm
-from evals import plots, report, stats
+from evals import plots, report
+from prada_jax import stats
 
 
 def calibration_for(traces_specs: Sequence[str], problems: int | None, trace_seed: int,

@@ -340,7 +340,7 @@ def task_label(cache: str) -> str:
 
 
 def summarize(runs: dict, cache: str) -> dict:
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     from prada_jax.distill.task.evaluate import wilson_ci
     table = {"task": task_label(cache)}
     names = sorted({k.split("/")[0] for k in runs})
@@ -496,7 +496,7 @@ def claims(runs: dict, margin: float = 0.02) -> list[dict]:
     """Every :data:`CLAIMS` entry whose two methods ran on ≥ 1 common seed: paired difference
     of task success (method − reference, per seed), its mean ± 95% Student-t CI, the
     verdict and the reason."""
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     out = []
     for cid, text, name, ref, kind in CLAIMS:
         a = {r["seed"]: r["after"]["success_rate"] for k, r in runs.items()
@@ -568,7 +568,7 @@ def success_curves(runs: dict) -> dict:
     """method -> {"x": [updates], "mean", "low", "high"} of task success over seeds at every
     evaluation point: "before" (update 0), ``curve`` points (``--eval_points``) and "after";
     continuations are placed after their warm start's updates."""
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     names = sorted({k.split("/")[0] for k in runs})
     out = {}
     for name in names:

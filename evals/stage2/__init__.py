@@ -27,7 +27,7 @@ scenario (``dual/<scenario>/...``), and a rerun reuses those runs only through
 (``evals.suite.check_scenario``) has nothing to compare.
 
 ``ci95`` is the half-width of the two-sided 95% Student-t interval over seeds
-(``evals.stats.mean_ci``): the interval is mean ± ci95. Pairs ``learned_minus_zero``,
+(``prada_jax.stats.mean_ci``): the interval is mean ± ci95. Pairs ``learned_minus_zero``,
 ``learned_minus_fifo``, ``learned_minus_best_constant`` take "learned" = PRADA (learned,
 constant); ``conditioned_minus_*`` the same for the conditioned map. A paired difference is the
 mean over seeds of the per-seed difference (same arrivals, channels and problems per seed).
@@ -57,7 +57,7 @@ import numpy as np  # noqa: E402
 
 from envs import edge, scenarios  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
-from evals import stats  # noqa: E402
+from prada_jax import stats  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 
 ROW_CONST = "PRADA (learned, constant)"

@@ -6,7 +6,7 @@ others at the scenario's values) evaluates the rows over seeds and draws the pap
 figures (PNG): accuracy and mean latency against M, B and λ with 95% CI bands, and the three
 delay components (processing / communication / queueing) stacked against M and B. The knee of
 a row along M or B is the smallest grid value beyond which its mean latency improves by less
-than 5% (``evals.stats.find_knee``); it is marked on the figures and printed.
+than 5% (``prada_jax.stats.find_knee``); it is marked on the figures and printed.
 
 All sweep points share one compiled rollout (M, B, λ are array leaves of the env params).
 
@@ -25,7 +25,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from evals import evaluate as ev
-from evals import plots, report, stats
+from evals import plots, report
+from prada_jax import stats
 from prada_jax.errors import BadInput
 
 AXES = {

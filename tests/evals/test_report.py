@@ -53,7 +53,7 @@ def test_summary_table_json_csv_tb(tmp_path):
 
 
 def test_tb_scalars_leave_out_undefined_values():
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     summ = {"All-SLM": {"accuracy": mean_ci([0.8, 0.9]), "latency_s": mean_ci([np.nan, np.nan])},
             "PRADA": {"accuracy": mean_ci([0.85])}}
     sc = report.tb_scalars(summ)
