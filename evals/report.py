@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import re
@@ -95,24 +94,6 @@ def to_json_dict(per_seed, summary, extra: Mapping | None = None) -> dict:
     if extra:
         out.update(extra)
     return out
-
-
-def write_json(path: os.PathLike | str, data: Mapping) -> Path:
-    """Atomic JSON write (NaN/inf written as null)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def _json_default(o):
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if isinstance(o, stats.MeanCI):
-        return o.to_dict()
-    return repr(o)
 
 
 def csv_text(summary: Mapping[str, Mapping[str, stats.MeanCI]], extra_cols: Mapping | None = None

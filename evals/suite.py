@@ -17,6 +17,7 @@ from evals import evaluate as ev
 from evals import plots, report
 from prada_jax import stats
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 
 # Added to the policy run's generator seed to pick the evaluation trace set of a synthetic
 # preset. 0 = the problems the policy was trained on (the default, like the paper's benchmark
@@ -494,7 +495,7 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     if h:
         extra["headline"] = {k: (v.to_dict() if hasattr(v, "to_dict") else v)
                              for k, v in h.items()}
-    report.write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
+    write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
     report.write_csv(out / "results.csv", summary)
     (out / "table.txt").write_text(table + ("\n\n" + htext if htext else "") + "\n")
     names = list(summary)

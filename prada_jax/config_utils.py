@@ -26,6 +26,7 @@ import platform
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 
 __all__ = [
     "ConfigError", "get_field", "check", "check_positive", "check_nonnegative", "check_range",
@@ -143,12 +144,9 @@ def config_to_json(config: Any) -> str:
 def write_config_json(config: Any, workdir: os.PathLike | str,
                       filename: str = "config.json") -> Path:
     """Writes the resolved config to ``<workdir>/<filename>`` (atomically); returns the path."""
-    path = Path(workdir) / filename
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(config_to_json(config) + "\n")
-    os.replace(tmp, path)
-    return path
+    # the text of config_to_json, plus a final newline
+    return write_json(Path(workdir) / filename, config_to_dict(config), indent=2,
+                      sort_keys=True, default=repr)
 
 
 def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
 from prada_jax import config_utils
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 
 __all__ = ["ConfigMismatch", "ResumeCheck", "check_resume", "commit", "read_run_meta",
            "flatten", "RUN_META_FILE"]
@@ -153,6 +153,4 @@ def commit(config: Any, workdir, check: ResumeCheck, filename: str = "config.jso
     prov.append(entry)
     meta["provenance"] = prov
     config_utils.write_config_json(config, workdir, filename)
-    tmp = workdir / (RUN_META_FILE + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, default=repr) + "\n")
-    os.replace(tmp, workdir / RUN_META_FILE)
+    write_json(workdir / RUN_META_FILE, meta, indent=2, default=repr)

@@ -23,6 +23,7 @@ import numpy as np
 from evals import calibration_metrics as cm
 from evals import plots, report
 from prada_jax import stats
+from prada_jax.jsonio import write_json
 
 
 def calibration_for(traces_specs: Sequence[str], problems: int | None, trace_seed: int,
@@ -66,7 +67,7 @@ def write_calibration(reports: dict, out_dir: Path, tag: str = "calibration") ->
     fig = plots.plot_reliability(diagrams, out_dir / f"{tag}_reliability.png",
                                  title="PRM reliability (candidate steps; label: final answer "
                                        "correct when continued by the SLM)")
-    report.write_json(out_dir / f"{tag}.json", reports)
+    write_json(out_dir / f"{tag}.json", reports)
     text = calibration_text(reports)
     with MetricWriter(out_dir / "tb") as w:
         for name, r in reports.items():
@@ -161,7 +162,7 @@ def stress_test(preset: str, miscalibration: float, ppo_config, workdir: Path, *
     result = retention_drop(per_seed["calibrated"], per_seed["miscalibrated"])
     result.update(preset=preset, miscalibration=miscalibration,
                   eval_traces=test.info, synthetic=True)
-    report.write_json(workdir / "stress_test.json",
+    write_json(workdir / "stress_test.json",
                       {**result, "per_seed_metrics": {
                           t: {r: {m: np.asarray(v).tolist() for m, v in row.items()}
                               for r, row in ps.items()} for t, ps in per_seed.items()}})

@@ -59,6 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
+from prada_jax.jsonio import write_json
+
 
 def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over):
     from prada_jax import config_utils as cu
@@ -208,7 +210,7 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
             continue
         variant, warm_from, budget = plan_of(name, warm)
         if budget == "warm" and _reuse_twin(out, runs, name, seeds, budgets):
-            res_path.write_text(json.dumps(runs, indent=2))
+            write_json(res_path, runs, newline=False)
             print(f"{name}: the same students as {TWIN[name]} (reused, not retrained)",
                   flush=True)
             continue
@@ -251,7 +253,7 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
             rr.update(budget=budget, warm_from=warm_from, steps=steps, run_wall_s=wall,
                       num_seeds=n, **({"wall_budget": extra} if extra else {}))
             runs[f"{name}/seed{rr['seed']}"] = rr
-        res_path.write_text(json.dumps(runs, indent=2))
+        write_json(res_path, runs, newline=False)
         after = [rr["after"].get("success_rate") for rr in per if rr.get("after")]
         print(f"{name}: {n} seeds, {steps} updates, {wall:.0f} s; success after "
               f"{np.mean(after) if after else float('nan'):.3f} (mean); env_calls "

@@ -28,6 +28,7 @@ from evals import evaluate as ev
 from evals import plots, report
 from prada_jax import stats
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 
 AXES = {
     # axis -> (env param, label, display scale, unit)
@@ -190,7 +191,7 @@ def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *
                                      for m, ci in metrics.items()}
                                  for r, metrics in rows.items()}
                         for v, rows in summ.items()}}
-    report.write_json(out_dir / "sweep.json", data)
+    write_json(out_dir / "sweep.json", data)
     (out_dir / "sweep.csv").write_text(sweep_csv(all_summ))
     (out_dir / "knees.txt").write_text("\n".join(lines) + "\n")
     with MetricWriter(out_dir / "tb") as w:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -60,6 +59,7 @@ from flax import nnx
 from prada_jax import config_utils as cu
 from prada_jax import run_state, runloop, stats
 from prada_jax.errors import NonFiniteTraining
+from prada_jax.jsonio import write_json
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill import tasks as tasks_lib
@@ -620,9 +620,7 @@ def finish(run: DistillRun) -> dict:
     if parallel.is_process_zero():
         for i in range(run.num_seeds):
             save_student(run.graphdef, run.params_of(i), run.cfg, student_dir(run, i), run.task)
-        tmp = run.workdir / "results.json.tmp"
-        tmp.write_text(json.dumps(results, indent=2))
-        os.replace(tmp, run.workdir / "results.json")
+        write_json(run.workdir / "results.json", results, indent=2, newline=False)
     return results
 
 

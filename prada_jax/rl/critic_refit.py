@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 from prada_jax.rl import policy_eval as pe
 
 __all__ = ["check_and_refit", "REPORT_FILE"]
@@ -144,15 +145,7 @@ def _summary(c: dict) -> str:
 
 
 def _write_report(out: Path, report: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=1, sort_keys=True,
-                                              default=_json_default) + "\n")
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    raise TypeError(type(o))
+    write_json(out / REPORT_FILE, report, indent=1, sort_keys=True)
 
 
 def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: dict) -> None:
@@ -186,8 +179,7 @@ def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: 
                 "greedy actor (prada_jax.rl.critic_refit); actor unchanged",
         "fit_states": report["fit_states"], "steps": report["refit"]["steps"],
         "best_step": report["refit"]["best_step"], "seed": report["seed"]}
-    (out / trainer.POLICY_META_FILE).write_text(json.dumps(keep, indent=2, sort_keys=True)
-                                                + "\n")
+    write_json(out / trainer.POLICY_META_FILE, keep, indent=2, sort_keys=True)
     ck = checkpointing.Checkpointer(out / "checkpoints", max_to_keep=1)
     try:
         ck.save(step, state, meta=dict(ckpt_meta, critic_refit=True), force=True)
