@@ -11,6 +11,8 @@ reads the stored ``<workdir>/config.json`` and compares it with the new config f
   cadence, progress bar, keep count) may change. Each trainer declares its set
   (``OBSERVATIONAL`` in ``rl/trainer.py``, ``dual_train.py``, ``distill/loop.py``); an entry
   ending in ``.*`` covers a whole section (``log.*``).
+* Fields deleted from the configs are listed once, in ``config_utils.REMOVED_FIELDS``; they
+  are left out of the comparison, so a config.json written before the deletion resumes.
 
 :func:`commit` then writes the new ``config.json`` and appends an entry to the ``provenance``
 list of ``<workdir>/run.json``: ``{"time": ISO-8601 UTC, "event": "start" | "resume",
@@ -108,8 +110,10 @@ def check_resume(config: Any, workdir, observational: Iterable[str],
                        "config against it") from None
     if not isinstance(stored, dict):
         raise BadInput(f"{path}: top level must be an object")
-    old = {k: _normal(v) for k, v in flatten(stored).items()}
-    new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()}
+    # fields removed from the configs (config_utils.REMOVED_FIELDS) are not compared
+    old = {k: _normal(v) for k, v in flatten(stored).items() if not config_utils.is_removed(k)}
+    new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()
+           if not config_utils.is_removed(k)}
     observational = tuple(observational)
     diff = {k: (old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in sorted(set(old) | set(new))
             if old.get(k, _ABSENT) != new.get(k, _ABSENT)}
