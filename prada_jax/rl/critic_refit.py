@@ -33,6 +33,7 @@ import numpy as np
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 from prada_jax.rl import policy_eval as pe
+from prada_jax.rl.loaded_policy import load_policy
 
 __all__ = ["check_and_refit", "REPORT_FILE"]
 
@@ -59,11 +60,10 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
                     steps: int = 4000, measure_only: bool = False, log=print) -> dict:
     """Measures (and unless ``measure_only`` refits) the critic of ``policy_dir``; see the
     module docstring. Returns the report dict (also written to ``out/critic_check.json``)."""
-    from evals import suite
     from prada_jax.rl import trainer
 
     validate(policy_dir, out, measure_only)
-    policy = suite.load_policy(str(policy_dir))   # EvalError (BadInput) naming the folder
+    policy = load_policy(str(policy_dir))   # BadInput naming the folder
     config, meta = policy.config, policy.meta
     if int(meta.get("num_seeds", 1)) != 1:
         raise BadInput(f"--policy={policy_dir}: holds {meta['num_seeds']} seeds; the refit "
