@@ -1,4 +1,4 @@
-"""PRM calibration per benchmark and the miscalibration stress test (DESIGN §2, §8).
+"""PRM calibration per benchmark and the miscalibration stress test (docs/design.md §2, §8).
 
 ``python -m evals.calibration --traces=gsm8k,gaokao2023en,mmlu_stem --out=DIR`` writes, per
 trace set, the AUC of the PRM step gain ``PRM(x_{k+1}) − PRM(x_k)`` against final correctness

@@ -1,4 +1,4 @@
-"""Real step traces from Hugging Face models: ``python -m prada_jax.traces build`` (DESIGN §2).
+"""Real step traces from Hugging Face models (docs/design.md §2): ``python -m prada_jax.traces build``.
 
 For every problem of a benchmark JSONL file the builder grows a tree of prefix states
 ``x_k`` (prompt + k steps). Expanding a node runs, for the same prefix, one step of the edge
