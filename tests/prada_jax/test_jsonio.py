@@ -76,3 +76,13 @@ def test_json_default():
     got = json.loads(json.dumps({"a": np.arange(3, dtype=np.int32), "f": np.float32(0.5),
                                  "ci": ci, "o": Odd()}, default=jsonio.json_default))
     assert got == {"a": [0, 1, 2], "f": 0.5, "ci": ci.to_dict(), "o": "odd!"}
+
+
+def test_config_json_is_config_to_json_text(tmp_path):
+    import ml_collections
+
+    from prada_jax import config_utils
+    c = ml_collections.ConfigDict({"b": (1, 2), "a": {"x": 0.1, "f": float("inf")}})
+    p = config_utils.write_config_json(c, tmp_path / "wd")
+    assert p.read_text() == config_utils.config_to_json(c) + "\n"
+    assert not list((tmp_path / "wd").glob("*.tmp"))
