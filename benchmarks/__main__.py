@@ -56,7 +56,7 @@ from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.lm.config import LMConfig  # noqa: E402
 from prada_jax.lm.model import CausalLM  # noqa: E402
 from prada_jax.rl import trainer  # noqa: E402
-from train.configs import ppo as ppo_configs  # noqa: E402
+from prada_jax.configs import ppo as ppo_configs  # noqa: E402
 
 PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "seeds", "sched", "roofline")
 

@@ -5,7 +5,7 @@
 Builds a small SYNTHETIC cache in a temporary folder (generated arithmetic episodes, a random
 tiny PyTorch teacher, its exported top-4 logits), then, in the same process, times
 ``prada_jax.distill.trainer.optimizer_step`` (host batch drawing + teacher-logit gather + the
-jitted step, offline forward KL, default student of ``train/configs/distill.py``):
+jitted step, offline forward KL, default student of ``prada_jax/configs/distill.py``):
 
 * vmapped: one run with ``config.train.num_seeds = N``; students·updates/s = N / median
   update time;
@@ -32,7 +32,7 @@ from absl import flags  # noqa: E402
 from prada_jax import cli  # noqa: E402
 from prada_jax.distill import trainer  # noqa: E402
 from prada_jax.distill.task.teacher import tiny_cache  # noqa: E402
-from train.configs.distill import get_config  # noqa: E402
+from prada_jax.configs.distill import get_config  # noqa: E402
 
 
 def make_cache(root: Path, n_problems: int = 48) -> Path:

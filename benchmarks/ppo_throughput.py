@@ -3,7 +3,7 @@
     python -m benchmarks.ppo_throughput [--variant=smoke] [--num_envs=16] [--repeats=5]
                                         [--compare]
 
-Builds the learner of ``train/configs/ppo.py[:variant]`` and times, after compilation, (a) one
+Builds the learner of ``prada_jax/configs/ppo.py[:variant]`` and times, after compilation, (a) one
 jitted training chunk (``updates_per_chunk`` × (rollout + GAE + epochs)), (b) the same number
 of rollouts alone (the jitted rollout the chunk uses, vmapped over seeds) and (c) rollouts +
 GAE. Prints medians over ``--repeats`` calls: env steps/s (one step = one slot of one U-user
@@ -30,9 +30,9 @@ from absl import app, flags
 
 from prada_jax import cli
 from prada_jax.rl import learner, networks, trainer
-from train.configs import ppo as ppo_configs
+from prada_jax.configs import ppo as ppo_configs
 
-_VARIANT = flags.DEFINE_string("variant", "", "config variant of train/configs/ppo.py")
+_VARIANT = flags.DEFINE_string("variant", "", "config variant of prada_jax/configs/ppo.py")
 _NUM_ENVS = flags.DEFINE_integer("num_envs", None, "override ppo.num_envs")
 _NUM_SEEDS = flags.DEFINE_integer("num_seeds", 1, "learner states vmapped")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")

@@ -1,6 +1,6 @@
-"""Multi-user slotted edge/server environment of DESIGN §4 as pure reset/step functions.
+"""Multi-user slotted edge/server environment of docs/design.md §4 as pure reset/step functions.
 
-Model (every choice below is an assumption where DESIGN is silent):
+Model (every choice below is an assumption where the PRADA paper is silent):
 
 * Time advances in slots of ``tau_s``. ``U`` user slots; a user slot is EMPTY or holds one user
   solving one problem (a walk down that problem's step tree in the trace set).

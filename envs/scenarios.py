@@ -1,4 +1,4 @@
-"""Scenario schedules for the edge env (DESIGN §6, "dynamic edge networks").
+"""Scenario schedules for the edge env (docs/design.md §6, "dynamic edge networks").
 
 A :class:`Scenario` is four per-slot arrays of one common length L, each a *factor* applied to
 the env's scalar parameters (so sweeps over λ, M and B keep working under any scenario):

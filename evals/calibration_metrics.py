@@ -1,6 +1,6 @@
 """PRM calibration metrics of a trace set: step-gain AUC, reliability bins and ECE (NumPy only).
 
-The question (DESIGN §2, the reviews' load-bearing premise): does the PRM's step gain
+The question (docs/design.md §2, the reviews' load-bearing premise): does the PRM's step gain
 ``PRM(x_{k+1}) − PRM(x_k)`` track whether the solution ends correct? For every candidate step
 (node n, candidate c ∈ {0 = SLM draft, 1 = LLM step}) of a trace set we take
 

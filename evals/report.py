@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from evals import stats
+from prada_jax import stats
 
 # name -> (column header, unit, digits, scale for display)
 METRICS: dict[str, tuple[str, str, int, float]] = {
@@ -83,42 +82,18 @@ def format_table(summary: Mapping[str, Mapping[str, stats.MeanCI]],
     return "\n".join(lines)
 
 
-def _clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 def to_json_dict(per_seed, summary, extra: Mapping | None = None) -> dict:
     """JSON-ready dict: per policy, per metric, the summary and the per-seed values."""
     out = {"policies": {}}
     for pol, row in summary.items():
         out["policies"][pol] = {
-            m: {**{k: _clean(v) for k, v in ci.to_dict().items()},
-                "per_seed": [_clean(float(x)) for x in per_seed[pol][m]]}
+            m: {**ci.to_json_dict(),
+                "per_seed": [stats.finite_or_none(float(x)) for x in per_seed[pol][m]]}
             for m, ci in row.items()}
     out["metric_units"] = {m: METRICS[m][1] for m in METRICS}
     if extra:
         out.update(extra)
     return out
-
-
-def write_json(path: os.PathLike | str, data: Mapping) -> Path:
-    """Atomic JSON write (NaN/inf written as null)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def _json_default(o):
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if isinstance(o, stats.MeanCI):
-        return o.to_dict()
-    return repr(o)
 
 
 def csv_text(summary: Mapping[str, Mapping[str, stats.MeanCI]], extra_cols: Mapping | None = None

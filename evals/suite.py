@@ -14,8 +14,12 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from evals import evaluate as ev
-from evals import plots, report, stats
+from evals import plots, report
+from prada_jax import stats
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
+from prada_jax.rl import policy as policy_files
+from prada_jax.rl.policy import LoadedPolicy
 
 # Added to the policy run's generator seed to pick the evaluation trace set of a synthetic
 # preset. 0 = the problems the policy was trained on (the default, like the paper's benchmark
@@ -28,14 +32,6 @@ HELD_OUT_SEED_OFFSET = 0
 class LoadedTraces(NamedTuple):
     traces: Any
     info: dict     # source, benchmark, synthetic, counts, feature_dim
-
-
-class LoadedPolicy(NamedTuple):
-    apply_fn: Any
-    params: Any
-    meta: dict
-    config: Any
-    workdir: str
 
 
 class EvalError(BadInput):
@@ -87,48 +83,10 @@ def resolve_traces(policy, traces_flag, problems, trace_seed):
     return spec, problems, seed
 
 
-_POLICY_CACHE: dict = {}
-
-
 def load_policy(workdir: str, step: int | None = None, flag: str = "--policy") -> LoadedPolicy:
-    """Loads a ``train.ppo`` run; every failure becomes an ``EvalError`` naming the folder.
-
-    Loaded policies are cached per (folder, step, newest checkpoint), so callers in one process
-    (``train.main``: table then sweep) share one ``apply_fn`` and hence one compiled rollout.
-    ``flag`` is how the user named the folder (``--policy``, ``--checkpoints``). Nothing is
-    created in the folder: one without ``checkpoints/`` is refused before the checkpoint
-    library sees it.
-    """
-    from prada_jax.rl import policy as policy_files
-
-    path = Path(workdir)
-    if not path.is_dir():
-        raise EvalError(f"{flag}={workdir}: no such run directory")
-    ckpts = path / "checkpoints"
-    from prada_jax import config_utils
-
-    try:
-        config_utils.check_run_dir(path, flag, files=("config.json", "policy_meta.json"),
-                                   checkpoints=False, kind="train.ppo run")
-    except BadInput as e:
-        raise EvalError(f"cannot load the policy checkpoint: {e}") from None
-    if not ckpts.is_dir():
-        raise EvalError(f"{flag}={workdir}: no checkpoints/ folder (not a train.ppo run "
-                        "directory, or one that never saved)")
-    stamp = tuple(sorted(p.name for p in ckpts.iterdir()))
-    cache_key = (str(path.resolve()), step, stamp)
-    if cache_key in _POLICY_CACHE:
-        return _POLICY_CACHE[cache_key]
-    try:
-        policy, config = policy_files.load_policy(path, step=step)
-    except (FileNotFoundError, ValueError, KeyError) as e:
-        raise EvalError(f"{flag}={workdir}: cannot load the policy checkpoint: {e}") from None
-    except Exception as e:  # orbax / tensorstore errors on a corrupt checkpoint
-        raise EvalError(f"{flag}={workdir}: checkpoint is corrupt or unreadable "
-                        f"({type(e).__name__}: {str(e)[:300]})") from None
-    loaded = LoadedPolicy(policy.apply_fn, policy.params, policy.meta, config, str(path))
-    _POLICY_CACHE[cache_key] = loaded
-    return loaded
+    """``prada_jax.rl.policy.load_checked`` (checked, cached) with failures raised as
+    ``EvalError``."""
+    return policy_files.load_checked(workdir, step, flag, error=EvalError)
 
 
 def check_policy_traces(policy: LoadedPolicy, traces: LoadedTraces) -> None:
@@ -493,7 +451,7 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     if h:
         extra["headline"] = {k: (v.to_dict() if hasattr(v, "to_dict") else v)
                              for k, v in h.items()}
-    report.write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
+    write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
     report.write_csv(out / "results.csv", summary)
     (out / "table.txt").write_text(table + ("\n\n" + htext if htext else "") + "\n")
     names = list(summary)

@@ -52,6 +52,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from prada_jax.errors import BadInput, NonFiniteTraining
+from prada_jax.jsonio import write_json
 
 __all__ = ["Checkpointer", "CheckpointError", "DamagedCheckpoint", "MissingCheckpoint", "keys_to_data",
            "data_to_keys", "first_non_finite", "MANIFEST_FILE"]
@@ -225,9 +226,7 @@ class Checkpointer:
                 data = path.read_bytes()
                 files[str(path.relative_to(root))] = [len(data),
                                                       hashlib.sha256(data).hexdigest()]
-        tmp = root / (MANIFEST_FILE + ".tmp")
-        tmp.write_text(json.dumps({"step": step, "files": files}, indent=1) + "\n")
-        os.replace(tmp, root / MANIFEST_FILE)
+        write_json(root / MANIFEST_FILE, {"step": step, "files": files}, indent=1)
 
     def verify(self, step: int) -> bool:
         """Checks step ``step`` against its manifest.

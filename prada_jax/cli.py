@@ -193,7 +193,7 @@ def _print_configs() -> None:
     for name in _config_flag_names():
         value = FLAGS[name].value
         if value is None:
-            print(f"--{name}: not given (e.g. --{name}=train/configs/<name>.py)")
+            print(f"--{name}: not given (e.g. --{name}=prada_jax/configs/<name>.py)")
             continue
         print(f"# --{name} (resolved: defaults, variant and --{name}.<field> overrides)")
         print(config_utils.config_to_json(value))

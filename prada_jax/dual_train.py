@@ -2,7 +2,7 @@
 rollouts and measures the duality gap of the resulting hard threshold rule.
 
 ``train_and_evaluate(config, workdir)`` is what ``python -m train.dual`` calls (``config`` is a
-``train/configs/dual.py`` ConfigDict, validated once by ``validate_config``, whose errors name
+``prada_jax/configs/dual.py`` ConfigDict, validated once by ``validate_config``, whose errors name
 the field). Nominations come from the PPO policy of ``config.policy_dir``
 (``prada_jax.rl.policy.load_policy``) or, if that is empty, from the privileged trace rule of
 ``prada_jax.dual_rollout.make_trace_rule_policy`` (tests / smoke runs only). A run directory holds::
@@ -121,7 +121,7 @@ def policy_reward_mode(config) -> str:
     what the threshold rule adds to its ΔQ (``prada_jax.sched.threshold``).
 
     Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``). A policy written before the
-    field is taken as ``coarse`` (the stage-1 default of train/configs/ppo.py at the time). The
+    field is taken as ``coarse`` (the stage-1 default of prada_jax/configs/ppo.py at the time). The
     privileged trace rule (no ``policy_dir``) carries a bare PRM difference and is treated as
     ``coarse``. An unknown value raises ``errors.BadInput`` naming the file.
     """

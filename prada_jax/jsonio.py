@@ -1,4 +1,8 @@
-"""Reading JSON files that users hand to a command: every failure is one ``BadInput`` line.
+"""JSON files in and out: reads whose every failure is one ``BadInput`` line, atomic writes.
+
+``write_json(path, obj)`` is the one way the project writes a JSON file: to ``<path>.tmp``, then
+``os.replace``, so a reader (or a resumed run) sees the old file or the new one, never half of
+one; ``json_default`` is the one ``default=`` hook for values ``json`` cannot encode.
 
 ``read_json(path)`` is the one way the commands read a JSON input (``meta.json``,
 ``multipliers.json``, ``config.json``, ``policy_meta.json``, ...). A missing file, a directory
@@ -11,11 +15,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from prada_jax.errors import BadInput
 
-__all__ = ["read_json", "loads_json"]
+__all__ = ["read_json", "loads_json", "write_json", "json_default"]
 
 
 def loads_json(text: str, where: str, *, expect: type | tuple[type, ...] | None = dict,
@@ -58,6 +62,49 @@ def read_json(path: os.PathLike | str, *, expect: type | tuple[type, ...] | None
     except OSError as e:
         raise error(f"{p}: cannot read ({e.strerror or e})") from None
     return loads_json(text, str(p), expect=expect, error=error)
+
+
+def json_default(o: Any) -> Any:
+    """``default=`` hook for ``json.dumps``: ``o.to_dict()`` where ``o`` has one (a
+    ``stats.MeanCI``, a ``ConfigDict``), else ``o.tolist()`` (NumPy/JAX arrays and scalars),
+    else ``str(o)``."""
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def write_json(path: os.PathLike | str, obj: Any, *, indent: int | None = 2,
+               sort_keys: bool = False, default: Callable[[Any], Any] | None = json_default,
+               allow_nan: bool = True, separators: tuple[str, str] | None = None,
+               newline: bool = True) -> Path:
+    """Writes ``json.dumps(obj, ...)`` to ``path`` atomically; returns the path.
+
+    The parent folder is created if missing. The text goes to ``<path>.tmp`` first and is then
+    renamed over ``path`` (``os.replace``, atomic on POSIX), so an interrupted write, or one
+    that fails while encoding, leaves the previous file untouched. ``indent``, ``sort_keys``,
+    ``separators`` and ``default`` are ``json.dumps``'s; ``newline`` ends the file with
+    ``"\n"``.
+
+    Non-finite floats: with ``allow_nan=True`` (the default, ``json``'s own) NaN and ±inf are
+    written as the non-standard tokens ``NaN``/``Infinity``, which Python's ``json`` reads back;
+    callers that want strict JSON convert them to None first (``stats.MeanCI.to_json_dict``,
+    ``stats.finite_or_none``) or pass ``allow_nan=False``, which raises ``ValueError`` and
+    writes nothing.
+    """
+    path = Path(path)
+    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, default=default,
+                      allow_nan=allow_nan, separators=separators)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text + ("\n" if newline else ""), encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _one_line(e: BaseException) -> str:

@@ -1,11 +1,12 @@
-"""FLOP-based compute delay and wireless communication delay (DESIGN §3), as pure jnp functions.
+"""FLOP-based compute delay and wireless communication delay as pure jnp functions (docs/design.md §3).
 
 Every function is elementwise over its array arguments (any broadcastable shapes) and jit-able.
 
 Compute model (per model ``M`` with non-embedding parameters ``P``, ``L`` layers, width ``d``):
 
 * prefill of ``n`` new tokens after ``c`` cached tokens:
-  ``2·P·n + 2·L·d·(n² + 2·n·c)`` FLOPs. With ``c = 0`` this is DESIGN's ``2·P·n + 2·L·d·n²``;
+  ``2·P·n + 2·L·d·(n² + 2·n·c)`` FLOPs. With ``c = 0`` this is the paper's
+  ``2·P·n + 2·L·d·n²`` (PRADA Eqs. (14)–(16));
   the ``4·L·d·n·c`` term is the new tokens attending to the cached ones.
 * decoding one token at position ``j`` (``j`` tokens already in context): ``2·P + 4·L·d·j``;
   decoding ``m`` tokens starting at position ``c`` sums that over ``j = c … c+m-1``:
@@ -149,7 +150,7 @@ def validate_latency_params(p: LatencyParams, prefix: str = "latency") -> None:
 def prefill_flops(spec: ModelSpec, n_new, n_cached=0.0):
     """FLOPs to prefill ``n_new`` tokens after ``n_cached`` tokens already in the KV cache.
 
-    ``2·P·n + 2·L·d·(n² + 2·n·c)``; with ``c = 0`` DESIGN's ``2·P·n + 2·L·d·n²``. Elementwise.
+    ``2·P·n + 2·L·d·(n² + 2·n·c)``; with ``c = 0`` the paper's ``2·P·n + 2·L·d·n²``. Elementwise.
     """
     n = jnp.asarray(n_new, jnp.float32)
     c = jnp.asarray(n_cached, jnp.float32)

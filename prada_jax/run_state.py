@@ -9,8 +9,10 @@ reads the stored ``<workdir>/config.json`` and compares it with the new config f
   2) whose one line lists every differing field as ``name: old → new``. Nothing is written.
 * Fields that only extend or observe the run (total steps/updates, logging and checkpoint
   cadence, progress bar, keep count) may change. Each trainer declares its set
-  (``OBSERVATIONAL`` in ``rl/trainer.py``, ``dual_train.py``, ``distill/loop.py``); an entry
+  (``OBSERVATIONAL`` in ``rl/trainer.py``, ``dual_train.py``, ``distill/trainer.py``); an entry
   ending in ``.*`` covers a whole section (``log.*``).
+* Fields deleted from the configs are listed once, in ``config_utils.REMOVED_FIELDS``; they
+  are left out of the comparison, so a config.json written before the deletion resumes.
 
 :func:`commit` then writes the new ``config.json`` and appends an entry to the ``provenance``
 list of ``<workdir>/run.json``: ``{"time": ISO-8601 UTC, "event": "start" | "resume",
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
 from prada_jax import config_utils
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 
 __all__ = ["ConfigMismatch", "ResumeCheck", "check_resume", "commit", "read_run_meta",
            "flatten", "RUN_META_FILE"]
@@ -108,8 +110,10 @@ def check_resume(config: Any, workdir, observational: Iterable[str],
                        "config against it") from None
     if not isinstance(stored, dict):
         raise BadInput(f"{path}: top level must be an object")
-    old = {k: _normal(v) for k, v in flatten(stored).items()}
-    new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()}
+    # fields removed from the configs (config_utils.REMOVED_FIELDS) are not compared
+    old = {k: _normal(v) for k, v in flatten(stored).items() if not config_utils.is_removed(k)}
+    new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()
+           if not config_utils.is_removed(k)}
     observational = tuple(observational)
     diff = {k: (old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in sorted(set(old) | set(new))
             if old.get(k, _ABSENT) != new.get(k, _ABSENT)}
@@ -153,6 +157,4 @@ def commit(config: Any, workdir, check: ResumeCheck, filename: str = "config.jso
     prov.append(entry)
     meta["provenance"] = prov
     config_utils.write_config_json(config, workdir, filename)
-    tmp = workdir / (RUN_META_FILE + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, default=repr) + "\n")
-    os.replace(tmp, workdir / RUN_META_FILE)
+    write_json(workdir / RUN_META_FILE, meta, indent=2, default=repr)

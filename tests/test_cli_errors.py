@@ -28,9 +28,9 @@ from typing import Callable
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PPO_CFG = "{repo}/train/configs/ppo.py"
-DUAL_CFG = "{repo}/train/configs/dual.py"
-DISTILL_CFG = "{repo}/train/configs/distill.py"
+PPO_CFG = "{repo}/prada_jax/configs/ppo.py"
+DUAL_CFG = "{repo}/prada_jax/configs/dual.py"
+DISTILL_CFG = "{repo}/prada_jax/configs/distill.py"
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -75,7 +75,7 @@ def _smoke_policy(path: Path) -> None:
     """A real train.ppo smoke run (a few seconds of training; slow cases only)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
     subprocess.run([sys.executable, "-m", "train.ppo",
-                    f"--config={REPO}/train/configs/ppo.py:smoke", f"--workdir={path}"],
+                    f"--config={REPO}/prada_jax/configs/ppo.py:smoke", f"--workdir={path}"],
                    cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
 
 
@@ -134,7 +134,7 @@ CASES: list[Case] = [
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=abc"),
          r"--config\.ppo\.lr=abc", slow=True),
     Case("train.ppo", ("--bogus",), r"bogus", slow=True),
-    Case("train.ppo", ("--config={repo}/train/configs/nope.py", "--workdir={out}"),
+    Case("train.ppo", ("--config={repo}/prada_jax/configs/nope.py", "--workdir={out}"),
          r"--config=.*nope\.py", slow=True),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke",), r"--workdir", slow=True),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "stray"), r"stray",

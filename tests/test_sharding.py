@@ -36,7 +36,7 @@ _PPO_AND_SAVE = """
     import sys, jax, numpy as np
     from prada_jax import checkpointing, parallel
     from prada_jax.rl import learner, trainer
-    from train.configs import ppo as ppo_configs
+    from prada_jax.configs import ppo as ppo_configs
 
     assert len(jax.devices()) == 8
     jax.config.update("jax_disable_most_optimizations", True)   # compile time only
@@ -84,7 +84,7 @@ _RESTORE = """
     import sys, jax, numpy as np
     from prada_jax import checkpointing, parallel
     from prada_jax.rl import trainer
-    from train.configs import ppo as ppo_configs
+    from prada_jax.configs import ppo as ppo_configs
 
     assert len(jax.devices()) == 2
     config = ppo_configs.get_config("toy")
@@ -156,7 +156,7 @@ _DISTILL = """
     # the PPO trainer refuses an env count the mesh cannot split, naming the field
     from prada_jax import config_utils
     from prada_jax.rl import trainer
-    from train.configs import ppo as ppo_configs
+    from prada_jax.configs import ppo as ppo_configs
     config = ppo_configs.get_config("toy")     # 4 envs on 8 devices
     try:
         trainer._place_on_mesh(config, None)

@@ -1,6 +1,6 @@
 """ReOPD distillation launcher.
 
-    python -m train.distill --config=train/configs/distill.py[:variant] --workdir=DIR \
+    python -m train.distill --config=prada_jax/configs/distill.py[:variant] --workdir=DIR \
         [--kappa=0.6|auto] [--config.sampler.schedule=exact-ratio ...]
 
 ``--kappa=auto`` sets κ = exp(−c̄) from the student's mean per-turn gap c̄ to the teacher on
@@ -32,7 +32,7 @@ def _define_flags() -> None:
     from ml_collections import config_flags
 
     config_flags.DEFINE_config_file(
-        "config", None, "Config file, e.g. train/configs/distill.py:smoke", lock_config=True)
+        "config", None, "Config file, e.g. prada_jax/configs/distill.py:smoke", lock_config=True)
     flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, results).")
     flags.DEFINE_string(
         "kappa", None, "Turn-decay base: a number in (0, 1] (= --config.sampler.kappa) or "
@@ -86,7 +86,7 @@ def main(argv):
     from prada_jax import runloop
     config_utils.reject_extra_argv(argv)
     if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=train/configs/distill.py")
+        raise app.UsageError("--config is required, e.g. --config=prada_jax/configs/distill.py")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     apply_kappa_flag(FLAGS.config, FLAGS.kappa)

@@ -1,6 +1,6 @@
 """Stage-2 multiplier launcher: learns λ_s and µ for one scenario over edge-env rollouts.
 
-    python -m train.dual --config=train/configs/dual.py[:variant] --workdir=DIR \
+    python -m train.dual --config=prada_jax/configs/dual.py[:variant] --workdir=DIR \
         [--policy=PPO_WORKDIR] [--config.env.num_servers=2 ...] [--max_chunks=N]
 
 Without ``--policy`` (and an empty ``config.policy_dir``) nominations come from the privileged
@@ -40,7 +40,7 @@ def _define_flags() -> None:
     from ml_collections import config_flags
 
     config_flags.DEFINE_config_file(
-        "config", None, "Config file, e.g. train/configs/dual.py:smoke", lock_config=True)
+        "config", None, "Config file, e.g. prada_jax/configs/dual.py:smoke", lock_config=True)
     flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, config.json).")
     flags.DEFINE_string("policy", None, "train.ppo workdir of the screening policy "
                         "(overrides config.policy_dir; omit for the trace rule).")
@@ -64,7 +64,7 @@ def _check_inputs(config) -> None:
 def main(argv):
     config_utils.reject_extra_argv(argv)
     if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=train/configs/dual.py:smoke")
+        raise app.UsageError("--config is required, e.g. --config=prada_jax/configs/dual.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     config = FLAGS.config

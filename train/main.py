@@ -68,7 +68,7 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         "summary_problems": None,          # None: each benchmark's published count
         "train_problems": None,            # problems of the training trace set (seed 0)
         "eval_problems": None,             # evaluation problems (None: all; same generator seed)
-        "ppo_variant": "",                 # train/configs/ppo.py variant
+        "ppo_variant": "",                 # prada_jax/configs/ppo.py variant
         # demo: the ppo.py default sizes with 150 instead of 300 updates (compile-dominated
         # on CPU; see docs/evals.md for timings)
         "ppo_overrides": {"ppo.total_env_steps": 16 * 64 * 150},
@@ -186,7 +186,7 @@ def stage_traces(workdir: Path, s: dict, log, redo: bool) -> dict:
 
 
 def _ppo_config(s: dict, preset: str):
-    from train.configs import ppo as ppo_cfg
+    from prada_jax.configs import ppo as ppo_cfg
 
     variant = ",".join(v for v in (s["ppo_variant"], preset) if v)
     c = ppo_cfg.get_config(variant)
@@ -238,7 +238,7 @@ def _dual_command(s: dict, preset: str, policy_dir: Path, d: Path, env_kw: dict)
     ``train.dual`` defines its absl flags only when run as a program, so its library
     (``prada_jax.dual_train``) could be imported here; the stage still runs it as a subprocess,
     and this command line is also the stage's rerun key (``stage_done``)."""
-    cfg = Path(__file__).resolve().parent / "configs" / "dual.py"
+    cfg = Path(__file__).resolve().parents[1] / "prada_jax" / "configs" / "dual.py"
     variant = ",".join(v for v in (s["dual_variant"], preset) if v)
     cmd = [sys.executable, "-m", "train.dual", f"--config={cfg}:{variant}", f"--workdir={d}",
            f"--policy={policy_dir}", "--config.env.trace_seed=0",

@@ -1,6 +1,6 @@
 """Stage-1 PPO screening policy launcher.
 
-    python -m train.ppo --config=train/configs/ppo.py[:variant] --workdir=DIR [--config.x=...]
+    python -m train.ppo --config=prada_jax/configs/ppo.py[:variant] --workdir=DIR [--config.x=...]
 
 Rerunning on an existing workdir checks the config against the stored one, then resumes from
 its newest intact checkpoint. ``--helpconfig`` prints the resolved config. Exit codes
@@ -24,7 +24,7 @@ def _define_flags() -> None:
     from ml_collections import config_flags
 
     config_flags.DEFINE_config_file(
-        "config", None, "Config file, e.g. train/configs/ppo.py:smoke", lock_config=True)
+        "config", None, "Config file, e.g. prada_jax/configs/ppo.py:smoke", lock_config=True)
     flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, config.json).")
     flags.DEFINE_integer(
         "max_chunks", None, "Stop after this many chunks in this invocation (resume later).")
@@ -33,7 +33,7 @@ def _define_flags() -> None:
 def main(argv):
     config_utils.reject_extra_argv(argv)
     if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=train/configs/ppo.py:smoke")
+        raise app.UsageError("--config is required, e.g. --config=prada_jax/configs/ppo.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     from prada_jax.rl import trainer

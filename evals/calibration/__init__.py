@@ -1,4 +1,4 @@
-"""PRM calibration per benchmark and the miscalibration stress test (DESIGN §2, §8).
+"""PRM calibration per benchmark and the miscalibration stress test (docs/design.md §2, §8).
 
 ``python -m evals.calibration --traces=gsm8k,gaokao2023en,mmlu_stem --out=DIR`` writes, per
 trace set, the AUC of the PRM step gain ``PRM(x_{k+1}) − PRM(x_k)`` against final correctness
@@ -21,7 +21,9 @@ from typing import Sequence
 import numpy as np
 
 from evals import calibration_metrics as cm
-from evals import plots, report, stats
+from evals import plots, report
+from prada_jax import stats
+from prada_jax.jsonio import write_json
 
 
 def calibration_for(traces_specs: Sequence[str], problems: int | None, trace_seed: int,
@@ -65,7 +67,7 @@ def write_calibration(reports: dict, out_dir: Path, tag: str = "calibration") ->
     fig = plots.plot_reliability(diagrams, out_dir / f"{tag}_reliability.png",
                                  title="PRM reliability (candidate steps; label: final answer "
                                        "correct when continued by the SLM)")
-    report.write_json(out_dir / f"{tag}.json", reports)
+    write_json(out_dir / f"{tag}.json", reports)
     text = calibration_text(reports)
     with MetricWriter(out_dir / "tb") as w:
         for name, r in reports.items():
@@ -116,7 +118,7 @@ def stress_test(preset: str, miscalibration: float, ppo_config, workdir: Path, *
     Args:
       preset: synthetic preset (the stress test needs the generator).
       miscalibration: ``m`` of ``prada_jax.traces.synthetic.generate``.
-      ppo_config: a ``train/configs/ppo.py`` ConfigDict (its trace fields are replaced).
+      ppo_config: a ``prada_jax/configs/ppo.py`` ConfigDict (its trace fields are replaced).
       workdir: where traces, the two PPO runs and the evaluations go.
       policy_dir: an existing policy trained on the calibrated preset (skips that training).
     """
@@ -160,7 +162,7 @@ def stress_test(preset: str, miscalibration: float, ppo_config, workdir: Path, *
     result = retention_drop(per_seed["calibrated"], per_seed["miscalibrated"])
     result.update(preset=preset, miscalibration=miscalibration,
                   eval_traces=test.info, synthetic=True)
-    report.write_json(workdir / "stress_test.json",
+    write_json(workdir / "stress_test.json",
                       {**result, "per_seed_metrics": {
                           t: {r: {m: np.asarray(v).tolist() for m, v in row.items()}
                               for r, row in ps.items()} for t, ps in per_seed.items()}})

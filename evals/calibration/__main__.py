@@ -31,7 +31,7 @@ def _define_flags():
     flags.DEFINE_integer("slots", 1500, "stress test: slots per seed.", lower_bound=2)
     flags.DEFINE_integer("warmup_slots", 150, "stress test: warm-up slots.", lower_bound=0)
     config_flags.DEFINE_config_file("ppo_config",
-                                    str(Path(__file__).resolve().parents[2] / "train" /
+                                    str(Path(__file__).resolve().parents[2] / "prada_jax" /
                                         "configs" / "ppo.py"),
                                     "stress test: PPO config for both trainings.",
                                     lock_config=True)

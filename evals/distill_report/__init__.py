@@ -59,10 +59,12 @@ from pathlib import Path
 
 import numpy as np
 
+from prada_jax.jsonio import write_json
+
 
 def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over):
     from prada_jax import config_utils as cu
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
     c = get_config(variant)
     c.data.cache = cache
     c.seed = seed
@@ -208,7 +210,7 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
             continue
         variant, warm_from, budget = plan_of(name, warm)
         if budget == "warm" and _reuse_twin(out, runs, name, seeds, budgets):
-            res_path.write_text(json.dumps(runs, indent=2))
+            write_json(res_path, runs, newline=False)
             print(f"{name}: the same students as {TWIN[name]} (reused, not retrained)",
                   flush=True)
             continue
@@ -251,7 +253,7 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
             rr.update(budget=budget, warm_from=warm_from, steps=steps, run_wall_s=wall,
                       num_seeds=n, **({"wall_budget": extra} if extra else {}))
             runs[f"{name}/seed{rr['seed']}"] = rr
-        res_path.write_text(json.dumps(runs, indent=2))
+        write_json(res_path, runs, newline=False)
         after = [rr["after"].get("success_rate") for rr in per if rr.get("after")]
         print(f"{name}: {n} seeds, {steps} updates, {wall:.0f} s; success after "
               f"{np.mean(after) if after else float('nan'):.3f} (mean); env_calls "
@@ -340,7 +342,7 @@ def task_label(cache: str) -> str:
 
 
 def summarize(runs: dict, cache: str) -> dict:
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     from prada_jax.distill.task.evaluate import wilson_ci
     table = {"task": task_label(cache)}
     names = sorted({k.split("/")[0] for k in runs})
@@ -496,7 +498,7 @@ def claims(runs: dict, margin: float = 0.02) -> list[dict]:
     """Every :data:`CLAIMS` entry whose two methods ran on ≥ 1 common seed: paired difference
     of task success (method − reference, per seed), its mean ± 95% Student-t CI, the
     verdict and the reason."""
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     out = []
     for cid, text, name, ref, kind in CLAIMS:
         a = {r["seed"]: r["after"]["success_rate"] for k, r in runs.items()
@@ -568,7 +570,7 @@ def success_curves(runs: dict) -> dict:
     """method -> {"x": [updates], "mean", "low", "high"} of task success over seeds at every
     evaluation point: "before" (update 0), ``curve`` points (``--eval_points``) and "after";
     continuations are placed after their warm start's updates."""
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     names = sorted({k.split("/")[0] for k in runs})
     out = {}
     for name in names:

@@ -5,13 +5,13 @@ printing). The library (plan, runs, summary; its docstring lists the methods) is
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import evals.distill_report as _lib
 from evals.distill_report import (PLAN, claims, claims_markdown, heldout_diagnostics,
                                   parse_seeds, plot_success, read_json_object, run,
                                   success_curves, summarize, to_markdown)
+from prada_jax.jsonio import write_json
 
 
 def _define(fv) -> None:
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     if sources:
         if (out / "runs.json").is_file():
             merged.update(read_json_object(out / "runs.json", "--out"))
-        (out / "runs.json").write_text(json.dumps(merged, indent=2))
+        write_json(out / "runs.json", merged, newline=False)
     budgets = {"steps": args.steps, "warm": args.warm_steps, "cont": args.cont_steps,
                "onpolicy": args.onpolicy_steps, "wall": args.wall_steps}
     try:
@@ -92,12 +92,12 @@ def main(argv=None) -> int:
         raise BadInput(str(e)) from None
     roots = [out] + [Path(d) for d in args.merge_from.split(",") if d]
     if heldout_diagnostics(runs, roots, args.cache):
-        (out / "runs.json").write_text(json.dumps(runs, indent=2))
+        write_json(out / "runs.json", runs, newline=False)
     table = summarize(runs, args.cache)
     cl = claims(runs, args.margin)
     curves = success_curves(runs)
-    (out / "report.json").write_text(json.dumps({**table, "claims": cl, "curves": curves},
-                                                indent=2))
+    write_json(out / "report.json", {**table, "claims": cl, "curves": curves},
+               newline=False)
     png = plot_success(curves, out / "success_vs_updates.png", table["task"])
     md = to_markdown(table)
     if cl:

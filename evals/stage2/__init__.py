@@ -1,7 +1,7 @@
 """Stage-2 verdict: ``python -m evals.stage2 --out=DIR [--scenarios=...] [--seeds=N] [--quick]``.
 
 For each scenario (``envs.scenarios`` presets) this learns the multipliers with the stage-2
-library (``prada_jax.dual_train``: a constant pair by the ``train/configs/dual.py`` default
+library (``prada_jax.dual_train``: a constant pair by the ``prada_jax/configs/dual.py`` default
 learner — online subgradient, exported as the average of its iterates over the second half of
 the run, plain capacity constraint ρ = 1 — and a load-conditioned map, always by Adam), searches the
 best constant pair on a grid (``evals.grid``), and evaluates, on the same seeds (paired), the
@@ -27,7 +27,7 @@ scenario (``dual/<scenario>/...``), and a rerun reuses those runs only through
 (``evals.suite.check_scenario``) has nothing to compare.
 
 ``ci95`` is the half-width of the two-sided 95% Student-t interval over seeds
-(``evals.stats.mean_ci``): the interval is mean ± ci95. Pairs ``learned_minus_zero``,
+(``prada_jax.stats.mean_ci``): the interval is mean ± ci95. Pairs ``learned_minus_zero``,
 ``learned_minus_fifo``, ``learned_minus_best_constant`` take "learned" = PRADA (learned,
 constant); ``conditioned_minus_*`` the same for the conditioned map. A paired difference is the
 mean over seeds of the per-seed difference (same arrivals, channels and problems per seed).
@@ -57,7 +57,7 @@ import numpy as np  # noqa: E402
 
 from envs import edge, scenarios  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
-from evals import stats  # noqa: E402
+from prada_jax import stats  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 
 ROW_CONST = "PRADA (learned, constant)"
@@ -275,7 +275,7 @@ def _set(config, field, value):
 def train_policy(out: Path, size: dict, log=print) -> Path:
     """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it."""
     from prada_jax.rl import trainer
-    from train.configs import ppo as ppo_cfg
+    from prada_jax.configs import ppo as ppo_cfg
 
     d = out / "ppo"
     c = ppo_cfg.get_config(",".join(v for v in (size["ppo_variant"], "gsm8k") if v))
@@ -315,8 +315,8 @@ def parse_dual_overrides(text: str) -> dict:
 
 
 def _default_dual():
-    """``config.dual`` of train/configs/dual.py (the learner's defaults)."""
-    from train.configs import dual as dual_cfg
+    """``config.dual`` of prada_jax/configs/dual.py (the learner's defaults)."""
+    from prada_jax.configs import dual as dual_cfg
     return dual_cfg.get_config().dual
 
 
@@ -326,7 +326,7 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
     env params it trained on: their scheduler and value accounting are what PRADA rows run)."""
     from prada_jax import dual_train
-    from train.configs import dual as dual_cfg
+    from prada_jax.configs import dual as dual_cfg
 
     d = out / "dual" / scenario / ("conditioned" if conditioned else "constant")
     if nominate_by != "actor":

@@ -6,7 +6,7 @@ others at the scenario's values) evaluates the rows over seeds and draws the pap
 figures (PNG): accuracy and mean latency against M, B and λ with 95% CI bands, and the three
 delay components (processing / communication / queueing) stacked against M and B. The knee of
 a row along M or B is the smallest grid value beyond which its mean latency improves by less
-than 5% (``evals.stats.find_knee``); it is marked on the figures and printed.
+than 5% (``prada_jax.stats.find_knee``); it is marked on the figures and printed.
 
 All sweep points share one compiled rollout (M, B, λ are array leaves of the env params).
 
@@ -25,8 +25,10 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from evals import evaluate as ev
-from evals import plots, report, stats
+from evals import plots, report
+from prada_jax import stats
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 
 AXES = {
     # axis -> (env param, label, display scale, unit)
@@ -189,7 +191,7 @@ def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *
                                      for m, ci in metrics.items()}
                                  for r, metrics in rows.items()}
                         for v, rows in summ.items()}}
-    report.write_json(out_dir / "sweep.json", data)
+    write_json(out_dir / "sweep.json", data)
     (out_dir / "sweep.csv").write_text(sweep_csv(all_summ))
     (out_dir / "knees.txt").write_text("\n".join(lines) + "\n")
     with MetricWriter(out_dir / "tb") as w:

@@ -1,10 +1,10 @@
-"""ReOPD distillation (DESIGN §7).
+"""ReOPD distillation (docs/design.md §7).
 
 * :mod:`.pool` — trajectory pool format (safetensors + JSON), validator, chat-JSONL converter.
 * :mod:`.sampler` — κ^t (trajectory, agent turn) sampler and static-shape batches.
 * :mod:`.losses` — forward KL on top-k + tail, JSD(β), reverse-KL policy gradient, SFT.
 * :mod:`.teacher_table` — exported teacher logits aligned to pool tokens.
-* :mod:`.trainer` / :mod:`.loop` — jitted train step and the host loop of ``train.distill``.
+* :mod:`.learner` / :mod:`.trainer` — jitted train step and the host loop of ``train.distill``.
 * :mod:`.task` — the built-in multi-turn calculator task (teacher script needs ``[torch]``).
 * :mod:`.scoring`, :mod:`.logits_store`, :mod:`.export` — PyTorch teacher-logit exporter.
 

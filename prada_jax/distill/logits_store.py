@@ -26,8 +26,8 @@ import ml_dtypes
 import numpy as np
 
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 from prada_jax.lm import safetensors_io
-from prada_jax.errors import BadInput
 
 FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
@@ -48,13 +48,6 @@ def shard_name(i: int) -> str:
 def bytes_per_token(top_k: int, value_dtype: str = "float16") -> int:
     """Stored bytes per scored token (excluding headers and the index)."""
     return top_k * (4 + _VALUE_DTYPES[value_dtype].itemsize) + 4 + 4
-
-
-def _atomic_json(path: str, obj: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, sort_keys=True, separators=(",", ":"))
-    os.replace(tmp, path)
 
 
 def _read_index(path: str) -> dict:
@@ -195,14 +188,18 @@ class LogitStoreWriter:
             self.index["sequences"][seq_id] = [shard_id, offset, n]
             offset += n
         self.index["shards"].append({"file": name, "tokens": offset, "bytes": nbytes})
-        _atomic_json(self.index_path, self.index)
+        self._write_index()
         self._buffer, self._buffered_ids, self._buffered_tokens = [], set(), 0
 
     def close(self) -> None:
         """Writes the remaining buffer and marks the store complete."""
         self._flush()
         self.index["complete"] = True
-        _atomic_json(self.index_path, self.index)
+        self._write_index()
+
+    def _write_index(self) -> None:
+        write_json(self.index_path, self.index, indent=None, sort_keys=True,
+                   separators=(",", ":"), newline=False)
 
     def __enter__(self):
         return self

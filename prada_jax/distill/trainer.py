@@ -1,6 +1,6 @@
 """Host training loop of ``python -m train.distill``: data, student, checkpoints, curves, eval.
 
-``train_and_evaluate(config, workdir)`` (config: ``train/configs/distill.py``):
+``train_and_evaluate(config, workdir)`` (config: ``prada_jax/configs/distill.py``):
 
 1. loads the pool (``config.data.pool_dir``) and, for offline fkl/jsd (and for logging the
    teacher KL in every offline run), the exported teacher logits (``config.data.logits_dir``);
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -58,8 +57,9 @@ import numpy as np
 from flax import nnx
 
 from prada_jax import config_utils as cu
-from prada_jax import run_state, runloop
+from prada_jax import run_state, runloop, stats
 from prada_jax.errors import NonFiniteTraining
+from prada_jax.jsonio import write_json
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill import tasks as tasks_lib
@@ -562,16 +562,6 @@ def evaluate(run: DistillRun, params) -> dict:
                              config.eval.batch_size)
 
 
-def mean_ci95(values) -> dict:
-    """Mean ± 95% Student-t CI of per-seed values [N] (JSON-safe: None where undefined)."""
-    import math
-
-    from evals.stats import mean_ci
-    d = mean_ci([float(v) for v in values]).to_dict()
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in d.items()}
-
-
 def eval_point(run: DistillRun, done: int) -> None:
     """Task success of every seed's student after update ``done`` (``eval.every``):
     ``eval/success_rate`` curve points and ``results["curve"]`` records ``{step,
@@ -595,7 +585,8 @@ def seeds_summary(run: DistillRun) -> dict:
     for tag in ("before", "after"):
         vals = [r[tag]["success_rate"] for r in per if r.get(tag)]
         if vals:
-            out[f"success_{tag}"] = mean_ci95(vals)
+            # mean ± 95% Student-t CI over seeds, None where undefined
+            out[f"success_{tag}"] = stats.mean_ci([float(v) for v in vals]).to_json_dict()
     out["per_seed"] = per
     return out
 
@@ -629,9 +620,7 @@ def finish(run: DistillRun) -> dict:
     if parallel.is_process_zero():
         for i in range(run.num_seeds):
             save_student(run.graphdef, run.params_of(i), run.cfg, student_dir(run, i), run.task)
-        tmp = run.workdir / "results.json.tmp"
-        tmp.write_text(json.dumps(results, indent=2))
-        os.replace(tmp, run.workdir / "results.json")
+        write_json(run.workdir / "results.json", results, indent=2, newline=False)
     return results
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from prada_jax import checkpointing
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 from prada_jax.rl import policy as policy_files
 from prada_jax.rl import policy_eval as pe
 from prada_jax.rl import trainer
@@ -62,10 +63,8 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
                     steps: int = 4000, measure_only: bool = False, log=print) -> dict:
     """Measures (and unless ``measure_only`` refits) the critic of ``policy_dir``; see the
     module docstring. Returns the report dict (also written to ``out/critic_check.json``)."""
-    from evals import suite  # layer violation (rl -> evals); being removed on another branch
-
     validate(policy_dir, out, measure_only)
-    policy = suite.load_policy(str(policy_dir))   # EvalError (BadInput) naming the folder
+    policy = policy_files.load_checked(str(policy_dir))   # BadInput naming the folder
     config, meta = policy.config, policy.meta
     if int(meta.get("num_seeds", 1)) != 1:
         raise BadInput(f"--policy={policy_dir}: holds {meta['num_seeds']} seeds; the refit "
@@ -147,15 +146,7 @@ def _summary(c: dict) -> str:
 
 
 def _write_report(out: Path, report: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=1, sort_keys=True,
-                                              default=_json_default) + "\n")
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    raise TypeError(type(o))
+    write_json(out / REPORT_FILE, report, indent=1, sort_keys=True)
 
 
 def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: dict) -> None:

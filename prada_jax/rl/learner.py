@@ -1,6 +1,6 @@
 """The PPO learner: one jitted chunk = several (rollout → masked GAE → minibatch epochs) updates.
 
-Works with any environment of the pure multi-user shape (DESIGN §4, STYLE "Environments"):
+Works with any environment of the pure multi-user shape (docs/design.md §4 and §9 "Environments"):
 
 * ``env.reset(key, params) -> (obs [U, D], state)``
 * ``env.step(key, state, action, params) -> (obs [U, D], state, reward [U], done [U], info)``

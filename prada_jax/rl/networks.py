@@ -8,7 +8,7 @@ Two critic heads:
   actions carry no gain to a scheduler.
 
 For the Q head, the state value used by GAE is ``V(s) = Σ_a π(a|s) Q(s, a)``, and the scalar a
-nomination carries to the server (DESIGN §4, §6) is the critic's advantage
+nomination carries to the server (docs/design.md §4, §6) is the critic's advantage
 ``ΔQ(s) = Q(s, 1) − Q(s, 0)`` (in reward units, i.e. PRM units for the coarse reward).
 The Q head is trained on the action taken, with the GAE λ-return as target — the λ-return
 estimates ``Q(s_t, a_t)``, so no extra data is needed.

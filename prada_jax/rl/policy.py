@@ -23,12 +23,13 @@ import orbax.checkpoint as ocp
 from envs.edge import EdgeAction
 from prada_jax import checkpointing, config_utils, run_state
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 from prada_jax.rl import networks
 from prada_jax.rl.greedy import screen_and_gain
 
 __all__ = ["POLICY_META_FILE", "Policy", "policy_meta", "check_policy_meta",
            "write_policy_meta", "read_policy_meta", "check_traces_match", "make_act_fn",
-           "load_policy"]
+           "load_policy", "LoadedPolicy", "load_checked"]
 
 POLICY_META_FILE = "policy_meta.json"
 
@@ -66,9 +67,8 @@ def check_policy_meta(workdir: Path, meta: dict) -> None:
 
 
 def write_policy_meta(workdir, meta: dict) -> None:
-    """Writes ``meta`` as ``<workdir>/policy_meta.json`` (sorted keys, indent 2)."""
-    (Path(workdir) / POLICY_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True)
-                                                  + "\n")
+    """Writes ``meta`` as ``<workdir>/policy_meta.json`` (sorted keys, indent 2), atomically."""
+    write_json(Path(workdir) / POLICY_META_FILE, meta, indent=2, sort_keys=True)
 
 
 def make_act_fn(apply_fn: Callable, action_fn: Callable | None = None,
@@ -212,3 +212,52 @@ def _restore_params(ckpt: checkpointing.Checkpointer, params_template, step):
             f"checkpoint step {step} is damaged or unreadable: {path}: "
             f"{type(e).__name__}: {first}") from e
     return restored["params"], ckpt_meta, step
+
+
+class LoadedPolicy(NamedTuple):
+    apply_fn: Any
+    params: Any
+    meta: dict      # policy_meta.json plus the restored step
+    config: Any     # the run's ConfigDict
+    workdir: str
+
+
+_POLICY_CACHE: dict = {}
+
+
+def load_checked(workdir: str, step: int | None = None, flag: str = "--policy", *,
+                error: type[BadInput] = BadInput) -> LoadedPolicy:
+    """Loads a ``train.ppo`` run for another command (checked, cached per folder, step and
+    checkpoint listing, so callers in one process share one ``apply_fn`` and one compiled
+    rollout); every failure raises ``error`` (a BadInput) naming the folder.
+
+    ``flag`` is how the user named the folder (``--policy``, ``--checkpoints``). Nothing is
+    created in the folder: one without ``checkpoints/`` is refused before the checkpoint
+    library sees it.
+    """
+    path = Path(workdir)
+    if not path.is_dir():
+        raise error(f"{flag}={workdir}: no such run directory")
+    ckpts = path / "checkpoints"
+    try:
+        config_utils.check_run_dir(path, flag, files=("config.json", "policy_meta.json"),
+                                   checkpoints=False, kind="train.ppo run")
+    except BadInput as e:
+        raise error(f"cannot load the policy checkpoint: {e}") from None
+    if not ckpts.is_dir():
+        raise error(f"{flag}={workdir}: no checkpoints/ folder (not a train.ppo run "
+                    "directory, or one that never saved)")
+    stamp = tuple(sorted(p.name for p in ckpts.iterdir()))
+    cache_key = (str(path.resolve()), step, stamp)
+    if cache_key in _POLICY_CACHE:
+        return _POLICY_CACHE[cache_key]
+    try:
+        policy, config = load_policy(path, step=step)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        raise error(f"{flag}={workdir}: cannot load the policy checkpoint: {e}") from None
+    except Exception as e:  # orbax / tensorstore errors on a corrupt checkpoint
+        raise error(f"{flag}={workdir}: checkpoint is corrupt or unreadable "
+                    f"({type(e).__name__}: {str(e)[:300]})") from None
+    loaded = LoadedPolicy(policy.apply_fn, policy.params, policy.meta, config, str(path))
+    _POLICY_CACHE[cache_key] = loaded
+    return loaded

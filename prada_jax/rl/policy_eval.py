@@ -1,7 +1,7 @@
 """Monte-Carlo policy evaluation of a frozen screening policy: an independent reference for the
 critic's ΔQ, and a critic refit for the final actor.
 
-The stage-2 scheduler values a nomination by the critic's ΔQ = Q(s, 1) − Q(s, 0) (DESIGN §5,
+The stage-2 scheduler values a nomination by the critic's ΔQ = Q(s, 1) − Q(s, 0) (docs/design.md §5,
 §6). PPO trains that Q head on a moving policy with GAE targets, so ΔQ may be biased for the
 *final* actor. This module measures it against a reference that shares no code with the critic:
 

@@ -1,7 +1,7 @@
 """A tiny multi-user screening environment with a known optimal policy (for tests and demos).
 
 Not the edge env and not trace data: it exists to show that the PPO learner only relies on
-the pure ``reset``/``step`` shape (DESIGN §4, STYLE "Environments"), and to exercise the
+the pure ``reset``/``step`` shape (docs/design.md §4 and §9 "Environments"), and to exercise the
 per-user masking of GAE with interleaved, delayed and terminated decision sequences.
 
 Rules (U user slots, D features, episodes of ``episode_len`` decisions):

@@ -343,7 +343,7 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
     run does no work and returns the final scalars stored in its last checkpoint.
 
     Args:
-      config: the ``ml_collections`` config of ``train/configs/ppo.py``.
+      config: the ``ml_collections`` config of ``prada_jax/configs/ppo.py``.
       workdir: run directory (created).
       env_and_params: optional ``(env, env_params)`` to train on instead of the config's env.
       max_chunks: stop after this many chunks in *this* call (tests, time-boxed jobs); a

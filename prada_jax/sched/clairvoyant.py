@@ -1,4 +1,4 @@
-"""Open-loop clairvoyant upper bound over a replayed request stream (issue 14 item 5, DESIGN §6).
+"""Open-loop clairvoyant upper bound over a replayed request stream (docs/design.md §6).
 
 Model (units in brackets). A stream of N requests over a horizon of T slots; request i has
 

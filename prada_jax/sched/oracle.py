@@ -1,4 +1,4 @@
-"""Exact optimum of one slot's constrained allocation (DESIGN §6), for tests and evaluation.
+"""Exact optimum of one slot's constrained allocation (docs/design.md §6), for tests and evaluation.
 
 One slot: candidates ``i = 0..N-1`` (a ``valid`` mask marks real ones), each assigned one of
 local (0), queue (1) or immediate (2). The slot's value is

@@ -1,4 +1,4 @@
-"""PRADA's Lagrangian threshold rule (DESIGN §6): one implementation, hard and smoothed.
+"""PRADA's Lagrangian threshold rule (docs/design.md §6): one implementation, hard and smoothed.
 
 Value accounting (each cost charged once). A nomination carries ``ΔQ_i = Q(s,1) − Q(s,0)`` of
 the edge critic under the policy's *training* reward (``SchedParams.policy_true_reward``):

@@ -1,6 +1,6 @@
 """Step-trace format: the arrays of a forest of step trees, their files, and their validation.
 
-A trace set is one folder with two files (DESIGN §2):
+A trace set is one folder with two files (docs/design.md §2):
 
 * ``nodes.safetensors``: flat arrays, no pickle. Per node (index = node id, ``N`` nodes):
 

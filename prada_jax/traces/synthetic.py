@@ -2,7 +2,7 @@
 
 Everything here is **synthetic** data (``meta.json`` says ``"synthetic": true`` and the model
 names start with ``synthetic-``); it imitates, it does not reproduce, the Qwen2.5-Math 1.5B / 7B
-instruct pair of DESIGN §2.
+instruct pair of docs/design.md §2.
 
 Latent model (per problem ``p``, step ``k = 0 .. L_p - 1``)
 ------------------------------------------------------------

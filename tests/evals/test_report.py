@@ -9,6 +9,7 @@ from scipy import stats as sps
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from evals import report
+from prada_jax.jsonio import write_json
 from prada_jax.metric_writer import MetricWriter
 
 PER_SEED = {
@@ -30,7 +31,7 @@ def test_summary_table_json_csv_tb(tmp_path):
     assert "0.950 ±" in lines[4]
 
     data = report.to_json_dict(PER_SEED, summ, extra={"synthetic": True})
-    path = report.write_json(tmp_path / "r.json", data)
+    path = write_json(tmp_path / "r.json", data)
     back = json.loads(path.read_text())
     assert back["synthetic"] is True
     assert back["policies"]["All-SLM"]["accuracy"]["per_seed"] == [0.80, 0.82, 0.79]
@@ -53,7 +54,7 @@ def test_summary_table_json_csv_tb(tmp_path):
 
 
 def test_tb_scalars_leave_out_undefined_values():
-    from evals.stats import mean_ci
+    from prada_jax.stats import mean_ci
     summ = {"All-SLM": {"accuracy": mean_ci([0.8, 0.9]), "latency_s": mean_ci([np.nan, np.nan])},
             "PRADA": {"accuracy": mean_ci([0.85])}}
     sc = report.tb_scalars(summ)

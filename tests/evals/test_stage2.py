@@ -61,7 +61,7 @@ def tiny_run(tmp_path_factory):
     stage2.SIZES["quick"] = TINY
     try:
         from prada_jax.rl import trainer
-        from train.configs import ppo as ppo_cfg
+        from prada_jax.configs import ppo as ppo_cfg
 
         c = ppo_cfg.get_config("smoke,gsm8k")
         c.ppo.total_env_steps = 256

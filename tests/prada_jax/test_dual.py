@@ -326,7 +326,7 @@ def test_admission_uniform_candidates_subgradient():
 
 
 def test_admission_config_variant_and_field():
-    from train.configs import dual as dual_configs
+    from prada_jax.configs import dual as dual_configs
     from prada_jax import dual_train
 
     c = dual_configs.get_config("heavy,admission")  # "admission" still parses (a no-op now)

@@ -1,4 +1,4 @@
-"""The default Adam learner (init_lambda_s, learning_rate of train/configs/dual.py) reaches the
+"""The default Adam learner (init_lambda_s, learning_rate of prada_jax/configs/dual.py) reaches the
 closed-form λ* within the verdict's step budget (evals.stage2 "full": 8 chunks × 20 steps,
 T 0.05 → 0.0005 over 160 steps). w ~ U(0, s), w̄ = w − 0.05·s, N = 32 candidates, M = 8
 units per slot, 64 slots a step: #{w > λ} = M ⇒ λ* = s·(1 − M/N) = 0.75·s; M = 48 ≥ N: the
@@ -31,7 +31,7 @@ def _final_lambda(cfg, units, scale):
 
 
 def _cfg(**kw):
-    from train.configs import dual as dual_configs
+    from prada_jax.configs import dual as dual_configs
 
     c = dual_configs.get_config()
     d = dict(mode="differentiable", init_lambda_s=c.dual.init_lambda_s,

@@ -96,7 +96,7 @@ def test_bad_average_fields_name_the_field():
 
 def test_launcher_sets_the_horizon_from_the_run_length():
     from prada_jax import dual_train
-    from train.configs import dual as dual_configs
+    from prada_jax.configs import dual as dual_configs
 
     c = dual_configs.get_config("subgradient")
     dcfg = dual_train.validate_config(c)

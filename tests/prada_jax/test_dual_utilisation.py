@@ -86,7 +86,7 @@ def test_dual_shift_and_excess_match_numpy():
 
 def test_variant_default_and_bad_values():
     from prada_jax import dual_train
-    from train.configs import dual as dual_configs
+    from prada_jax.configs import dual as dual_configs
 
     # the launcher's default is ρ = ½ (issue 14 follow-up); the learner's own default and
     # the capacity / legacy variants keep the plain capacity constraint

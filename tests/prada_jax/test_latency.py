@@ -18,7 +18,7 @@ def _decode_loop(m, P, L, d, n, c):
 
 
 def _prefill_scratch(m, n):
-    """DESIGN §3 as written: 2·P·n + 2·L·d·n²."""
+    """docs/design.md §3 as written: 2·P·n + 2·L·d·n²."""
     return 2 * m["P"] * n + 2 * m["L"] * m["d"] * n * n
 
 
@@ -32,7 +32,8 @@ def test_flops_match_plain_python(spec_fn, m):
     got_dec = np.asarray(jax.jit(lat.decode_flops, static_argnums=())(spec, n, c))
     want_dec = [_decode_loop(m, m["P"], m["L"], m["d"], int(a), int(b)) for a, b in zip(n, c)]
     np.testing.assert_allclose(got_dec, want_dec, rtol=2e-6)
-    # From scratch it is DESIGN's formula; with a cache it is the increment over the cached part.
+    # From scratch it is the formula of docs/design.md §3; with a cache it is the increment over
+    # the cached part.
     np.testing.assert_allclose(np.asarray(lat.prefill_flops(spec, n, 0)),
                                [_prefill_scratch(m, int(a)) for a in n], rtol=2e-6)
     incr = [_prefill_scratch(m, int(a + b)) - _prefill_scratch(m, int(b)) for a, b in zip(n, c)]

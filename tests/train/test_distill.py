@@ -22,7 +22,7 @@ def cache(tmp_path_factory):
 
 
 def _config(cache, *variants, **overrides):
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
     c = get_config(",".join(("smoke",) + variants))
     c.data.cache = str(cache)
     for k, v in overrides.items():
@@ -176,7 +176,7 @@ def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
     root = Path(__file__).resolve().parents[2]
     for bad, msg in (("1.5", "--kappa must lie in (0, 1]"), ("often", "--kappa must be a number")):
         p = subprocess.run([sys.executable, "-m", "train.distill",
-                            "--config=train/configs/distill.py:smoke",
+                            "--config=prada_jax/configs/distill.py:smoke",
                             f"--workdir={tmp_path / 'z'}", f"--kappa={bad}",
                             f"--config.data.cache={cache}"],
                            cwd=root, capture_output=True, text=True, timeout=300)
@@ -188,7 +188,7 @@ def test_kappa_flag_and_launchers_define_no_flags_on_import():
     import sys
 
     from prada_jax import config_utils as cu
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
     from train.distill import apply_kappa_flag
     c = get_config()
     apply_kappa_flag(c, None)
@@ -293,7 +293,7 @@ def _launch(cache, wd, *extra):
     import sys
     root = Path(__file__).resolve().parents[2]
     return subprocess.Popen([sys.executable, "-m", "train.distill",
-                             "--config=train/configs/distill.py:smoke", f"--workdir={wd}",
+                             "--config=prada_jax/configs/distill.py:smoke", f"--workdir={wd}",
                              f"--config.data.cache={cache}", *extra], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -10,7 +10,7 @@ import pytest
 
 from prada_jax import config_utils, dual
 from prada_jax import dual_train
-from train.configs import dual as dual_configs
+from prada_jax.configs import dual as dual_configs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def test_bad_config_is_refused_naming_the_field(tmp_path, field, value):
 
 def test_cli_rejects_bad_flag_with_exit_code_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "train.dual", "--config=train/configs/dual.py:smoke",
+        [sys.executable, "-m", "train.dual", "--config=prada_jax/configs/dual.py:smoke",
          f"--workdir={tmp_path / 'cli'}", "--config.env.num_servers=0"],
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -104,7 +104,7 @@ def test_cli_policy_flag_reaches_the_config(tmp_path):
     # (exit 2) with a message naming the missing file inside it.
     missing = tmp_path / "no_ppo_run"
     proc = subprocess.run(
-        [sys.executable, "-m", "train.dual", "--config=train/configs/dual.py:smoke",
+        [sys.executable, "-m", "train.dual", "--config=prada_jax/configs/dual.py:smoke",
          f"--workdir={tmp_path / 'cli'}", f"--policy={missing}"],
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -151,7 +151,7 @@ def test_sigkill_after_a_checkpoint_then_resume_matches_uninterrupted(tmp_path):
     import jax
     from prada_jax import checkpointing
 
-    flags = ["--config=train/configs/dual.py:smoke", "--config.train.num_chunks=30"]
+    flags = ["--config=prada_jax/configs/dual.py:smoke", "--config.train.num_chunks=30"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1",
                JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))
     cmd = [sys.executable, "-m", "train.dual"]
@@ -222,7 +222,7 @@ def test_policy_reward_mode_is_read_from_policy_meta(tmp_path):
     with pytest.raises(BadInput, match="policy_meta.json: reward_mode"):
         dual_train.policy_reward_mode(cfg)
     proc = subprocess.run(
-        [sys.executable, "-m", "train.dual", "--config=train/configs/dual.py:smoke",
+        [sys.executable, "-m", "train.dual", "--config=prada_jax/configs/dual.py:smoke",
          f"--workdir={tmp_path / 'cli'}", f"--policy={pdir}"],
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -13,7 +13,7 @@ import pytest
 
 from prada_jax import config_utils, errors
 from prada_jax.rl import policy as policy_files, toy_env, trainer
-from train.configs import ppo as ppo_configs
+from prada_jax.configs import ppo as ppo_configs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_variants_and_unknown_variant():
 
 
 def test_cli_rejects_bad_flags(tmp_path):
-    cfg = "--config=train/configs/ppo.py:toy"
+    cfg = "--config=prada_jax/configs/ppo.py:toy"
     r = _cli(tmp_path / "a", cfg, "--config.ppo.lrr=1")
     assert r.returncode != 0 and "lrr" in r.stderr and 'Did you mean "lr"' in r.stderr
     r = _cli(tmp_path / "b", cfg, "--config.ppo.lr=-0.1")
@@ -74,7 +74,7 @@ def test_cli_rejects_bad_flags(tmp_path):
 def test_smoke_cli_two_chunks_then_resume(tmp_path):
     """The :smoke config on the edge env: one chunk, stop; rerun resumes at the saved step."""
     wd, cache = tmp_path / "run", tmp_path / "jax_cache"
-    cfg = "--config=train/configs/ppo.py:smoke"
+    cfg = "--config=prada_jax/configs/ppo.py:smoke"
     r = _cli(wd, cfg, "--max_chunks=1", cache_dir=cache)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(int(p.name) for p in (wd / "checkpoints").iterdir() if p.name.isdigit()) == [2]

@@ -14,7 +14,7 @@ import pytest
 from prada_jax.rl import policy as policy_files
 
 REPO = Path(__file__).resolve().parents[2]
-FLAGS = ["--config=train/configs/ppo.py:smoke", "--config.ppo.total_env_steps=512",
+FLAGS = ["--config=prada_jax/configs/ppo.py:smoke", "--config.ppo.total_env_steps=512",
          "--config.log.checkpoint_every=2"]   # 8 updates = 4 chunks, a checkpoint per chunk
 
 

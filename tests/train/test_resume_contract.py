@@ -13,8 +13,8 @@ import pytest
 from prada_jax import checkpointing, dual_train, errors, run_state
 from prada_jax.rl import policy as policy_files, trainer
 from train import ppo as ppo_launcher
-from train.configs import dual as dual_configs
-from train.configs import ppo as ppo_configs
+from prada_jax.configs import dual as dual_configs
+from prada_jax.configs import ppo as ppo_configs
 
 TIMING = ("train/steps_per_second", "perf/chunks_per_s")
 

@@ -1,6 +1,6 @@
 """Trajectory pool format: recorded multi-turn teacher trajectories, their files and validation.
 
-A pool is one folder with two files (DESIGN §7):
+A pool is one folder with two files (docs/design.md §7):
 
 * ``pool.safetensors`` (no pickle). ``T`` tokens in all, ``N`` trajectories, ``K`` agent turns:
 

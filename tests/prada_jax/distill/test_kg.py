@@ -217,7 +217,7 @@ def test_torch_teacher_pool_and_smoke_distillation(tmp_path):
     from prada_jax.distill.trainer import train_and_evaluate
     from prada_jax.distill.task.export_local import export_logits
     from prada_jax.distill.task.kg_teacher import model_config, record_pool
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
 
     torch.manual_seed(0)
     teacher = Qwen2ForCausalLM(model_config(16, 1, 2, 1, 32)).eval()
@@ -253,7 +253,7 @@ def test_kg_config_variant_and_pool_default():
     """``:kg`` points the trainer at the kg cache with the task's budget and leaves the method's
     defaults (κ = 0.6, the student) alone; the kg cache records 4096 pool trajectories."""
     from prada_jax.distill.task import kg_teacher
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
     base, c = get_config(""), get_config("kg")
     assert c.data.cache == "checkpoints/kg_cache/seed0" and c.train.steps == 400
     assert (c.sampler.kappa, c.student.hidden_size, c.train.batch_size) == (

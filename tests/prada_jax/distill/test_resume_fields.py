@@ -10,7 +10,7 @@ from prada_jax.distill.trainer import OBSERVATIONAL
 
 
 def test_eval_before_may_differ_on_resume(tmp_path):
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
     stored = config_utils.config_to_dict(get_config("smoke"))
     del stored["eval"]["before"]
     (tmp_path / "config.json").write_text(json.dumps(stored))

@@ -21,7 +21,7 @@ def cache(tmp_path_factory):
 
 
 def _config(cache, *variants, **overrides):
-    from train.configs.distill import get_config
+    from prada_jax.configs.distill import get_config
     c = get_config(",".join(("smoke",) + variants))
     c.data.cache = str(cache)
     c.sampler.refresh_every = 2

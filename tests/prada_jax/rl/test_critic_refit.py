@@ -24,7 +24,7 @@ def _run(args, cwd):
 @pytest.mark.slow
 def test_refit_command_writes_a_loadable_policy_with_the_same_actor(tmp_path):
     ppo = tmp_path / "ppo"
-    p = _run(["train.ppo", f"--config={REPO}/train/configs/ppo.py:smoke", f"--workdir={ppo}"],
+    p = _run(["train.ppo", f"--config={REPO}/prada_jax/configs/ppo.py:smoke", f"--workdir={ppo}"],
              REPO)
     assert p.returncode == 0, p.stderr[-3000:]
     outs = []

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from prada_jax.rl import learner, losses, toy_env, trainer
-from train.configs import ppo as ppo_configs
+from prada_jax.configs import ppo as ppo_configs
 
 
 # ----------------------------------------------------------------------------- compaction

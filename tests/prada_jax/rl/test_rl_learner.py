@@ -9,7 +9,7 @@ from scipy.stats import norm
 
 from prada_jax import checkpointing
 from prada_jax.rl import learner, trainer
-from train.configs import ppo as ppo_configs
+from prada_jax.configs import ppo as ppo_configs
 
 
 @pytest.fixture(scope="module")

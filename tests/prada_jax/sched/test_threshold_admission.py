@@ -39,7 +39,7 @@ def _sp(rng, **kw):
 
 
 def _scalars(x, sp):
-    """Plain-Python per-candidate (w, w̄, price) in float64, written from DESIGN §6 (coarse
+    """Plain-Python per-candidate (w, w̄, price) in float64, written from docs/design.md §6 (coarse
     policy: w = ΔQ − β·communication, w̄ = w − β·τ·(1+q))."""
     q = int(x.queue_len) / int(sp.num_servers)
     beta, tau = float(sp.beta), float(sp.tau_s)

@@ -1,4 +1,4 @@
-"""DESIGN §6 value accounting (each cost charged once) and exact ties at the price kink."""
+"""docs/design.md §6 value accounting (each cost charged once) and exact ties at the price kink."""
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -6,7 +6,7 @@ from prada_jax.traces import format as fmt
 from prada_jax.traces import synthetic
 from prada_jax.traces.stats import trace_stats
 
-PUBLISHED = {  # DESIGN §2: problems, all-SLM %, all-LLM %
+PUBLISHED = {  # docs/design.md §2: problems, all-SLM %, all-LLM %
     "gsm8k": (1319, 84.8, 95.2),
     "gaokao2023en": (385, 65.5, 66.8),
     "mmlu_stem": (3018, 57.5, 71.9),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from evals import stats
+from prada_jax import stats
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 9, 29, 200])
@@ -76,3 +76,18 @@ def test_find_knee():
         x = list(rng.choice(50, size=6, replace=False) + 1)
         y = list(rng.uniform(1, 10, size=6))
         assert stats.find_knee(x, y, 0.05) == _knee_bruteforce(x, y, 0.05)
+
+
+def test_to_json_dict_is_strict_json_with_none_where_undefined():
+    import json
+    one = stats.mean_ci([0.7])                     # a single seed: no interval
+    d = one.to_json_dict()
+    assert d["mean"] == 0.7 and d["n"] == 1
+    assert d["ci_low"] is None and d["ci_high"] is None and d["ci_half_width"] is None
+    json.dumps(d, allow_nan=False)                 # strict JSON
+    x = np.array([0.2, 0.4, 0.9])
+    lo, hi = sps.t.interval(0.95, 2, loc=x.mean(), scale=sps.sem(x))
+    d = stats.mean_ci(x).to_json_dict()
+    np.testing.assert_allclose([d["ci_low"], d["ci_high"]], [lo, hi], rtol=1e-9)
+    assert stats.finite_or_none(float("inf")) is None and stats.finite_or_none(3) == 3
+    assert stats.finite_or_none(float("nan")) is None and stats.finite_or_none("nan") == "nan"

@@ -1,4 +1,4 @@
-"""ReOPD distillation config (``python -m train.distill --config=train/configs/distill.py``).
+"""ReOPD distillation config (``python -m train.distill --config=prada_jax/configs/distill.py``).
 
 Variants (``:a,b`` combines): ``smoke`` (seconds-long CPU run), ``uniform`` (κ = 1),
 ``late`` (late-step-heavy p ∝ κ^(K-1-t)), ``auto`` (κ = exp(−c̄) from the measured
@@ -79,7 +79,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.compute_dtype = "float32"   # "float32" | "bfloat16" (params stay float32)
     c.train.num_seeds = 1               # N students trained together in one vmapped step, seeds
     #   config.seed + i (i < N); seed i equals a separate run with config.seed + i
-    #   (prada_jax/distill/loop.py); tb/seed_<s>, seed_<s>/student_hf, results.json per_seed
+    #   (prada_jax/distill/trainer.py); tb/seed_<s>, seed_<s>/student_hf, results.json per_seed
 
     c.log = ml_collections.ConfigDict()
     c.log.every = 25                    # curves every N updates

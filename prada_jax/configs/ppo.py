@@ -1,4 +1,4 @@
-"""Stage-1 PPO screening policy: ``python -m train.ppo --config=train/configs/ppo.py[:variant]``.
+"""Stage-1 PPO screening policy: ``python -m train.ppo --config=prada_jax/configs/ppo.py[:variant]``.
 
 Variants (comma-separated, applied left to right), e.g. ``ppo.py:smoke`` or ``ppo.py:mmlu_stem,true``:
 
@@ -91,7 +91,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if not variant:
             continue
         if variant not in VARIANTS:
-            raise ValueError(f"train/configs/ppo.py: unknown variant {variant!r}; "
+            raise ValueError(f"prada_jax/configs/ppo.py: unknown variant {variant!r}; "
                              f"choose from {VARIANTS} (comma-separated)")
         if variant in PRESETS:
             c.env.preset = variant

@@ -1,5 +1,8 @@
 """Confidence intervals over seeds: Student-t intervals of means and of paired per-seed ratios.
 
+The project's one mean ± CI helper (``mean_ci``); the evals, the stage-2 report and the
+multi-seed distillation summary all call it.
+
 Every number the evals report is a mean over independent seeds (independent arrivals, channels
 and policy samples) with a two-sided 95% confidence interval. With n seeds the interval is
 ``mean ± t_{1-α/2, n-1} · s / sqrt(n)`` (``s`` the sample standard deviation, ddof = 1).
@@ -110,6 +113,11 @@ class MeanCI:
         return {"mean": self.mean, "ci_low": self.low, "ci_high": self.high,
                 "ci_half_width": self.half_width, "n": self.n, "confidence": self.confidence}
 
+    def to_json_dict(self) -> dict:
+        """``to_dict`` with every non-finite float (an undefined bound or mean) as None, so the
+        result is strict JSON."""
+        return {k: finite_or_none(v) for k, v in self.to_dict().items()}
+
     def fmt(self, digits: int = 3, scale: float = 1.0) -> str:
         """``mean ± half`` (times ``scale``), e.g. ``0.842 ± 0.011``."""
         if self.n == 0 or not math.isfinite(self.mean):
@@ -118,6 +126,13 @@ class MeanCI:
         if not math.isfinite(self.half_width):
             return f"{m:.{digits}f}"
         return f"{m:.{digits}f} ± {self.half_width * scale:.{digits}f}"
+
+
+def finite_or_none(v):
+    """``v`` unchanged unless it is a non-finite Python float (NaN, ±inf), which becomes None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
 
 
 def mean_ci(samples: Sequence[float] | np.ndarray, confidence: float = 0.95) -> MeanCI:

@@ -1,6 +1,6 @@
 """Config of ``python -m train.dual``: learn λ_s and µ for one scenario (traces, M, B, λ).
 
-    python -m train.dual --config=train/configs/dual.py[:variant[,variant]] --workdir=DIR \
+    python -m train.dual --config=prada_jax/configs/dual.py[:variant[,variant]] --workdir=DIR \
         [--policy=PPO_WORKDIR] [--config.env.num_servers=2 ...]
 
 Variants (comma-separated): ``smoke`` (seconds-long CPU run for tests), ``gsm8k`` /
@@ -116,7 +116,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if not variant:
             continue
         if variant not in VARIANTS:
-            raise ValueError(f"train/configs/dual.py: unknown variant {variant!r}; "
+            raise ValueError(f"prada_jax/configs/dual.py: unknown variant {variant!r}; "
                              f"choose from {VARIANTS} (comma-separated)")
         if variant in PRESETS:
             c.env.preset = variant

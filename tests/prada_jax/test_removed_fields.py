@@ -1,0 +1,47 @@
+"""config_utils.REMOVED_FIELDS: a stored config.json holding a removed field still resumes; an
+unknown extra field is still refused."""
+import json
+
+import pytest
+
+from prada_jax import config_utils, run_state
+
+NEW = {"seed": 0, "train": {"lr": 0.1, "steps": 10}, "log": {"every": 5}}
+
+
+def _stored(tmp_path, cfg):
+    (tmp_path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    return tmp_path
+
+
+def test_a_removed_field_resumes(tmp_path, monkeypatch):
+    monkeypatch.setitem(config_utils.REMOVED_FIELDS, "train.old_knob", "always on; test")
+    monkeypatch.setitem(config_utils.REMOVED_FIELDS, "gone", "a removed section; test")
+    wd = _stored(tmp_path, {**NEW, "train": {**NEW["train"], "old_knob": True},
+                            "gone": {"a": 1, "b": {"c": 2}}})
+    check = run_state.check_resume(NEW, wd, observational=("log.*",))
+    assert not check.fresh and check.changed == {}
+    # observational changes are still reported next to the dropped field
+    check = run_state.check_resume({**NEW, "log": {"every": 7}}, wd, observational=("log.*",))
+    assert check.changed == {"log.every": (5, 7)}
+    # and a computational change is still refused
+    with pytest.raises(run_state.ConfigMismatch, match=r"train\.lr: 0\.1 → 0\.2"):
+        run_state.check_resume({**NEW, "train": {"lr": 0.2, "steps": 10}}, wd, ("log.*",))
+
+
+def test_an_unknown_extra_field_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setitem(config_utils.REMOVED_FIELDS, "train.old_knob", "test")
+    wd = _stored(tmp_path, {**NEW, "train": {**NEW["train"], "old_knobs": 1}})  # not registered
+    with pytest.raises(run_state.ConfigMismatch, match=r"train\.old_knobs: 1 → <absent>"):
+        run_state.check_resume(NEW, wd, observational=("log.*",))
+    # without the registration the removed field itself is refused too
+    monkeypatch.delitem(config_utils.REMOVED_FIELDS, "train.old_knob")
+    _stored(tmp_path, {**NEW, "train": {**NEW["train"], "old_knob": True}})
+    with pytest.raises(run_state.ConfigMismatch, match=r"train\.old_knob: true → <absent>"):
+        run_state.check_resume(NEW, wd, observational=("log.*",))
+
+
+def test_is_removed_matches_fields_and_sections(monkeypatch):
+    monkeypatch.setitem(config_utils.REMOVED_FIELDS, "dual.x", "test")
+    assert config_utils.is_removed("dual.x") and config_utils.is_removed("dual.x.y")
+    assert not config_utils.is_removed("dual.xy") and not config_utils.is_removed("dual")
