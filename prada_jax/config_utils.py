@@ -32,8 +32,30 @@ __all__ = [
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
     "reject_extra_argv",
-    "runtime_info",
+    "runtime_info", "REMOVED_FIELDS", "drop_removed_fields",
 ]
+
+#: Config fields that no longer exist, as dotted paths. A stored ``config.json`` written before
+#: their removal still resumes and loads: :func:`drop_removed_fields` deletes them from it
+#: (``read_config_json``, ``prada_jax.run_state.check_resume``). This is the only such list.
+#: ``dual.queue_price``: the admission price became the threshold rule (always True).
+REMOVED_FIELDS = ("dual.queue_price",)
+
+
+def drop_removed_fields(tree: dict) -> dict:
+    """A copy of the nested dict ``tree`` without the :data:`REMOVED_FIELDS` it holds."""
+    out = dict(tree)
+    for field in REMOVED_FIELDS:
+        *parents, leaf = field.split(".")
+        node = out
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                break
+            node[p] = dict(node[p])  # copy on the way down: the caller's dict is not changed
+            node = node[p]
+        else:
+            node.pop(leaf, None)
+    return out
 
 
 class ConfigError(BadInput):
@@ -152,7 +174,8 @@ def write_config_json(config: Any, workdir: os.PathLike | str,
 
 
 def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
-    """Reads ``<workdir>/config.json`` back as an ``ml_collections.ConfigDict``.
+    """Reads ``<workdir>/config.json`` back as an ``ml_collections.ConfigDict``, without the
+    :data:`REMOVED_FIELDS` an older file may hold.
 
     Raises ConfigError (a BadInput) naming the file: missing, unreadable, malformed JSON at
     any depth, or a top level that is not an object.
@@ -163,7 +186,7 @@ def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
 
     data = read_json(Path(workdir) / filename, missing=f"is {workdir} a run directory?",
                      error=ConfigError)
-    return ml_collections.ConfigDict(data)
+    return ml_collections.ConfigDict(drop_removed_fields(data))
 
 
 def check_run_dir(workdir: os.PathLike | str, flag: str, *,

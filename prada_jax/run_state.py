@@ -9,7 +9,7 @@ reads the stored ``<workdir>/config.json`` and compares it with the new config f
   2) whose one line lists every differing field as ``name: old → new``. Nothing is written.
 * Fields that only extend or observe the run (total steps/updates, logging and checkpoint
   cadence, progress bar, keep count) may change. Each trainer declares its set
-  (``OBSERVATIONAL`` in ``rl/trainer.py``, ``dual_train.py``, ``distill/loop.py``); an entry
+  (``OBSERVATIONAL`` in ``rl/trainer.py``, ``stage2/trainer.py``, ``distill/loop.py``); an entry
   ending in ``.*`` covers a whole section (``log.*``).
 
 :func:`commit` then writes the new ``config.json`` and appends an entry to the ``provenance``
@@ -92,7 +92,8 @@ def _fmt(v: Any) -> str:
 
 def check_resume(config: Any, workdir, observational: Iterable[str],
                  filename: str = "config.json") -> ResumeCheck:
-    """Compares ``config`` with ``<workdir>/<filename>``; writes nothing.
+    """Compares ``config`` with ``<workdir>/<filename>`` (less ``config_utils.REMOVED_FIELDS``);
+    writes nothing.
 
     Raises:
       ConfigMismatch: a non-observational field differs (lists all of them, old → new).
@@ -108,7 +109,7 @@ def check_resume(config: Any, workdir, observational: Iterable[str],
                        "config against it") from None
     if not isinstance(stored, dict):
         raise BadInput(f"{path}: top level must be an object")
-    old = {k: _normal(v) for k, v in flatten(stored).items()}
+    old = {k: _normal(v) for k, v in flatten(config_utils.drop_removed_fields(stored)).items()}
     new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()}
     observational = tuple(observational)
     diff = {k: (old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in sorted(set(old) | set(new))

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from prada_jax import checkpointing, dual_train, errors, run_state
+from prada_jax import checkpointing, errors, run_state
+from prada_jax.stage2 import trainer as stage2_trainer
 from prada_jax.rl import trainer
 from train import ppo as ppo_launcher
 from train.configs import dual as dual_configs
@@ -145,11 +146,11 @@ def _dual_config(chunks=3):
 
 
 def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_compile):
-    ref = dual_train.train_and_evaluate(_dual_config(), tmp_path / "ref")
-    part = dual_train.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
+    ref = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "ref")
+    part = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
     assert part["chunk"] == 2 and not part["finished"]
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "2")   # killed after checkpoint 1
-    got = dual_train.train_and_evaluate(_dual_config(), tmp_path / "run")
+    got = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
     assert got["start_chunk"] == 1 and got["chunk"] == 3
     assert got["multipliers"] == ref["multipliers"]
     assert _untimed(got["scalars"]) == _untimed(ref["scalars"])
@@ -157,10 +158,10 @@ def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_comp
     _files_equal(tmp_path / "ref", tmp_path / "run", ("config.json",))
     ma, mb = (json.loads((tmp_path / d / "multipliers.json").read_text()) for d in ("ref", "run"))
     assert ma == mb
-    again = dual_train.train_and_evaluate(_dual_config(), tmp_path / "run")
+    again = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
     assert again["finished"] and again["start_chunk"] == 3
     assert again["scalars"] == got["scalars"]
     bad = _dual_config()
     bad.dual.learning_rate = 123.0
     with pytest.raises(run_state.ConfigMismatch, match="dual.learning_rate"):
-        dual_train.train_and_evaluate(bad, tmp_path / "run")
+        stage2_trainer.train_and_evaluate(bad, tmp_path / "run")
