@@ -165,3 +165,43 @@ def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_comp
     bad.dual.learning_rate = 123.0
     with pytest.raises(run_state.ConfigMismatch, match="dual.learning_rate"):
         stage2_trainer.train_and_evaluate(bad, tmp_path / "run")
+
+
+def test_drop_removed_fields_deletes_only_the_listed_paths():
+    """``config_utils.REMOVED_FIELDS`` is the one list of removed fields; dropping them leaves
+    every other field (same name elsewhere included) and the caller's dict unchanged."""
+    from prada_jax import config_utils
+
+    assert "dual.queue_price" in config_utils.REMOVED_FIELDS
+    stored = {"dual": {"queue_price": True, "mode": "pid"}, "env": {"queue_price": 1},
+              "seed": 0}
+    out = config_utils.drop_removed_fields(stored)
+    assert out == {"dual": {"mode": "pid"}, "env": {"queue_price": 1}, "seed": 0}
+    assert stored["dual"] == {"queue_price": True, "mode": "pid"}  # not mutated
+    assert config_utils.drop_removed_fields({"ppo": {"lr": 1.0}}) == {"ppo": {"lr": 1.0}}
+    assert config_utils.drop_removed_fields({"dual": 3}) == {"dual": 3}
+
+
+def test_config_json_with_a_removed_field_still_resumes(tmp_path, fast_compile):
+    """A dual run whose config.json was written while ``dual.queue_price`` existed resumes to
+    the same result as one that never had it; ``read_config_json`` drops it too (the config
+    loads into the learner), and a changed live field is still refused."""
+    from prada_jax import config_utils
+
+    ref = stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "ref")
+    stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old", max_chunks=1)
+    path = tmp_path / "old" / "config.json"
+    stored = json.loads(path.read_text())
+    stored["dual"]["queue_price"] = True     # as written before the field was removed
+    path.write_text(json.dumps(stored, indent=2, sort_keys=True))
+    loaded = config_utils.read_config_json(tmp_path / "old")
+    assert "queue_price" not in loaded.dual
+    stage2_trainer.validate_config(loaded)
+    got = stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old")
+    assert got["start_chunk"] == 1 and got["finished"]
+    assert got["multipliers"] == ref["multipliers"]
+    bad = _dual_config(chunks=2)
+    bad.dual.step_size = 0.5
+    with pytest.raises(run_state.ConfigMismatch, match="dual.step_size") as e:
+        stage2_trainer.train_and_evaluate(bad, tmp_path / "old")
+    assert "queue_price" not in str(e.value)
