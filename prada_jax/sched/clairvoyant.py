@@ -171,7 +171,7 @@ def clairvoyant_bound(stream: Stream, wait_cost: float, window: int | None = Non
     Returns a :class:`Plan` (method "milp"). Raises RuntimeError if HiGHS does not prove
     optimality within ``time_limit_s`` (the result would not be a bound).
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint, milp  # scipy: a dev extra, lazy
     from scipy.sparse import coo_matrix
 
     if window is None:

@@ -70,10 +70,10 @@ def test_dual_shift_and_excess_match_numpy():
                             capacity_bw=np.full(s, 20e6))
     kbar = max((work * fresh).sum() / fresh.sum(), 1.0)
     lam, mu_s = 0.1, 0.02
-    p = {"raw": jnp.array([lam, mu_s], jnp.float32)}
+    st = learner.init(_cfg("subgradient", 1.0))._replace(m=jnp.array([lam, mu_s], jnp.float32))
     for rho in (0.3, 0.5, 0.9):
-        d1 = float(learner.dual_objective(p, batch, _cfg("subgradient", 1.0)))
-        dr = float(learner.dual_objective(p, batch, _cfg("subgradient", rho)))
+        d1 = float(learner.state_objective(st, batch, _cfg("subgradient", 1.0)))
+        dr = float(learner.state_objective(st, batch, _cfg("subgradient", rho)))
         np.testing.assert_allclose(dr, d1 - (1 - rho) * lam * cap.mean() / kbar, rtol=1e-5)
         e = np.asarray(problem.excess_demand(batch, problem.Multipliers(lam, mu_s / 1e6),
                                           utilisation=rho))
