@@ -28,8 +28,6 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from prada_jax import cli, config_utils, runloop
-from prada_jax.stage2.trainer import (load_traces, summary_lines, train_and_evaluate,
-                                      validate_config)
 
 FLAGS = flags.FLAGS
 
@@ -49,6 +47,10 @@ def _define_flags() -> None:
 def _check_inputs(config) -> None:
     """Validates the config, the trace folder and the policy run before anything is written
     (the library writes ``config.json`` first); each failure is one BadInput line."""
+    # Lazy: the library imports orbax and chex, which define absl flags; importing train.dual
+    # must define none (another absl program may import it).
+    from prada_jax.stage2.trainer import load_traces, validate_config
+
     validate_config(config)
     if config.env.get("trace_dir"):
         load_traces(config)
@@ -71,6 +73,8 @@ def main(argv):
             config.policy_dir = FLAGS.policy
     _check_inputs(config)
     logging.info(config_utils.runtime_info())
+    from prada_jax.stage2.trainer import summary_lines, train_and_evaluate  # lazy: see above
+
     result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
     for line in summary_lines(result):
         print(line)
