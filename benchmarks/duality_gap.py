@@ -17,14 +17,19 @@ same policy with the FIFO-greedy scheduler (0 = skip).
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
+from absl import flags
+
+from prada_jax import cli, config_utils
+from prada_jax.errors import BadInput
+from prada_jax.stage2 import files, gap as gap_lib
+from prada_jax.stage2.trainer import (build_env_params, build_policy, load_traces, policy_key,
+                                      validate_config)
+
 
 def _define(fv) -> None:
-    from absl import flags
-
     flags.DEFINE_string("workdir", None, "a train.dual run directory (required)",
                         flag_values=fv)
     flags.DEFINE_integer("slots", 1000, "slots compared", lower_bound=1, flag_values=fv)
@@ -38,9 +43,6 @@ def _define(fv) -> None:
 def main(argv=None) -> int:
     """``argv``: absl flags (``--workdir=DIR``); None = the command line. Bad input raises
     ``errors.BadInput`` (exit 2 from the command line)."""
-    from prada_jax import cli, config_utils, dual, dual_train
-    from prada_jax.errors import BadInput
-
     a = cli.parse_local(_define, argv, "benchmarks.duality_gap", __doc__)
     if not a.workdir:
         raise BadInput("--workdir is required (a train.dual run directory)")
@@ -49,16 +51,16 @@ def main(argv=None) -> int:
                                checkpoints=False, kind="train.dual run")
     config = config_utils.read_config_json(wd)
     try:
-        mult = dual.load_multipliers(wd)
+        mult = files.load_multipliers(wd)
     except (FileNotFoundError, ValueError) as e:
         raise BadInput(f"--workdir={wd}: {e}") from None
-    dual_train.validate_config(config)
-    traces, trace_info = dual_train.load_traces(config)
-    env_params = dual_train.build_env_params(config, traces)
-    policy_fn, policy_info = dual_train.build_policy(config, traces)
+    validate_config(config)
+    traces, trace_info = load_traces(config)
+    env_params = build_env_params(config, traces)
+    policy_fn, policy_info = build_policy(config, traces)
     t0 = time.perf_counter()
-    gap = dual_train.measure_gap(config, traces, env_params, policy_fn, mult, a.slots, a.envs,
-                                 seed=a.seed, env_chunks=a.env_chunks)
+    gap = gap_lib.measure_gap(env_params, policy_fn, mult, a.slots, a.envs, seed=a.seed,
+                              policy_key=policy_key(policy_info), env_chunks=a.env_chunks)
     gap["wall_s"] = time.perf_counter() - t0
     gap["scenario"] = {"traces": trace_info, "policy": policy_info,
                        "num_servers": int(config.env.num_servers),
@@ -82,13 +84,10 @@ def main(argv=None) -> int:
                   f"{e['reward_per_slot']:.4f}  accuracy {e['accuracy']:.4f}  latency "
                   f"{e['latency_s']:.3f} s  acc-beta*lat {e['objective']:.4f}  queue "
                   f"{e['queue_len']:.2f}  server {e['server_in_use']:.2f}")
-    out = Path(a.out) if a.out else wd / dual_train.GAP_FILE
-    out.write_text(json.dumps(gap, indent=2))
+    out = files.save_gap(Path(a.out) if a.out else wd / files.GAP_FILE, gap)
     print(f"wrote {out}")
     return 0
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run_local(main)

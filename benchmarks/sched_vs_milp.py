@@ -18,10 +18,12 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
+from prada_jax import cli
+from prada_jax.sched import base, fill, oracle
 from prada_jax.sched.base import SchedInputs, SchedParams
-from prada_jax.sched.threshold import advantages, threshold_decide
-from prada_jax.sched import oracle
+from prada_jax.sched.threshold import admission_priority, advantages, threshold_decide
 
 
 def make_slot(n: int, seed: int = 0) -> SchedInputs:
@@ -74,7 +76,7 @@ def knapsack_milp(w, w_bar, b, free_units, free_bw_hz):
     optimum is Σ max(w̄, 0) plus a knapsack over the candidates whose run-now profit
     p = w − max(w̄, 0) is positive (units ≤ free_units, Σ b ≤ free_bw). One binary per such
     candidate, scipy HiGHS. Returns the slot value (float)."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint, milp  # scipy: a dev extra, lazy
 
     floor = np.maximum(w_bar, 0.0)
     p = w - floor
@@ -104,9 +106,6 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
     ``threshold.SORT_ABOVE``); both decide the same (checked per slot). The first ``check_full_milp`` slots are also solved by the 3-choice
     MILP of ``oracle.milp_slot`` to check that the knapsack formulation has the same optimum.
     """
-    from prada_jax.sched import base, fill
-    from prada_jax.sched.threshold import admission_priority
-
     sp = SchedParams(lambda_s=jnp.float32(lambda_s), mu=jnp.float32(mu_per_mhz * 1e-6))
 
     def _want_rank(x):  # the rule's own want set and priority (one stable sort)
@@ -224,8 +223,6 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
 
 
 def _define(fv) -> None:
-    from absl import flags
-
     flags.DEFINE_integer("candidates", 1024, "candidates in the slot", lower_bound=1,
                          flag_values=fv)
     flags.DEFINE_integer("free_units", 64, "free server units", lower_bound=0, flag_values=fv)
@@ -242,8 +239,6 @@ def _define(fv) -> None:
 
 def main(argv=None):
     """``argv``: absl flags (``--free_units=64``); None = the command line."""
-    from prada_jax import cli
-
     a = cli.parse_local(_define, argv, "benchmarks.sched_vs_milp", __doc__)
     if a.slots > 0:
         r = run_slots(a.candidates, a.slots, a.free_units, repeats=a.repeats)
@@ -266,6 +261,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run_local(main)

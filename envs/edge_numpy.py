@@ -117,7 +117,7 @@ def schedule(name, cands, free_units, free_bw, cfg):
     if name == "rsd":
         wants = {i: by[i]["draft_prm"] < cfg["rsd_threshold"] for i in idx}
         return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
-    if name in ("threshold", "threshold_admission"):
+    if name == "threshold":
         # Admission-price rule with each cost charged once (prada_jax.sched.threshold).
         c_wait = cfg["beta"] * cfg["tau_s"] * (1.0 + cfg["queue_len"] / cfg["num_servers"])
         red, wants, gi, qok = {}, {}, {}, {}

@@ -1,10 +1,10 @@
 """``python -m evals.clairvoyant``: the clairvoyant open-loop bound on one replayed stream.
 
 One env (synthetic gsm8k traces, the privileged trace-rule nominations of
-``prada_jax.dual_rollout.make_trace_rule_policy(0)``, M = 1 server unit, the chosen scenario
-preset) runs the threshold rule with constant (λ_s, µ = 0) for ``--slots`` slots; its new
-nominations become a stream (``prada_jax.sched.clairvoyant.stream_from_rollout``), valued in
-the module's open-loop model with wait cost β·τ per slot. Prints one line per schedule: the
+``prada_jax.stage2.nominate.make_trace_rule_policy(0)``, M = 1 server unit, the chosen
+scenario preset) runs the threshold rule with constant (λ_s, µ = 0) for ``--slots`` slots; its
+new nominations become a stream (``prada_jax.stage2.clairvoyant.stream_from_rollout``), valued
+in ``prada_jax.sched.clairvoyant``'s open-loop model with wait cost β·τ per slot. Prints one line per schedule: the
 rule that ran (``rollout_plan``), the causal greedy reference, and the clairvoyant MILP bound
 [PRM units, synthetic]. Bad flags: one stderr line, exit 2 (``prada_jax.cli.run``).
 """
@@ -12,36 +12,37 @@ from __future__ import annotations
 
 import time
 
+import jax
+from absl import flags
+
+from envs import edge, scenarios
+from evals import suite
+from prada_jax import cli
 from prada_jax.errors import BadInput
+from prada_jax.sched import clairvoyant as cv
+from prada_jax.stage2.clairvoyant import rollout_plan, stream_from_rollout
+from prada_jax.stage2.nominate import make_trace_rule_policy
+from prada_jax.stage2.problem import Multipliers
+from prada_jax.stage2.rollout import fixed_prices, init_rollout, make_rollout
 
 
 def measure(slots: int = 300, num_users: int = 16, scenario: str = "burst",
             lambda_s: float = 0.0, seed: int = 0, log=print) -> dict:
     """Runs the rollout and the three schedules; returns their values [PRM units] and sizes."""
-    import jax
-    import jax.numpy as jnp
-
-    from envs import edge, scenarios
-    from evals import suite
-    from prada_jax import dual, dual_rollout
-    from prada_jax.sched import clairvoyant as cv
-
     traces = suite.load_traces("gsm8k", 60, 1000).traces
     params = edge.make_params(traces, num_users=num_users, num_servers=1, bandwidth_hz=20e6,
                               arrival_rate_hz=12.0, beta=0.05, tau_s=0.05,
                               scenario=scenarios.preset(scenario, slots))
-    cfg = dual.DualConfig(mode="subgradient")
-    roll = jax.jit(dual_rollout.make_rollout(cfg, dual_rollout.make_trace_rule_policy(0.0),
-                                             slots, learn=False))
-    carry = dual_rollout.init_rollout(jax.random.key(seed), params, cfg, 1)
-    carry = carry._replace(dual=carry.dual._replace(params={"raw": jnp.array([lambda_s, 0.0])}))
+    roll = jax.jit(make_rollout(make_trace_rule_policy(0.0), slots))
+    carry = init_rollout(jax.random.key(seed), params, 1,
+                         lambda _: fixed_prices(Multipliers(lambda_s, 0.0)))
     _, out = roll(carry, params)
-    s = cv.stream_from_rollout(out)
+    s = stream_from_rollout(out)
     wc = float(params.beta * params.tau_s)
     res = {"requests": int(len(s.arrival)), "wait_cost": wc,
            "window": cv.default_window(s, wc), "service_mean_slots": float(s.service.mean())}
     t0 = time.perf_counter()
-    for name, plan in (("rule", cv.rollout_plan(s, out, wc)), ("greedy", cv.greedy_online(s, wc)),
+    for name, plan in (("rule", rollout_plan(s, out, wc)), ("greedy", cv.greedy_online(s, wc)),
                        ("bound", cv.clairvoyant_bound(s, wc, time_limit_s=300))):
         res[name] = {"value": plan.value, "served": int((plan.start >= 0).sum()),
                      "feasible": cv.is_feasible(s, plan.start)}
@@ -52,7 +53,6 @@ def measure(slots: int = 300, num_users: int = 16, scenario: str = "burst",
 
 
 def _define_flags():
-    from absl import flags
     flags.DEFINE_integer("slots", 300, "Horizon T [slots].")
     flags.DEFINE_integer("num_users", 16, "User slots U.")
     flags.DEFINE_string("scenario", "burst", "A preset of envs.scenarios.")
@@ -61,10 +61,6 @@ def _define_flags():
 
 
 def main(argv):
-    from absl import flags
-
-    from envs import scenarios
-
     F = flags.FLAGS
     if len(argv) > 1:
         raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
@@ -80,5 +76,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
     cli.run(main, define_flags=_define_flags)

@@ -6,7 +6,7 @@ all array leaves, so only the trace-set shape, the user slots U and the slot cou
 (one compile per trace set). Seeds are vmapped: seed ``s`` uses ``jax.random.key(seed0 + s)``
 for the same arrivals, problems and fading in every policy (paired comparisons).
 
-Policies (``PolicySpec``; DESIGN §8):
+Policies (``PolicySpec``; docs/design.md §8):
 
 * ``All-SLM``: never nominate (every draft kept), keep-local scheduler.
 * ``All-LLM``: nominate every step, offload-all scheduler (immediate while M and B last, else
@@ -21,7 +21,7 @@ Policies (``PolicySpec``; DESIGN §8):
   with the learned multipliers (λ_s, µ).
 * ``PRADA (λ=µ=0)``: the same scheduler with both multipliers at 0 (what the dual ascent buys).
 * ``Policy + FIFO-greedy``: the same nominations served first come first served while M and B
-  last (DESIGN §6's scheduler baseline).
+  last (docs/design.md §6: the scheduler baseline).
 
 Measurement window: the first ``warmup_slots`` slots are discarded (the env starts with a burst
 of ``initial_users``); per-user metrics count users that finish inside the window.
@@ -32,7 +32,7 @@ per finished user, offload rate (offloaded steps / steps of finished users), nom
 server utilisation (mean busy units / M per slot), mean queue length (requests per slot),
 outage rate (outages / upload attempts), blocked rate (blocked / arrivals), fallback share
 (steps that used a trace fallback / steps), and the env objective
-``accuracy − β · mean latency`` (DESIGN §6; β in PRM units per second).
+``accuracy − β · mean latency`` (docs/design.md §6; β in PRM units per second).
 """
 from __future__ import annotations
 
@@ -45,20 +45,26 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import edge
-from prada_jax.rl.greedy import screen_and_gain
+from prada_jax.rl.greedy import critic_screen, screen_and_gain
 from prada_jax.sched.registry import scheduler_index
 
 SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC = 0, 1, 2, 3, 4
-_SCREEN = {"never": SCREEN_NEVER, "always": SCREEN_ALWAYS, "random": SCREEN_RANDOM,
-           "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC}
+#: ``PolicySpec.screen`` name -> the screening-mode code the jitted evaluator switches on.
+SCREEN_MODES = {"never": SCREEN_NEVER, "always": SCREEN_ALWAYS, "random": SCREEN_RANDOM,
+                "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC}
 UNLIMITED_BANDWIDTH_HZ = 1e12
+
+
+def screen_mode(name: str) -> jax.Array:
+    """int32 [] code of a screening mode name (a key of ``SCREEN_MODES``)."""
+    return jnp.asarray(SCREEN_MODES[name], jnp.int32)
 
 
 class PolicySpec(NamedTuple):
     """One evaluated system (host side).
 
     name: row label. screen: "never" | "always" | "random" | "policy" (the actor's greedy
-    action) | "critic" (nominate iff the critic's ΔQ > 0; ``prada_jax.dual_rollout``'s
+    action) | "critic" (nominate iff the critic's ΔQ > 0; ``prada_jax.rl.greedy``'s
     ``nominate_by="critic"``). scheduler: a name in
     ``prada_jax.sched.registry.SCHEDULER_NAMES``. lambda_s, mu: multipliers (mu per Hz).
     unlimited: lift M and B (M = U, B = 1e12 Hz). p_random: nomination probability ("random").
@@ -92,8 +98,8 @@ def policy_specs(lambda_s: float | None, mu: float | None) -> list[PolicySpec]:
 
 def apply_spec(params: edge.EnvParams, spec: PolicySpec) -> edge.EnvParams:
     """Env params for one policy row (same shapes: no recompilation)."""
-    if spec.screen not in _SCREEN:
-        raise ValueError(f"policy '{spec.name}': screen must be one of {sorted(_SCREEN)}, "
+    if spec.screen not in SCREEN_MODES:
+        raise ValueError(f"policy '{spec.name}': screen must be one of {sorted(SCREEN_MODES)}, "
                          f"got {spec.screen!r}")
     p = params.replace(scheduler=jnp.asarray(scheduler_index(spec.scheduler), jnp.int32),
                        lambda_s=jnp.asarray(spec.lambda_s, jnp.float32),
@@ -150,7 +156,7 @@ def make_evaluator(num_slots: int, warmup_slots: int,
             slot_key = jax.random.fold_in(run_key, t)
             act_key, env_key = jax.random.split(slot_key)
             greedy, dq = screen_and_gain(apply_fn, net_params, obs)
-            critic = (dq > 0).astype(jnp.int32)  # greedy in the critic
+            critic = critic_screen(dq)  # greedy in the critic
             rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
             screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
                                  screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC],
@@ -239,27 +245,40 @@ class Evaluator:
     """Evaluates ``PolicySpec`` rows on one env configuration over seeds (host-side driver).
 
     Args:
-      base_params: env params (trace set, U, latency, M, B, λ, β, ...).
+      base_params: env params (trace set, U, latency, M, B, λ, β, ...); may be replaced
+        between runs (same shapes: no recompilation).
       seeds: number of seeds S; seed s uses ``jax.random.key(seed0 + s)``.
-      num_slots, warmup_slots: see ``make_evaluator``.
+      num_slots, warmup_slots, mult_fn: see ``make_evaluator``.
       apply_fn, net_params: the screening policy (None: only rows with screen != "policy").
+
+    Attributes:
+      evaluate_fn: the jitted ``make_evaluator`` function (for callers that vmap it, e.g. over
+        multiplier pairs); ``keys`` [S] its seed keys; ``net_params`` its policy parameters.
     """
 
     def __init__(self, base_params: edge.EnvParams, seeds: int, num_slots: int,
                  warmup_slots: int, apply_fn: Callable | None = None, net_params: Any = None,
-                 seed0: int = 0):
+                 seed0: int = 0, mult_fn: Callable | None = None):
         if seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {seeds}")
         self.base_params = base_params
         self.keys = jax.vmap(jax.random.key)(jnp.arange(seed0, seed0 + seeds, dtype=jnp.uint32))
         self.has_policy = apply_fn is not None
         self.net_params = net_params if net_params is not None else jnp.zeros(())
-        self._fn = make_evaluator(num_slots, warmup_slots, apply_fn)
-        self.tau_s = float(base_params.tau_s)
+        self.evaluate_fn = make_evaluator(num_slots, warmup_slots, apply_fn, mult_fn)
 
-    def run(self, spec: PolicySpec, **param_overrides) -> dict[str, np.ndarray]:
+    def metrics(self, totals: dict, params: edge.EnvParams) -> dict[str, np.ndarray]:
+        """Per-seed metrics [S] of ``evaluate_fn`` window sums (one row's), with the env
+        objective ``accuracy − β · mean latency`` (β of ``params``)."""
+        m = per_seed_metrics(jax.device_get(totals), float(params.tau_s))
+        m["objective"] = m["accuracy"] - float(params.beta) * m["latency_mean_s"]
+        return m
+
+    def run(self, spec: PolicySpec, mult_params: Any = None, **param_overrides
+            ) -> dict[str, np.ndarray]:
         """Per-seed metrics of one row; ``param_overrides`` replace env param leaves (e.g.
-        ``num_servers``, ``bandwidth_hz``, ``arrival_rate_hz``) before the row is applied."""
+        ``num_servers``, ``bandwidth_hz``, ``arrival_rate_hz``) before the row is applied;
+        ``mult_params``: the argument of the evaluator's ``mult_fn`` (if it has one)."""
         if spec.screen == "policy" and not self.has_policy:
             raise ValueError(f"policy row '{spec.name}' needs a screening policy (--policy)")
         params = self.base_params
@@ -267,12 +286,9 @@ class Evaluator:
             params = params.replace(**{k: jnp.asarray(v, getattr(params, k).dtype)
                                        for k, v in param_overrides.items()})
         params = apply_spec(params, spec)
-        totals = self._fn(self.keys, params, self.net_params,
-                          jnp.asarray(_SCREEN[spec.screen], jnp.int32),
-                          jnp.asarray(spec.p_random, jnp.float32))
-        m = per_seed_metrics(jax.device_get(totals), self.tau_s)
-        m["objective"] = m["accuracy"] - float(params.beta) * m["latency_mean_s"]
-        return m
+        totals = self.evaluate_fn(self.keys, params, self.net_params, screen_mode(spec.screen),
+                                  jnp.asarray(spec.p_random, jnp.float32), mult_params)
+        return self.metrics(totals, params)
 
     def run_all(self, specs: Sequence[PolicySpec], **param_overrides
                 ) -> dict[str, dict[str, np.ndarray]]:

@@ -112,7 +112,7 @@ def load_multipliers(dual_workdir: str) -> tuple[float, float, dict]:
     path = Path(dual_workdir)
     if not path.is_dir():
         raise EvalError(f"--dual={dual_workdir}: no such run directory")
-    from prada_jax import dual as dual_lib
+    from prada_jax.stage2 import files as dual_lib
     from prada_jax.jsonio import read_json
 
     info_path = path / getattr(dual_lib, "MULTIPLIERS_FILE", "multipliers.json")

@@ -34,7 +34,7 @@ __all__ = [
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
     "reject_extra_argv",
-    "runtime_info", "REMOVED_FIELDS", "is_removed",
+    "runtime_info", "REMOVED_FIELDS", "is_removed", "drop_removed_fields",
 ]
 
 # Config fields that no longer exist: dotted name (or a whole section) -> why it went. A stored
@@ -42,12 +42,21 @@ __all__ = [
 # these fields from both sides before comparing, and the next config.json written lacks them.
 # A field not listed here that the stored config has and the new one lacks is still refused.
 # Register a field here when deleting it from a config in prada_jax/configs/.
-REMOVED_FIELDS: dict[str, str] = {}
+REMOVED_FIELDS: dict[str, str] = {
+    "dual.queue_price": "the admission price is the threshold rule itself (it was always True)",
+}
 
 
 def is_removed(field: str) -> bool:
     """True if the dotted ``field`` is in ``REMOVED_FIELDS`` or lies in a removed section."""
     return any(field == f or field.startswith(f + ".") for f in REMOVED_FIELDS)
+
+
+def drop_removed_fields(tree: dict, prefix: str = "") -> dict:
+    """A copy of the nested dict ``tree`` (a stored config.json) without the fields and sections
+    that :func:`is_removed` names; the caller's dict is not changed."""
+    return {k: drop_removed_fields(v, f"{prefix}{k}.") if isinstance(v, dict) else v
+            for k, v in tree.items() if not is_removed(prefix + k)}
 
 
 class ConfigError(BadInput):
@@ -163,7 +172,8 @@ def write_config_json(config: Any, workdir: os.PathLike | str,
 
 
 def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
-    """Reads ``<workdir>/config.json`` back as an ``ml_collections.ConfigDict``.
+    """Reads ``<workdir>/config.json`` back as an ``ml_collections.ConfigDict``, without the
+    :data:`REMOVED_FIELDS` an older file may hold.
 
     Raises ConfigError (a BadInput) naming the file: missing, unreadable, malformed JSON at
     any depth, or a top level that is not an object.
@@ -174,7 +184,7 @@ def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
 
     data = read_json(Path(workdir) / filename, missing=f"is {workdir} a run directory?",
                      error=ConfigError)
-    return ml_collections.ConfigDict(data)
+    return ml_collections.ConfigDict(drop_removed_fields(data))
 
 
 def check_run_dir(workdir: os.PathLike | str, flag: str, *,

@@ -9,7 +9,7 @@ reads the stored ``<workdir>/config.json`` and compares it with the new config f
   2) whose one line lists every differing field as ``name: old → new``. Nothing is written.
 * Fields that only extend or observe the run (total steps/updates, logging and checkpoint
   cadence, progress bar, keep count) may change. Each trainer declares its set
-  (``OBSERVATIONAL`` in ``rl/trainer.py``, ``dual_train.py``, ``distill/trainer.py``); an entry
+  (``OBSERVATIONAL`` in ``rl/trainer.py``, ``stage2/trainer.py``, ``distill/trainer.py``); an entry
   ending in ``.*`` covers a whole section (``log.*``).
 * Fields deleted from the configs are listed once, in ``config_utils.REMOVED_FIELDS``; they
   are left out of the comparison, so a config.json written before the deletion resumes.
@@ -94,7 +94,8 @@ def _fmt(v: Any) -> str:
 
 def check_resume(config: Any, workdir, observational: Iterable[str],
                  filename: str = "config.json") -> ResumeCheck:
-    """Compares ``config`` with ``<workdir>/<filename>``; writes nothing.
+    """Compares ``config`` with ``<workdir>/<filename>`` (less ``config_utils.REMOVED_FIELDS``);
+    writes nothing.
 
     Raises:
       ConfigMismatch: a non-observational field differs (lists all of them, old → new).

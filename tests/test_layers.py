@@ -15,21 +15,6 @@ pytest.importorskip("importlinter", reason="import-linter is in the [dev] extra"
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Violations known when the contracts were written, each being removed on another branch of
-# issue 22: evals.stats -> prada_jax/stats.py, train/configs -> prada_jax/configs/, the
-# critic refit's policy loading, dual.py/dual_rollout.py -> prada_jax/stage2/. Only these may
-# remain; any other violation fails the test. (importer, imported)
-KNOWN = {
-    ("prada_jax.distill.trainer", "evals.stats"),
-    ("prada_jax.rl.critic_refit", "evals.suite"),
-    ("evals.distill_report", "train.configs.distill"),
-    ("evals.stage2", "train.configs.dual"),
-    ("evals.stage2", "train.configs.ppo"),
-    ("benchmarks.__main__", "train.configs.ppo"),
-    ("benchmarks.distill_seeds", "train.configs.distill"),
-    ("benchmarks.ppo_throughput", "train.configs.ppo"),
-    ("prada_jax.dual_rollout", "prada_jax.dual"),
-}
 
 _EDGE = re.compile(r"^-\s+(\S+) -> (\S+)(?: \(.*\))?$")
 _CYCLE_PACKAGE = re.compile(r"^No cycles are allowed in (\S+)\.$")
@@ -72,15 +57,8 @@ def test_layer_contracts_hold():
     r = lint_imports(REPO)
     out = r.stdout + r.stderr
     assert "Contracts:" in out, out[-3000:]   # the runner read the config and checked it
-    if r.returncode == 0:
-        return
     edges, unparsed = violations(out)
-    assert edges, f"broken contracts without a parsed violation:\n{out[-4000:]}"
-    unknown = sorted(edges - KNOWN)
-    assert not unknown and not unparsed, (
-        f"new layer violations {unknown} {unparsed}:\n{out[-4000:]}")
-    pytest.xfail(f"only the known violations remain (other branches remove them): "
-                 f"{sorted(edges)}")
+    assert r.returncode == 0, f"layer violations {sorted(edges)} {unparsed}:\n{out[-4000:]}"
 
 
 def _package(root: Path, low_imports_high: bool) -> None:

@@ -4,15 +4,14 @@
         [--policy=PPO_WORKDIR] [--config.env.num_servers=2 ...] [--max_chunks=N]
 
 Without ``--policy`` (and an empty ``config.policy_dir``) nominations come from the privileged
-trace rule of ``prada_jax.dual_rollout.make_trace_rule_policy`` (tests / smoke runs only). Rerunning on
-an existing workdir resumes from its latest checkpoint. The training loop, checkpoints, curves,
-``multipliers.json`` and ``gap.json`` live in the library ``prada_jax.dual_train``; this file
-only parses flags. Workdir layout and measured numbers: docs/dual.md.
+trace rule of ``prada_jax.stage2.nominate.make_trace_rule_policy`` (tests / smoke runs only).
+Rerunning on an existing workdir resumes from its latest checkpoint. The training loop,
+checkpoints, curves, ``multipliers.json`` and ``gap.json`` live in the library
+``prada_jax.stage2`` (``trainer.train_and_evaluate``); this file only parses flags. Workdir
+layout and measured numbers: docs/dual.md.
 
 Flags are defined only when run as a program (``_define_flags``), so ``from train import dual``
-defines none. The library names are re-exported here for older callers; new code imports
-``prada_jax.dual_train``. ``load_multipliers(workdir) -> Multipliers(lambda_s, mu)`` is the
-export for evaluation.
+defines none.
 
 Exit codes (``prada_jax.cli``): 2 for a bad config field / flag / input file (one line naming
 it), or a resume whose config changes a computational field (the message names it); 3 when a
@@ -26,10 +25,9 @@ import sys
 
 from absl import app, flags, logging
 
-from prada_jax import cli, config_utils
-from prada_jax.dual_train import (  # noqa: F401  (re-exports for older callers)
-    GAP_FILE, NonFiniteError, build_env_params, build_policy, collect_slots, load_multipliers,
-    load_traces, measure_gap, threshold_decisions, train_and_evaluate, validate_config)
+from ml_collections import config_flags
+
+from prada_jax import cli, config_utils, runloop
 
 FLAGS = flags.FLAGS
 
@@ -37,8 +35,6 @@ FLAGS = flags.FLAGS
 def _define_flags() -> None:
     """Flags are defined only when run as a program, so importing this module (tests, other
     launchers) never clashes with another launcher's ``--config`` / ``--workdir``."""
-    from ml_collections import config_flags
-
     config_flags.DEFINE_config_file(
         "config", None, "Config file, e.g. prada_jax/configs/dual.py:smoke", lock_config=True)
     flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, config.json).")
@@ -51,6 +47,10 @@ def _define_flags() -> None:
 def _check_inputs(config) -> None:
     """Validates the config, the trace folder and the policy run before anything is written
     (the library writes ``config.json`` first); each failure is one BadInput line."""
+    # Lazy: the library imports orbax and chex, which define absl flags; importing train.dual
+    # must define none (another absl program may import it).
+    from prada_jax.stage2.trainer import load_traces, validate_config
+
     validate_config(config)
     if config.env.get("trace_dir"):
         load_traces(config)
@@ -73,21 +73,13 @@ def main(argv):
             config.policy_dir = FLAGS.policy
     _check_inputs(config)
     logging.info(config_utils.runtime_info())
-    from prada_jax import runloop
+    from prada_jax.stage2.trainer import summary_lines, train_and_evaluate  # lazy: see above
+
     result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
-    m = result["multipliers"]
-    stopped = result.get("stopped_by")
-    head = runloop.status_head(stopped, bool(result.get("finished")),
-                               result.get("start_chunk") == result["chunk"])
-    print(f"{head}: chunk {result['chunk']}, lambda_s {m.lambda_s:.5f} PRM units/server unit, "
-          f"mu {m.mu * 1e6:.5f} PRM units/MHz")
-    if stopped in ("SIGINT", "SIGTERM"):
-        sys.exit(runloop.exit_code_for(stopped))
-    if "gap" in result:
-        g = result["gap"]
-        print(f"duality gap (threshold/oracle value, {g['positive_slots']} slots): mean "
-              f"{g['mean']:.4f}, p5 {g['p5']:.4f}; with lambda=mu=0: mean {g['zero_mean']:.4f}, "
-              f"p5 {g['zero_p5']:.4f}")
+    for line in summary_lines(result):
+        print(line)
+    if result.get("stopped_by") in ("SIGINT", "SIGTERM"):
+        sys.exit(runloop.exit_code_for(result["stopped_by"]))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
    ``critic/``      the same actor with its critic refit on Monte-Carlo action values of the
                     final actor (``prada_jax.rl.critic_refit``; ``critic_check.json``): the
                     policy every later stage uses (docs/ppo.md, "Critic calibration");
-3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.dual_train``, run as ``python -m train.dual``);
+3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.stage2.trainer``, what
+                    ``python -m train.dual`` runs, in this process);
 4. ``eval/``        the benchmark table on the synthetic problems the policy trained on (mean
                     ± 95% CI over seeds), results.json / .csv, figures, TB;
 5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees
@@ -30,13 +31,27 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+import shutil
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from envs import edge  # noqa: E402
+from evals import calibration, stage2, suite, sweep  # noqa: E402
+from evals import evaluate as ev  # noqa: E402
+from prada_jax import cli, config_utils  # noqa: E402
+from prada_jax.errors import BadInput  # noqa: E402
+from prada_jax.jsonio import read_json, write_json  # noqa: E402
+from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
+from prada_jax.rl import critic_refit, trainer  # noqa: E402
+from prada_jax.stage2 import trainer as stage2_trainer  # noqa: E402
+from prada_jax.traces import stats as tstats  # noqa: E402
+from prada_jax.traces import synthetic  # noqa: E402
+from prada_jax.configs import dual as dual_cfg  # noqa: E402
+from prada_jax.configs import ppo as ppo_cfg  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -50,7 +65,6 @@ def _define_flags() -> None:
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
     flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
 
-from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
 STAGE_FILE = "stage_done.json"
 
 
@@ -117,9 +131,6 @@ def stage_done(stage_dir: Path, settings) -> dict | None:
     f = Path(stage_dir) / STAGE_FILE
     if not f.is_file():
         return None
-    from prada_jax.errors import BadInput
-    from prada_jax.jsonio import read_json
-
     try:   # a damaged marker (any malformed JSON) means: redo the stage
         data = read_json(f)
     except BadInput:
@@ -130,20 +141,9 @@ def stage_done(stage_dir: Path, settings) -> dict | None:
 
 
 def mark_done(stage_dir: Path, settings, result: dict) -> None:
-    stage_dir = Path(stage_dir)
-    stage_dir.mkdir(parents=True, exist_ok=True)
-    tmp = stage_dir / (STAGE_FILE + ".tmp")
-    tmp.write_text(json.dumps({"settings": settings, "result": result}, indent=2,
-                              default=_json_default))
-    os.replace(tmp, stage_dir / STAGE_FILE)
+    write_json(Path(stage_dir) / STAGE_FILE, {"settings": settings, "result": result},
+               newline=False)
 
-
-def _json_default(o):
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    return str(o)
 
 
 class _Log:
@@ -160,9 +160,6 @@ class _Log:
 
 def stage_traces(workdir: Path, s: dict, log, redo: bool) -> dict:
     """Summary table of the synthetic presets (issue 2's main job)."""
-    from prada_jax.traces import stats as tstats
-    from prada_jax.traces import synthetic
-
     d = workdir / "traces"
     key = {"presets": s["summary_presets"], "problems": s["summary_problems"]}
     done = None if redo else stage_done(d, key)
@@ -186,8 +183,6 @@ def stage_traces(workdir: Path, s: dict, log, redo: bool) -> dict:
 
 
 def _ppo_config(s: dict, preset: str):
-    from prada_jax.configs import ppo as ppo_cfg
-
     variant = ",".join(v for v in (s["ppo_variant"], preset) if v)
     c = ppo_cfg.get_config(variant)
     for field, value in s["ppo_overrides"].items():
@@ -206,8 +201,6 @@ def _ppo_config(s: dict, preset: str):
 
 def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
     """Trains (or resumes, or reuses) the screening policy; returns its run directory."""
-    from prada_jax.rl import trainer
-
     d = workdir / "ppo" / preset
     config = _ppo_config(s, preset)
     # The stage is keyed on what train.main chooses (variant, overrides, problems), not on the
@@ -232,55 +225,35 @@ def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
     return d
 
 
-def _dual_command(s: dict, preset: str, policy_dir: Path, d: Path, env_kw: dict) -> list[str]:
-    """``python -m train.dual`` command line for one benchmark (same scenario as the eval).
-
-    ``train.dual`` defines its absl flags only when run as a program, so its library
-    (``prada_jax.dual_train``) could be imported here; the stage still runs it as a subprocess,
-    and this command line is also the stage's rerun key (``stage_done``)."""
-    cfg = Path(__file__).resolve().parents[1] / "prada_jax" / "configs" / "dual.py"
+def _dual_config(s: dict, preset: str, policy_dir: Path, env_kw: dict):
+    """``(config, key)``: the ``prada_jax/configs/dual.py`` config of one benchmark (same scenario as
+    the eval, the policy of ``policy_dir``) and the stage's rerun key (what train.main chose:
+    variant and the fields it set)."""
     variant = ",".join(v for v in (s["dual_variant"], preset) if v)
-    cmd = [sys.executable, "-m", "train.dual", f"--config={cfg}:{variant}", f"--workdir={d}",
-           f"--policy={policy_dir}", "--config.env.trace_seed=0",
-           f"--config.env.problems={int(s['train_problems'] or 0)}"]
-    for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s"):
-        cmd.append(f"--config.env.{k}={env_kw[k]}")
-    for field, value in s["dual_overrides"].items():
-        cmd.append(f"--config.{field}={value}")
-    return cmd
+    c = dual_cfg.get_config(variant)
+    fields = {"policy_dir": str(policy_dir), "env.trace_seed": 0,
+              "env.problems": int(s["train_problems"] or 0)}
+    fields.update({f"env.{k}": env_kw[k] for k in ("num_users", "num_servers", "bandwidth_hz",
+                                                   "arrival_rate_hz", "beta", "tau_s")})
+    fields.update(s["dual_overrides"])
+    for field, value in fields.items():
+        config_utils.set_field(c, field, type(config_utils.get_field(c, field))(value))
+    return c, {"variant": variant, "fields": fields}
 
 
-def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo: bool
-               ) -> Path | None:
-    """Learns the multipliers with ``python -m train.dual``; None if it is not available."""
-    import importlib.util
-    import subprocess
-
-    from evals import suite
-
-    if importlib.util.find_spec("train.dual") is None:
-        log(f"dual [{preset}]: train.dual is not available; PRADA is evaluated with "
-            "λ_s = µ = 0 only")
-        return None
+def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo: bool) -> Path:
+    """Learns the multipliers in this process (``prada_jax.stage2.trainer``, what
+    ``python -m train.dual`` runs); returns the run directory."""
     d = workdir / "dual" / preset
     policy = suite.load_policy(str(policy_dir))
     env_kw = suite.env_kwargs_from(policy.config, {})
-    cmd = _dual_command(s, preset, policy_dir, d, env_kw)
-    key = {"cmd": cmd[2:]}
+    config, key = _dual_config(s, preset, policy_dir, env_kw)
     if not redo and stage_done(d, key):
         log(f"dual [{preset}]: reusing the finished run in {d}")
         return d
     log(f"dual [{preset}]: learning λ_s and µ in {d}")
-    logging.info("running %s", " ".join(cmd))
-    repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if not ln.startswith(("I1", "W1"))]
-    if proc.returncode != 0:
-        tail = "\n".join(lines[-15:])
-        raise RuntimeError(f"train.dual failed (exit {proc.returncode}) for {preset} in {d}:\n"
-                           f"{tail}")
-    for ln in lines:
+    result = stage2_trainer.train_and_evaluate(config, d)
+    for ln in stage2_trainer.summary_lines(result):
         if ln.startswith(("done:", "duality gap")):
             print("    " + ln + " [synthetic traces]")
     mark_done(d, key, {})
@@ -289,8 +262,6 @@ def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo:
 
 def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
                log, redo: bool) -> dict:
-    from evals import suite
-
     d = workdir / "eval" / preset
     key = {"eval": s["eval"], "problems": s["eval_problems"], "policy": str(policy_dir),
            "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET}
@@ -345,10 +316,6 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
     """Sweeps M, B and λ around the policy's scenario. The multipliers of ``dual_dir`` are not
     checked against the scenario (``suite.check_scenario``): the sweep varies M/B/λ (and U)
     away from the scenario they were learned for on purpose."""
-    from envs import edge
-    from evals import evaluate as ev
-    from evals import suite, sweep
-
     d = workdir / "sweep" / preset
     key = {"sweep": s["sweep"], "problems": s["eval_problems"], "policy": str(policy_dir),
            "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET}
@@ -390,8 +357,6 @@ def stage_stage2(workdir: Path, s: dict, preset: str, policy_dir: Path, log, red
                  ) -> dict | None:
     """Stage 2 judged on the nominal and a contended scenario (``evals.stage2``): the table
     shows the learned multipliers against λ_s = µ = 0, FIFO-greedy and the grid's best pair."""
-    from evals import stage2
-
     cfg = s.get("stage2")
     if not cfg:
         return None
@@ -414,8 +379,6 @@ def stage_stage2(workdir: Path, s: dict, preset: str, policy_dir: Path, log, red
 
 
 def stage_calibration(workdir: Path, s: dict, policy_dirs: dict, log, redo: bool) -> dict:
-    from evals import calibration
-
     d = workdir / "calibration"
     key = s["calibration"]
     done = None if redo else stage_done(d, key)
@@ -449,10 +412,6 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
     cfg = s.get("critic_refit")
     if not cfg:
         return ppo_dir
-    import shutil
-
-    from prada_jax.rl import critic_refit
-
     d = workdir / "critic" / preset
     key = {"critic_refit": cfg, "policy": str(ppo_dir)}
     if not redo and stage_done(d, key):
@@ -478,8 +437,6 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
 def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
                  redo: bool = False) -> dict:
     """Runs (or resumes) every stage; returns a dict of where things are."""
-    from prada_jax import config_utils
-
     workdir = config_utils.prepare_workdir(workdir)
     s = settings_for(mode, seeds)
     (workdir / "main_settings.json").write_text(json.dumps(s, indent=2) + "\n")
@@ -526,8 +483,6 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
 
 
 def main(argv):
-    from prada_jax import config_utils
-
     config_utils.reject_extra_argv(argv)
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required, e.g. --workdir=checkpoints/demo")
@@ -541,6 +496,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run(main, define_flags=_define_flags)

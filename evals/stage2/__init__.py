@@ -1,7 +1,7 @@
 """Stage-2 verdict: ``python -m evals.stage2 --out=DIR [--scenarios=...] [--seeds=N] [--quick]``.
 
 For each scenario (``envs.scenarios`` presets) this learns the multipliers with the stage-2
-library (``prada_jax.dual_train``: a constant pair by the ``prada_jax/configs/dual.py`` default
+library (``prada_jax.stage2.trainer``: a constant pair by the ``prada_jax/configs/dual.py`` default
 learner — online subgradient, exported as the average of its iterates over the second half of
 the run, plain capacity constraint ρ = 1 — and a load-conditioned map, always by Adam), searches the
 best constant pair on a grid (``evals.grid``), and evaluates, on the same seeds (paired), the
@@ -10,7 +10,7 @@ rows
     PRADA (learned, constant), PRADA (learned, conditioned), Best constant (grid),
     PRADA (λ=µ=0), FIFO-greedy, Policy (no limits), All-LLM
 
-(DESIGN §6/§8). Every PRADA row runs the scheduler the dual run trained (read from its env
+(docs/design.md §6, §8). Every PRADA row runs the scheduler the dual run trained (read from its env
 params). Output in ``DIR``:
 
     stage2.json   {"scenarios": {NAME: {"rows": {ROW: {METRIC: {"mean", "ci95"}}},
@@ -23,7 +23,7 @@ params). Output in ``DIR``:
 
 Stored multipliers: none are taken from outside; each scenario's are learned here, on that
 scenario (``dual/<scenario>/...``), and a rerun reuses those runs only through
-``prada_jax.dual_train``'s config-checked resume, so the scenario check of ``evals.run``
+``prada_jax.stage2.trainer``'s config-checked resume, so the scenario check of ``evals.run``
 (``evals.suite.check_scenario``) has nothing to compare.
 
 ``ci95`` is the half-width of the two-sided 95% Student-t interval over seeds
@@ -43,7 +43,6 @@ flag or file, nothing written), 3 non-finite training, 1 a bug.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import time
@@ -51,14 +50,25 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import dataclasses  # noqa: E402
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from envs import edge, scenarios  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
+from evals import grid, plots, suite  # noqa: E402
 from prada_jax import stats  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
+from prada_jax.jsonio import write_json  # noqa: E402
+from prada_jax.rl import trainer as ppo_trainer  # noqa: E402
+from prada_jax.sched.registry import SCHEDULER_NAMES  # noqa: E402
+from prada_jax.stage2 import learner  # noqa: E402
+from prada_jax.stage2 import trainer as stage2_trainer  # noqa: E402
+from prada_jax.stage2.problem import env_slot  # noqa: E402
+from prada_jax.configs import dual as dual_cfg  # noqa: E402
+from prada_jax.configs import ppo as ppo_cfg  # noqa: E402
 
 ROW_CONST = "PRADA (learned, constant)"
 ROW_COND = "PRADA (learned, conditioned)"
@@ -129,72 +139,74 @@ def _mean_ci95(x) -> dict:
 
 GRID_BATCH = 8  # grid pairs per vmapped call (memory: 8 × seeds × one env rollout)
 
+
 @functools.lru_cache(maxsize=8)
 def conditioned_mult_fn(dcfg):
-    """``mult_fn(dual_state, env_state, params, action, env_key) -> (λ_s, µ per Hz)`` of a
+    """``mult_fn(learner_state, env_state, params, action, env_key) -> (λ_s, µ per Hz)`` of a
     conditioned learner with static config ``dcfg``: the slot's load features exactly as the
-    learner computed them (``prada_jax.dual_rollout.env_slot`` on the noise ``edge.step`` will
-    draw from ``env_key``). Cached: one compiled evaluator per config."""
-    from prada_jax import dual, dual_rollout
-
-    def fn(dual_state, state, params, action, env_key):
-        _, batch = dual_rollout.env_slot(state, action, params, edge.draw_noise(env_key, params))
-        m = dual.multipliers(dual_state, dcfg, batch.load)
+    learner computed them (``prada_jax.stage2.problem.env_slot`` on the noise ``edge.step``
+    will draw from ``env_key``). Cached: one compiled evaluator per config."""
+    def fn(learner_state, state, params, action, env_key):
+        _, batch = env_slot(state, action, params, edge.draw_noise(env_key, params))
+        m = learner.multipliers(learner_state, dcfg, batch.load)
         return m.lambda_s.astype(jnp.float32), m.mu.astype(jnp.float32)
 
     return fn
 
 
+@functools.lru_cache(maxsize=8)
+def _grid_fn(fn):
+    """``fn`` (an ``evals.evaluate`` evaluator) vmapped over multiplier pairs (λ_s [G], µ [G])."""
+    def one(keys, params, net_params, lam, mu, screen):
+        p = params.replace(lambda_s=lam, mu=mu)
+        return fn(keys, p, net_params, screen, jnp.float32(0.0))
+    return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0, None)))
+
+
 class Runner:
-    """Evaluates rows on one env (params) over S paired seeds.
+    """Evaluates rows on one env (params) over S paired seeds with ``evals.evaluate``'s
+    evaluator (one for constant prices, one per conditioned learner config).
 
     Args:
-      params: env params of the scenario (trace set, U, M, B, λ, schedule).
+      params: env params of the scenario (trace set, U, M, B, λ, schedule); ``runner.params``
+        may be replaced between scenarios (same shapes).
       seeds: S; seed s uses ``jax.random.key(seed0 + s)`` in every row.
       slots, warmup: slots simulated per seed and discarded at the start.
       apply_fn, net_params: the screening policy.
+      nominate_by: "actor" (the policy's greedy action) or "critic" (ΔQ > 0) in every row
+        that runs the policy.
     """
 
     def __init__(self, params, seeds, slots, warmup, apply_fn, net_params, seed0=0,
                  nominate_by: str = "actor"):
         self.params = params
         self.screen = "policy" if nominate_by == "actor" else "critic"  # evals.evaluate mode
-        self.keys = jax.vmap(jax.random.key)(jnp.arange(seed0, seed0 + seeds, dtype=jnp.uint32))
-        self.apply_fn, self.net_params = apply_fn, net_params
-        self.slots, self.warmup = int(slots), int(warmup)
-        self.tau_s = float(params.tau_s)
-        self._fn = ev.make_evaluator(self.slots, self.warmup, apply_fn)
+        self._args = dict(seeds=seeds, num_slots=int(slots), warmup_slots=int(warmup),
+                          apply_fn=apply_fn, net_params=net_params, seed0=seed0)
+        self.evaluator = ev.Evaluator(params, **self._args)
 
-    def _metrics(self, totals, params) -> dict:
-        m = ev.per_seed_metrics(jax.device_get(totals), self.tau_s)
-        m["objective"] = m["accuracy"] - float(params.beta) * m["latency_mean_s"]
-        return m
+    def run(self, spec: ev.PolicySpec, evaluator: ev.Evaluator | None = None,
+            mult_params=None) -> dict:
+        """Per-seed metrics [S] of a row (``evaluator``: the constant-price one if None)."""
+        evaluator = evaluator or self.evaluator
+        evaluator.base_params = self.params
+        return evaluator.run(spec, mult_params)
 
-    def run(self, spec: ev.PolicySpec) -> dict:
-        """Per-seed metrics [S] of a constant row."""
-        p = ev.apply_spec(self.params, spec)
-        totals = self._fn(self.keys, p, self.net_params,
-                          jnp.asarray(ev._SCREEN[spec.screen], jnp.int32),
-                          jnp.asarray(spec.p_random, jnp.float32))
-        return self._metrics(totals, p)
+    def prada_spec(self, sched_index: int, lambda_s: float = 0.0, mu: float = 0.0
+                   ) -> ev.PolicySpec:
+        """The PRADA row at constant (λ_s, µ per Hz) under scheduler ``sched_index``."""
+        return ev.PolicySpec("PRADA", self.screen, SCHEDULER_NAMES[sched_index],
+                             float(lambda_s), float(mu))
 
     def run_prada(self, sched_index: int, lambda_s: float, mu: float) -> dict:
-        p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32),
-                                lambda_s=jnp.asarray(lambda_s, jnp.float32),
-                                mu=jnp.asarray(mu, jnp.float32))
-        totals = self._fn(self.keys, p, self.net_params,
-                          jnp.asarray(ev._SCREEN[self.screen], jnp.int32), jnp.float32(0.0))
-        return self._metrics(totals, p)
+        """Per-seed metrics of PRADA at the constant pair (λ_s, µ per Hz)."""
+        return self.run(self.prada_spec(sched_index, lambda_s, mu))
 
-    def run_conditioned(self, sched_index: int, dual_state, dcfg) -> dict:
+    def run_conditioned(self, sched_index: int, learner_state, dcfg) -> dict:
         """Per-seed metrics of PRADA with per-slot multipliers from the conditioned map."""
-        fn = ev.make_evaluator(self.slots, self.warmup, self.apply_fn,
-                               conditioned_mult_fn(dcfg))
-        p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32))
-        totals = fn(self.keys, p, self.net_params,
-                    jnp.asarray(ev._SCREEN[self.screen], jnp.int32), jnp.float32(0.0),
-                    dual_state)
-        return self._metrics(totals, p)
+        evaluator = ev.Evaluator(self.params, **self._args,
+                                 mult_fn=conditioned_mult_fn(dcfg))
+        return self.run(self.prada_spec(sched_index), evaluator, learner_state)
 
     def run_grid(self, sched_index: int, lams, mus, batch: int = GRID_BATCH) -> np.ndarray:
         """Objective per seed [G, S] of PRADA at G constant pairs, vmapped over the pairs in
@@ -202,27 +214,20 @@ class Runner:
         lams = np.asarray(lams, np.float32)
         mus = np.asarray(mus, np.float32)
         n = lams.shape[0]
-        p = self.params.replace(scheduler=jnp.asarray(sched_index, jnp.int32))
+        e = self.evaluator
+        p = ev.apply_spec(self.params, self.prada_spec(sched_index))
         out = []
         for i in range(0, n, batch):
             la, mu = lams[i:i + batch], mus[i:i + batch]
             pad = batch - la.shape[0]
             la = np.concatenate([la, np.repeat(la[-1:], pad)])
             mu = np.concatenate([mu, np.repeat(mu[-1:], pad)])
-            totals = jax.device_get(_grid_fn(self._fn)(
-                self.keys, p, self.net_params, jnp.asarray(la), jnp.asarray(mu),
-                jnp.asarray(ev._SCREEN[self.screen], jnp.int32)))
+            totals = jax.device_get(_grid_fn(e.evaluate_fn)(
+                e.keys, p, e.net_params, jnp.asarray(la), jnp.asarray(mu),
+                ev.screen_mode(self.screen)))
             for g in range(batch - pad):
-                out.append(self._metrics({k: v[g] for k, v in totals.items()}, p)["objective"])
+                out.append(e.metrics({k: v[g] for k, v in totals.items()}, p)["objective"])
         return np.asarray(out)
-
-
-@functools.lru_cache(maxsize=8)
-def _grid_fn(fn):
-    def one(keys, params, net_params, lam, mu, screen_mode):
-        p = params.replace(lambda_s=lam, mu=mu)
-        return fn(keys, p, net_params, screen_mode, jnp.float32(0.0))
-    return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0, None)))
 
 
 # ----------------------------------------------------------------------------- one scenario
@@ -237,8 +242,6 @@ def _baseline_specs(screen: str = "policy"):
 def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_cond,
                       grid_kw: dict, log=print) -> dict:
     """Per-seed metrics of every row plus the grid report on one scenario."""
-    from evals import grid
-
     per_seed = {}
     per_seed[ROW_CONST] = runner.run_prada(sched_index, const[0], const[1])
     if cond_state is not None:
@@ -274,9 +277,6 @@ def _set(config, field, value):
 
 def train_policy(out: Path, size: dict, log=print) -> Path:
     """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it."""
-    from prada_jax.rl import trainer
-    from prada_jax.configs import ppo as ppo_cfg
-
     d = out / "ppo"
     c = ppo_cfg.get_config(",".join(v for v in (size["ppo_variant"], "gsm8k") if v))
     for k, v in size["ppo_overrides"].items():
@@ -284,7 +284,7 @@ def train_policy(out: Path, size: dict, log=print) -> Path:
     c.env.trace_seed = 0
     c.log.progress = False
     log(f"  ppo: training the screening policy ({c.ppo.total_env_steps} env slots) in {d}")
-    trainer.train_and_evaluate(c, d)
+    ppo_trainer.train_and_evaluate(c, d)
     return d
 
 
@@ -293,10 +293,8 @@ def parse_dual_overrides(text: str) -> dict:
     "subgradient"}`` (numbers become floats). Keys must be fields of ``config.dual``; a bad
     one raises ``BadInput`` naming it. ``mode`` applies to the constant learner only (the
     conditioned map needs the differentiable mode)."""
-    from prada_jax import dual
-
     out = {}
-    names = {f.name for f in dual.dataclasses.fields(dual.DualConfig)}
+    names = {f.name for f in dataclasses.fields(learner.DualConfig)}
     for item in filter(None, (t.strip() for t in (text or "").split(","))):
         key, sep, val = item.partition("=")
         key = key.strip().removeprefix("dual.")
@@ -308,7 +306,7 @@ def parse_dual_overrides(text: str) -> dict:
         except ValueError:
             out[f"dual.{key}"] = val.strip()
     try:  # range checks before anything is written (the learner checks again)
-        dual.config_from({k.split(".", 1)[1]: v for k, v in out.items()})
+        learner.config_from({k.split(".", 1)[1]: v for k, v in out.items()})
     except (ValueError, TypeError) as e:
         raise BadInput(f"--dual_overrides: {e}") from None
     return out
@@ -316,7 +314,6 @@ def parse_dual_overrides(text: str) -> dict:
 
 def _default_dual():
     """``config.dual`` of prada_jax/configs/dual.py (the learner's defaults)."""
-    from prada_jax.configs import dual as dual_cfg
     return dual_cfg.get_config().dual
 
 
@@ -325,9 +322,6 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
                       dual_overrides: dict | None = None):
     """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
     env params it trained on: their scheduler and value accounting are what PRADA rows run)."""
-    from prada_jax import dual_train
-    from prada_jax.configs import dual as dual_cfg
-
     d = out / "dual" / scenario / ("conditioned" if conditioned else "constant")
     if nominate_by != "actor":
         d = d.parent / f"{d.name}_{nominate_by}"
@@ -355,10 +349,10 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     c.log.checkpoint_every = int(c.train.num_chunks)
     c.log.progress = False
     c.eval.gap_slots = 0
-    dcfg = dual_train.validate_config(c)
-    traces, _ = dual_train.load_traces(c)
-    env_params = dual_train.build_env_params(c, traces)
-    result = dual_train.train_and_evaluate(c, d)
+    dcfg = stage2_trainer.validate_config(c)
+    traces, _ = stage2_trainer.load_traces(c)
+    env_params = stage2_trainer.build_env_params(c, traces)
+    result = stage2_trainer.train_and_evaluate(c, d)
     return d, result, dcfg, env_params
 
 
@@ -373,8 +367,6 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     ("critic"), in learning and in every policy row. ``dual_overrides``: ``config.dual``
     values for the learner (``parse_dual_overrides``; ``dual.mode`` for the constant pair
     only), recorded in ``meta``."""
-    from evals import suite
-
     size_name = size or ("quick" if quick else "full")
     size = dict(SIZES[size_name])
     if seeds is not None:
@@ -430,7 +422,6 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,
                                    grid_kw, log)
         rep = scenario_report(ev_res["per_seed"])
-        from prada_jax.sched.registry import SCHEDULER_NAMES
         rep["multipliers"] = {"learned_constant": {"lambda_s": const[0],
                                                    "mu_per_mhz": const[1] * 1e6},
                               "learned_conditioned_at_mean_load": {
@@ -490,11 +481,8 @@ def to_markdown(result: dict) -> str:
 
 
 def write_outputs(result: dict, out: Path) -> None:
-    from evals import plots
-
     out = Path(out)
-    (out / "stage2.json").write_text(json.dumps(result, indent=2, allow_nan=False,
-                                                default=_json_default) + "\n")
+    write_json(out / "stage2.json", result, allow_nan=False)
     md = to_markdown(result)
     (out / "stage2.md").write_text(md)
     names = list(result["scenarios"])
@@ -510,8 +498,3 @@ def write_outputs(result: dict, out: Path) -> None:
         plots.plot_grouped_bars(names, series, ylabel="accuracy − β·latency (SYNTHETIC)",
                                 title="stage 2 per scenario, 95% CI", path=out / "stage2.png")
 
-
-def _json_default(o):
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    return str(o)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from absl import flags
+
 from envs import scenarios
 from evals.stage2 import parse_dual_overrides, run, to_markdown
+from prada_jax import cli
 from prada_jax.errors import BadInput
 
 
 def _define_flags():
-    from absl import flags
     flags.DEFINE_string("out", None, "Output folder (stage2.json, stage2.md, stage2.png).")
     flags.DEFINE_string("scenarios", "nominal,heavy,burst,diurnal,degraded",
                         "Comma-separated presets of envs.scenarios: "
@@ -24,7 +26,7 @@ def _define_flags():
     flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
     flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
                       "The policy nominates by its actor's greedy action or iff its critic's "
-                      "ΔQ > 0 (prada_jax.dual_rollout.make_ppo_policy).")
+                      "ΔQ > 0 (prada_jax.rl.greedy.screen_and_gain).")
     flags.DEFINE_string("dual_overrides", "", "config.dual fields for the learner, e.g. "
                         "'utilisation=0.5,mode=subgradient' (mode: constant pair only; use a "
                         "fresh --out: learned runs under it are reused).")
@@ -35,8 +37,6 @@ def _define_flags():
 def main(argv):
     """The command (``prada_jax.cli.run``): flags and a given ``--policy`` are checked before
     ``--out`` is created; bad input raises ``BadInput`` (one stderr line, exit 2)."""
-    from absl import flags
-
     F = flags.FLAGS
     if len(argv) > 1:
         raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
@@ -60,5 +60,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
     cli.run(main, define_flags=_define_flags)

@@ -22,7 +22,6 @@ Same arguments → same file on CPU. All traces are synthetic unless the policy'
 """
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path

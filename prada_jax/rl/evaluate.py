@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from prada_jax import latency as lat
 from prada_jax.rl import learner, networks
 from prada_jax.rl.greedy import screen_and_gain
 
@@ -114,8 +115,6 @@ def oracle_labels(env_params) -> np.ndarray:
     """[N] bool: offloading node n's step beats keeping the draft under the coarse reward,
     i.e. ``cand_prm[n,1] − β·server_s(n) > cand_prm[n,0]`` (server compute of the uploaded
     context and the LLM step; no server cache)."""
-    from prada_jax import latency as lat
-
     tr = env_params.traces
     server_s = lat.server_delay_s(env_params.latency, jnp.asarray(tr.ctx_tokens),
                                   jnp.zeros_like(jnp.asarray(tr.ctx_tokens)),

@@ -1,17 +1,32 @@
 """The one place a screening network's output becomes a nomination and its gain.
 
 A screening network maps observations to ``(logits [..., 2], q [..., 2])`` (action 1 =
-nominate the draft for server recompute). ``screen_and_gain`` is the action every runner of a
-trained policy uses (evaluation rollouts, the edge-env evaluator, the stage-2 policy wrapper,
-``policy.make_act_fn``): the argmax of the logits (greedy) or a categorical sample, and the
-critic's ΔQ = Q(s, 1) − Q(s, 0) [PRM units] as the gain the threshold scheduler ranks by.
+nominate the draft for server recompute). :func:`screen_and_gain` is the action every runner
+of a trained policy uses (evaluation rollouts, the edge-env evaluator, the stage-2 policy
+wrapper, ``policy.make_act_fn``): by the actor, the argmax of the logits (greedy) or a
+categorical sample; by the critic, nominate iff ΔQ > 0. Either way the gain the threshold
+scheduler ranks by is the critic's ΔQ = Q(s, 1) − Q(s, 0) [PRM units].
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["screen_and_gain", "greedy_screen"]
+from prada_jax.errors import BadInput
+
+__all__ = ["NOMINATE_BY", "check_nominate_by", "critic_screen", "greedy_screen",
+           "screen_and_gain"]
+
+#: Who decides a nomination: the actor's logits, or the critic's ΔQ > 0 (greedy with respect
+#: to the policy's own critic, so a nomination always carries a positive value).
+NOMINATE_BY = ("actor", "critic")
+
+
+def check_nominate_by(nominate_by: str, field: str = "config.policy.nominate_by") -> str:
+    """``nominate_by`` if it is in :data:`NOMINATE_BY`, else ``BadInput`` naming ``field``."""
+    if nominate_by not in NOMINATE_BY:
+        raise BadInput(f"{field} must be one of {NOMINATE_BY}, got {nominate_by!r}")
+    return nominate_by
 
 
 def greedy_screen(logits: jax.Array) -> jax.Array:
@@ -19,15 +34,25 @@ def greedy_screen(logits: jax.Array) -> jax.Array:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
+def critic_screen(gain: jax.Array) -> jax.Array:
+    """int32 [...]: 1 where the critic's ΔQ ``gain`` is > 0."""
+    return (gain > 0).astype(jnp.int32)
+
+
 def screen_and_gain(apply_fn, params, obs: jax.Array, key: jax.Array | None = None,
-                    greedy: bool = True) -> tuple[jax.Array, jax.Array]:
+                    greedy: bool = True, nominate_by: str = "actor"
+                    ) -> tuple[jax.Array, jax.Array]:
     """``(screen int32 [...], gain float32 [...])`` of ``apply_fn(params, obs [..., D])``.
 
-    ``greedy``: argmax of the logits; else a sample from them with ``key``.
+    ``nominate_by="actor"``: argmax of the logits (``greedy``) or a sample from them with
+    ``key``; ``"critic"``: :func:`critic_screen` of the gain (``greedy`` unused).
     """
     logits, q = apply_fn(params, obs)
-    if greedy:
+    gain = (q[..., 1] - q[..., 0]).astype(jnp.float32)
+    if nominate_by == "critic":
+        screen = critic_screen(gain)
+    elif greedy:
         screen = greedy_screen(logits)
     else:
         screen = jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
-    return screen, (q[..., 1] - q[..., 0]).astype(jnp.float32)
+    return screen, gain

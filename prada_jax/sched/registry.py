@@ -2,30 +2,23 @@
 from __future__ import annotations
 
 from prada_jax.sched.baselines import fifo_greedy, keep_local, offload_all, random_sched, rsd
-from prada_jax.sched.threshold import threshold_admission_decide, threshold_decide
+from prada_jax.sched.threshold import threshold_decide
 
 #: The paper's schedulers: name -> index into ``SCHEDULERS``; the env's ``params.scheduler``
 #: holds the index. Tests and evaluations that sweep "every scheduler" iterate over these.
 SCHEDULER_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd")
-#: Extra names, indexed after the paper's (their indices never shift the ones above):
-#: ``threshold_admission`` is the older name of the threshold rule (the admission price was
-#: opt-in before it became the rule); it runs the same function.
-OPT_IN_SCHEDULER_NAMES = ("threshold_admission",)
-ALL_SCHEDULER_NAMES = SCHEDULER_NAMES + OPT_IN_SCHEDULER_NAMES
-SCHEDULERS = (keep_local, offload_all, random_sched, fifo_greedy, threshold_decide, rsd,
-              threshold_admission_decide)
+SCHEDULERS = (keep_local, offload_all, random_sched, fifo_greedy, threshold_decide, rsd)
 RSD_INDEX = SCHEDULER_NAMES.index("rsd")
 THRESHOLD_INDEX = SCHEDULER_NAMES.index("threshold")
-THRESHOLD_ADMISSION_INDEX = ALL_SCHEDULER_NAMES.index("threshold_admission")
 
 
 def scheduler_index(name_or_index) -> int:
     """Index of a scheduler given its name or index; raises ``ValueError`` naming the field."""
     if isinstance(name_or_index, str):
-        if name_or_index not in ALL_SCHEDULER_NAMES:
-            raise ValueError(f"scheduler must be one of {ALL_SCHEDULER_NAMES}, got "
+        if name_or_index not in SCHEDULER_NAMES:
+            raise ValueError(f"scheduler must be one of {SCHEDULER_NAMES}, got "
                              f"{name_or_index!r}")
-        return ALL_SCHEDULER_NAMES.index(name_or_index)
+        return SCHEDULER_NAMES.index(name_or_index)
     i = int(name_or_index)
     if not 0 <= i < len(SCHEDULERS):
         raise ValueError(f"scheduler index must be in [0, {len(SCHEDULERS)}), got {i}")

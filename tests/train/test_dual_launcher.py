@@ -1,4 +1,4 @@
-"""train.dual launcher + prada_jax.dual_train library: :smoke config, checkpoints + curves,
+"""train.dual launcher + prada_jax.stage2 library: :smoke config, checkpoints + curves,
 exact resume, exports, bad flags, no absl flags defined at import."""
 import json
 import subprocess
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prada_jax import config_utils, dual
-from prada_jax import dual_train
+from prada_jax import config_utils
+from prada_jax.stage2 import files, problem, trainer
 from prada_jax.configs import dual as dual_configs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,18 +26,18 @@ def _scalars(logdir):
 def test_smoke_run_resumes_exactly_and_exports(tmp_path):
     cfg = dual_configs.get_config("smoke")
     # Split run: one chunk, then resume to the end (2 chunks).
-    r1 = dual_train.train_and_evaluate(cfg, tmp_path / "split", max_chunks=1)
+    r1 = trainer.train_and_evaluate(cfg, tmp_path / "split", max_chunks=1)
     assert r1["chunk"] == 1 and "gap" not in r1
     assert (tmp_path / "split/checkpoints/1").is_dir()
-    r2 = dual_train.train_and_evaluate(cfg, tmp_path / "split")
+    r2 = trainer.train_and_evaluate(cfg, tmp_path / "split")
     assert r2["chunk"] == 2
     # Straight run in another folder: identical multipliers (same seed, exact resume).
-    r3 = dual_train.train_and_evaluate(cfg, tmp_path / "straight")
+    r3 = trainer.train_and_evaluate(cfg, tmp_path / "straight")
     assert r2["multipliers"] == r3["multipliers"]
     assert r2["scalars"]["dual/lambda_s"] == r3["scalars"]["dual/lambda_s"]
 
-    m = dual_train.load_multipliers(tmp_path / "split")
-    assert isinstance(m, dual.Multipliers) and m.lambda_s >= 0 and m.mu >= 0
+    m = files.load_multipliers(tmp_path / "split")
+    assert isinstance(m, problem.Multipliers) and m.lambda_s >= 0 and m.mu >= 0
     np.testing.assert_allclose([m.lambda_s, m.mu], list(r2["multipliers"]), rtol=1e-6)
     saved = json.loads((tmp_path / "split/multipliers.json").read_text())
     assert saved["final"] and saved["synthetic_traces"] and saved["chunk"] == 2
@@ -66,13 +66,13 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
 
 def test_load_multipliers_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="multipliers.json"):
-        dual.load_multipliers(tmp_path)
+        files.load_multipliers(tmp_path)
     (tmp_path / "multipliers.json").write_text('{"lambda_s": -1, "mu": 0}')
     with pytest.raises(ValueError, match="lambda_s"):
-        dual.load_multipliers(tmp_path)
+        files.load_multipliers(tmp_path)
     (tmp_path / "multipliers.json").write_text("{not json")
     with pytest.raises(ValueError, match="malformed"):
-        dual.load_multipliers(tmp_path)
+        files.load_multipliers(tmp_path)
 
 
 @pytest.mark.parametrize("field,value", [("env.num_servers", "0"), ("dual.mode", "adam"),
@@ -87,7 +87,7 @@ def test_bad_config_is_refused_naming_the_field(tmp_path, field, value):
         node = node[p]
     node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], str) else value
     with pytest.raises(config_utils.ConfigError, match=f"config.{field}"):
-        dual_train.train_and_evaluate(cfg, tmp_path / "bad")
+        trainer.train_and_evaluate(cfg, tmp_path / "bad")
 
 
 def test_cli_rejects_bad_flag_with_exit_code_2(tmp_path):
@@ -113,18 +113,21 @@ def test_cli_policy_flag_reaches_the_config(tmp_path):
 
 def test_import_defines_no_absl_flags():
     # absl.app / absl.logging define their own flags (verbosity, ...) when imported; train.dual
-    # and the library must add none, so another absl program (with its own --config/--workdir)
-    # can import them. Run in a fresh interpreter: this test process may have other flags.
+    # must add none, and the library none of its own (orbax and chex, which it imports, define
+    # theirs), so another absl program (with its own --config/--workdir) can import them. Run
+    # in a fresh interpreter: this test process may have other flags.
     code = """
 import absl.app, absl.logging
 from absl import flags
 import ml_collections.config_flags
 before = set(flags.FLAGS)
-import prada_jax.dual_train
 import train.dual
 added = set(flags.FLAGS) - before
 assert not added, sorted(added)
-assert train.dual.train_and_evaluate is prada_jax.dual_train.train_and_evaluate
+import prada_jax.stage2.trainer
+ours = [f for f in set(flags.FLAGS) - before
+        if flags.FLAGS.find_module_defining_flag(f).startswith(("prada_jax", "train", "envs"))]
+assert not ours, ours
 flags.DEFINE_string("workdir", None, "a host program's own --workdir")
 flags.DEFINE_string("config", None, "a host program's own --config")
 print("ok")
@@ -188,8 +191,7 @@ def test_sigkill_after_a_checkpoint_then_resume_matches_uninterrupted(tmp_path):
     for name in ("multipliers.json", "gap.json", "config.json"):
         assert (ref / name).read_text() == (run / name).read_text(), name
     cfg = dual_configs.get_config("smoke")
-    template = dual.init_rollout(jax.random.key(0), dual_train.build_env_params(
-        cfg, dual_train.load_traces(cfg)[0]), dual_train.validate_config(cfg), 2)
+    template = trainer.build_setup(cfg).init_carry(0)
     states = []
     for d in (ref, run):
         ck = checkpointing.Checkpointer(d / "checkpoints", create=False)
@@ -208,19 +210,19 @@ def test_policy_reward_mode_is_read_from_policy_meta(tmp_path):
     from prada_jax.errors import BadInput
 
     cfg = dual_configs.get_config("smoke")
-    assert dual_train.policy_reward_mode(cfg) == "coarse"
+    assert trainer.policy_reward_mode(cfg) == "coarse"
     pdir = tmp_path / "ppo"
     pdir.mkdir()
     meta = pdir / "policy_meta.json"
     for written, want in (({"reward_mode": "true"}, "true"), ({}, "coarse")):
         meta.write_text(json.dumps(written))
         cfg.policy_dir = str(pdir)
-        assert dual_train.policy_reward_mode(cfg) == want
-        params = dual_train.build_env_params(cfg, dual_train.load_traces(cfg)[0])
+        assert trainer.policy_reward_mode(cfg) == want
+        params = trainer.build_env_params(cfg, trainer.load_traces(cfg)[0])
         assert bool(params.policy_true_reward) is (want == "true")
     meta.write_text(json.dumps({"reward_mode": "dense"}))
     with pytest.raises(BadInput, match="policy_meta.json: reward_mode"):
-        dual_train.policy_reward_mode(cfg)
+        trainer.policy_reward_mode(cfg)
     proc = subprocess.run(
         [sys.executable, "-m", "train.dual", "--config=prada_jax/configs/dual.py:smoke",
          f"--workdir={tmp_path / 'cli'}", f"--policy={pdir}"],

@@ -55,15 +55,28 @@ def test_trace_stage_and_reuse(tmp_path, capsys):
     assert not (tmp_path / "traces" / "summary.txt").exists()
 
 
-def test_dual_command_matches_eval_scenario(tmp_path):
+def test_dual_config_matches_the_train_dual_command_line(tmp_path):
+    """The in-process stage-2 config equals what ``python -m train.dual`` parses from the same
+    choices given as flags (ml_collections' own command-line path), on the eval's scenario."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    from prada_jax import config_utils
+
     s = tm.settings_for("smoke")
     env_kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0,
                   beta=0.2, tau_s=0.05)
-    cmd = tm._dual_command(s, "gsm8k", tmp_path / "ppo", tmp_path / "dual", env_kw)
-    assert cmd[1:3] == ["-m", "train.dual"] and cmd[3].endswith("dual.py:smoke,gsm8k")
-    assert f"--policy={tmp_path / 'ppo'}" in cmd
-    for k, v in env_kw.items():
-        assert f"--config.env.{k}={v}" in cmd
+    config, key = tm._dual_config(s, "gsm8k", tmp_path / "ppo", env_kw)
+    argv = ["train.dual", f"--config={REPO / 'prada_jax/configs/dual.py'}:smoke,gsm8k",
+            "--config.env.trace_seed=0", "--config.env.problems=60",
+            f"--config.policy_dir={tmp_path / 'ppo'}"]
+    argv += [f"--config.env.{k}={v}" for k, v in env_kw.items()]
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
+                                    sys_argv=argv)
+    fv(argv)
+    assert config_utils.config_to_dict(config) == config_utils.config_to_dict(fv.config)
+    assert key["variant"] == "smoke,gsm8k" and key["fields"]["policy_dir"] == str(tmp_path / "ppo")
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from prada_jax import checkpointing, dual_train, errors, run_state
+from prada_jax import checkpointing, errors, run_state
+from prada_jax.stage2 import trainer as stage2_trainer
 from prada_jax.rl import policy as policy_files, trainer
 from train import ppo as ppo_launcher
 from prada_jax.configs import dual as dual_configs
@@ -145,11 +146,11 @@ def _dual_config(chunks=3):
 
 
 def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_compile):
-    ref = dual_train.train_and_evaluate(_dual_config(), tmp_path / "ref")
-    part = dual_train.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
+    ref = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "ref")
+    part = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
     assert part["chunk"] == 2 and not part["finished"]
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "2")   # killed after checkpoint 1
-    got = dual_train.train_and_evaluate(_dual_config(), tmp_path / "run")
+    got = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
     assert got["start_chunk"] == 1 and got["chunk"] == 3
     assert got["multipliers"] == ref["multipliers"]
     assert _untimed(got["scalars"]) == _untimed(ref["scalars"])
@@ -157,10 +158,50 @@ def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_comp
     _files_equal(tmp_path / "ref", tmp_path / "run", ("config.json",))
     ma, mb = (json.loads((tmp_path / d / "multipliers.json").read_text()) for d in ("ref", "run"))
     assert ma == mb
-    again = dual_train.train_and_evaluate(_dual_config(), tmp_path / "run")
+    again = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
     assert again["finished"] and again["start_chunk"] == 3
     assert again["scalars"] == got["scalars"]
     bad = _dual_config()
     bad.dual.learning_rate = 123.0
     with pytest.raises(run_state.ConfigMismatch, match="dual.learning_rate"):
-        dual_train.train_and_evaluate(bad, tmp_path / "run")
+        stage2_trainer.train_and_evaluate(bad, tmp_path / "run")
+
+
+def test_drop_removed_fields_deletes_only_the_listed_paths():
+    """``config_utils.REMOVED_FIELDS`` is the one list of removed fields; dropping them leaves
+    every other field (same name elsewhere included) and the caller's dict unchanged."""
+    from prada_jax import config_utils
+
+    assert "dual.queue_price" in config_utils.REMOVED_FIELDS
+    stored = {"dual": {"queue_price": True, "mode": "pid"}, "env": {"queue_price": 1},
+              "seed": 0}
+    out = config_utils.drop_removed_fields(stored)
+    assert out == {"dual": {"mode": "pid"}, "env": {"queue_price": 1}, "seed": 0}
+    assert stored["dual"] == {"queue_price": True, "mode": "pid"}  # not mutated
+    assert config_utils.drop_removed_fields({"ppo": {"lr": 1.0}}) == {"ppo": {"lr": 1.0}}
+    assert config_utils.drop_removed_fields({"dual": 3}) == {"dual": 3}
+
+
+def test_config_json_with_a_removed_field_still_resumes(tmp_path, fast_compile):
+    """A dual run whose config.json was written while ``dual.queue_price`` existed resumes to
+    the same result as one that never had it; ``read_config_json`` drops it too (the config
+    loads into the learner), and a changed live field is still refused."""
+    from prada_jax import config_utils
+
+    ref = stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "ref")
+    stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old", max_chunks=1)
+    path = tmp_path / "old" / "config.json"
+    stored = json.loads(path.read_text())
+    stored["dual"]["queue_price"] = True     # as written before the field was removed
+    path.write_text(json.dumps(stored, indent=2, sort_keys=True))
+    loaded = config_utils.read_config_json(tmp_path / "old")
+    assert "queue_price" not in loaded.dual
+    stage2_trainer.validate_config(loaded)
+    got = stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old")
+    assert got["start_chunk"] == 1 and got["finished"]
+    assert got["multipliers"] == ref["multipliers"]
+    bad = _dual_config(chunks=2)
+    bad.dual.step_size = 0.5
+    with pytest.raises(run_state.ConfigMismatch, match="dual.step_size") as e:
+        stage2_trainer.train_and_evaluate(bad, tmp_path / "old")
+    assert "queue_price" not in str(e.value)

@@ -45,7 +45,6 @@ from flax import struct
 
 from prada_jax.errors import BadInput
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
-from prada_jax.errors import BadInput
 
 FORMAT_VERSION = 1
 POOL_FILE = "pool.safetensors"

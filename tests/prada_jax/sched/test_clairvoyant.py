@@ -103,17 +103,18 @@ def test_stream_from_env_rollout_bounds_the_rule_that_ran():
     import jax
 
     from envs import registry
-    from prada_jax import dual, dual_rollout
-    from prada_jax.sched.clairvoyant import rollout_plan, stream_from_rollout
+    from prada_jax.stage2 import nominate, rollout
+    from prada_jax.stage2.clairvoyant import rollout_plan, stream_from_rollout
+    from prada_jax.stage2.problem import Multipliers
     from prada_jax.traces.testing import random_traces
 
     traces = random_traces(seed=0, problems=12, depth=4, feature_dim=4)  # structure only
     params = registry.make("edge", traces=traces, num_users=6, num_servers=1, bandwidth_hz=20e6,
                            arrival_rate_hz=40.0, beta=0.05)[1]
-    cfg = dual.DualConfig(mode="subgradient")
-    roll = jax.jit(dual_rollout.make_rollout(cfg, dual_rollout.make_trace_rule_policy(-0.05), 40,
-                                             learn=False))
-    _, out = roll(dual_rollout.init_rollout(jax.random.key(0), params, cfg, 2), params)
+    roll = jax.jit(rollout.make_rollout(nominate.make_trace_rule_policy(-0.05), 40))
+    carry = rollout.init_rollout(jax.random.key(0), params, 2,
+                                 lambda _: rollout.fixed_prices(Multipliers(0.0, 0.0)))
+    _, out = roll(carry, params)
     s = stream_from_rollout(out, env=1)
     assert len(s.arrival) == int(np.asarray(out["batch"].fresh)[:, 1].sum()) > 10
     wait_cost = float(params.beta * params.tau_s)

@@ -6,15 +6,17 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from prada_jax import dual, sched
+from prada_jax import sched
 from prada_jax.sched import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams
 from prada_jax.sched import registry
-from prada_jax.sched.threshold import threshold_admission_decide
+from prada_jax.sched.threshold import threshold_decide
+from prada_jax.stage2 import nominate, problem, rollout
 
-_admit = jax.jit(threshold_admission_decide)
+_admit = jax.jit(threshold_decide)
 _decide = jax.jit(sched.threshold_decide)
-_hard = jax.jit(dual.hard_decision)
+_hard = jax.jit(problem.hard_decision)
 _soft_rule = jax.jit(sched.threshold_rule, static_argnames=("temperature",))
 
 
@@ -173,20 +175,20 @@ def test_soft_admission_rule_matches_numpy_softmax_and_learner():
                                    rtol=1e-4)
         w, wb, _ = (np.asarray(a) for a in sched.advantages(x, sp))
         live = np.asarray(x.candidate) & (np.asarray(x.wait_slots) < 3)
-        mine = dual.soft_decision(w, wb, np.asarray(x.bandwidth_hz), float(sp.lambda_s),
+        mine = problem.soft_decision(w, wb, np.asarray(x.bandwidth_hz), float(sp.lambda_s),
                                   float(sp.mu), temp)
         np.testing.assert_allclose(np.asarray(mine)[live], ref[live], atol=1e-5)
 
 
 def test_registry_names_the_rule_once():
-    """``threshold_admission`` (the old opt-in name) is the threshold rule itself; the paper
-    schedulers keep their indices."""
+    """The threshold rule is registered once, under ``threshold`` (the old alias
+    ``threshold_admission`` is gone); the paper schedulers keep their indices."""
     assert registry.SCHEDULER_NAMES == ("keep_local", "offload_all", "random", "fifo_greedy",
                                         "threshold", "rsd")
-    assert registry.scheduler_index("threshold_admission") == 6
-    assert registry.SCHEDULERS[6] is threshold_admission_decide
+    assert len(registry.SCHEDULERS) == len(registry.SCHEDULER_NAMES)
     assert registry.SCHEDULERS[registry.THRESHOLD_INDEX] is sched.threshold_decide
-    assert threshold_admission_decide is sched.threshold_decide
+    with pytest.raises(ValueError, match="scheduler must be one of"):
+        registry.scheduler_index("threshold_admission")
 
 
 def test_env_runs_the_admission_rule():
@@ -195,24 +197,21 @@ def test_env_runs_the_admission_rule():
     admitted and locally kept candidates present."""
     from envs import edge
     from envs import registry as env_registry
-    from prada_jax import dual_rollout
     from prada_jax.traces.testing import random_traces
 
     traces = random_traces(seed=0, problems=8, depth=4, feature_dim=4)
     params = env_registry.make("edge", traces=traces, num_users=6, num_servers=1,
                                bandwidth_hz=20e6, arrival_rate_hz=40.0, beta=0.05)[1]
-    cfg = dual.DualConfig(mode="subgradient")
-    rollout = jax.jit(dual_rollout.make_rollout(
-        cfg, dual_rollout.make_trace_rule_policy(-0.05), 40, learn=False))
-    carry = dual_rollout.init_rollout(jax.random.key(0), params, cfg, 2)
+    roll = jax.jit(rollout.make_rollout(nominate.make_trace_rule_policy(-0.05), 40))
     lam = 0.004  # between typical w's so both admitted and locally kept candidates occur
-    carry = carry._replace(dual=carry.dual._replace(params={"raw": jnp.array([lam, 0.0])}))
-    _, out = rollout(carry, params)
+    carry = rollout.init_rollout(jax.random.key(0), params, 2,
+                                 lambda _: rollout.fixed_prices(problem.Multipliers(lam, 0.0)))
+    _, out = roll(carry, params)
     flat = lambda a: np.asarray(a).reshape((-1,) + np.shape(a)[2:])  # noqa: E731
     x = jax.tree.map(flat, out["x"])
     b = jax.tree.map(flat, out["batch"])
     sp = edge.sched_params(params).replace(lambda_s=jnp.float32(lam), mu=jnp.float32(0.0))
-    d = np.asarray(jax.vmap(threshold_admission_decide, in_axes=(0, 0, 0, None))(
+    d = np.asarray(jax.vmap(threshold_decide, in_axes=(0, 0, 0, None))(
         x, jnp.asarray(b.free_units, jnp.int32), jnp.asarray(b.free_bw), sp))
     env_d = flat(out["decision"])
     cand = np.asarray(x.candidate)

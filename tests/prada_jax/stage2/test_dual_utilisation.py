@@ -6,14 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prada_jax import dual
+from prada_jax.stage2 import learner, problem, trainer
 
 
 def _train(cfg, batch_fn, steps, seed=0):
-    state = dual.init(cfg)
+    state = learner.init(cfg)
 
     def body(state, key):
-        _, state = dual.update(state, batch_fn(key), cfg)
+        _, state = learner.update(state, batch_fn(key), cfg)
         return state, None
 
     keys = jax.random.split(jax.random.key(seed), steps)
@@ -24,13 +24,13 @@ def _train(cfg, batch_fn, steps, seed=0):
 def _uniform(units, n=32, slots=64):
     def fn(key):
         w = jax.random.uniform(key, (slots, n))
-        return dual.make_batch(w, w - 0.05, jnp.zeros((slots, n)), jnp.ones((slots, n), bool),
+        return problem.make_batch(w, w - 0.05, jnp.zeros((slots, n)), jnp.ones((slots, n), bool),
                                jnp.full((slots,), units), jnp.full((slots,), 1e12))
     return fn
 
 
 def _cfg(mode, rho):
-    return dual.DualConfig(mode=mode, step_size=0.05, decay_steps=10, learning_rate=0.02,
+    return learner.DualConfig(mode=mode, step_size=0.05, decay_steps=10, learning_rate=0.02,
                            temperature=0.3, temperature_min=0.003, anneal_steps=500,
                            utilisation=rho)
 
@@ -39,7 +39,7 @@ def _cfg(mode, rho):
 def test_closed_form_uniform_candidates_with_utilisation(mode):
     """N = 32, M = 8: #{w > λ} = ρ·M ⇒ λ* = 1 − ρM/N: 0.875 at ρ = ½ (0.75 at ρ = 1)."""
     state = _train(_cfg(mode, 0.5), _uniform(8.0), 800)
-    np.testing.assert_allclose(float(dual.multipliers(state, _cfg(mode, 0.5)).lambda_s), 0.875,
+    np.testing.assert_allclose(float(learner.multipliers(state, _cfg(mode, 0.5)).lambda_s), 0.875,
                                rtol=0.01)
 
 
@@ -49,9 +49,9 @@ def test_slack_capacity_binds_only_under_the_utilisation_target(mode):
     target is over-subscribed (12 < 16): λ* = 1 − 12/16 = 0.25. The last batch (256 × 16
     draws) sets the final iterate: its quantile's sd is √(¼·¾/4096) ≈ 0.007, so atol 0.02."""
     full = _train(_cfg(mode, 1.0), _uniform(24.0, n=16, slots=256), 800)
-    assert float(dual.multipliers(full, _cfg(mode, 1.0)).lambda_s) < 0.01
+    assert float(learner.multipliers(full, _cfg(mode, 1.0)).lambda_s) < 0.01
     half = _train(_cfg(mode, 0.5), _uniform(24.0, n=16, slots=256), 800)
-    np.testing.assert_allclose(float(dual.multipliers(half, _cfg(mode, 0.5)).lambda_s), 0.25,
+    np.testing.assert_allclose(float(learner.multipliers(half, _cfg(mode, 0.5)).lambda_s), 0.25,
                                atol=0.02)
 
 
@@ -65,46 +65,45 @@ def test_dual_shift_and_excess_match_numpy():
     fresh = valid & (rng.uniform(size=(s, n)) < 0.7)
     work = rng.integers(1, 9, (s, n)).astype(np.float64)
     cap = rng.integers(1, 4, s).astype(np.float64)
-    batch = dual.make_batch(w, w - 0.05, rng.uniform(1e5, 2e6, (s, n)), valid, cap,
+    batch = problem.make_batch(w, w - 0.05, rng.uniform(1e5, 2e6, (s, n)), valid, cap,
                             np.full(s, 20e6), work=work, fresh=fresh, capacity_units=cap,
                             capacity_bw=np.full(s, 20e6))
     kbar = max((work * fresh).sum() / fresh.sum(), 1.0)
     lam, mu_s = 0.1, 0.02
-    p = {"raw": jnp.array([lam, mu_s], jnp.float32)}
+    st = learner.init(_cfg("subgradient", 1.0))._replace(m=jnp.array([lam, mu_s], jnp.float32))
     for rho in (0.3, 0.5, 0.9):
-        d1 = float(dual.dual_objective(p, batch, _cfg("subgradient", 1.0)))
-        dr = float(dual.dual_objective(p, batch, _cfg("subgradient", rho)))
+        d1 = float(learner.state_objective(st, batch, _cfg("subgradient", 1.0)))
+        dr = float(learner.state_objective(st, batch, _cfg("subgradient", rho)))
         np.testing.assert_allclose(dr, d1 - (1 - rho) * lam * cap.mean() / kbar, rtol=1e-5)
-        e = np.asarray(dual.excess_demand(batch, dual.Multipliers(lam, mu_s / 1e6),
+        e = np.asarray(problem.excess_demand(batch, problem.Multipliers(lam, mu_s / 1e6),
                                           utilisation=rho))
         adm = (fresh & (w - lam - mu_s / 1e6 * np.asarray(batch.b) >= 0)).sum(-1)
         np.testing.assert_allclose(e[:, 0], adm - rho * cap / kbar, rtol=1e-5, atol=1e-5)
-    e1 = dual.excess_demand(batch, dual.Multipliers(lam, mu_s / 1e6))
-    np.testing.assert_array_equal(e1, dual.excess_demand(batch, dual.Multipliers(
+    e1 = problem.excess_demand(batch, problem.Multipliers(lam, mu_s / 1e6))
+    np.testing.assert_array_equal(e1, problem.excess_demand(batch, problem.Multipliers(
         lam, mu_s / 1e6), utilisation=1.0))  # the default is the plain capacity constraint
 
 
 def test_variant_default_and_bad_values():
-    from prada_jax import dual_train
     from prada_jax.configs import dual as dual_configs
 
     # the launcher's default is ρ = ½ (issue 14 follow-up); the learner's own default and
     # the capacity / legacy variants keep the plain capacity constraint
-    assert dual_train.validate_config(dual_configs.get_config()).utilisation == 1.0
-    assert dual_train.validate_config(dual_configs.get_config("dual_wait")).utilisation == 0.5
-    assert dual_train.validate_config(dual_configs.get_config("capacity")).utilisation == 1.0
-    assert dual.DualConfig().utilisation == 1.0
-    legacy = dual_train.validate_config(dual_configs.get_config("legacy"))
+    assert trainer.validate_config(dual_configs.get_config()).utilisation == 1.0
+    assert trainer.validate_config(dual_configs.get_config("dual_wait")).utilisation == 0.5
+    assert trainer.validate_config(dual_configs.get_config("capacity")).utilisation == 1.0
+    assert learner.DualConfig().utilisation == 1.0
+    legacy = trainer.validate_config(dual_configs.get_config("legacy"))
     assert (legacy.mode, legacy.utilisation, legacy.init_lambda_s, legacy.learning_rate) == (
         "differentiable", 1.0, 0.0, 0.01)
-    d = dual_train.validate_config(dual_configs.get_config())
+    d = trainer.validate_config(dual_configs.get_config())
     assert (d.mode, d.average_tail) == ("subgradient", 0.5)
-    assert dual_train.validate_config(dual_configs.get_config("last_iterate")).average_tail == 0
-    cond = dual_train.validate_config(dual_configs.get_config("conditioned"))
+    assert trainer.validate_config(dual_configs.get_config("last_iterate")).average_tail == 0
+    cond = trainer.validate_config(dual_configs.get_config("conditioned"))
     assert cond.mode == "differentiable" and cond.conditioned
     for bad in (0.0, -0.5, 1.5, float("nan")):
         with pytest.raises(ValueError, match="config.dual.utilisation"):
-            dual.DualConfig(utilisation=bad)
+            learner.DualConfig(utilisation=bad)
 
 
 def test_stage2_dual_overrides_parse_and_name_bad_fields():

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prada_jax import dual
+from prada_jax.stage2 import learner, problem
 
 STEPS = 160
 
@@ -17,17 +17,17 @@ STEPS = 160
 def _final_lambda(cfg, units, scale):
     def batch(key):
         w = scale * jax.random.uniform(key, (64, 32))
-        return dual.make_batch(w, w - 0.05 * scale, jnp.zeros((64, 32)),
+        return problem.make_batch(w, w - 0.05 * scale, jnp.zeros((64, 32)),
                                jnp.ones((64, 32), bool), jnp.full((64,), units),
                                jnp.full((64,), 1e12))
 
     def body(state, key):
-        _, state = dual.update(state, batch(key), cfg)
+        _, state = learner.update(state, batch(key), cfg)
         return state, None
 
     keys = jax.random.split(jax.random.key(0), STEPS)
-    state, _ = jax.jit(lambda s, k: jax.lax.scan(body, s, k))(dual.init(cfg), keys)
-    return float(dual.export_multipliers(state, cfg).lambda_s)
+    state, _ = jax.jit(lambda s, k: jax.lax.scan(body, s, k))(learner.init(cfg), keys)
+    return float(learner.export_multipliers(state, cfg).lambda_s)
 
 
 def _cfg(**kw):
@@ -38,7 +38,7 @@ def _cfg(**kw):
              learning_rate=c.dual.learning_rate, temperature=c.dual.temperature,
              temperature_min=c.dual.temperature_min, anneal_steps=STEPS)
     d.update(kw)
-    return dual.DualConfig(**d)
+    return learner.DualConfig(**d)
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.1])

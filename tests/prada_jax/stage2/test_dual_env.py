@@ -1,30 +1,30 @@
-"""Dual ascent over edge-env rollouts: extracted slots match the env, learning under load."""
+"""prada_jax.stage2 over edge-env rollouts: extracted slots match the env, learning under load."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from envs import registry
-from prada_jax import dual
 from prada_jax.sched import oracle
 from prada_jax.sched.base import SchedParams
 from prada_jax.sched.threshold import threshold_decide
+from prada_jax.stage2 import learner, nominate, problem, rollout, trainer
 from prada_jax.traces.testing import random_traces
 
 # Structure-only random traces (not calibrated, not benchmark data).
 TRACES = random_traces(seed=0, problems=12, depth=4, feature_dim=4)
-CFG = dual.DualConfig(mode="subgradient", step_size=0.005, decay_steps=400)
+CFG = learner.DualConfig(mode="subgradient", step_size=0.005, decay_steps=400)
 
 
 @pytest.fixture(scope="module")
 def chunk():
-    return jax.jit(dual.make_train_chunk(CFG, dual.make_trace_rule_policy(-0.05), 60),
+    return jax.jit(trainer.make_train_chunk(CFG, nominate.make_trace_rule_policy(-0.05), 60),
                    donate_argnums=())
 
 
 @pytest.fixture(scope="module")
-def rollout():
-    return jax.jit(dual.make_rollout(CFG, dual.make_trace_rule_policy(-0.05), 40))
+def fixed_rollout():
+    return jax.jit(rollout.make_rollout(nominate.make_trace_rule_policy(-0.05), 40))
 
 
 def _params(**kw):
@@ -34,12 +34,15 @@ def _params(**kw):
     return registry.make("edge", **base)[1]
 
 
-def test_extracted_slots_match_the_env_decision(rollout):
-    """The env, running the threshold rule, decides exactly what the rule decides on the
-    candidate set read by ``edge_slot_inputs`` (except outages, which the env makes local)."""
-    params = _params(lambda_s=0.02)
-    carry = dual.init_rollout(jax.random.key(0), params, CFG, 3)
-    _, out = rollout(carry, params)
+def test_extracted_slots_match_the_env_decision(fixed_rollout):
+    """The env, running the threshold rule at fixed prices, decides exactly what the rule
+    decides on the candidate set read by ``problem.env_slot`` (except outages, which the env
+    makes local)."""
+    params = _params()
+    carry = rollout.init_rollout(jax.random.key(0), params, 3,
+                                 lambda _: rollout.fixed_prices(problem.Multipliers(0.02, 0.0)))
+    _, out = fixed_rollout(carry, params)
+    np.testing.assert_allclose(np.asarray(out["lambda_s"]), 0.02, rtol=1e-6)
     x = out["x"]
     b = out["batch"]
     sp = SchedParams(lambda_s=out["lambda_s"], mu=out["mu"], beta=params.beta,
@@ -69,9 +72,10 @@ def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk):
     light = _params(num_servers=6, bandwidth_hz=400e6, arrival_rate_hz=2.0)
     results = {}
     for name, params in (("heavy", heavy), ("light", light)):
-        carry = dual.init_rollout(jax.random.key(1), params, CFG, 4)
+        carry = rollout.init_rollout(jax.random.key(1), params, 4,
+                                     lambda k: learner.init(CFG, k))
         start = jnp.array([0.0, 0.0]) if name == "heavy" else jnp.array([0.05, 0.05])
-        carry = carry._replace(dual=carry.dual._replace(params={"raw": start}))
+        carry = carry._replace(prices=carry.prices._replace(m=start))
         hist = []
         for _ in range(6):
             carry, m = chunk(carry, params)
@@ -92,16 +96,15 @@ def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk):
 
 
 def test_load_features_read_what_the_server_observes():
-    """dual_rollout.load_features against a NumPy transcription on env slots: queue/M,
+    """problem.load_features against a NumPy transcription on env slots: queue/M,
     active/U, free units/M, new nominations/U, mean log2(1+SNR) of candidates / 10."""
     from envs import edge
-    from prada_jax import dual_rollout
 
     params = _params(num_servers=2, arrival_rate_hz=60.0)
-    policy = dual_rollout.make_trace_rule_policy(-0.05)
+    policy = nominate.make_trace_rule_policy(-0.05)
     _, state = edge.reset(jax.random.key(0), params)
     step = jax.jit(edge.step_with_noise)
-    slot = jax.jit(dual_rollout.env_slot)
+    slot = jax.jit(problem.env_slot)
     seen_queue = False
     for t in range(25):
         noise = edge.draw_noise(jax.random.key(100 + t), params)
@@ -123,17 +126,16 @@ def test_load_features_read_what_the_server_observes():
 def test_ppo_policy_nominates_by_actor_or_critic():
     """``nominate_by="critic"`` nominates iff the carried ΔQ > 0; ``"actor"`` by the logits
     (whatever ΔQ says); an unknown value is bad input."""
-    from prada_jax import dual_rollout
     from prada_jax.errors import BadInput
 
     logits = jnp.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     q = jnp.array([[0.0, -0.1], [0.0, 0.2], [0.0, 0.3], [0.0, -0.4]])
     apply_fn = lambda p, obs: (logits, q)  # noqa: E731
-    actor = dual_rollout.make_ppo_policy(apply_fn, None)(None, None, None, None)
-    critic = dual_rollout.make_ppo_policy(apply_fn, None, nominate_by="critic")(
+    actor = nominate.make_ppo_policy(apply_fn, None)(None, None, None, None)
+    critic = nominate.make_ppo_policy(apply_fn, None, nominate_by="critic")(
         None, None, None, None)
     np.testing.assert_array_equal(np.asarray(actor.screen), [1, 0, 1, 0])
     np.testing.assert_array_equal(np.asarray(critic.screen), [0, 1, 1, 0])
     np.testing.assert_allclose(np.asarray(critic.gain), [-0.1, 0.2, 0.3, -0.4])
     with pytest.raises(BadInput, match="nominate_by"):
-        dual_rollout.make_ppo_policy(apply_fn, None, nominate_by="both")
+        nominate.make_ppo_policy(apply_fn, None, nominate_by="both")

@@ -1,27 +1,28 @@
-"""prada_jax.dual: threshold rule = Lagrangian maximiser, relaxation, closed-form convergence."""
+"""prada_jax.stage2 (problem, learner): threshold rule = Lagrangian maximiser, relaxation, closed-form convergence."""
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prada_jax import dual
+from prada_jax.sched.base import QUEUE
+from prada_jax.stage2 import learner, problem, trainer
 from prada_jax.sched import oracle
 
 
 def _uniform_batch(key, slots, n, free_units, free_bw=1e12, b=None, load=None):
     w = jax.random.uniform(key, (slots, n))
     b = jnp.zeros((slots, n)) if b is None else b
-    return dual.make_batch(w, -jnp.ones((slots, n)), b, jnp.ones((slots, n), bool),
+    return problem.make_batch(w, -jnp.ones((slots, n)), b, jnp.ones((slots, n), bool),
                            jnp.broadcast_to(jnp.asarray(free_units, jnp.float32), (slots,)),
                            jnp.full((slots,), free_bw), load=load)
 
 
 def _train(cfg, batch_fn, steps, seed=0):
-    state = dual.init(cfg)
+    state = learner.init(cfg)
 
     def body(state, key):
-        _, state = dual.update(state, batch_fn(key), cfg)
+        _, state = learner.update(state, batch_fn(key), cfg)
         return state, None
 
     keys = jax.random.split(jax.random.key(seed), steps)
@@ -49,7 +50,7 @@ def _enum_lagrangian(w, w_bar, b, lam, mu, valid):
 
 def test_hard_rule_is_lagrangian_maximiser_by_enumeration():
     rng = np.random.default_rng(0)
-    hard = jax.jit(dual.hard_decision)
+    hard = jax.jit(problem.hard_decision)
     for trial in range(60):
         n = int(rng.integers(1, 8))
         w = rng.normal(0, 1, n).astype(np.float32)
@@ -71,24 +72,24 @@ def test_soft_decision_tends_to_hard_and_sums_to_one():
     w_bar = w - jax.random.uniform(jax.random.key(2), (5, 9), maxval=1.5)
     b = jnp.full((5, 9), 1e6)
     valid = jax.random.uniform(jax.random.key(3), (5, 9)) < 0.8
-    p = dual.soft_decision(w, w_bar, b, 0.3, 0.1e-6, 1e-4, valid)
+    p = problem.soft_decision(w, w_bar, b, 0.3, 0.1e-6, 1e-4, valid)
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-6)
-    hard = dual.hard_decision(w, w_bar, b, 0.3, 0.1e-6, valid)
+    hard = problem.hard_decision(w, w_bar, b, 0.3, 0.1e-6, valid)
     np.testing.assert_array_equal(jnp.argmax(p, -1), hard)
 
 
 def test_relaxed_dual_gradient_is_minus_soft_excess():
     """dD_T/dλ = mean(M − Σ p_adm), dD_T/dµ_scaled = mean(B − Σ b p_adm) (scaled), with
     p_adm = p_queue + p_imm (the price is charged to every admission; k = 1 here)."""
-    cfg = dual.DualConfig(mode="differentiable", init_lambda_s=0.4, init_mu=0.2)
-    state = dual.init(cfg)
+    cfg = learner.DualConfig(mode="differentiable", init_lambda_s=0.4, init_mu=0.2)
+    state = learner.init(cfg)
     key = jax.random.key(4)
     batch = _uniform_batch(key, 6, 10, 3.0, free_bw=4e6,
                            b=jax.random.uniform(key, (6, 10), minval=0.2e6, maxval=1e6))
     temp = 0.2
-    g = jax.grad(dual.dual_objective)(state.params, batch, cfg, temp)["raw"]
+    g = jax.grad(learner.dual_objective)(state.params, batch, cfg, temp)["raw"]
     m = jax.nn.softplus(state.params["raw"])
-    p = dual.soft_decision(batch.w, batch.w_bar, batch.b, m[0], m[1] / 1e6, temp)
+    p = problem.soft_decision(batch.w, batch.w_bar, batch.b, m[0], m[1] / 1e6, temp)
     p = p[..., 1] + p[..., 2]
     d_lam = np.mean(np.asarray(batch.free_units) - np.asarray(p).sum(-1))
     d_mu = np.mean((np.asarray(batch.free_bw) - (np.asarray(p) * np.asarray(batch.b)).sum(-1))
@@ -99,29 +100,29 @@ def test_relaxed_dual_gradient_is_minus_soft_excess():
 
 
 def _identical_batch(slots, n, w, free_units, free_bw=1e12, b=0.0):
-    return dual.make_batch(jnp.full((slots, n), w), jnp.full((slots, n), -1.0),
+    return problem.make_batch(jnp.full((slots, n), w), jnp.full((slots, n), -1.0),
                            jnp.full((slots, n), b), jnp.ones((slots, n), bool),
                            jnp.full((slots,), free_units), jnp.full((slots,), free_bw))
 
 
 def test_closed_form_identical_candidates_differentiable():
     """N identical candidates worth w, M < N units: D(λ) = N·max(0, w−λ) + λM, λ* = w."""
-    cfg = dual.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
+    cfg = learner.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
                           temperature_min=0.003, anneal_steps=500)
     batch = _identical_batch(2, 8, 1.3, 3.0)
     state = _train(cfg, lambda k: batch, 800)
-    m = dual.multipliers(state, cfg)
+    m = learner.multipliers(state, cfg)
     np.testing.assert_allclose(float(m.lambda_s), 1.3, rtol=0.01)
     assert float(m.mu) * 1e6 < 0.01  # bandwidth never binds
 
 
 def test_closed_form_bandwidth_only():
     """Identical candidates needing b = 2 MHz, free bw 5 MHz, units plenty: µ*·b = w."""
-    cfg = dual.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
+    cfg = learner.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
                           temperature_min=0.003, anneal_steps=500)
     batch = _identical_batch(2, 8, 0.8, 100.0, free_bw=5e6, b=2e6)
     state = _train(cfg, lambda k: batch, 800)
-    m = dual.multipliers(state, cfg)
+    m = learner.multipliers(state, cfg)
     np.testing.assert_allclose(float(m.mu) * 2e6, 0.8, rtol=0.01)
     assert float(m.lambda_s) < 0.01
 
@@ -129,34 +130,34 @@ def test_closed_form_bandwidth_only():
 @pytest.mark.parametrize("mode", ["subgradient", "differentiable"])
 def test_closed_form_uniform_candidates(mode):
     """w ~ U(0,1) i.i.d., N per slot, M units: E[#{w > λ}] = M  ⇒  λ* = 1 − M/N."""
-    cfg = dual.DualConfig(mode=mode, step_size=0.05, decay_steps=10, learning_rate=0.02,
+    cfg = learner.DualConfig(mode=mode, step_size=0.05, decay_steps=10, learning_rate=0.02,
                           temperature=0.3, temperature_min=0.003, anneal_steps=500)
     state = _train(cfg, lambda k: _uniform_batch(k, 64, 32, 8.0), 800)
-    np.testing.assert_allclose(float(dual.multipliers(state, cfg).lambda_s), 0.75, rtol=0.01)
+    np.testing.assert_allclose(float(learner.multipliers(state, cfg).lambda_s), 0.75, rtol=0.01)
 
 
 @pytest.mark.parametrize("mode", ["subgradient", "pid", "differentiable"])
 def test_oversubscription_rises_light_load_goes_to_zero(mode):
-    cfg = dual.DualConfig(mode=mode, init_lambda_s=0.3, init_mu=0.3, step_size=0.05,
+    cfg = learner.DualConfig(mode=mode, init_lambda_s=0.3, init_mu=0.3, step_size=0.05,
                           decay_steps=20, kp=0.02, ki=0.01, learning_rate=0.05,
                           temperature=0.2, temperature_min=0.005, anneal_steps=300)
     b = jnp.full((32, 16), 1e6)
     # Heavy: 16 candidates, 2 units, 8 MHz → units bind.
     heavy = _train(cfg, lambda k: _uniform_batch(k, 32, 16, 2.0, 8e6, b), 600)
-    m = dual.multipliers(heavy, cfg)
+    m = learner.multipliers(heavy, cfg)
     assert float(m.lambda_s) > 0.7
-    e = dual.metrics(heavy, _uniform_batch(jax.random.key(9), 512, 16, 2.0, 8e6,
+    e = learner.metrics(heavy, _uniform_batch(jax.random.key(9), 512, 16, 2.0, 8e6,
                                            jnp.full((512, 16), 1e6)), cfg)
     assert abs(float(e["dual/excess_units"])) < 0.15  # ≈ 0 before repair (mean over slots)
     # Light: 16 candidates, 32 units and 64 MHz → nothing binds, both multipliers → 0.
     light = _train(cfg, lambda k: _uniform_batch(k, 32, 16, 32.0, 64e6, b), 600)
-    m = dual.multipliers(light, cfg)
+    m = learner.multipliers(light, cfg)
     assert float(m.lambda_s) < 0.01 and float(m.mu) * 1e6 < 0.01
 
 
 def test_conditioned_multipliers_follow_load():
     """Load feature = free units / 16; per-load optimum λ*(M) = 1 − M/N differs by load."""
-    cfg = dual.DualConfig(mode="differentiable", conditioned=True, load_features=1,
+    cfg = learner.DualConfig(mode="differentiable", conditioned=True, load_features=1,
                           learning_rate=0.05, temperature=0.3, temperature_min=0.005,
                           anneal_steps=300)
 
@@ -165,20 +166,20 @@ def test_conditioned_multipliers_follow_load():
         m = jnp.where(jax.random.uniform(k1, (32,)) < 0.5, 4.0, 16.0)
         return _uniform_batch(k2, 32, 32, m, load=(m / 16.0)[:, None])
 
-    state0 = dual.init(cfg)
-    m0 = dual.multipliers(state0, cfg, jnp.array([[0.25], [1.0]]))
+    state0 = learner.init(cfg)
+    m0 = learner.multipliers(state0, cfg, jnp.array([[0.25], [1.0]]))
     np.testing.assert_allclose(m0.lambda_s, [1e-4, 1e-4], rtol=1e-3)  # starts at the scalar
     state = _train(cfg, batch_fn, 600)
-    lam = dual.multipliers(state, cfg, jnp.array([[0.25], [1.0]])).lambda_s
+    lam = learner.multipliers(state, cfg, jnp.array([[0.25], [1.0]])).lambda_s
     np.testing.assert_allclose(np.asarray(lam), [1 - 4 / 32, 1 - 16 / 32], rtol=0.03)
 
 
 def test_update_jits_once_and_is_deterministic():
-    cfg = dual.DualConfig(mode="pid")
-    upd = jax.jit(chex.assert_max_traces(dual.update, n=1), static_argnums=2)
+    cfg = learner.DualConfig(mode="pid")
+    upd = jax.jit(chex.assert_max_traces(learner.update, n=1), static_argnums=2)
     outs = []
     for _ in range(2):
-        state = dual.init(cfg)
+        state = learner.init(cfg)
         for i in range(3):
             m, state = upd(state, _uniform_batch(jax.random.key(i), 4, 8, 2.0), cfg)
         outs.append(np.asarray([m.lambda_s, m.mu]))
@@ -188,15 +189,15 @@ def test_update_jits_once_and_is_deterministic():
 
 def test_bad_config_names_field():
     with pytest.raises(ValueError, match="config.dual.mode"):
-        dual.DualConfig(mode="adam")
+        learner.DualConfig(mode="adam")
     with pytest.raises(ValueError, match="config.dual.temperature_min"):
-        dual.DualConfig(temperature=0.1, temperature_min=0.5)
+        learner.DualConfig(temperature=0.1, temperature_min=0.5)
     with pytest.raises(ValueError, match="config.dual.learning_rate"):
-        dual.DualConfig(learning_rate=0.0)
+        learner.DualConfig(learning_rate=0.0)
     with pytest.raises(ValueError, match="config.dual.conditioned"):
-        dual.DualConfig(mode="pid", conditioned=True)
+        learner.DualConfig(mode="pid", conditioned=True)
     with pytest.raises(ValueError, match="unknown fields"):
-        dual.config_from({"lr": 1.0})
+        learner.config_from({"lr": 1.0})
 
 
 def test_env_threshold_rule_is_lagrangian_maximiser_and_matches_relaxation():
@@ -224,10 +225,10 @@ def test_env_threshold_rule_is_lagrangian_maximiser_and_matches_relaxation():
         want, _ = _enum_lagrangian(w, w_bar, np.asarray(x.bandwidth_hz), float(sp.lambda_s),
                                    float(sp.mu), np.asarray(x.candidate))
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
-        mine = dual.hard_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, x.candidate)
+        mine = problem.hard_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, x.candidate)
         np.testing.assert_array_equal(np.asarray(mine), want)
         p_env, units, _ = threshold_soft(x, sp, 0.03)
-        p_mine = dual.soft_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, 0.03)
+        p_mine = problem.soft_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, 0.03)
         c = np.asarray(x.candidate)
         np.testing.assert_allclose(np.asarray(p_env)[c], np.asarray(p_mine)[c], atol=1e-5)
 
@@ -249,7 +250,7 @@ def _admission_batch(seed, slots=12, n=7):
     valid = rng.uniform(size=(slots, n)) < 0.85
     free = rng.integers(1, 4, slots).astype(np.float64)
     free_bw = rng.uniform(1e6, 5e6, slots)
-    return (w, w_bar, b, valid, free, free_bw), dual.make_batch(w, w_bar, b, valid, free, free_bw)
+    return (w, w_bar, b, valid, free, free_bw), problem.make_batch(w, w_bar, b, valid, free, free_bw)
 
 
 def test_admission_dual_matches_numpy_and_subgradient_is_minus_admission_excess():
@@ -257,14 +258,14 @@ def test_admission_dual_matches_numpy_and_subgradient_is_minus_admission_excess(
     finite-difference slopes equal minus the excess *admission* demand (imm + queue) of the
     unrepaired rule (D is piecewise linear: exact away from kinks)."""
     arrays, batch = _admission_batch(0)
-    cfg = dual.DualConfig(mode="subgradient", queue_price=True, skip_full_slots=False)
-    obj = jax.jit(lambda p: dual.dual_objective(p, batch, cfg))
+    cfg = learner.DualConfig(mode="subgradient", skip_full_slots=False)
+    obj = jax.jit(lambda m: learner.state_objective(learner.init(cfg)._replace(m=m), batch, cfg))
     h = 1e-3
     for lam, mu_s in ((0.05, 0.01), (0.3, 0.05), (0.6, 0.2), (0.0, 0.0)):
-        p = {"raw": jnp.array([lam, mu_s], jnp.float32)}
+        p = jnp.array([lam, mu_s], jnp.float32)
         np.testing.assert_allclose(float(obj(p)),
                                    _np_dual_admission(*arrays, lam, mu_s / 1e6), rtol=1e-5)
-        e = np.asarray(dual._mean_excess(batch, dual.Multipliers(lam, mu_s / 1e6), cfg))
+        e = np.asarray(learner._mean_excess(batch, problem.Multipliers(lam, mu_s / 1e6), cfg))
         for k, step in enumerate(([h, 0.0], [0.0, h])):
             hi = _np_dual_admission(*arrays, lam + step[0], (mu_s + step[1]) / 1e6)
             lo = _np_dual_admission(*arrays, max(lam - step[0], 0.0),
@@ -273,19 +274,18 @@ def test_admission_dual_matches_numpy_and_subgradient_is_minus_admission_excess(
             np.testing.assert_allclose((hi - lo) / width, -e[k], atol=1e-6, err_msg=f"{k}")
         # Admission counts queue and immediate; with β·τ > 0 (w > w̄) queue is never chosen
         # unrepaired, so it equals the immediate count of the priced rule.
-        d = dual.hard_decision(batch.w, batch.w_bar, batch.b, lam, mu_s / 1e6, batch.valid,
-                               queue_price=True)
-        assert not np.any(np.asarray(d) == dual.QUEUE)
+        d = problem.hard_decision(batch.w, batch.w_bar, batch.b, lam, mu_s / 1e6, batch.valid)
+        assert not np.any(np.asarray(d) == QUEUE)
 
 
 def test_admission_relaxed_gradient_counts_queue_and_immediate():
     """dD_T/dλ = mean(F − Σ (p_queue + p_imm)) with the priced queue logit (softplus chain)."""
     _, batch = _admission_batch(1)
-    cfg = dual.DualConfig(mode="differentiable", init_lambda_s=0.2, init_mu=0.1,
-                          queue_price=True, skip_full_slots=False)
-    state = dual.init(cfg)
+    cfg = learner.DualConfig(mode="differentiable", init_lambda_s=0.2, init_mu=0.1,
+                             skip_full_slots=False)
+    state = learner.init(cfg)
     temp = 0.15
-    g = np.asarray(jax.grad(dual.dual_objective)(state.params, batch, cfg, temp)["raw"])
+    g = np.asarray(jax.grad(learner.dual_objective)(state.params, batch, cfg, temp)["raw"])
     m = np.asarray(jax.nn.softplus(state.params["raw"]), np.float64)
     w, wb, b = (np.asarray(a, np.float64) for a in (batch.w, batch.w_bar, batch.b))
     price = m[0] + m[1] * b / 1e6
@@ -303,36 +303,34 @@ def test_admission_closed_form_price_is_the_value_not_the_kink():
     """N identical candidates, w = 1.3, w̄ = w − 0.1 > 0, M = 3 < N units. The old rule's dual
     D = N·max(w̄, w − λ) + λM was minimised at the kink λ* = w − w̄ = 0.1; with the admission
     price D = N·max(0, w − λ) + λM, so λ* = w = 1.3 (the docs/dual.md finding, in closed form)."""
-    cfg = dual.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
+    cfg = learner.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
                           temperature_min=0.003, anneal_steps=500)
-    batch = dual.make_batch(jnp.full((2, 8), 1.3), jnp.full((2, 8), 1.2), jnp.zeros((2, 8)),
+    batch = problem.make_batch(jnp.full((2, 8), 1.3), jnp.full((2, 8), 1.2), jnp.zeros((2, 8)),
                             jnp.ones((2, 8), bool), jnp.full((2,), 3.0), jnp.full((2,), 1e12))
-    lam = float(dual.multipliers(_train(cfg, lambda k: batch, 800), cfg).lambda_s)
+    lam = float(learner.multipliers(_train(cfg, lambda k: batch, 800), cfg).lambda_s)
     np.testing.assert_allclose(lam, 1.3, rtol=0.02)
 
 
 def test_admission_uniform_candidates_subgradient():
     """w ~ U(0,1), w̄ = w − 0.05, N = 32, M = 8: admissions = #{w > λ} ⇒ λ* = 1 − M/N = 0.75
     (the default rule would stop at the kink 0.05 here)."""
-    cfg = dual.DualConfig(mode="subgradient", step_size=0.05, decay_steps=10, queue_price=True)
+    cfg = learner.DualConfig(mode="subgradient", step_size=0.05, decay_steps=10)
 
     def batch_fn(key):
         w = jax.random.uniform(key, (64, 32))
-        return dual.make_batch(w, w - 0.05, jnp.zeros((64, 32)), jnp.ones((64, 32), bool),
+        return problem.make_batch(w, w - 0.05, jnp.zeros((64, 32)), jnp.ones((64, 32), bool),
                                jnp.full((64,), 8.0), jnp.full((64,), 1e12))
 
     state = _train(cfg, batch_fn, 800)
-    np.testing.assert_allclose(float(dual.multipliers(state, cfg).lambda_s), 0.75, rtol=0.01)
+    np.testing.assert_allclose(float(learner.multipliers(state, cfg).lambda_s), 0.75, rtol=0.01)
 
 
 def test_admission_config_variant_and_field():
     from prada_jax.configs import dual as dual_configs
-    from prada_jax import dual_train
 
     c = dual_configs.get_config("heavy,admission")  # "admission" still parses (a no-op now)
-    assert c.dual.queue_price is True and c.env.num_servers == 1
-    assert dual_train.validate_config(c).queue_price is True
-    assert dual_train.queue_price(dual_configs.get_config()) is True
+    assert "queue_price" not in c.dual and c.env.num_servers == 1
+    assert not hasattr(trainer.validate_config(c), "queue_price")
     c.eval.env_chunks = -1
     with pytest.raises(ValueError, match="config.eval.env_chunks"):
-        dual_train.validate_config(c)
+        trainer.validate_config(c)

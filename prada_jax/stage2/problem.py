@@ -1,0 +1,227 @@
+"""The per-slot Lagrangian problem of the stage-2 threshold rule and the batch of slots it is posed on.
+
+A candidate ``i`` of slot ``t`` has run-now value ``w_i``, queue value ``w̄_i`` (PRM units),
+bandwidth ``b_i`` (Hz) and service time ``k_i`` (slots it holds a server unit and its
+bandwidth). The threshold rule (``prada_jax.sched.threshold``) charges the price
+``p_i = λ_s + µ·b_i`` to every admission (queue or run now), so the Lagrangian value of a
+candidate is ``max(0, w̄_i − p_i, w_i − p_i)``. Each admission occupies ``k_i`` unit-slots; with
+the batch's mean service time ``k̄`` of the new nominations the long-run occupancy constraint
+``Σ_t Σ_i admit_i·k_i ≤ T·M`` is the admission-rate constraint ``mean_t Σ_i admit_i ≤ M / k̄``
+(Little's law), and the bandwidth one ``mean_t Σ_i admit_i·b_i ≤ B / k̄``. The dual function
+
+    D(λ_s, µ) = mean_t [ Σ_{i new} max(0, w̄_i − p_i, w_i − p_i) + ρ·λ_s·M_t / k̄ + µ·B_t / k̄ ]
+
+is convex and piecewise linear; its subgradient is minus the long-run excess
+(:func:`excess_demand`). Only new nominations count (``SlotBatch.fresh``): a queued request
+was admitted once, in the slot it was nominated. ``k̄`` is a constant (no gradient). With
+``k = 1``, ``fresh = valid`` and the capacity equal to the slot's free units this is the
+per-slot admission dual. Derivation and measured numbers: docs/dual.md.
+
+A slot of the edge env becomes a :class:`SlotBatch` through :func:`env_slot` (the env's
+candidate set, ``envs.edge.candidate_set``) and :func:`slot_from_sched`.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from envs import edge
+from prada_jax.sched.base import LOCAL, expired
+from prada_jax.sched.threshold import advantages, choice_values as _choice_values
+from prada_jax.sched.threshold import hard_choice, soft_choice
+
+#: Load features (all observable by the server at the start of a slot, scaled to O(1)):
+#: queue length / M, active users / U, free server units / M, new nominations / U (request
+#: arrivals at the server), mean uplink spectral efficiency log2(1 + SNR) of this slot's
+#: candidates / 10 (channel quality; 0 without candidates). M, U: the env's nominal values.
+LOAD_FEATURES = 5
+
+
+@struct.dataclass
+class SlotBatch:
+    """Candidate sets of S slots (any leading shape ``[...]`` works; N candidates per slot).
+
+    w, w_bar: [..., N] float32, value of run now / queue over local before the price (PRM).
+    b: [..., N] float32, bandwidth each candidate needs while it runs (Hz).
+    valid: [..., N] bool, live candidates (new or queued, not expired): the slot problem.
+    free_units: [...] float32, server units free this slot (the per-slot oracle's limit).
+    free_bw: [...] float32, bandwidth free this slot (Hz).
+    load: [..., K] float32, load features for the conditioned variant (zeros otherwise).
+    work: [..., N] float32, service time k_i of each candidate (slots, ≥ 1).
+    fresh: [..., N] bool, new nominations (the admissions the long-run constraints count).
+    capacity_units: [...] float32, server units of the system this slot (M_t).
+    capacity_bw: [...] float32, bandwidth of the system this slot (B_t, Hz).
+    """
+
+    w: jax.Array
+    w_bar: jax.Array
+    b: jax.Array
+    valid: jax.Array
+    free_units: jax.Array
+    free_bw: jax.Array
+    load: jax.Array
+    work: jax.Array
+    fresh: jax.Array
+    capacity_units: jax.Array
+    capacity_bw: jax.Array
+
+
+def make_batch(w, w_bar, b, valid, free_units, free_bw, load=None, load_features: int = 3,
+               work=None, fresh=None, capacity_units=None, capacity_bw=None) -> SlotBatch:
+    """SlotBatch from arrays (casts dtypes). Defaults: ``load`` zeros [..., load_features],
+    ``work`` 1, ``fresh`` = ``valid``, capacities = the free units / bandwidth (with these
+    defaults the long-run dual is the per-slot admission dual)."""
+    w = jnp.asarray(w, jnp.float32)
+    valid = jnp.asarray(valid, bool)
+    free_units = jnp.asarray(free_units, jnp.float32)
+    free_bw = jnp.asarray(free_bw, jnp.float32)
+    if load is None:
+        load = jnp.zeros(w.shape[:-1] + (load_features,), jnp.float32)
+    return SlotBatch(
+        w=w, w_bar=jnp.asarray(w_bar, jnp.float32), b=jnp.asarray(b, jnp.float32), valid=valid,
+        free_units=free_units, free_bw=free_bw, load=jnp.asarray(load, jnp.float32),
+        work=jnp.ones_like(w) if work is None else jnp.asarray(work, jnp.float32),
+        fresh=valid if fresh is None else jnp.asarray(fresh, bool) & valid,
+        capacity_units=free_units if capacity_units is None else jnp.asarray(
+            capacity_units, jnp.float32),
+        capacity_bw=free_bw if capacity_bw is None else jnp.asarray(capacity_bw, jnp.float32))
+
+
+class Multipliers(NamedTuple):
+    """λ_s (reward per admission) and µ (reward per Hz); scalars or [...] per slot."""
+
+    lambda_s: jax.Array
+    mu: jax.Array
+
+
+def priced(w, w_bar, b, lambda_s, mu):
+    """(g, c): priced run-now value ``w − λ_s − µ·b`` and wait cost ``w − w̄`` ([..., N])."""
+    g = w - (jnp.asarray(lambda_s)[..., None] + jnp.asarray(mu)[..., None] * b)
+    return g, w - w_bar
+
+
+def choice_values(w, w_bar, b, lambda_s, mu) -> jax.Array:
+    """Per-candidate Lagrangian value of (local, queue, immediate): [..., N, 3] =
+    ``(0, w̄ − p, w − p)``, ``p = λ_s + µ·b`` (``sched.threshold.choice_values``).
+    w, w_bar, b: [..., N]; lambda_s, mu: scalars or [...] (µ in the unit of 1/b)."""
+    return _choice_values(*priced(w, w_bar, b, lambda_s, mu))
+
+
+def hard_decision(w, w_bar, b, lambda_s, mu, valid=None) -> jax.Array:
+    """The threshold rule before any feasibility repair (``sched.threshold.hard_choice``):
+    [..., N] int8 in {0 local, 1 queue, 2 immediate}; invalid candidates are local."""
+    g, c = priced(w, w_bar, b, lambda_s, mu)
+    return hard_choice(g, c, valid)
+
+
+def soft_decision(w, w_bar, b, lambda_s, mu, temp, valid=None) -> jax.Array:
+    """Smoothed threshold rule [..., N, 3] (``sched.threshold.soft_choice``); invalid
+    candidates get probability 1 on local."""
+    g, c = priced(w, w_bar, b, lambda_s, mu)
+    return soft_choice(g, c, temp, valid)
+
+
+def mean_work(batch: SlotBatch) -> jax.Array:
+    """k̄: mean service time (slots) of the new nominations in the batch (1 if none), no
+    gradient."""
+    f = batch.fresh.astype(jnp.float32)
+    k = jnp.sum(f * batch.work) / jnp.maximum(jnp.sum(f), 1.0)
+    return jax.lax.stop_gradient(jnp.where(jnp.sum(f) > 0, jnp.maximum(k, 1.0), 1.0))
+
+
+def slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp, utilisation=1.0):
+    """Per-slot dual value [...]; hard max if ``temp`` is None, else smooth max at ``temp``.
+
+    b_s, cap_bw_s in units of the learner's bandwidth scale; m: [..., 2] or [2] (λ_s,
+    µ_scaled); utilisation: ρ, the unit capacity counted is ρ·M_t.
+    """
+    vals = _choice_values(*priced(batch.w, batch.w_bar, b_s, m[..., 0], m[..., 1]))
+    if temp is None:
+        best = vals.max(axis=-1)
+    else:
+        best = temp * jax.nn.logsumexp(vals / temp, axis=-1)
+    inner = jnp.sum(jnp.where(batch.fresh, best, 0.0), axis=-1)
+    return inner + (m[..., 0] * utilisation * batch.capacity_units + m[..., 1] * cap_bw_s) / kbar
+
+
+def weighted_mean(v, weights):
+    """Σ weights·v / max(Σ weights, 1) over all leading dims of v [..., (k)]."""
+    wts = weights.reshape(-1)
+    v = v.reshape((wts.shape[0],) + v.shape[weights.ndim:])
+    wts = wts.reshape((-1,) + (1,) * (v.ndim - 1))
+    return jnp.sum(wts * v, axis=0) / jnp.maximum(jnp.sum(wts), 1.0)
+
+
+def excess_demand(batch: SlotBatch, mult: Multipliers, utilisation: float = 1.0) -> jax.Array:
+    """Long-run excess of the hard rule before repair, per slot: [..., 2].
+
+    [..., 0] = admissions of new nominations − ρ·M_t / k̄ (admissions per slot; ρ =
+    ``utilisation``); [..., 1] = their bandwidth − B_t / k̄ (Hz). Its mean over slots is minus
+    the subgradient of the dual function (module docstring).
+    """
+    d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.fresh)
+    adm = (d != LOCAL).astype(jnp.float32)
+    kbar = mean_work(batch)
+    return jnp.stack([adm.sum(-1) - utilisation * batch.capacity_units / kbar,
+                      (adm * batch.b).sum(-1) - batch.capacity_bw / kbar], axis=-1)
+
+
+# ----------------------------------------------------------------------------- env slots
+
+def load_features(x, free_units, state, params) -> jax.Array:
+    """[LOAD_FEATURES] float32 of one env slot (see ``LOAD_FEATURES``).
+
+    x: ``SchedInputs`` [U] of the slot; free_units: int32 scalar; state: ``EnvState``;
+    params: ``EnvParams``. Reads only what the server observes, so it keeps working when the
+    env's capacity or channel change from slot to slot.
+    """
+    m = jnp.asarray(params.num_servers, jnp.float32)
+    u = float(params.num_users)
+    cand = x.candidate.astype(jnp.float32)
+    fresh = (x.candidate & (x.wait_slots == 0)).astype(jnp.float32)
+    se = jnp.log2(1.0 + jnp.maximum(x.snr.astype(jnp.float32), 0.0))
+    chan = jnp.sum(cand * se) / jnp.maximum(jnp.sum(cand), 1.0)
+    return jnp.stack([x.queue_len.astype(jnp.float32) / m,
+                      jnp.mean(state.active.astype(jnp.float32)),
+                      jnp.asarray(free_units, jnp.float32) / m,
+                      jnp.sum(fresh) / u, chan / 10.0]).astype(jnp.float32)
+
+
+def slot_from_sched(x, free_units, free_bw_hz, sp, load, capacity_units=None,
+                    capacity_bw=None) -> SlotBatch:
+    """SlotBatch of one slot from the scheduler's view (``prada_jax.sched`` types).
+
+    ``w``/``w̄`` are the threshold rule's own values (``sched.threshold.advantages``); expired
+    candidates are not valid; ``fresh`` = valid with ``wait_slots == 0`` (a queued request has
+    waited ≥ 1 slot); ``work`` = service slots ``max(1, ceil(delay_s / τ))``; capacities
+    default to ``sp.num_servers`` and ``free_bw_hz`` (pass the env's B). x: SchedInputs [U];
+    load: [K].
+    """
+    w, w_bar, _ = advantages(x, sp)
+    valid = x.candidate & ~expired(x, sp)
+    tau = jnp.asarray(sp.tau_s, jnp.float32)
+    work = jnp.maximum(jnp.ceil(x.delay_s.astype(jnp.float32) / tau), 1.0)
+    cap_u = sp.num_servers if capacity_units is None else capacity_units
+    cap_b = free_bw_hz if capacity_bw is None else capacity_bw
+    return SlotBatch(w=w, w_bar=w_bar, b=x.bandwidth_hz.astype(jnp.float32), valid=valid,
+                     free_units=jnp.asarray(free_units, jnp.float32),
+                     free_bw=jnp.asarray(free_bw_hz, jnp.float32),
+                     load=jnp.asarray(load, jnp.float32), work=work,
+                     fresh=valid & (x.wait_slots == 0),
+                     capacity_units=jnp.asarray(cap_u, jnp.float32),
+                     capacity_bw=jnp.asarray(cap_b, jnp.float32))
+
+
+def env_slot(state, action, params, noise):
+    """``(cs, batch)``: the env's candidate set of this slot (``envs.edge.candidate_set``) and
+    the learner's SlotBatch of it (capacities: the env's M_t and B_t of this slot under its
+    scenario schedule, ``envs.edge.slot_conditions``)."""
+    cs = edge.candidate_set(state, action, params, noise)
+    load = load_features(cs.x, cs.free_units, state, params)
+    cond = edge.slot_conditions(params, state.t)  # the scenario's M_t, B_t this slot
+    batch = slot_from_sched(cs.x, cs.free_units, cs.free_bw_hz, edge.sched_params(params), load,
+                            capacity_units=cond["num_servers"], capacity_bw=cond["bandwidth_hz"])
+    return cs, batch

@@ -1,0 +1,116 @@
+"""Runs E edge envs for T slots under ``lax.scan`` with the threshold rule at given or learned prices.
+
+One rollout serves learning and evaluation: ``make_rollout(policy_fn, T, mult_fn, learn_fn)``
+prices every slot with ``mult_fn(prices, batch)``, where ``prices`` is whatever the carry holds
+(a learner state, ``prada_jax.stage2.learner``, or a fixed pair, :func:`fixed_prices`), and,
+with ``learn_fn``, updates ``prices`` after every slot on the E envs' slots (the online
+learner modes).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from envs import edge
+from prada_jax.stage2.problem import Multipliers, SlotBatch, env_slot
+
+#: Bandwidth unit (Hz) in which a fixed pair holds µ: the learner's default ``bw_scale_hz``,
+#: so a run's stored pair replays with the arithmetic of the rollouts that learned it.
+FIXED_BW_SCALE_HZ = 1e6
+
+# Jitted functions reused by later calls in the same process with the same static settings
+# (tests, resumption, train.main's stages): a new closure would trace and compile again.
+_JIT_CACHE: dict = {}
+
+
+def cached(key, build: Callable[[], Any]):
+    """``build()`` the first time ``key`` (hashable) is seen in this process, then the same
+    object (a compiled function keeps its compilation)."""
+    if key not in _JIT_CACHE:
+        _JIT_CACHE[key] = build()
+    return _JIT_CACHE[key]
+
+
+class RolloutCarry(NamedTuple):
+    """Scan carry of the env rollout: env_state [E, ...], obs [E, U, D], prices (what
+    ``mult_fn`` reads: a learner state or a fixed pair), key (typed), slots (int32, slots
+    simulated per env so far)."""
+
+    env_state: Any
+    obs: jax.Array
+    prices: Any
+    key: jax.Array
+    slots: jax.Array
+
+
+def fixed_prices(mult: Multipliers) -> jax.Array:
+    """The carry's ``prices`` for a fixed pair: [2] float32 (λ_s, µ per MHz)."""
+    return jnp.array([mult.lambda_s, mult.mu * FIXED_BW_SCALE_HZ], jnp.float32)
+
+
+def fixed_mult_fn(prices: jax.Array, batch: SlotBatch) -> Multipliers:
+    """``mult_fn`` of a fixed pair (:func:`fixed_prices`): the same λ_s, µ in every slot."""
+    del batch
+    return Multipliers(lambda_s=prices[..., 0], mu=prices[..., 1] / FIXED_BW_SCALE_HZ)
+
+
+def init_rollout(key, env_params, num_envs: int, init_prices: Callable[[jax.Array], Any]
+                 ) -> RolloutCarry:
+    """Resets ``num_envs`` edge envs; ``prices = init_prices(k)`` with its own key ``k``."""
+    k_prices, k_reset, k_next = jax.random.split(key, 3)
+    obs, env_state = jax.vmap(edge.reset, in_axes=(0, None))(
+        jax.random.split(k_reset, num_envs), env_params)
+    return RolloutCarry(env_state=env_state, obs=obs, prices=init_prices(k_prices),
+                        key=k_next, slots=jnp.zeros((), jnp.int32))
+
+
+def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
+                 learn_fn: Callable | None = None):
+    """``rollout(carry, env_params) -> (carry, out)``: ``rollout_len`` slots of E envs.
+
+    Every env runs its scheduler (``env_params.scheduler``, the threshold rule for stage 2)
+    with ``mult_fn(carry.prices, batch)`` (``batch``: the env's SlotBatch [U] of the slot, so
+    a conditioned map prices each env and slot from its load features). With ``learn_fn``,
+    ``carry.prices = learn_fn(carry.prices, batch [E, U])`` after every slot.
+
+    ``out``: ``batch`` SlotBatch [T, E, U], ``x`` SchedInputs [T, E, U], ``lambda_s``/``mu``
+    [T, E] used, ``reward`` [T, E] (sum over users), and per-slot env metrics [T, E]
+    (``server_in_use``, ``bandwidth_in_use_hz``, ``queue_len``, ``finished``, ``correct``,
+    ``latency_s`` (sum over finished users), ``blocked``), and the env's own
+    ``decision`` / ``outage`` [T, E, U] (after its enforcement).
+    """
+    def _one_env(key, env_state, obs, prices, env_params):
+        k_noise, k_pol = jax.random.split(key)
+        noise = edge.draw_noise(k_noise, env_params)
+        action = policy_fn(k_pol, obs, env_state, env_params)
+        cs, batch = env_slot(env_state, action, env_params, noise)
+        mult = mult_fn(prices, batch)
+        p = env_params.replace(lambda_s=mult.lambda_s, mu=mult.mu)
+        obs, env_state, reward, done, info = edge.step_with_noise(env_state, action, p, noise)
+        stats = dict(reward=jnp.sum(reward), server_in_use=info["server_in_use"],
+                     bandwidth_in_use_hz=info["bandwidth_in_use_hz"],
+                     queue_len=info["queue_len"], blocked=info["blocked"],
+                     finished=jnp.sum(done.astype(jnp.int32)),
+                     correct=jnp.sum(info["user_correct"].astype(jnp.int32)),
+                     latency_s=jnp.sum(info["user_latency_s"]),
+                     decision=info["decision"], outage=info["outage"],
+                     lambda_s=mult.lambda_s, mu=mult.mu)
+        return env_state, obs, batch, cs.x, stats
+
+    def _slot(carry: RolloutCarry, env_params):
+        key, k_slot = jax.random.split(carry.key)
+        keys = jax.random.split(k_slot, carry.obs.shape[0])
+        env_state, obs, batch, x, stats = jax.vmap(_one_env, in_axes=(0, 0, 0, None, None))(
+            keys, carry.env_state, carry.obs, carry.prices, env_params)
+        prices = carry.prices if learn_fn is None else learn_fn(carry.prices, batch)
+        carry = RolloutCarry(env_state=env_state, obs=obs, prices=prices, key=key,
+                             slots=carry.slots + 1)
+        return carry, dict(batch=batch, x=x, **stats)
+
+    def rollout(carry: RolloutCarry, env_params):
+        return jax.lax.scan(lambda c, _: _slot(c, env_params), carry, None,
+                            length=rollout_len)
+
+    return rollout
