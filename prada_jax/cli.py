@@ -24,6 +24,9 @@ A command module is thin::
 * ``errors.NonFiniteTraining`` → one line, exit 3;
 * anything else → the traceback, exit 1 (a bug).
 
+``--help`` (``--helpshort``, ``--helpfull``, ``--helpxml``) prints the help on stdout and exits 0
+(absl itself exits 1 there).
+
 Logging: library INFO lines (orbax logs 100+ per run through absl; absl; JAX) are hidden unless
 ``--verbosity`` is given (``--verbosity=0`` brings them back); this project's own INFO lines
 (runtime, "resumed ... at update N") and every warning are kept. Commands with a config-file
@@ -115,10 +118,27 @@ def _field_message(flag: str | None, e: BaseException, argv: Sequence[str]) -> s
     return f"{flag}: {msg}" if flag else msg
 
 
+def _help_exit(tb) -> bool:
+    """Whether a ``SystemExit`` came from absl's ``--help``/``--helpshort``/``--helpfull``/
+    ``--helpxml`` flag (absl exits 1 after printing the help; the contract says 0)."""
+    kinds = (app.HelpFlag, app.HelpfullFlag, app.HelpXMLFlag)
+    while tb is not None:
+        if isinstance(tb.tb_frame.f_locals.get("self"), kinds):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _parse_flags(argv: Sequence[str]) -> list[str]:
-    """absl's parser with every flag or config error turned into one line and exit 2."""
+    """absl's parser with every flag or config error turned into one line and exit 2; the
+    help flags exit 0."""
     try:
         rest = FLAGS(list(argv))
+    except SystemExit as e:
+        if e.code == 1 and _help_exit(e.__traceback__):
+            sys.stdout.flush()
+            sys.exit(0)
+        raise
     except flags.Error as e:
         fail(re.sub(r"^flag (--)", r"\1", one_line(e)))
     except (AttributeError, KeyError) as e:   # ml_collections: no such config field
@@ -179,7 +199,11 @@ def _wrap(main: Callable[[list[str]], object]) -> Callable[[list[str]], None]:
     def wrapped(argv: list[str]) -> None:
         _quiet_logging()
         if "helpconfig" in FLAGS and FLAGS.helpconfig:
-            _print_configs()
+            try:
+                _print_configs()
+                sys.stdout.flush()
+            except BrokenPipeError:   # ``--helpconfig | head``: the reader left, not an error
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
         rc = _under_contract(main, argv)
         if isinstance(rc, int) and not isinstance(rc, bool) and rc:
