@@ -29,7 +29,9 @@ A command module is thin::
 
 Logging: library INFO lines (orbax logs 100+ per run through absl; absl; JAX) are hidden unless
 ``--verbosity`` is given (``--verbosity=0`` brings them back); this project's own INFO lines
-(runtime, "resumed ... at update N") and every warning are kept. Commands with a config-file
+(runtime, "resumed ... at update N") and every warning are kept, except orbax's complaints about
+a damaged step's ``_CHECKPOINT_METADATA`` (``prada_jax.checkpointing`` names that damage in its
+own one line). Commands with a config-file
 flag also get ``--helpconfig``: print the resolved config (defaults plus overrides) and exit.
 """
 from __future__ import annotations
@@ -162,11 +164,23 @@ _OWN_DIRS = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep
                   for d in ("prada_jax", "train", "evals", "envs", "benchmarks"))
 
 
+# orbax's complaints about a step's metadata file (``_CHECKPOINT_METADATA``: missing, unreadable,
+# not JSON), logged while it lists the steps. prada_jax.checkpointing reports the same damage in
+# its own line (the step's manifest names the file), so at the default verbosity they are
+# dropped: the user sees one line, not an ``E...`` line before it.
+_ORBAX_DUPLICATES = ("Metadata file does not exist", "Failed to read Metadata file",
+                     "Failed to json parse Metadata file")
+
+
 class _OwnInfoOnly(logging.Filter):
-    """Passes WARNING and above from anyone, INFO and below only from this project's code
+    """Passes WARNING and above from anyone (except orbax's step-metadata complaints, which
+    ``prada_jax.checkpointing`` reports itself), INFO and below only from this project's code
     (by source file): orbax's, absl's and JAX's INFO lines are dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if f"{os.sep}orbax{os.sep}" in str(record.pathname) and \
+                str(record.msg).startswith(_ORBAX_DUPLICATES):
+            return False
         return record.levelno >= logging.WARNING or \
             str(record.pathname).startswith(_OWN_DIRS)
 

@@ -90,6 +90,45 @@ def _dual_for(num_servers: int) -> Callable[[Path], None]:
         {"lambda_s": 0.1, "mu": 0.0, "scenario": scenario})})
 
 
+def _config_of(cfg: str, variant: str):
+    """``get_config(variant)`` of a config file given as in CASES (``{repo}/...py``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_cfg", cfg.format(repo=REPO))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(variant)
+
+
+def _damaged_run(cfg: str, variant: str, damage: str) -> Callable[[Path], None]:
+    """A run folder of ``cfg:variant`` (its config.json, run.json) whose checkpoints/ holds two
+    steps, both damaged: ``damage="truncate"`` cuts every array file short,
+    ``"metadata"`` writes garbage into each step's ``_CHECKPOINT_METADATA``. A resume with the
+    same config must be refused before anything in the folder is touched."""
+    def build(path: Path) -> None:
+        import jax.numpy as jnp
+
+        from prada_jax import checkpointing, config_utils
+
+        path.mkdir(parents=True)
+        config_utils.write_config_json(_config_of(cfg, variant), path)
+        (path / "run.json").write_text(json.dumps({"provenance": [
+            {"time": "2026-01-01T00:00:00+00:00", "event": "start", "changed": {}}]}))
+        ck = checkpointing.Checkpointer(path / "checkpoints", max_to_keep=10)
+        for step in (1, 2):
+            ck.save(step, {"w": jnp.arange(4.0) * step}, meta={"step": step}, force=True)
+        ck.close()
+        for step in (1, 2):
+            root = path / "checkpoints" / str(step)
+            if damage == "metadata":
+                (root / "_CHECKPOINT_METADATA").write_text("garbage{")
+            else:
+                for f in (root / "state").rglob("*"):
+                    if f.is_file() and f.parent.name == "d":
+                        f.write_bytes(f.read_bytes()[:3])
+    return build
+
+
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
 
 INPUTS: dict[str, Callable[[Path], None]] = {
@@ -106,6 +145,10 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "dual_badjson": _run_dir({"multipliers.json": '{"lambda_s": 0.1, "mu": '}),
     "policy_smoke": _smoke_policy,
     "dual_m2": _dual_for(2),
+    "ppo_damaged": _damaged_run(PPO_CFG, "smoke", "truncate"),
+    "ppo_garbage_meta": _damaged_run(PPO_CFG, "smoke", "metadata"),
+    "dual_damaged": _damaged_run(DUAL_CFG, "smoke", "metadata"),
+    "distill_damaged": _damaged_run(DISTILL_CFG, "smoke", "truncate"),
 }
 
 
@@ -151,6 +194,16 @@ CASES: list[Case] = [
          r"traces_corrupt/nodes\.safetensors", slow=True),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
                        "--config.env.trace_dir={out}"), r"config\.env\.trace_dir", slow=True),
+    # a resume with no intact checkpoint: refused before config.json, policy_meta.json or
+    # run.json is touched, in one line (no orbax E... line for a garbage _CHECKPOINT_METADATA)
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={ppo_damaged}"),
+         r"no intact checkpoint .*ppo_damaged/checkpoints \(damaged: steps 1, 2\).*step 2"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={ppo_garbage_meta}"),
+         r"no intact checkpoint .*step 2 is damaged: .*2/_CHECKPOINT_METADATA"),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={dual_damaged}"),
+         r"no intact checkpoint .*dual_damaged/checkpoints.*_CHECKPOINT_METADATA"),
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={distill_damaged}"),
+         r"no intact checkpoint .*distill_damaged/checkpoints"),
     # train.dual
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
          r"--config\.dual\.lrr"),

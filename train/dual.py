@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from prada_jax import cli, config_utils
 from prada_jax.dual_train import (  # noqa: F401  (re-exports for older callers)
@@ -72,7 +72,8 @@ def main(argv):
         with config.unlocked():
             config.policy_dir = FLAGS.policy
     _check_inputs(config)
-    logging.info(config_utils.runtime_info())
+    # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
+    # checks: a refused resume prints only its error line)
     from prada_jax import runloop
     result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
     m = result["multipliers"]
