@@ -20,7 +20,8 @@ A command module is thin::
   subclasses (ConfigError, TraceFormatError, EvalError, ...), ``app.UsageError``, every absl
   flag error (unknown flag, bad value, missing value), every ml_collections config error (an
   unknown config field ``--config.ppo.lrr``, an unknown variant ``ppo.py:smok``, a missing
-  config file, a value of the wrong type);
+  config file, a value of the wrong type), a float config field that float32 cannot hold
+  (``config_utils.check_float32``: ``--config.dual.step_size=1e300``);
 * ``errors.NonFiniteTraining`` → one line, exit 3;
 * anything else → the traceback, exit 1 (a bug).
 
@@ -157,7 +158,24 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
             if path and not os.path.exists(path.split(":")[0]):
                 fail(f"--{name}={path.split(':')[0]}: config file not found")
             fail(f"--{name}: cannot load the config file ({one_line(err)})")
+    _check_config_floats()
     return rest
+
+
+def _check_config_floats() -> None:
+    """Every config flag's float fields fit float32 (``config_utils.check_float32``), checked
+    before ``main`` runs: a value like ``--config.dual.step_size=1e300`` is one line, exit 2,
+    instead of a run that overflows."""
+    from prada_jax import config_utils
+
+    for name in _config_flag_names():
+        value = FLAGS[name].value
+        if value is None or type(value).__name__ == "_ErrorConfig":
+            continue
+        try:
+            config_utils.check_float32(value, f"--{name}")
+        except BadInput as e:
+            fail(one_line(e))
 
 
 _OWN_DIRS = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep

@@ -127,3 +127,32 @@ def test_garbage_checkpoint_metadata_is_one_line(tmp_path):
         and "2/_CHECKPOINT_METADATA" in lines[0]
     verbose = _resume(tmp_path / "ck2", "--verbosity=0")
     assert verbose.returncode == 2 and "Failed to json parse Metadata file" in verbose.stderr
+
+
+# ----------------------------------------------------------------------------- float32 range
+
+def test_check_float32_matches_numpy_rounding():
+    """A float field is refused iff NumPy's float32 rounding turns it into inf (from a finite
+    value) or 0 (from a non-zero one), or it is NaN; inf, ints and bools pass. The message
+    names the field as typed (``--config.a.b``, list items ``[i]``)."""
+    from ml_collections import ConfigDict
+
+    from prada_jax import config_utils
+
+    f32max = float(np.finfo(np.float32).max)
+    values = [0.0, -0.0, 1.0, 1e-3, 1e30, 3e38, f32max, -f32max, np.nextafter(f32max, np.inf),
+              3.4028236e38, 3.5e38, 1e39, -1e300, 1e300, 1e-40, 1e-45, 7e-46, 1e-46, -1e-50,
+              float("inf"), float("-inf"), float("nan"), 2.5e-310]
+    for v in values:
+        v = float(v)
+        with np.errstate(over="ignore", under="ignore"):
+            r = np.float32(v)
+        refused = bool(np.isnan(v) or (np.isfinite(v) and np.isinf(r)) or (v != 0 and r == 0))
+        cfg = ConfigDict({"a": {"b": v, "n": 10 ** 40, "flag": True}, "c": [1.0, 2]})
+        if refused:
+            with pytest.raises(config_utils.ConfigError, match=r"^--config\.a\.b="):
+                config_utils.check_float32(cfg, "--config")
+        else:
+            config_utils.check_float32(cfg, "--config")
+    with pytest.raises(config_utils.ConfigError, match=r"^--x\.c\[1\]=1e\+39: does not fit"):
+        config_utils.check_float32({"c": [1.0, 1e39]}, "--x")

@@ -204,6 +204,12 @@ CASES: list[Case] = [
          r"no intact checkpoint .*dual_damaged/checkpoints.*_CHECKPOINT_METADATA"),
     Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={distill_damaged}"),
          r"no intact checkpoint .*distill_damaged/checkpoints"),
+    # a float config value float32 cannot hold: refused before the run (not exit 3 later)
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.dual.step_size=1e300"),
+         r"--config\.dual\.step_size=1e\+300: does not fit float32"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=1e-60"),
+         r"--config\.ppo\.lr=1e-60: rounds to 0 in float32", slow=True),
     # train.dual
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
          r"--config\.dual\.lrr"),
