@@ -156,3 +156,42 @@ def test_check_float32_matches_numpy_rounding():
             config_utils.check_float32(cfg, "--config")
     with pytest.raises(config_utils.ConfigError, match=r"^--x\.c\[1\]=1e\+39: does not fit"):
         config_utils.check_float32({"c": [1.0, 1e39]}, "--x")
+
+
+# ----------------------------------------------------------------------------- trace folders
+
+def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path):
+    """A ``nodes.safetensors`` that is a symlink to a file outside the folder is followed and
+    named by ``validate`` (with its target); ``meta.json`` keys no reader uses are listed as
+    kept for provenance; the content hash still pins the linked bytes."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    plain, linked = tmp_path / "plain", tmp_path / "linked"
+    tf.save(traces, plain, meta)
+    tf.save(traces, linked, meta)
+    shared = tmp_path / "shared" / "nodes.safetensors"
+    shared.parent.mkdir()
+    (linked / tf.NODES_FILE).rename(shared)
+    (linked / tf.NODES_FILE).symlink_to(shared)
+    stored = json.loads((linked / tf.META_FILE).read_text())
+    stored.update(zz_note="built on box 3", notes={"by": "me"})
+    (linked / tf.META_FILE).write_text(json.dumps(stored))
+
+    proc = subprocess.run([sys.executable, "-m", "prada_jax.traces", "validate", str(plain),
+                           str(linked)], env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
+    out = proc.stdout.strip().splitlines()
+    assert len(out) == 2 and out[0].startswith(f"{plain}: OK (") and out[0].endswith(")")
+    assert out[1].startswith(f"{linked}: OK (")
+    assert f"nodes.safetensors is a symlink to {shared.resolve()}, outside the folder" in out[1]
+    assert "meta.json keys not read by prada_jax, kept as provenance: notes, zz_note" in out[1]
+    assert tf.validate_notes(plain, tf.read_meta(plain)) == []      # nothing to say
+    # the link is pinned by the content hash: other bytes behind it are refused
+    other, _ = synthetic.generate("gsm8k", seed=1, problems=4)
+    tf.save(other, tmp_path / "other", meta)
+    shared.write_bytes((tmp_path / "other" / tf.NODES_FILE).read_bytes())
+    with pytest.raises(tf.TraceFormatError, match="content_hash"):
+        tf.load(linked)

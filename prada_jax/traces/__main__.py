@@ -38,16 +38,17 @@ SUBCOMMANDS = ("validate", "synth", "stats", "build")
 # ----------------------------------------------------------------------------- subcommands
 
 def _cmd_validate(fv, dirs) -> int:
-    from prada_jax.traces.format import load, read_meta
+    from prada_jax.traces.format import load, read_meta, validate_notes
 
     if not dirs:
         raise BadInput("validate: give at least one trace folder DIR")
     for d in dirs:
         meta = read_meta(d)
         load(d)
+        notes = "".join(f"; {n}" for n in validate_notes(d, meta))
         print(f"{d}: OK ({meta['benchmark']}, {meta['counts']['problems']} problems, "
               f"{meta['counts']['nodes']} nodes, format v{meta['format_version']}"
-              f"{', synthetic' if meta['synthetic'] else ''})")
+              f"{', synthetic' if meta['synthetic'] else ''}){notes}")
     return 0
 
 
