@@ -79,6 +79,14 @@ def _smoke_policy(path: Path) -> None:
                    cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
 
 
+def _smoke_policy_garbage_metadata(path: Path) -> None:
+    """A train.ppo smoke run whose newest checkpoint step has a garbage
+    ``_CHECKPOINT_METADATA`` (orbax logs an ``E...`` line when it lists the steps)."""
+    _smoke_policy(path)
+    newest = max(int(p.name) for p in (path / "checkpoints").iterdir() if p.name.isdigit())
+    (path / "checkpoints" / str(newest) / "_CHECKPOINT_METADATA").write_text("garbage{")
+
+
 def _dual_for(num_servers: int) -> Callable[[Path], None]:
     """A train.dual-like folder whose multipliers.json records a scenario with M servers
     (the rest as the ppo.py:smoke env) and a policy run that is not the one evaluated."""
@@ -145,6 +153,7 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "dual_badjson": _run_dir({"multipliers.json": '{"lambda_s": 0.1, "mu": '}),
     "policy_smoke": _smoke_policy,
     "dual_m2": _dual_for(2),
+    "policy_garbage_meta": _smoke_policy_garbage_metadata,
     "ppo_damaged": _damaged_run(PPO_CFG, "smoke", "truncate"),
     "ppo_garbage_meta": _damaged_run(PPO_CFG, "smoke", "metadata"),
     "dual_damaged": _damaged_run(DUAL_CFG, "smoke", "metadata"),
@@ -238,6 +247,10 @@ CASES: list[Case] = [
     Case("evals.run", ("--policy={policy_nested}", "--out={out}"),
          r"policy_nested/config\.json", slow=True),
     Case("evals.run", ("--dual={dual_nested}", "--out={out}"), r"--dual", slow=True),
+    Case("evals.run", ("--policy={policy_garbage_meta}", "--out={out}", "--slots=20",
+                       "--warmup_slots=2", "--seeds=1"),
+         r"step \d+ is damaged: .*policy_garbage_meta/checkpoints/\d+/_CHECKPOINT_METADATA",
+         slow=True),
     Case("evals.run", ("--slots=10", "--warmup_slots=10", "--out={out}"), r"--warmup_slots",
          slow=True),
     Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers", slow=True),
