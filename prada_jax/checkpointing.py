@@ -27,7 +27,10 @@ Trust:
 * ``restore_latest(template)`` (used when resuming) falls back to the newest intact step
   automatically, with one warning line on stderr naming the damaged step and file and the step
   it resumes from; the damaged step folder is renamed ``<step>.damaged`` so the run can save
-  that step again. Loading a policy for evaluation (``restore``) never falls back.
+  that step again. When no step is intact it prints no warning and raises one
+  ``DamagedCheckpoint`` ("no intact checkpoint to resume from in DIR ..."); resuming trainers
+  learn that before they write anything (``check_resumable``, called by
+  ``run_state.check_resume``). Loading a policy for evaluation (``restore``) never falls back.
 
 Example::
 
@@ -54,8 +57,9 @@ import orbax.checkpoint as ocp
 from prada_jax.errors import BadInput, NonFiniteTraining
 from prada_jax.jsonio import write_json
 
-__all__ = ["Checkpointer", "CheckpointError", "DamagedCheckpoint", "MissingCheckpoint", "keys_to_data",
-           "data_to_keys", "first_non_finite", "MANIFEST_FILE"]
+__all__ = ["Checkpointer", "CheckpointError", "DamagedCheckpoint", "MissingCheckpoint",
+           "keys_to_data", "data_to_keys", "first_non_finite", "check_resumable",
+           "step_folders", "MANIFEST_FILE"]
 
 MANIFEST_FILE = "prada_manifest.json"
 
@@ -134,6 +138,73 @@ def data_to_keys(data_tree: Any, template: Any) -> Any:
         impl = t.dtype._impl if isinstance(t, jax.ShapeDtypeStruct) else jax.random.key_impl(t)
         return jax.random.wrap_key_data(d, impl=impl)
     return jax.tree.map(_wrap, data_tree, template)
+
+
+def _verify_step(directory: Path, step: int) -> bool:
+    """``Checkpointer.verify`` on a folder, without orbax (see there)."""
+    root = Path(directory) / str(int(step))
+    man = root / MANIFEST_FILE
+    if not man.is_file():
+        return False
+    try:
+        files = json.loads(man.read_text())["files"]
+        items = [(str(k), int(v[0]), str(v[1])) for k, v in files.items()]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError,
+            RecursionError) as e:
+        raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {man} is unreadable "
+                                f"({_first_line(e)})") from None
+    for rel, size, digest in items:
+        path = root / rel
+        if not path.is_file():
+            raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} is missing")
+        data = path.read_bytes()
+        if len(data) != size:
+            raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} has "
+                                    f"{len(data)} bytes, expected {size} (truncated?)")
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} differs "
+                                    "from what was saved (checksum mismatch)")
+    return True
+
+
+def _no_intact(directory: Path, steps: list[int], newest: BaseException) -> DamagedCheckpoint:
+    """The one-line error of a checkpoint folder whose every step is damaged."""
+    which = f"step {steps[0]}" if len(steps) == 1 else f"steps {', '.join(map(str, steps))}"
+    return DamagedCheckpoint(f"no intact checkpoint to resume from in {directory} (damaged: "
+                             f"{which}): {newest}; move the folder away to start over, or use "
+                             "a new --workdir")
+
+
+def step_folders(directory: os.PathLike | str) -> list[int]:
+    """The committed step folders (``<directory>/<int>``) on disk, ascending; read-only, no
+    orbax (``*.orbax-checkpoint-tmp`` and ``*.damaged`` folders are not steps)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def check_resumable(directory: os.PathLike | str) -> None:
+    """Refuses, before a resume writes anything, a checkpoint folder that holds steps but no
+    intact one: every step fails its manifest check (``prada_manifest.json``). Read-only (orbax
+    is not opened). A step without a manifest may be intact (only a restore can tell) and
+    passes; a missing or empty folder passes (a fresh run).
+
+    Raises:
+      DamagedCheckpoint: one line naming the folder, the damaged steps and the newest one's
+        file.
+    """
+    d = Path(directory).absolute()
+    steps = step_folders(d)
+    newest = None
+    for step in reversed(steps):
+        try:
+            _verify_step(d, step)
+            return
+        except DamagedCheckpoint as e:
+            newest = newest or e
+    if newest is not None:
+        raise _no_intact(d, steps, newest)
 
 
 class Checkpointer:
@@ -237,29 +308,7 @@ class Checkpointer:
           DamagedCheckpoint: naming the first missing, truncated or changed file (or an
             unreadable manifest).
         """
-        root = self.directory / str(int(step))
-        man = root / MANIFEST_FILE
-        if not man.is_file():
-            return False
-        try:
-            files = json.loads(man.read_text())["files"]
-            items = [(str(k), int(v[0]), str(v[1])) for k, v in files.items()]
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError,
-                RecursionError) as e:
-            raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {man} is unreadable "
-                                    f"({_first_line(e)})") from None
-        for rel, size, digest in items:
-            path = root / rel
-            if not path.is_file():
-                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} is missing")
-            data = path.read_bytes()
-            if len(data) != size:
-                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} has "
-                                        f"{len(data)} bytes, expected {size} (truncated?)")
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} differs "
-                                        "from what was saved (checksum mismatch)")
-        return True
+        return _verify_step(self.directory, step)
 
     def restore(self, template: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restores ``(state, meta)`` at ``step`` (default: latest).
@@ -368,21 +417,21 @@ class Checkpointer:
         steps = self.all_steps()
         if not steps:
             return None
-        first_error = None
+        damaged: list[tuple[int, DamagedCheckpoint]] = []
         for step in reversed(steps):
             try:
                 state, meta = self.restore(template, step)
             except DamagedCheckpoint as e:
-                first_error = first_error or e
-                older = [s for s in steps if s < step]
-                msg = (f"warning: {e}; falling back to step {older[-1]}" if older else
-                       f"warning: {e}; no older step to fall back to")
-                print(msg, file=sys.stderr, flush=True)
+                damaged.append((step, e))
                 continue
-            if first_error is not None:
+            for bad, e in damaged:   # warned only once a step restored: then they are true
+                older = [s for s in steps if s < bad]
+                print(f"warning: {e}; falling back to step {older[-1]}", file=sys.stderr,
+                      flush=True)
+            if damaged:
                 self._quarantine([s for s in steps if s > step])
             return state, meta, step
-        raise first_error
+        raise _no_intact(self.directory, steps, damaged[0][1])
 
     def _quarantine(self, steps: list[int]) -> None:
         """Renames damaged step folders ``<step>.damaged`` (process 0) and reloads the

@@ -20,13 +20,19 @@ A command module is thin::
   subclasses (ConfigError, TraceFormatError, EvalError, ...), ``app.UsageError``, every absl
   flag error (unknown flag, bad value, missing value), every ml_collections config error (an
   unknown config field ``--config.ppo.lrr``, an unknown variant ``ppo.py:smok``, a missing
-  config file, a value of the wrong type);
+  config file, a value of the wrong type), a float config field that float32 cannot hold
+  (``config_utils.check_float32``: ``--config.dual.step_size=1e300``);
 * ``errors.NonFiniteTraining`` → one line, exit 3;
 * anything else → the traceback, exit 1 (a bug).
 
+``--help`` (``--helpshort``, ``--helpfull``, ``--helpxml``) prints the help on stdout and exits 0
+(absl itself exits 1 there).
+
 Logging: library INFO lines (orbax logs 100+ per run through absl; absl; JAX) are hidden unless
 ``--verbosity`` is given (``--verbosity=0`` brings them back); this project's own INFO lines
-(runtime, "resumed ... at update N") and every warning are kept. Commands with a config-file
+(runtime, "resumed ... at update N") and every warning are kept, except orbax's complaints about
+a damaged step's ``_CHECKPOINT_METADATA`` (``prada_jax.checkpointing`` names that damage in its
+own one line). Commands with a config-file
 flag also get ``--helpconfig``: print the resolved config (defaults plus overrides) and exit.
 """
 from __future__ import annotations
@@ -115,10 +121,27 @@ def _field_message(flag: str | None, e: BaseException, argv: Sequence[str]) -> s
     return f"{flag}: {msg}" if flag else msg
 
 
+def _help_exit(tb) -> bool:
+    """Whether a ``SystemExit`` came from absl's ``--help``/``--helpshort``/``--helpfull``/
+    ``--helpxml`` flag (absl exits 1 after printing the help; the contract says 0)."""
+    kinds = (app.HelpFlag, app.HelpfullFlag, app.HelpXMLFlag)
+    while tb is not None:
+        if isinstance(tb.tb_frame.f_locals.get("self"), kinds):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _parse_flags(argv: Sequence[str]) -> list[str]:
-    """absl's parser with every flag or config error turned into one line and exit 2."""
+    """absl's parser with every flag or config error turned into one line and exit 2; the
+    help flags exit 0."""
     try:
         rest = FLAGS(list(argv))
+    except SystemExit as e:
+        if e.code == 1 and _help_exit(e.__traceback__):
+            sys.stdout.flush()
+            sys.exit(0)
+        raise
     except flags.Error as e:
         fail(re.sub(r"^flag (--)", r"\1", one_line(e)))
     except (AttributeError, KeyError) as e:   # ml_collections: no such config field
@@ -135,18 +158,47 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
             if path and not os.path.exists(path.split(":")[0]):
                 fail(f"--{name}={path.split(':')[0]}: config file not found")
             fail(f"--{name}: cannot load the config file ({one_line(err)})")
+    _check_config_floats()
     return rest
+
+
+def _check_config_floats() -> None:
+    """Every config flag's float fields fit float32 (``config_utils.check_float32``), checked
+    before ``main`` runs: a value like ``--config.dual.step_size=1e300`` is one line, exit 2,
+    instead of a run that overflows."""
+    from prada_jax import config_utils
+
+    for name in _config_flag_names():
+        value = FLAGS[name].value
+        if value is None or type(value).__name__ == "_ErrorConfig":
+            continue
+        try:
+            config_utils.check_float32(value, f"--{name}")
+        except BadInput as e:
+            fail(one_line(e))
 
 
 _OWN_DIRS = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep
                   for d in ("prada_jax", "train", "evals", "envs", "benchmarks"))
 
 
+# orbax's complaints about a step's metadata file (``_CHECKPOINT_METADATA``: missing, unreadable,
+# not JSON), logged while it lists the steps. prada_jax.checkpointing reports the same damage in
+# its own line (the step's manifest names the file), so at the default verbosity they are
+# dropped: the user sees one line, not an ``E...`` line before it.
+_ORBAX_DUPLICATES = ("Metadata file does not exist", "Failed to read Metadata file",
+                     "Failed to json parse Metadata file")
+
+
 class _OwnInfoOnly(logging.Filter):
-    """Passes WARNING and above from anyone, INFO and below only from this project's code
+    """Passes WARNING and above from anyone (except orbax's step-metadata complaints, which
+    ``prada_jax.checkpointing`` reports itself), INFO and below only from this project's code
     (by source file): orbax's, absl's and JAX's INFO lines are dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if f"{os.sep}orbax{os.sep}" in str(record.pathname) and \
+                str(record.msg).startswith(_ORBAX_DUPLICATES):
+            return False
         return record.levelno >= logging.WARNING or \
             str(record.pathname).startswith(_OWN_DIRS)
 
@@ -179,7 +231,11 @@ def _wrap(main: Callable[[list[str]], object]) -> Callable[[list[str]], None]:
     def wrapped(argv: list[str]) -> None:
         _quiet_logging()
         if "helpconfig" in FLAGS and FLAGS.helpconfig:
-            _print_configs()
+            try:
+                _print_configs()
+                sys.stdout.flush()
+            except BrokenPipeError:   # ``--helpconfig | head``: the reader left, not an error
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
         rc = _under_contract(main, argv)
         if isinstance(rc, int) and not isinstance(rc, bool) and rc:

@@ -34,7 +34,7 @@ __all__ = [
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
     "reject_extra_argv",
-    "runtime_info", "REMOVED_FIELDS", "is_removed", "drop_removed_fields",
+    "runtime_info", "REMOVED_FIELDS", "is_removed", "drop_removed_fields", "check_float32",
 ]
 
 # Config fields that no longer exist: dotted name (or a whole section) -> why it went. A stored
@@ -241,3 +241,53 @@ def runtime_info() -> str:
     return (f"python {platform.python_version()}, jax {jax.__version__}, backend "
             f"{jax.default_backend()}, {len(devices)} device(s) [{devices[0].device_kind}], "
             f"process {jax.process_index()}/{jax.process_count()}")
+
+
+# ----------------------------------------------------------------------------- float32 range
+
+def _float32(value: float) -> float:
+    """``value`` rounded to float32 (IEEE round-to-nearest); ``±inf`` past its range."""
+    import struct
+
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:   # some Python builds raise instead of rounding to inf
+        return math.copysign(math.inf, value)
+
+
+def _float_leaves(tree: Any, prefix: str):
+    """``(dotted name, value)`` of every float leaf of a nested dict / list (bools and ints
+    are not floats); list items are named ``name[i]``."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _float_leaves(v, f"{prefix}.{k}")
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from _float_leaves(v, f"{prefix}[{i}]")
+    elif isinstance(tree, float):
+        yield prefix, tree
+
+
+def check_float32(config: Any, name: str = "config") -> None:
+    """Refuses a float field that the float32 computation cannot hold: NaN, a finite value
+    beyond float32's range (``|x| > 3.4028235e38``: it would become inf, and the first update
+    non-finite, e.g. ``dual.step_size=1e300``), or a non-zero value that rounds to 0 in float32
+    (``|x| < 1.4e-45``). ``inf`` itself is allowed (some fields use it for "never"). Applies
+    to every field of any config; ``name`` is how the user reaches the config
+    (``--config``), so the message names the field as typed: ``--config.dual.step_size``.
+
+    Raises:
+      ConfigError: naming the first such field and its value.
+    """
+    for field, v in _float_leaves(config_to_dict(config), name):
+        if math.isnan(v):
+            raise ConfigError(f"{field}={v!r}: NaN is not a valid value")
+        if math.isinf(v):
+            continue
+        f32 = _float32(v)
+        if math.isinf(f32):
+            raise ConfigError(f"{field}={v!r}: does not fit float32 (|value| <= 3.4028235e+38); "
+                              "the run computes in float32")
+        if v != 0.0 and f32 == 0.0:
+            raise ConfigError(f"{field}={v!r}: rounds to 0 in float32 (smallest non-zero "
+                              "|value| 1.4e-45); the run computes in float32")

@@ -2,7 +2,9 @@
 
 On an existing workdir a trainer calls :func:`check_resume` **before writing anything**: it
 reads the stored ``<workdir>/config.json`` and compares it with the new config field by field
-(dotted names).
+(dotted names), and checks that ``<workdir>/checkpoints`` holds an intact step if it holds any
+(a run whose every step is damaged is refused here, before ``config.json``, ``run.json`` or a
+trainer's own files such as ``policy_meta.json`` are touched).
 
 * A field that changes the computation (shapes, seeds, data paths, optimiser, env, losses:
   everything not declared observational) differs → ``ConfigMismatch`` (a ``BadInput``, exit
@@ -93,15 +95,31 @@ def _fmt(v: Any) -> str:
 
 
 def check_resume(config: Any, workdir, observational: Iterable[str],
-                 filename: str = "config.json") -> ResumeCheck:
-    """Compares ``config`` with ``<workdir>/<filename>`` (less ``config_utils.REMOVED_FIELDS``);
-    writes nothing.
+                 filename: str = "config.json",
+                 checkpoints: str | None = "checkpoints") -> ResumeCheck:
+    """Compares ``config`` with ``<workdir>/<filename>`` (less ``config_utils.REMOVED_FIELDS``),
+    then checks that
+    ``<workdir>/<checkpoints>`` (None: skip) is empty or holds an intact step
+    (``checkpointing.check_resumable``); writes nothing.
 
     Raises:
       ConfigMismatch: a non-observational field differs (lists all of them, old → new).
       BadInput: the stored config is unreadable (names the file).
+      checkpointing.DamagedCheckpoint: the run has checkpoints but none intact (a resume that
+        would be refused after the trainer rewrote config.json and run.json).
     """
     path = Path(workdir) / filename
+    check = _check_config(config, path, workdir, observational)
+    if checkpoints is not None:
+        from prada_jax import checkpointing
+
+        checkpointing.check_resumable(Path(workdir) / checkpoints)
+    return check
+
+
+def _check_config(config: Any, path: Path, workdir, observational: Iterable[str]
+                  ) -> ResumeCheck:
+    """The config half of :func:`check_resume` (``path``: the stored config file)."""
     if not path.is_file():
         return ResumeCheck(True, {}, {})
     try:

@@ -23,6 +23,9 @@ boundaries and owns everything around it:
   ``wall_s=None`` for it and trainers write *no* steps-per-second point for that call (the
   point is dropped, not estimated); every later call is timed from dispatch to metrics on the
   host;
+* **runtime line**: the first ``run`` of a process logs ``config_utils.runtime_info()`` (Python,
+  JAX, backend, devices) at INFO, so a launcher's refused input or resume (exit 2) prints only
+  its one error line;
 * **signals**: SIGINT/SIGTERM (main thread only) finish the current call, save a checkpoint at
   that boundary and return with ``stopped_by`` = ``"SIGINT"``/``"SIGTERM"``; a second signal
   raises ``KeyboardInterrupt`` at once. Entry modules then exit with 128 + the signal number.
@@ -63,6 +66,21 @@ __all__ = ["LoopResult", "run", "restore_or_init", "exit_code_for", "no_checkpoi
 
 def _all(tag: str) -> bool:
     return True
+
+
+_runtime_logged = False
+
+
+def _log_runtime() -> None:
+    """Logs the runtime line once per process."""
+    global _runtime_logged
+    if not _runtime_logged:
+        from absl import logging
+
+        from prada_jax import config_utils
+
+        logging.info(config_utils.runtime_info())
+        _runtime_logged = True
 
 
 def no_checkpoint_note(ckpt) -> str:
@@ -225,6 +243,7 @@ def run(state: Any, step_fn: Callable[[Any, int], tuple[Any, Any]], *, start: in
     Raises:
       errors.NonFiniteTraining: a checked metric (or the state at a save) is non-finite.
     """
+    _log_runtime()
     step, calls = int(start), 0
     last_scalars: list = []
     saved_step, saved_meta = None, {}

@@ -79,6 +79,14 @@ def _smoke_policy(path: Path) -> None:
                    cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
 
 
+def _smoke_policy_garbage_metadata(path: Path) -> None:
+    """A train.ppo smoke run whose newest checkpoint step has a garbage
+    ``_CHECKPOINT_METADATA`` (orbax logs an ``E...`` line when it lists the steps)."""
+    _smoke_policy(path)
+    newest = max(int(p.name) for p in (path / "checkpoints").iterdir() if p.name.isdigit())
+    (path / "checkpoints" / str(newest) / "_CHECKPOINT_METADATA").write_text("garbage{")
+
+
 def _dual_for(num_servers: int) -> Callable[[Path], None]:
     """A train.dual-like folder whose multipliers.json records a scenario with M servers
     (the rest as the ppo.py:smoke env) and a policy run that is not the one evaluated."""
@@ -88,6 +96,45 @@ def _dual_for(num_servers: int) -> Callable[[Path], None]:
                 "policy": {"kind": "ppo", "workdir": "/elsewhere/ppo"}}
     return _run_dir({"multipliers.json": json.dumps(
         {"lambda_s": 0.1, "mu": 0.0, "scenario": scenario})})
+
+
+def _config_of(cfg: str, variant: str):
+    """``get_config(variant)`` of a config file given as in CASES (``{repo}/...py``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_cfg", cfg.format(repo=REPO))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(variant)
+
+
+def _damaged_run(cfg: str, variant: str, damage: str) -> Callable[[Path], None]:
+    """A run folder of ``cfg:variant`` (its config.json, run.json) whose checkpoints/ holds two
+    steps, both damaged: ``damage="truncate"`` cuts every array file short,
+    ``"metadata"`` writes garbage into each step's ``_CHECKPOINT_METADATA``. A resume with the
+    same config must be refused before anything in the folder is touched."""
+    def build(path: Path) -> None:
+        import jax.numpy as jnp
+
+        from prada_jax import checkpointing, config_utils
+
+        path.mkdir(parents=True)
+        config_utils.write_config_json(_config_of(cfg, variant), path)
+        (path / "run.json").write_text(json.dumps({"provenance": [
+            {"time": "2026-01-01T00:00:00+00:00", "event": "start", "changed": {}}]}))
+        ck = checkpointing.Checkpointer(path / "checkpoints", max_to_keep=10)
+        for step in (1, 2):
+            ck.save(step, {"w": jnp.arange(4.0) * step}, meta={"step": step}, force=True)
+        ck.close()
+        for step in (1, 2):
+            root = path / "checkpoints" / str(step)
+            if damage == "metadata":
+                (root / "_CHECKPOINT_METADATA").write_text("garbage{")
+            else:
+                for f in (root / "state").rglob("*"):
+                    if f.is_file() and f.parent.name == "d":
+                        f.write_bytes(f.read_bytes()[:3])
+    return build
 
 
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
@@ -106,6 +153,11 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "dual_badjson": _run_dir({"multipliers.json": '{"lambda_s": 0.1, "mu": '}),
     "policy_smoke": _smoke_policy,
     "dual_m2": _dual_for(2),
+    "policy_garbage_meta": _smoke_policy_garbage_metadata,
+    "ppo_damaged": _damaged_run(PPO_CFG, "smoke", "truncate"),
+    "ppo_garbage_meta": _damaged_run(PPO_CFG, "smoke", "metadata"),
+    "dual_damaged": _damaged_run(DUAL_CFG, "smoke", "metadata"),
+    "distill_damaged": _damaged_run(DISTILL_CFG, "smoke", "truncate"),
 }
 
 
@@ -151,6 +203,22 @@ CASES: list[Case] = [
          r"traces_corrupt/nodes\.safetensors", slow=True),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
                        "--config.env.trace_dir={out}"), r"config\.env\.trace_dir", slow=True),
+    # a resume with no intact checkpoint: refused before config.json, policy_meta.json or
+    # run.json is touched, in one line (no orbax E... line for a garbage _CHECKPOINT_METADATA)
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={ppo_damaged}"),
+         r"no intact checkpoint .*ppo_damaged/checkpoints \(damaged: steps 1, 2\).*step 2"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={ppo_garbage_meta}"),
+         r"no intact checkpoint .*step 2 is damaged: .*2/_CHECKPOINT_METADATA"),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={dual_damaged}"),
+         r"no intact checkpoint .*dual_damaged/checkpoints.*_CHECKPOINT_METADATA"),
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={distill_damaged}"),
+         r"no intact checkpoint .*distill_damaged/checkpoints"),
+    # a float config value float32 cannot hold: refused before the run (not exit 3 later)
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.dual.step_size=1e300"),
+         r"--config\.dual\.step_size=1e\+300: does not fit float32"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=1e-60"),
+         r"--config\.ppo\.lr=1e-60: rounds to 0 in float32", slow=True),
     # train.dual
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
          r"--config\.dual\.lrr"),
@@ -179,6 +247,10 @@ CASES: list[Case] = [
     Case("evals.run", ("--policy={policy_nested}", "--out={out}"),
          r"policy_nested/config\.json", slow=True),
     Case("evals.run", ("--dual={dual_nested}", "--out={out}"), r"--dual", slow=True),
+    Case("evals.run", ("--policy={policy_garbage_meta}", "--out={out}", "--slots=20",
+                       "--warmup_slots=2", "--seeds=1"),
+         r"step \d+ is damaged: .*policy_garbage_meta/checkpoints/\d+/_CHECKPOINT_METADATA",
+         slow=True),
     Case("evals.run", ("--slots=10", "--warmup_slots=10", "--out={out}"), r"--warmup_slots",
          slow=True),
     Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers", slow=True),
@@ -346,6 +418,63 @@ def test_every_command_has_a_default_case():
     assert slow <= fast, f"commands with only slow cases: {sorted(slow - fast)}"
     missing = _commands_in_tree() - fast
     assert not missing, f"commands without a default-suite case in CASES: {sorted(missing)}"
+
+
+# ----------------------------------------------------------------------------- --help
+
+def _config_commands() -> set[str]:
+    """Commands with an ml_collections config-file flag (they also get ``--helpconfig``)."""
+    out = set()
+    for cmd in _commands_in_tree():
+        mod = REPO.joinpath(*cmd.split("."))
+        src = mod / "__main__.py" if mod.is_dir() else mod.with_suffix(".py")
+        if "config_flags.DEFINE_config_file" in src.read_text():
+            out.add(cmd)
+    return out
+
+
+def _run_help(command: str, args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    cwd = tmp / "cwd"
+    cwd.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
+               TRANSFORMERS_OFFLINE="1")
+    before = _snapshot(tmp)
+    proc = subprocess.run([sys.executable, "-m", command, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert _snapshot(tmp) == before, f"{command} {args} wrote into its working directory"
+    return proc
+
+
+@pytest.mark.parametrize("command", sorted(_commands_in_tree()))
+def test_help_exits_zero(command, tmp_path):
+    """``--help`` prints the command's help on stdout and exits 0 (absl's own --help exits 1,
+    which the contract reserves for bugs); commands with a config file also answer
+    ``--helpconfig`` (the resolved config) with exit 0."""
+    proc = _run_help(command, ["--help"], tmp_path)
+    shown = f"python -m {command} --help -> {proc.returncode}\nstderr:\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, shown
+    assert "--" in proc.stdout and not proc.stderr.strip(), shown
+    if command in _config_commands():
+        proc = _run_help(command, ["--helpconfig"], tmp_path)
+        assert proc.returncode == 0 and proc.stdout.strip() and not proc.stderr.strip(), \
+            (proc.returncode, proc.stdout[:300], proc.stderr)
+
+
+def test_helpconfig_prints_the_resolved_config(tmp_path):
+    """``--helpconfig`` with a config and an override prints that config as JSON, equal to the
+    config file's own ``get_config`` with the override applied."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_ppo_cfg", PPO_CFG.format(repo=REPO))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    want = mod.get_config("smoke").to_dict()
+    want["seed"] = 7
+    proc = _run_help("train.ppo", [f"--config={PPO_CFG.format(repo=REPO)}:smoke",
+                                   "--config.seed=7", "--helpconfig"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    body = proc.stdout.split("\n", 1)[1]
+    assert json.loads(body) == json.loads(json.dumps(want, default=repr))
 
 
 # ----------------------------------------------------------------------------- units

@@ -20,7 +20,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
 from prada_jax import cli, config_utils  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -94,7 +94,8 @@ def main(argv):
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2).
     validate_config(FLAGS.config)
-    logging.info(config_utils.runtime_info())
+    # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
+    # checks: a refused resume prints only its error line)
     # BadInput (exit 2) and NonFiniteTraining (exit 3) are mapped by prada_jax.cli
     res = train_and_evaluate(FLAGS.config, FLAGS.workdir, max_steps=FLAGS.max_steps)
     if res.get("finished") is False:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from ml_collections import config_flags
 
@@ -72,7 +72,6 @@ def main(argv):
         with config.unlocked():
             config.policy_dir = FLAGS.policy
     _check_inputs(config)
-    logging.info(config_utils.runtime_info())
     from prada_jax.stage2.trainer import summary_lines, train_and_evaluate  # lazy: see above
 
     result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from prada_jax import cli, config_utils
 
@@ -42,7 +42,8 @@ def main(argv):
     trainer.validate_config(FLAGS.config)
     if FLAGS.config.env.get("trace_dir"):
         trainer.load_traces(FLAGS.config)
-    logging.info(config_utils.runtime_info())
+    # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
+    # checks: a refused resume prints only its error line)
 
     from prada_jax import runloop
     result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,

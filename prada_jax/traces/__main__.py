@@ -32,7 +32,7 @@ from prada_jax.cli import one_line  # noqa: E402
 from prada_jax.errors import EXIT_BAD_INPUT, BadInput  # noqa: E402
 from prada_jax.presets import BENCHMARKS  # noqa: E402
 from prada_jax.traces import stats, synthetic  # noqa: E402
-from prada_jax.traces.format import load, read_meta, save  # noqa: E402
+from prada_jax.traces.format import load, read_meta, save, validate_notes  # noqa: E402
 
 EXIT_BAD_DATA = EXIT_BAD_INPUT
 SUBCOMMANDS = ("validate", "synth", "stats", "build")
@@ -46,9 +46,10 @@ def _cmd_validate(fv, dirs) -> int:
     for d in dirs:
         meta = read_meta(d)
         load(d)
+        notes = "".join(f"; {n}" for n in validate_notes(d, meta))
         print(f"{d}: OK ({meta['benchmark']}, {meta['counts']['problems']} problems, "
               f"{meta['counts']['nodes']} nodes, format v{meta['format_version']}"
-              f"{', synthetic' if meta['synthetic'] else ''})")
+              f"{', synthetic' if meta['synthetic'] else ''}){notes}")
     return 0
 
 

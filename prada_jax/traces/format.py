@@ -27,7 +27,11 @@ A trace set is one folder with two files (docs/design.md §2):
 * ``meta.json``: ``format_version``, ``benchmark``, ``synthetic`` (bool), ``models``
   (``slm``, ``llm``, ``prm`` names), ``feature_dim``, ``feature_names``, ``counts``
   (``problems``, ``nodes``), ``max_depth``, ``generator`` (settings), ``content_hash``
-  (``sha256:`` of the bytes of ``nodes.safetensors``).
+  (``sha256:`` of the bytes of ``nodes.safetensors``). Other keys are allowed and ignored
+  (kept as provenance; ``validate`` lists them).
+
+Either file may be a symlink, also to a file outside the folder: it is followed (the content
+hash pins the bytes) and ``validate`` names the link and its target.
 
 Edges (child and fallback) always go from depth k to depth k + 1, so the graph is acyclic
 and every path ends within ``max_depth`` + 1 steps; the validator checks this.
@@ -78,6 +82,9 @@ ALL_FIELDS = {**NODE_FIELDS, **PROBLEM_FIELDS}
 PRM_CHILD_ATOL = 1e-3   # |prm[child[n, c]] - cand_prm[n, c]| allowed (batched/bf16 rescoring)
 REQUIRED_META = ("format_version", "benchmark", "synthetic", "models", "feature_dim",
                  "counts", "max_depth", "content_hash")
+# Optional keys this package writes (synthetic generator, builder). Any other key is allowed,
+# read by nothing and left in the file (provenance, e.g. a user's notes); ``validate`` lists it.
+OPTIONAL_META = ("feature_names", "generator", "prm_style")
 
 
 class TraceFormatError(BadInput):
@@ -261,6 +268,40 @@ def validate(path: os.PathLike | str) -> dict:
     """Validates a trace folder; returns its meta. Raises ``TraceFormatError``."""
     load(path)
     return read_meta(path)
+
+
+def unknown_meta_keys(meta: dict) -> list[str]:
+    """Top-level keys of ``meta.json`` that no reader uses (neither required nor written by
+    this package), sorted. They are allowed and kept as provenance."""
+    return sorted(set(meta) - set(REQUIRED_META) - set(OPTIONAL_META))
+
+
+def outside_links(path: os.PathLike | str) -> dict[str, str]:
+    """``{file name: resolved target}`` of the folder's files (``nodes.safetensors``,
+    ``meta.json``) that are symlinks to a file outside the folder. Such links are followed
+    (sharing one large nodes file between folders is legitimate); the content hash in
+    ``meta.json`` still pins the bytes, and ``validate`` reports the link."""
+    folder = Path(path).resolve()
+    out = {}
+    for name in (NODES_FILE, META_FILE):
+        p = Path(path) / name
+        if p.is_symlink():
+            target = p.resolve()
+            if folder not in target.parents:
+                out[name] = str(target)
+    return out
+
+
+def validate_notes(path: os.PathLike | str, meta: dict) -> list[str]:
+    """What ``validate`` says about a valid folder besides "OK": files that are symlinks to
+    outside the folder, and ``meta.json`` keys no reader uses."""
+    notes = [f"{name} is a symlink to {target}, outside the folder (followed; content hash "
+             "checked)" for name, target in outside_links(path).items()]
+    extra = unknown_meta_keys(meta)
+    if extra:
+        notes.append(f"{META_FILE} keys not read by prada_jax, kept as provenance: "
+                     f"{', '.join(extra)}")
+    return notes
 
 
 def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLike | str) -> None:

@@ -1,0 +1,197 @@
+"""Command-line edges of the error contract (README, "Errors and exit codes") that the sweep in
+tests/test_cli_errors.py does not reach: a resume with no intact checkpoint is refused before
+the run folder is touched; orbax's complaint about a garbage ``_CHECKPOINT_METADATA`` is not
+shown at the default verbosity (the project's own line names the file); float config values
+that do not fit float32 are refused up front; symlinked and unknown-key trace folders are
+reported by ``validate``."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prada_jax import checkpointing, errors, run_state
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
+                TRANSFORMERS_OFFLINE="1")
+
+
+def _save_steps(directory: Path, steps=(1, 2)) -> None:
+    ck = checkpointing.Checkpointer(directory, max_to_keep=10)
+    for s in steps:
+        ck.save(s, {"x": jnp.float32(s)}, meta={"step": s}, force=True)
+    ck.close()
+
+
+def _garbage_metadata(directory: Path, step: int) -> Path:
+    path = directory / str(step) / "_CHECKPOINT_METADATA"
+    path.write_text("garbage{")
+    return path
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+# ----------------------------------------------------------------------------- refused resume
+
+def test_check_resume_refuses_a_run_without_an_intact_checkpoint(tmp_path):
+    """Every step damaged → ``check_resume`` raises one line naming the folder, the steps and the
+    newest damaged file, and touches nothing; one intact step (or none at all, or a step
+    without a manifest) passes."""
+    config = {"seed": 0, "lr": 1e-3}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ck_dir = tmp_path / "checkpoints"
+    _save_steps(ck_dir)
+    bad = _garbage_metadata(ck_dir, 2)
+    assert not run_state.check_resume(config, tmp_path, ()).fresh        # step 1 intact
+    data = [p for p in (ck_dir / "1" / "state").rglob("*") if p.parent.name == "d"]
+    data[0].write_bytes(data[0].read_bytes()[:3])
+    before = _tree(tmp_path)
+    with pytest.raises(checkpointing.DamagedCheckpoint) as e:
+        run_state.check_resume(config, tmp_path, ())
+    msg = str(e.value)
+    assert isinstance(e.value, errors.BadInput) and "\n" not in msg
+    assert msg.startswith(f"no intact checkpoint to resume from in {ck_dir} (damaged: steps 1, 2)")
+    assert str(bad) in msg
+    assert _tree(tmp_path) == before
+    # the same refusal from the restore path (no warning lines before it)
+    with pytest.raises(checkpointing.DamagedCheckpoint, match="no intact checkpoint"):
+        checkpointing.Checkpointer(ck_dir).restore_latest({"x": jnp.float32(0)})
+    # a step without a manifest may be intact: only a restore can tell
+    (ck_dir / "1" / checkpointing.MANIFEST_FILE).unlink()
+    run_state.check_resume(config, tmp_path, ())
+    # a fresh run (no checkpoints folder) and skipping the check
+    assert run_state.check_resume(config, tmp_path / "new", ()).fresh
+    (ck_dir / "1").rename(ck_dir / "1.damaged")
+    run_state.check_resume(config, tmp_path, (), checkpoints=None)
+    with pytest.raises(checkpointing.DamagedCheckpoint, match=r"\(damaged: step 2\)"):
+        run_state.check_resume(config, tmp_path, ())
+
+
+# ----------------------------------------------------------------------------- one stderr line
+
+_RESUME = textwrap.dedent("""
+    import sys
+    import jax.numpy as jnp
+    from prada_jax import checkpointing, cli, runloop
+
+    def main(argv):
+        ck = checkpointing.Checkpointer(argv[1])
+        state, meta, step = runloop.restore_or_init(ck, {"x": jnp.float32(0)})
+        ck.close()
+        print("resumed", step, float(state["x"]))
+
+    cli.run(main)
+""")
+
+
+def _resume(directory: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _RESUME, *flags, str(directory)], env=_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_garbage_checkpoint_metadata_is_one_line(tmp_path):
+    """Through ``prada_jax.cli.run`` at the default verbosity: a garbage
+    ``_CHECKPOINT_METADATA`` in the newest step gives exactly one stderr line (the fallback
+    warning naming the file), in every step exactly one ``error:`` line (exit 2); orbax's own
+    ``E... Failed to json parse`` line comes back with ``--verbosity=0``."""
+    ck_dir = tmp_path / "ck"
+    _save_steps(ck_dir)
+    bad = _garbage_metadata(ck_dir, 2)
+    proc = _resume(ck_dir)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 0 and proc.stdout.strip() == "resumed 1 1.0", proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("warning: checkpoint step 2 is damaged: ") \
+        and str(bad) in lines[0] and "falling back to step 1" in lines[0], proc.stderr
+
+    _save_steps(tmp_path / "ck2")
+    for s in (1, 2):
+        _garbage_metadata(tmp_path / "ck2", s)
+    proc = _resume(tmp_path / "ck2")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: no intact checkpoint to resume from") \
+        and "2/_CHECKPOINT_METADATA" in lines[0]
+    verbose = _resume(tmp_path / "ck2", "--verbosity=0")
+    assert verbose.returncode == 2 and "Failed to json parse Metadata file" in verbose.stderr
+
+
+# ----------------------------------------------------------------------------- float32 range
+
+def test_check_float32_matches_numpy_rounding():
+    """A float field is refused iff NumPy's float32 rounding turns it into inf (from a finite
+    value) or 0 (from a non-zero one), or it is NaN; inf, ints and bools pass. The message
+    names the field as typed (``--config.a.b``, list items ``[i]``)."""
+    from ml_collections import ConfigDict
+
+    from prada_jax import config_utils
+
+    f32max = float(np.finfo(np.float32).max)
+    values = [0.0, -0.0, 1.0, 1e-3, 1e30, 3e38, f32max, -f32max, np.nextafter(f32max, np.inf),
+              3.4028236e38, 3.5e38, 1e39, -1e300, 1e300, 1e-40, 1e-45, 7e-46, 1e-46, -1e-50,
+              float("inf"), float("-inf"), float("nan"), 2.5e-310]
+    for v in values:
+        v = float(v)
+        with np.errstate(over="ignore", under="ignore"):
+            r = np.float32(v)
+        refused = bool(np.isnan(v) or (np.isfinite(v) and np.isinf(r)) or (v != 0 and r == 0))
+        cfg = ConfigDict({"a": {"b": v, "n": 10 ** 40, "flag": True}, "c": [1.0, 2]})
+        if refused:
+            with pytest.raises(config_utils.ConfigError, match=r"^--config\.a\.b="):
+                config_utils.check_float32(cfg, "--config")
+        else:
+            config_utils.check_float32(cfg, "--config")
+    with pytest.raises(config_utils.ConfigError, match=r"^--x\.c\[1\]=1e\+39: does not fit"):
+        config_utils.check_float32({"c": [1.0, 1e39]}, "--x")
+
+
+# ----------------------------------------------------------------------------- trace folders
+
+def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path):
+    """A ``nodes.safetensors`` that is a symlink to a file outside the folder is followed and
+    named by ``validate`` (with its target); ``meta.json`` keys no reader uses are listed as
+    kept for provenance; the content hash still pins the linked bytes."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    plain, linked = tmp_path / "plain", tmp_path / "linked"
+    tf.save(traces, plain, meta)
+    tf.save(traces, linked, meta)
+    shared = tmp_path / "shared" / "nodes.safetensors"
+    shared.parent.mkdir()
+    (linked / tf.NODES_FILE).rename(shared)
+    (linked / tf.NODES_FILE).symlink_to(shared)
+    stored = json.loads((linked / tf.META_FILE).read_text())
+    stored.update(zz_note="built on box 3", notes={"by": "me"})
+    (linked / tf.META_FILE).write_text(json.dumps(stored))
+
+    proc = subprocess.run([sys.executable, "-m", "prada_jax.traces", "validate", str(plain),
+                           str(linked)], env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
+    out = proc.stdout.strip().splitlines()
+    assert len(out) == 2 and out[0].startswith(f"{plain}: OK (") and out[0].endswith(")")
+    assert out[1].startswith(f"{linked}: OK (")
+    assert f"nodes.safetensors is a symlink to {shared.resolve()}, outside the folder" in out[1]
+    assert "meta.json keys not read by prada_jax, kept as provenance: notes, zz_note" in out[1]
+    assert tf.validate_notes(plain, tf.read_meta(plain)) == []      # nothing to say
+    # the link is pinned by the content hash: other bytes behind it are refused
+    other, _ = synthetic.generate("gsm8k", seed=1, problems=4)
+    tf.save(other, tmp_path / "other", meta)
+    shared.write_bytes((tmp_path / "other" / tf.NODES_FILE).read_bytes())
+    with pytest.raises(tf.TraceFormatError, match="content_hash"):
+        tf.load(linked)
