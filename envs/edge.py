@@ -580,6 +580,11 @@ def step(key, state: EnvState, action, params: EnvParams):
 def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     """``step`` with its randomness given (the NumPy reference takes the same ``noise``).
 
+    A slot runs four phases: the scheduler decides the candidates (``_decide``), decisions
+    move users to their next phase and earn rewards (``_resolve``), the slot's time is charged
+    by phase (``_charge_slot``), and at the end of the slot finished phases advance
+    (``_end_of_slot``) before arrivals are placed and new drafts start (``_start_drafts``).
+
     info keys ([U] unless noted):
       decision_mask (bool, the action was consumed), nominated, decision (int32: −1 none,
       0 local, 1 queue, 2 immediate; after enforcement), outage (bool), at_decision (bool, the
@@ -591,20 +596,40 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
       scenario at this slot); cumulative scalars: arrived, finished, blocked_total,
       in_flight.
     """
-    tr = params.traces
-    tau = params.tau_s
     t = state.t
-    phase = state.phase
-    n = state.node
-    rsd_on = params.scheduler == RSD_INDEX
-
     cs = candidate_set(state, action, params, noise)
-    x, free_units, free_bw, req = cs.x, cs.free_units, cs.free_bw_hz, cs.req
-    deciding, nominated, queued, cand, gain = (cs.deciding, cs.nominated, cs.queued,
-                                               x.candidate, x.gain)
     cond = slot_conditions(params, t)
-    n_arrivals = poisson_from_uniform(noise.u_arrival, cond["arrival_rate_hz"] * tau)
-    dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, free_units, free_bw,
+    n_arrivals = poisson_from_uniform(noise.u_arrival, cond["arrival_rate_hz"] * params.tau_s)
+    dec, out_hit = _decide(state, params, cs)
+    s, reward, res = _resolve(state, params, cs, dec, out_hit)
+    s, in_draft, in_svc, slot_use = _charge_slot(s, params)
+    s, done, info_user, cont_svc, cache_in = _end_of_slot(s, params, res, in_draft, in_svc, t)
+    s, blocked = _start_drafts(s, params, noise, n_arrivals, res.cont_local, cont_svc, cache_in,
+                               t)
+    decision = jnp.where(cs.x.candidate | cs.deciding, dec, -1)
+    decision = jnp.where(cs.deciding & ~cs.nominated, LOCAL, decision)
+    info = dict(
+        decision_mask=cs.deciding, nominated=cs.nominated, decision=decision, outage=out_hit,
+        at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
+        **info_user,
+        **slot_use,
+        arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
+        bandwidth_t_hz=cond["bandwidth_hz"],
+        active_users=jnp.sum(s.active.astype(jnp.int32)),
+        arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
+        in_flight=jnp.sum(s.active.astype(jnp.int32)))
+    return _observe(s, params), s, reward.astype(jnp.float32), done, info
+
+
+def _decide(state: EnvState, params: EnvParams, cs: CandidateSet):
+    """The scheduler's decisions after the env's hard rules.
+
+    Returns ``(dec [U] int32, out_hit [U] bool)``: LOCAL / QUEUE / IMMEDIATE per candidate
+    (LOCAL elsewhere) and the immediates turned local by an outage.
+    """
+    x, req = cs.x, cs.req
+    cand = x.candidate
+    dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, cs.free_units, cs.free_bw_hz,
                          sched_params(params))
     dec = jnp.where(cand, jnp.clip(dec.astype(jnp.int32), LOCAL, IMMEDIATE), LOCAL)
 
@@ -614,9 +639,30 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     out_hit = cand & (dec == IMMEDIATE) & req["outage"]
     dec = jnp.where(out_hit, LOCAL, dec)
     want = cand & (dec == IMMEDIATE)
-    ok = prefix_admit(want, req["bandwidth_hz"], free_units, free_bw)
+    ok = prefix_admit(want, req["bandwidth_hz"], cs.free_units, cs.free_bw_hz)
     dec = jnp.where(want & ~ok, jnp.where(exp, LOCAL, QUEUE), dec)
+    return dec, out_hit
 
+
+class _Resolution(NamedTuple):
+    """How this slot's decisions resolved ([U] bool unless noted): kept local and finished /
+    continuing, ``corr_local`` the correctness of the local branch (valid where finished)."""
+
+    fin_local: Any
+    cont_local: Any
+    corr_local: Any
+
+
+def _resolve(state: EnvState, params: EnvParams, cs: CandidateSet, dec, out_hit):
+    """Moves each resolved or queued user to its next phase and computes the slot's rewards.
+
+    Returns ``(state, reward [U] float32, _Resolution)``; a kept step's next draft length is
+    left for ``_start_drafts``.
+    """
+    tr = params.traces
+    tau = params.tau_s
+    phase, n, req = state.phase, state.node, cs.req
+    deciding, nominated, cand, gain = cs.deciding, cs.nominated, cs.x.candidate, cs.x.gain
     res_local = (deciding & ~nominated) | (cand & (dec == LOCAL))
     res_imm = cand & (dec == IMMEDIATE)
     to_queue = cand & (dec == QUEUE)
@@ -644,7 +690,7 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     s = state.replace(
         phase=phase1,
         node=jnp.where(cont_local, nxt0, n),
-        # cont_local: the next draft starts this slot; its length is filled in below.
+        # cont_local: the next draft starts this slot; its length is filled in later.
         remaining=jnp.where(cont_local, _MAX_PHASE_SLOTS,
                             jnp.where(res_imm, _slots(req["delay_s"], tau), state.remaining)),
         wait=jnp.where(resolved, 0, state.wait),
@@ -658,14 +704,22 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         steps=state.steps + resolved.astype(jnp.int32),
         fallbacks=state.fallbacks + (res_local & fb0 | res_imm & fb1).astype(jnp.int32),
     )
+    return s, reward, _Resolution(fin_local=fin_local, cont_local=cont_local, corr_local=corr0)
 
-    # This slot's time, by the phase each user occupies.
+
+def _charge_slot(s: EnvState, params: EnvParams):
+    """This slot's time, by the phase each user occupies.
+
+    Returns ``(state, in_draft [U], in_svc [U], slot_use)``, ``slot_use`` the scalars
+    ``server_in_use``, ``bandwidth_in_use_hz`` [Hz] and ``queue_len`` of the slot.
+    """
+    tau = params.tau_s
     in_draft = s.phase == DRAFT
     in_svc = s.phase == SERVICE
     in_q = s.phase == QUEUE_PHASE
-    server_in_use = jnp.sum(in_svc.astype(jnp.int32))
-    bw_in_use = jnp.sum(jnp.where(in_svc, s.svc_bw_hz, 0.0))
-    queue_len = jnp.sum(in_q.astype(jnp.int32))
+    slot_use = dict(server_in_use=jnp.sum(in_svc.astype(jnp.int32)),
+                    bandwidth_in_use_hz=jnp.sum(jnp.where(in_svc, s.svc_bw_hz, 0.0)),
+                    queue_len=jnp.sum(in_q.astype(jnp.int32)))
     comm_part = jnp.where(in_svc, tau * s.svc_comm_frac, 0.0)
     s = s.replace(
         proc_s=s.proc_s + jnp.where(in_draft, tau, 0.0) + jnp.where(in_svc, tau, 0.0) - comm_part,
@@ -673,9 +727,19 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         queue_s=s.queue_s + jnp.where(in_q, tau, 0.0),
         wait=s.wait + in_q.astype(jnp.int32),
         remaining=s.remaining - (in_draft | in_svc).astype(jnp.int32))
+    return s, in_draft, in_svc, slot_use
 
-    # End of slot: drafts become decision points; finished jobs move to the LLM's step.
-    draft_done = in_draft & ~cont_local & (s.remaining <= 0)
+
+def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_svc, t):
+    """End of slot ``t``: drafts become decision points; finished jobs move to the LLM's step.
+
+    Returns ``(state, done [U], info_user, cont_svc [U], cache_in [U])``: the users whose
+    solution ended, their ``user_*`` info entries, the users whose service finished with
+    steps left, and each user's SLM cache before a new draft.
+    """
+    tr = params.traces
+    tau = params.tau_s
+    draft_done = in_draft & ~res.cont_local & (s.remaining <= 0)
     svc_done = in_svc & (s.remaining <= 0)
     nxt1, term1, corr1, _ = _successor(tr, s.node, jnp.ones_like(s.node))
     fin_svc = svc_done & term1
@@ -690,11 +754,12 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         node=jnp.where(cont_svc, nxt1, s.node),
         svc_bw_hz=jnp.where(svc_done, 0.0, s.svc_bw_hz))
 
+    fin_local = res.fin_local
     done = fin_local | fin_svc
     boundary = jnp.where(fin_local, t, t + 1)
     n_done = jnp.sum(done.astype(jnp.int32))
     info_user = dict(
-        user_correct=jnp.where(fin_local, corr0, corr1) & done,
+        user_correct=jnp.where(fin_local, res.corr_local, corr1) & done,
         user_latency_s=jnp.where(done, (boundary - s.arrival_slot).astype(jnp.float32) * tau, 0.0),
         user_processing_s=jnp.where(done, s.proc_s, 0.0),
         user_communication_s=jnp.where(done, s.comm_s, 0.0),
@@ -704,9 +769,15 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         user_steps=jnp.where(done, s.steps, 0),
         user_fallbacks=jnp.where(done, s.fallbacks, 0))
     s = s.replace(finished=s.finished + n_done, t=t + 1)
+    return s, done, info_user, cont_svc, cache_in
 
+
+def _start_drafts(s: EnvState, params: EnvParams, noise: Noise, n_arrivals, cont_local,
+                  cont_svc, cache_in, t):
+    """Places the slot's arrivals, then starts every draft that begins this slot (kept step,
+    finished job, new user) in one pass. Returns ``(state, blocked int32)``."""
+    rsd_on = params.scheduler == RSD_INDEX
     s, blocked, admit = _admit(s, params, n_arrivals, noise.problem, t + 1, draft=False)
-    # Every draft that starts this slot (kept step, finished job, new user) in one pass.
     fresh = cont_svc | admit
     starts = cont_local | fresh
     d_s, d_slots, cache_out = _start_draft(params, s.node, jnp.where(admit, 0, cache_in), rsd_on)
@@ -716,16 +787,4 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         remaining=jnp.where(cont_local, left_local, jnp.where(fresh, d_slots, s.remaining)),
         draft_s=jnp.where(starts, d_s, s.draft_s),
         edge_cached=jnp.where(starts, cache_out, s.edge_cached))
-    decision = jnp.where(cand | deciding, dec, -1)
-    decision = jnp.where(deciding & ~nominated, LOCAL, decision)
-    info = dict(
-        decision_mask=deciding, nominated=nominated, decision=decision, outage=out_hit,
-        at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
-        **info_user,
-        server_in_use=server_in_use, bandwidth_in_use_hz=bw_in_use, queue_len=queue_len,
-        arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
-        bandwidth_t_hz=cond["bandwidth_hz"],
-        active_users=jnp.sum(s.active.astype(jnp.int32)),
-        arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
-        in_flight=jnp.sum(s.active.astype(jnp.int32)))
-    return _observe(s, params), s, reward.astype(jnp.float32), done, info
+    return s, blocked
