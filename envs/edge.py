@@ -558,11 +558,12 @@ def candidate_set(state: EnvState, action, params: EnvParams, noise: Noise) -> C
     gain = jnp.where(deciding, gain_in, state.gain)
     req = request_scalars(state, params, noise.fading)
     free_units, free_bw = free_resources(state, params)  # the scenario's M_t, B_t
+    m_t = slot_conditions(params, state.t)["num_servers"]
     x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
                     bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
                     ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
                     u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)),
-                    comm_s=req["upload_s"] + req["download_s"])
+                    comm_s=req["upload_s"] + req["download_s"], num_servers_t=m_t)
     return CandidateSet(x=x, free_units=free_units, free_bw_hz=free_bw, req=req,
                         deciding=deciding, nominated=nominated, queued=queued)
 
