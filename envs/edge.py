@@ -94,6 +94,9 @@ class EnvParams:
         float32 per-slot factors on λ, B, the mean SNR [dB offset] and M (``envs.scenarios``);
         slot t reads index ``t mod L``. Swapping a schedule of the same L does not recompile.
       num_users: U user slots (static).
+      llm_only: bool, the paper's All-LLM baseline: the server LLM alone, no edge draft (a
+        draft takes no time and no slot, so a user decides as soon as it arrives or its last
+        step returns; an outage waits a slot instead of falling back to a draft).
     """
 
     traces: TraceSet
@@ -120,6 +123,7 @@ class EnvParams:
     scn_servers: Any
     num_users: int = struct.field(pytree_node=False, default=16)
     policy_true_reward: Any = False
+    llm_only: Any = False
 
     @property
     def feature_dim(self) -> int:
@@ -221,7 +225,7 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 policy_reward_mode: str = "coarse",
                 server_kv_cache: bool = False, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
-                scenario=None,
+                scenario=None, llm_only: bool = False,
                 latency: lat.LatencyParams | None = None, **latency_overrides) -> EnvParams:
     """Builds validated env params from a trace set.
 
@@ -237,6 +241,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
       feature_dim: if given, the feature dim the caller (e.g. a policy) expects; a trace set with
         a different one is refused.
       scenario: an ``envs.scenarios.Scenario`` schedule (default: static, length 1).
+      llm_only: the server LLM alone, no edge draft (``EnvParams.llm_only``); pair it with the
+        ``offload_all`` scheduler, every step nominated, ``server_kv_cache`` (the server keeps
+        the context it generated) and a ``max_wait_slots`` no queue reaches.
       latency: latency constants (default ``prada_jax.latency.default_latency_params()``);
         extra keyword arguments override its fields by name (e.g. ``snr_threshold_db=-inf``).
 
@@ -302,7 +309,8 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         server_kv_cache=jnp.asarray(bool(server_kv_cache)), downlink=jnp.asarray(bool(downlink)),
         ctx_scale=f32(ctx_scale), scn_arrival=f32(scn.arrival), scn_bandwidth=f32(scn.bandwidth),
         scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers),
-        num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"))
+        num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"),
+        llm_only=jnp.asarray(bool(llm_only)))
 
 
 def with_scenario(params: EnvParams, scenario) -> EnvParams:
@@ -407,14 +415,17 @@ def _slots(delay_s, tau_s):
 
 
 def _start_draft(params: EnvParams, node, edge_cached, rsd_on):
-    """Draft delay (s), its slots, and the SLM cache after drafting, for a user at ``node``."""
+    """Draft delay (s), its slots, and the SLM cache after drafting, for a user at ``node``
+    (``llm_only``: no draft, 0 s and 0 slots)."""
     tr = params.traces
     ctx = tr.ctx_tokens[node]
     dtok = tr.cand_tokens[node, 0]
     cached = jnp.minimum(edge_cached, ctx)
     delay = lat.draft_delay_s(params.latency, ctx - cached, cached, dtok)
     delay = delay + jnp.where(rsd_on, lat.prm_delay_s(params.latency, ctx + dtok), 0.0)
-    return delay, _slots(delay, params.tau_s), ctx + dtok
+    delay = jnp.where(params.llm_only, 0.0, delay)
+    slots = jnp.where(params.llm_only, 0, _slots(delay, params.tau_s))
+    return delay, slots, ctx + dtok
 
 
 def _successor(tr: TraceSet, node, branch):
@@ -456,8 +467,9 @@ def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot, draft=
     zf = jnp.zeros_like(state.proc_s)
     zi = jnp.zeros_like(state.offloads)
     w = lambda new, old: jnp.where(admit, new, old)  # noqa: E731
+    first = jnp.where(d_slots <= 0, DECIDE, DRAFT) if draft else DRAFT  # llm_only: no draft
     state = state.replace(
-        phase=w(DRAFT, state.phase), node=w(root, state.node), remaining=w(d_slots, state.remaining),
+        phase=w(first, state.phase), node=w(root, state.node), remaining=w(d_slots, state.remaining),
         wait=w(zi, state.wait), gain=w(zf, state.gain), draft_s=w(d_s, state.draft_s),
         svc_bw_hz=w(zf, state.svc_bw_hz), svc_comm_frac=w(zf, state.svc_comm_frac),
         edge_cached=w(cache, state.edge_cached), server_cached=w(zi, state.server_cached),
@@ -638,7 +650,8 @@ def _decide(state: EnvState, params: EnvParams, cs: CandidateSet):
     exp = state.wait >= params.max_wait_slots
     dec = jnp.where((dec == QUEUE) & exp, LOCAL, dec)
     out_hit = cand & (dec == IMMEDIATE) & req["outage"]
-    dec = jnp.where(out_hit, LOCAL, dec)
+    # An outage keeps the step local; with no draft to keep (llm_only) it waits a slot.
+    dec = jnp.where(out_hit, jnp.where(params.llm_only, QUEUE, LOCAL), dec)
     want = cand & (dec == IMMEDIATE)
     ok = prefix_admit(want, req["bandwidth_hz"], cs.free_units, cs.free_bw_hz)
     dec = jnp.where(want & ~ok, jnp.where(exp, LOCAL, QUEUE), dec)
@@ -784,7 +797,8 @@ def _start_drafts(s: EnvState, params: EnvParams, noise: Noise, n_arrivals, cont
     d_s, d_slots, cache_out = _start_draft(params, s.node, jnp.where(admit, 0, cache_in), rsd_on)
     left_local = d_slots - 1  # a kept step's next draft already used this slot
     s = s.replace(
-        phase=jnp.where(cont_local & (left_local <= 0), DECIDE, s.phase),
+        phase=jnp.where((cont_local & (left_local <= 0)) | (fresh & (d_slots <= 0)), DECIDE,
+                        s.phase),
         remaining=jnp.where(cont_local, left_local, jnp.where(fresh, d_slots, s.remaining)),
         draft_s=jnp.where(starts, d_s, s.draft_s),
         edge_cached=jnp.where(starts, cache_out, s.edge_cached))
