@@ -27,7 +27,9 @@ A trace set is one folder with two files (DESIGN §2):
 * ``meta.json``: ``format_version``, ``benchmark``, ``synthetic`` (bool), ``models``
   (``slm``, ``llm``, ``prm`` names), ``feature_dim``, ``feature_names``, ``counts``
   (``problems``, ``nodes``), ``max_depth``, ``generator`` (settings), ``content_hash``
-  (``sha256:`` of the bytes of ``nodes.safetensors``).
+  (``sha256:`` of the bytes of ``nodes.safetensors``); optional ``splits``: the problem
+  indices of each part, ``{"train": [...], "validation": [...], "test": [...]}`` (disjoint,
+  together every problem; ``prada_jax.traces.splits``).
 
 Edges (child and fallback) always go from depth k to depth k + 1, so the graph is acyclic
 and every path ends within ``max_depth`` + 1 steps; the validator checks this.
@@ -47,6 +49,7 @@ import numpy as np
 from flax import struct
 
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
+from prada_jax.traces.splits import SplitError, check_splits
 from prada_jax.errors import BadInput
 
 FORMAT_VERSION = 1
@@ -209,6 +212,11 @@ def read_meta(path: os.PathLike | str) -> dict:
         raise TraceFormatError(meta_path, "counts", "must hold integer 'problems' and 'nodes'")
     if not isinstance(meta["content_hash"], str) or not meta["content_hash"].startswith("sha256:"):
         raise TraceFormatError(meta_path, "content_hash", "must be 'sha256:<hex>'")
+    if "splits" in meta:
+        try:
+            meta["splits"] = check_splits(meta["splits"], counts["problems"], where=meta_path)
+        except SplitError as e:
+            raise TraceFormatError(meta_path, e.field, e.problem) from None
     return meta
 
 

@@ -61,7 +61,9 @@ that picks the LLM with probability ``behaviour_llm``. An unexpanded non-termina
 falls back to its sibling's child (``fallback``). Node ids are contiguous per problem.
 
 Generation is vectorised NumPy over all problems per depth level, deterministic from
-``np.random.default_rng(seed)``.
+``np.random.default_rng(seed)``. ``meta["splits"]`` holds the train / validation / test
+problem indices (``prada_jax.traces.splits.problem_split``), drawn afterwards from a stream of
+their own, so the parts share the one feature projection and calibration of the whole set.
 """
 from __future__ import annotations
 
@@ -74,6 +76,7 @@ import numpy as np
 from prada_jax.errors import BadInput
 from prada_jax.presets import BENCHMARKS
 from prada_jax.traces.format import TraceFormatError, TraceSet, load, save
+from prada_jax.traces.splits import problem_split
 
 FEATURE_NAMES = tuple([f"hid_{i}" for i in range(10)]
                       + ["logp_mean", "logp_min", "entropy", "step_index_div10",
@@ -297,6 +300,8 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
             "preset_params": dataclasses.asdict(pre),
             "forced_class_repairs": latent.forced,
         },
+        # Drawn after the set, from a stream of its own: the parts share one feature map.
+        "splits": problem_split(n, seed),
     }
     return traces, meta
 
