@@ -121,3 +121,18 @@ def test_seed_ranges_disjoint_by_construction_and_checked():
         splits.check_training_seeds(splits.VALIDATION_SEED_BASE - 1, 2)
     splits.check_training_seeds(0, 8)
     assert issubclass(splits.SplitError, BadInput)
+
+
+def test_train_ppo_refuses_bad_split_and_seed_ranges_at_start():
+    from prada_jax.rl import trainer
+    from train.configs import ppo
+
+    cfg = ppo.get_config("smoke")
+    trainer.validate_config(cfg)
+    cfg.env.split = "dev"
+    with pytest.raises(BadInput, match=r"^config.env.split=dev: unknown split"):
+        trainer.validate_config(cfg)
+    cfg = ppo.get_config("smoke")
+    cfg.seed, cfg.num_seeds = splits.VALIDATION_SEED_BASE - 1, 2
+    with pytest.raises(BadInput, match=r"^seed ranges overlap: config.seed/config.num_seeds"):
+        trainer.validate_config(cfg)
