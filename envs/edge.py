@@ -467,7 +467,8 @@ def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot, draft=
     zf = jnp.zeros_like(state.proc_s)
     zi = jnp.zeros_like(state.offloads)
     w = lambda new, old: jnp.where(admit, new, old)  # noqa: E731
-    first = jnp.where(d_slots <= 0, DECIDE, DRAFT) if draft else DRAFT  # llm_only: no draft
+    # llm_only: no draft, the user decides at once.
+    first = jnp.where(d_slots <= 0, DECIDE, DRAFT) if draft else DRAFT
     state = state.replace(
         phase=w(first, state.phase), node=w(root, state.node), remaining=w(d_slots, state.remaining),
         wait=w(zi, state.wait), gain=w(zf, state.gain), draft_s=w(d_s, state.draft_s),

@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 from flax import struct
 
+from prada_jax.errors import BadInput
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
 from prada_jax.traces.splits import SplitError, check_splits
-from prada_jax.errors import BadInput
 
 FORMAT_VERSION = 1
 NODES_FILE = "nodes.safetensors"

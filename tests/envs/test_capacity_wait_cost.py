@@ -1,4 +1,4 @@
-"""The wait cost uses the server units of this slot (M_t), and ``degraded`` cuts units at every M."""
+"""The wait cost uses the server units of this slot (M_t); ``degraded`` cuts units at every M."""
 import math
 
 import jax
@@ -31,8 +31,9 @@ def _one_candidate(gain, queue_len, m_t):
 
 
 def test_rule_queues_against_the_units_of_the_slot():
-    """M = 4 nominal, M_t = 1 this slot, 3 waiting: c = β·τ·(1 + 3/1) = 0.04; a gain of 0.02
-    beats the nominal cost β·τ·(1 + 3/4) = 0.0175 but not the slot's, so no free unit → local."""
+    """M = 4 nominal, M_t = 1 this slot, 3 waiting: c = β·τ·(1 + 3/1) = 0.04; a gain of
+    0.02 beats the nominal cost β·τ·(1 + 3/4) = 0.0175 but not the slot's, so with no free
+    unit the request is kept local."""
     beta, tau, q = 0.2, 0.05, 3
     sp = SchedParams(beta=beta, tau_s=tau, num_servers=4)
     gain = 0.02

@@ -1,9 +1,8 @@
-"""The paper's All-LLM baseline (``llm_only``): the server LLM alone, checked against plain Python."""
+"""The paper's All-LLM baseline (``llm_only``), the server LLM alone, against plain Python."""
 import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from envs import edge
