@@ -95,6 +95,9 @@ class EnvParams:
         float32 per-slot factors on λ, B, the mean SNR [dB offset] and M (``envs.scenarios``);
         slot t reads index ``t mod L``. Swapping a schedule of the same L does not recompile.
       num_users: U user slots (static).
+      llm_only: bool, the paper's All-LLM baseline: the server LLM alone, no edge draft (a
+        draft takes no time and no slot, so a user decides as soon as it arrives or its last
+        step returns; an outage waits a slot instead of falling back to a draft).
     """
 
     traces: TraceSet
@@ -121,6 +124,7 @@ class EnvParams:
     scn_servers: Any
     num_users: int = struct.field(pytree_node=False, default=16)
     policy_true_reward: Any = False
+    llm_only: Any = False
 
     @property
     def feature_dim(self) -> int:
@@ -222,7 +226,7 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 policy_reward_mode: str = "coarse",
                 server_kv_cache: bool = False, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
-                scenario=None,
+                scenario=None, llm_only: bool = False,
                 latency: lat.LatencyParams | None = None, **latency_overrides) -> EnvParams:
     """Builds validated env params from a trace set.
 
@@ -238,6 +242,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
       feature_dim: if given, the feature dim the caller (e.g. a policy) expects; a trace set with
         a different one is refused.
       scenario: an ``envs.scenarios.Scenario`` schedule (default: static, length 1).
+      llm_only: the server LLM alone, no edge draft (``EnvParams.llm_only``); pair it with the
+        ``offload_all`` scheduler, every step nominated, ``server_kv_cache`` (the server keeps
+        the context it generated) and a ``max_wait_slots`` no queue reaches.
       latency: latency constants (default ``prada_jax.latency.default_latency_params()``);
         extra keyword arguments override its fields by name (e.g. ``snr_threshold_db=-inf``).
 
@@ -302,7 +309,8 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         server_kv_cache=jnp.asarray(bool(server_kv_cache)), downlink=jnp.asarray(bool(downlink)),
         ctx_scale=f32(ctx_scale), scn_arrival=f32(scn.arrival), scn_bandwidth=f32(scn.bandwidth),
         scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers),
-        num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"))
+        num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"),
+        llm_only=jnp.asarray(bool(llm_only)))
 
 
 def with_scenario(params: EnvParams, scenario) -> EnvParams:
@@ -406,14 +414,17 @@ def _slots(delay_s, tau_s):
 
 
 def _start_draft(params: EnvParams, node, edge_cached, rsd_on):
-    """Draft delay (s), its slots, and the SLM cache after drafting, for a user at ``node``."""
+    """Draft delay (s), its slots, and the SLM cache after drafting, for a user at ``node``
+    (``llm_only``: no draft, 0 s and 0 slots)."""
     tr = params.traces
     ctx = tr.ctx_tokens[node]
     dtok = tr.cand_tokens[node, 0]
     cached = jnp.minimum(edge_cached, ctx)
     delay = lat.draft_delay_s(params.latency, ctx - cached, cached, dtok)
     delay = delay + jnp.where(rsd_on, lat.prm_delay_s(params.latency, ctx + dtok), 0.0)
-    return delay, _slots(delay, params.tau_s), ctx + dtok
+    delay = jnp.where(params.llm_only, 0.0, delay)
+    slots = jnp.where(params.llm_only, 0, _slots(delay, params.tau_s))
+    return delay, slots, ctx + dtok
 
 
 def _successor(tr: TraceSet, node, branch):
@@ -455,8 +466,10 @@ def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot, draft=
     zf = jnp.zeros_like(state.proc_s)
     zi = jnp.zeros_like(state.offloads)
     w = lambda new, old: jnp.where(admit, new, old)  # noqa: E731
+    # llm_only: no draft, the user decides at once.
+    first = jnp.where(d_slots <= 0, DECIDE, DRAFT) if draft else DRAFT
     state = state.replace(
-        phase=w(DRAFT, state.phase), node=w(root, state.node), remaining=w(d_slots, state.remaining),
+        phase=w(first, state.phase), node=w(root, state.node), remaining=w(d_slots, state.remaining),
         wait=w(zi, state.wait), gain=w(zf, state.gain), draft_s=w(d_s, state.draft_s),
         svc_bw_hz=w(zf, state.svc_bw_hz), svc_comm_frac=w(zf, state.svc_comm_frac),
         edge_cached=w(cache, state.edge_cached), server_cached=w(zi, state.server_cached),
@@ -557,11 +570,12 @@ def candidate_set(state: EnvState, action, params: EnvParams, noise: Noise) -> C
     gain = jnp.where(deciding, gain_in, state.gain)
     req = request_scalars(state, params, noise.fading)
     free_units, free_bw = free_resources(state, params)  # the scenario's M_t, B_t
+    m_t = slot_conditions(params, state.t)["num_servers"]
     x = SchedInputs(candidate=cand, gain=gain, delay_s=req["delay_s"],
                     bandwidth_hz=req["bandwidth_hz"], wait_slots=state.wait,
                     ctx_tokens=tr.ctx_tokens[n], snr=req["snr"], draft_prm=tr.cand_prm[n, 0],
                     u_rand=noise.u_sched, queue_len=jnp.sum(queued.astype(jnp.int32)),
-                    comm_s=req["upload_s"] + req["download_s"])
+                    comm_s=req["upload_s"] + req["download_s"], num_servers_t=m_t)
     return CandidateSet(x=x, free_units=free_units, free_bw_hz=free_bw, req=req,
                         deciding=deciding, nominated=nominated, queued=queued)
 
@@ -579,6 +593,11 @@ def step(key, state: EnvState, action, params: EnvParams):
 def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     """``step`` with its randomness given (the NumPy reference takes the same ``noise``).
 
+    A slot runs four phases: the scheduler decides the candidates (``_decide``), decisions
+    move users to their next phase and earn rewards (``_resolve``), the slot's time is charged
+    by phase (``_charge_slot``), and at the end of the slot finished phases advance
+    (``_end_of_slot``) before arrivals are placed and new drafts start (``_start_drafts``).
+
     info keys ([U] unless noted):
       decision_mask (bool, the action was consumed), nominated, decision (int32: −1 none,
       0 local, 1 queue, 2 immediate; after enforcement), outage (bool), at_decision (bool, the
@@ -590,20 +609,40 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
       scenario at this slot); cumulative scalars: arrived, finished, blocked_total,
       in_flight.
     """
-    tr = params.traces
-    tau = params.tau_s
     t = state.t
-    phase = state.phase
-    n = state.node
-    rsd_on = params.scheduler == RSD_INDEX
-
     cs = candidate_set(state, action, params, noise)
-    x, free_units, free_bw, req = cs.x, cs.free_units, cs.free_bw_hz, cs.req
-    deciding, nominated, queued, cand, gain = (cs.deciding, cs.nominated, cs.queued,
-                                               x.candidate, x.gain)
     cond = slot_conditions(params, t)
-    n_arrivals = poisson_from_uniform(noise.u_arrival, cond["arrival_rate_hz"] * tau)
-    dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, free_units, free_bw,
+    n_arrivals = poisson_from_uniform(noise.u_arrival, cond["arrival_rate_hz"] * params.tau_s)
+    dec, out_hit = _decide(state, params, cs)
+    s, reward, res = _resolve(state, params, cs, dec, out_hit)
+    s, in_draft, in_svc, slot_use = _charge_slot(s, params)
+    s, done, info_user, cont_svc, cache_in = _end_of_slot(s, params, res, in_draft, in_svc, t)
+    s, blocked = _start_drafts(s, params, noise, n_arrivals, res.cont_local, cont_svc, cache_in,
+                               t)
+    decision = jnp.where(cs.x.candidate | cs.deciding, dec, -1)
+    decision = jnp.where(cs.deciding & ~cs.nominated, LOCAL, decision)
+    info = dict(
+        decision_mask=cs.deciding, nominated=cs.nominated, decision=decision, outage=out_hit,
+        at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
+        **info_user,
+        **slot_use,
+        arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
+        bandwidth_t_hz=cond["bandwidth_hz"],
+        active_users=jnp.sum(s.active.astype(jnp.int32)),
+        arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
+        in_flight=jnp.sum(s.active.astype(jnp.int32)))
+    return _observe(s, params), s, reward.astype(jnp.float32), done, info
+
+
+def _decide(state: EnvState, params: EnvParams, cs: CandidateSet):
+    """The scheduler's decisions after the env's hard rules.
+
+    Returns ``(dec [U] int32, out_hit [U] bool)``: LOCAL / QUEUE / IMMEDIATE per candidate
+    (LOCAL elsewhere) and the immediates turned local by an outage.
+    """
+    x, req = cs.x, cs.req
+    cand = x.candidate
+    dec = jax.lax.switch(params.scheduler, SCHEDULERS, x, cs.free_units, cs.free_bw_hz,
                          sched_params(params))
     dec = jnp.where(cand, jnp.clip(dec.astype(jnp.int32), LOCAL, IMMEDIATE), LOCAL)
 
@@ -611,11 +650,33 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     exp = state.wait >= params.max_wait_slots
     dec = jnp.where((dec == QUEUE) & exp, LOCAL, dec)
     out_hit = cand & (dec == IMMEDIATE) & req["outage"]
-    dec = jnp.where(out_hit, LOCAL, dec)
+    # An outage keeps the step local; with no draft to keep (llm_only) it waits a slot.
+    dec = jnp.where(out_hit, jnp.where(params.llm_only, QUEUE, LOCAL), dec)
     want = cand & (dec == IMMEDIATE)
-    ok = prefix_admit(want, req["bandwidth_hz"], free_units, free_bw)
+    ok = prefix_admit(want, req["bandwidth_hz"], cs.free_units, cs.free_bw_hz)
     dec = jnp.where(want & ~ok, jnp.where(exp, LOCAL, QUEUE), dec)
+    return dec, out_hit
 
+
+class _Resolution(NamedTuple):
+    """How this slot's decisions resolved ([U] bool unless noted): kept local and finished /
+    continuing, ``corr_local`` the correctness of the local branch (valid where finished)."""
+
+    fin_local: Any
+    cont_local: Any
+    corr_local: Any
+
+
+def _resolve(state: EnvState, params: EnvParams, cs: CandidateSet, dec, out_hit):
+    """Moves each resolved or queued user to its next phase and computes the slot's rewards.
+
+    Returns ``(state, reward [U] float32, _Resolution)``; a kept step's next draft length is
+    left for ``_start_drafts``.
+    """
+    tr = params.traces
+    tau = params.tau_s
+    phase, n, req = state.phase, state.node, cs.req
+    deciding, nominated, cand, gain = cs.deciding, cs.nominated, cs.x.candidate, cs.x.gain
     res_local = (deciding & ~nominated) | (cand & (dec == LOCAL))
     res_imm = cand & (dec == IMMEDIATE)
     to_queue = cand & (dec == QUEUE)
@@ -643,7 +704,7 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     s = state.replace(
         phase=phase1,
         node=jnp.where(cont_local, nxt0, n),
-        # cont_local: the next draft starts this slot; its length is filled in below.
+        # cont_local: the next draft starts this slot; its length is filled in later.
         remaining=jnp.where(cont_local, _MAX_PHASE_SLOTS,
                             jnp.where(res_imm, _slots(req["delay_s"], tau), state.remaining)),
         wait=jnp.where(resolved, 0, state.wait),
@@ -657,14 +718,22 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         steps=state.steps + resolved.astype(jnp.int32),
         fallbacks=state.fallbacks + (res_local & fb0 | res_imm & fb1).astype(jnp.int32),
     )
+    return s, reward, _Resolution(fin_local=fin_local, cont_local=cont_local, corr_local=corr0)
 
-    # This slot's time, by the phase each user occupies.
+
+def _charge_slot(s: EnvState, params: EnvParams):
+    """This slot's time, by the phase each user occupies.
+
+    Returns ``(state, in_draft [U], in_svc [U], slot_use)``, ``slot_use`` the scalars
+    ``server_in_use``, ``bandwidth_in_use_hz`` [Hz] and ``queue_len`` of the slot.
+    """
+    tau = params.tau_s
     in_draft = s.phase == DRAFT
     in_svc = s.phase == SERVICE
     in_q = s.phase == QUEUE_PHASE
-    server_in_use = jnp.sum(in_svc.astype(jnp.int32))
-    bw_in_use = jnp.sum(jnp.where(in_svc, s.svc_bw_hz, 0.0))
-    queue_len = jnp.sum(in_q.astype(jnp.int32))
+    slot_use = dict(server_in_use=jnp.sum(in_svc.astype(jnp.int32)),
+                    bandwidth_in_use_hz=jnp.sum(jnp.where(in_svc, s.svc_bw_hz, 0.0)),
+                    queue_len=jnp.sum(in_q.astype(jnp.int32)))
     comm_part = jnp.where(in_svc, tau * s.svc_comm_frac, 0.0)
     s = s.replace(
         proc_s=s.proc_s + jnp.where(in_draft, tau, 0.0) + jnp.where(in_svc, tau, 0.0) - comm_part,
@@ -672,9 +741,19 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         queue_s=s.queue_s + jnp.where(in_q, tau, 0.0),
         wait=s.wait + in_q.astype(jnp.int32),
         remaining=s.remaining - (in_draft | in_svc).astype(jnp.int32))
+    return s, in_draft, in_svc, slot_use
 
-    # End of slot: drafts become decision points; finished jobs move to the LLM's step.
-    draft_done = in_draft & ~cont_local & (s.remaining <= 0)
+
+def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_svc, t):
+    """End of slot ``t``: drafts become decision points; finished jobs move to the LLM's step.
+
+    Returns ``(state, done [U], info_user, cont_svc [U], cache_in [U])``: the users whose
+    solution ended, their ``user_*`` info entries, the users whose service finished with
+    steps left, and each user's SLM cache before a new draft.
+    """
+    tr = params.traces
+    tau = params.tau_s
+    draft_done = in_draft & ~res.cont_local & (s.remaining <= 0)
     svc_done = in_svc & (s.remaining <= 0)
     nxt1, term1, corr1, _ = _successor(tr, s.node, jnp.ones_like(s.node))
     fin_svc = svc_done & term1
@@ -689,11 +768,12 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         node=jnp.where(cont_svc, nxt1, s.node),
         svc_bw_hz=jnp.where(svc_done, 0.0, s.svc_bw_hz))
 
+    fin_local = res.fin_local
     done = fin_local | fin_svc
     boundary = jnp.where(fin_local, t, t + 1)
     n_done = jnp.sum(done.astype(jnp.int32))
     info_user = dict(
-        user_correct=jnp.where(fin_local, corr0, corr1) & done,
+        user_correct=jnp.where(fin_local, res.corr_local, corr1) & done,
         user_latency_s=jnp.where(done, (boundary - s.arrival_slot).astype(jnp.float32) * tau, 0.0),
         user_processing_s=jnp.where(done, s.proc_s, 0.0),
         user_communication_s=jnp.where(done, s.comm_s, 0.0),
@@ -703,28 +783,23 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         user_steps=jnp.where(done, s.steps, 0),
         user_fallbacks=jnp.where(done, s.fallbacks, 0))
     s = s.replace(finished=s.finished + n_done, t=t + 1)
+    return s, done, info_user, cont_svc, cache_in
 
+
+def _start_drafts(s: EnvState, params: EnvParams, noise: Noise, n_arrivals, cont_local,
+                  cont_svc, cache_in, t):
+    """Places the slot's arrivals, then starts every draft that begins this slot (kept step,
+    finished job, new user) in one pass. Returns ``(state, blocked int32)``."""
+    rsd_on = params.scheduler == RSD_INDEX
     s, blocked, admit = _admit(s, params, n_arrivals, noise.problem, t + 1, draft=False)
-    # Every draft that starts this slot (kept step, finished job, new user) in one pass.
     fresh = cont_svc | admit
     starts = cont_local | fresh
     d_s, d_slots, cache_out = _start_draft(params, s.node, jnp.where(admit, 0, cache_in), rsd_on)
     left_local = d_slots - 1  # a kept step's next draft already used this slot
     s = s.replace(
-        phase=jnp.where(cont_local & (left_local <= 0), DECIDE, s.phase),
+        phase=jnp.where((cont_local & (left_local <= 0)) | (fresh & (d_slots <= 0)), DECIDE,
+                        s.phase),
         remaining=jnp.where(cont_local, left_local, jnp.where(fresh, d_slots, s.remaining)),
         draft_s=jnp.where(starts, d_s, s.draft_s),
         edge_cached=jnp.where(starts, cache_out, s.edge_cached))
-    decision = jnp.where(cand | deciding, dec, -1)
-    decision = jnp.where(deciding & ~nominated, LOCAL, decision)
-    info = dict(
-        decision_mask=deciding, nominated=nominated, decision=decision, outage=out_hit,
-        at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
-        **info_user,
-        server_in_use=server_in_use, bandwidth_in_use_hz=bw_in_use, queue_len=queue_len,
-        arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
-        bandwidth_t_hz=cond["bandwidth_hz"],
-        active_users=jnp.sum(s.active.astype(jnp.int32)),
-        arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
-        in_flight=jnp.sum(s.active.astype(jnp.int32)))
-    return _observe(s, params), s, reward.astype(jnp.float32), done, info
+    return s, blocked

@@ -119,7 +119,9 @@ def schedule(name, cands, free_units, free_bw, cfg):
         return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
     if name == "threshold":
         # Admission-price rule with each cost charged once (prada_jax.sched.threshold).
-        c_wait = cfg["beta"] * cfg["tau_s"] * (1.0 + cfg["queue_len"] / cfg["num_servers"])
+        # Expected wait over the units available this slot (M_t, at least 1), not the nominal M.
+        m_t = max(int(cfg.get("num_servers_t", cfg["num_servers"])), 1)
+        c_wait = cfg["beta"] * cfg["tau_s"] * (1.0 + cfg["queue_len"] / m_t)
         red, wants, gi, qok = {}, {}, {}, {}
         for i in idx:
             c = by[i]
@@ -309,7 +311,7 @@ class EdgeEnvNumPy:
         rate_t, bw_t, m_t, _ = self._cond(self.t)
         free_units = max(m_t - busy_units, 0)
         free_bw = max(bw_t - busy_bw, 0.0)
-        scfg = dict(cfg, queue_len=queue_len)
+        scfg = dict(cfg, queue_len=queue_len, num_servers_t=m_t)
         dec = schedule(self.sched, cands, free_units, free_bw, scfg)
 
         # Env-side rules: expiry, outage, hard limits (truncation in user-slot order).

@@ -26,7 +26,9 @@ not measurements of a real network):
 * ``diurnal``: arrivals follow ``1.5 + 1.2·sin(2π t / L)`` (one slow cycle per schedule,
   between × 0.3 and × 2.7).
 * ``degraded``: arrivals × 1.5; for the middle 40% of the schedule the bandwidth is × 0.3, the
-  channel 6 dB worse and half the server units are taken by another tenant.
+  channel 6 dB worse and about half the server units are taken by another tenant: the factor
+  0.45 gives M_t = ⌊0.45·M + ½⌋ < M at every M ≥ 1 (M = 1 → 0, an outage; 2, 3 → 1; 4 → 2;
+  8 → 4; 16 → 7), where a factor of 0.5 would leave M = 1 untouched.
 """
 from __future__ import annotations
 
@@ -121,13 +123,17 @@ def _diurnal(n):
     return static(n)._replace(arrival=arr.astype(np.float32))
 
 
+#: Share of server units ``degraded`` leaves (module docstring): below ½ so one unit of one goes.
+DEGRADED_SERVERS = 0.45
+
+
 def _degraded(n):
     t = np.arange(n)
     bad = (t >= int(0.3 * n)) & (t < int(0.7 * n))
     s = static(n, arrival=1.5)
     return s._replace(bandwidth=np.where(bad, 0.3, 1.0).astype(np.float32),
                       channel_db=np.where(bad, -6.0, 0.0).astype(np.float32),
-                      servers=np.where(bad, 0.5, 1.0).astype(np.float32))
+                      servers=np.where(bad, DEGRADED_SERVERS, 1.0).astype(np.float32))
 
 
 PRESETS = {"nominal": _nominal, "heavy": _heavy, "burst": _burst, "diurnal": _diurnal,

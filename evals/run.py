@@ -5,7 +5,9 @@ Evaluates All-SLM, All-LLM, random screening (matched offload rate), RSD (online
 screening policy without resource limits, PRADA with λ_s = µ = 0 and PRADA with the learned
 multipliers (with ``--dual``), plus any ``--checkpoints``, on the multi-user edge env; prints
 the table (mean ± 95% CI over seeds) and writes ``results.json``, ``results.csv``,
-``table.txt``, bar charts and TensorBoard (``<out>/tb``). See docs/evals.md.
+``table.txt``, bar charts and TensorBoard (``<out>/tb``). The table reports the test split
+of the trace set by default and names it (``--split``; evaluation seeds from the test range,
+``prada_jax.traces.splits``). See docs/evals.md.
 
 ``--dual`` multipliers learned for another scenario (U, M, B, λ, β, τ, schedule, benchmark or
 policy, as recorded in ``multipliers.json``) are refused (exit 2, one line naming both
@@ -30,7 +32,8 @@ def _define_flags() -> None:
                         "checkpoints/eval).")
     flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).",
                          lower_bound=1)
-    flags.DEFINE_integer("seed0", 0, "first seed.", lower_bound=0)
+    flags.DEFINE_integer("seed0", 0, "first seed, an offset inside the split's seed range "
+                         "(prada_jax.traces.splits).", lower_bound=0)
     flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2)
     flags.DEFINE_integer("warmup_slots", 200, "slots discarded before measuring.", lower_bound=0)
     flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
@@ -62,7 +65,7 @@ def main(argv):
     title = (f"{traces.info['benchmark']}{' (SYNTHETIC traces)' if synthetic else ''}: "
              f"U={env_kw['num_users']} M={env_kw['num_servers']} "
              f"B={env_kw['bandwidth_hz'] / 1e6:g} MHz λ={env_kw['arrival_rate_hz']:g}/s, "
-             f"{FLAGS.seeds} seeds, mean ± 95% CI")
+             f"{FLAGS.seeds} seeds, mean ± 95% CI; {info['split_label']}")
     meta = {"traces": traces.info, "policy": FLAGS.policy, "dual": FLAGS.dual,
             "policy_step": policy.meta.get("step") if policy else None,   # checkpoint evaluated
             "checkpoint_steps": {p.workdir: p.meta.get("step") for p in extras},

@@ -22,11 +22,43 @@ from prada_jax.rl import policy as policy_files
 from prada_jax.rl.policy import LoadedPolicy
 
 # Added to the policy run's generator seed to pick the evaluation trace set of a synthetic
-# preset. 0 = the problems the policy was trained on (the default, like the paper's benchmark
-# evaluation). A different seed draws new problems *and* a new random feature projection in
-# ``prada_jax.traces.synthetic`` (its ``hid_*`` features), i.e. a distribution shift for the
-# policy, so held-out synthetic seeds are opt-in (``--trace_seed``).
+# preset: 0, the same generated set, whose test split holds the problems the policy did not
+# train on (``prada_jax.traces.splits``; ``--split``). A different seed would redraw the random
+# feature projection of ``prada_jax.traces.synthetic`` (a distribution shift, not a held-out
+# split), so other synthetic seeds are opt-in (``--trace_seed``).
 HELD_OUT_SEED_OFFSET = 0
+#: The part of the trace set every table reports unless told otherwise.
+DEFAULT_SPLIT = "test"
+
+#: The paper's All-LLM baseline: the server LLM alone, no edge draft (``envs.edge``
+#: ``llm_only``), every step offloaded; the server keeps the context it generated, and a
+#: request waits for a unit however long (there is no draft to fall back on).
+ALL_LLM = "All-LLM"
+LLM_ONLY_OVERRIDES = {"llm_only": True, "server_kv_cache": True, "max_wait_slots": 2 ** 30}
+#: The SLM drafts every step, then the server LLM recomputes it (slower than the paper's
+#: baseline by the drafts): ``evals.evaluate``'s offload-all row, under a name that says so.
+DRAFT_RECOMPUTE = "Draft then LLM (recompute)"
+
+
+def baseline_rows() -> list:
+    """The rows that need no trained policy: All-SLM, the paper's All-LLM, the
+    draft-then-recompute row and RSD (``evals.evaluate.PolicySpec``; run them with
+    :func:`run_row`)."""
+    out = []
+    for spec in ev.baseline_specs():
+        if spec.name == ALL_LLM:
+            out += [spec, spec._replace(name=DRAFT_RECOMPUTE)]
+        else:
+            out.append(spec)
+    return out
+
+
+def run_row(evaluator, spec, **overrides) -> dict:
+    """Per-seed metrics of one row: ``evaluator.run(spec, **overrides)``, with the LLM-alone
+    env for :data:`ALL_LLM`."""
+    if spec.name == ALL_LLM:
+        overrides = {**overrides, **LLM_ONLY_OVERRIDES}
+    return evaluator.run(spec, **overrides)
 
 
 class LoadedTraces(NamedTuple):
@@ -39,7 +71,8 @@ class EvalError(BadInput):
 
 
 def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0,
-                name: str = "--traces") -> LoadedTraces:
+                name: str = "--traces", split: str | None = None,
+                split_name: str = "--split") -> LoadedTraces:
     """A trace folder (validated) or a synthetic preset name (``gsm8k`` ...), through the
     shared loader ``prada_jax.traces.loader.load_trace_set``; errors name ``name=spec``.
 
@@ -47,18 +80,62 @@ def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0,
       spec: a directory with ``meta.json`` + ``nodes.safetensors``, or a preset name.
       problems: for a preset, the number of problems (None: the benchmark's count).
       trace_seed: for a preset, the generator seed.
+      split: ``train`` / ``validation`` / ``test`` / ``all`` (None: ``all``, every problem).
     """
     from prada_jax.traces.loader import load_trace_set
 
     try:
-        traces, full = load_trace_set(spec, problems=problems, seed=int(trace_seed), name=name)
+        traces, full = load_trace_set(spec, problems=problems, seed=int(trace_seed), name=name,
+                                      split=split, split_name=split_name)
     except BadInput as e:
         raise EvalError(str(e)) from None
     info = {k: full[k] for k in ("source", "benchmark", "synthetic", "trace_seed")
             if k in full}
     info.update(problems=full["num_problems"], nodes=full["num_nodes"],
-                feature_dim=full["feature_dim"])
+                feature_dim=full["feature_dim"], split=full["split"],
+                problems_total=full["problems_total"])
     return LoadedTraces(traces, info)
+
+
+def split_label(traces_info: dict, policy: "LoadedPolicy | None" = None) -> str:
+    """How a table names the problems it was measured on, e.g. ``test split (198 of 1319
+    problems)``; ``all`` (and a policy trained on every problem) are labelled as including
+    training problems."""
+    split = traces_info.get("split", "all")
+    n, total = traces_info.get("problems"), traces_info.get("problems_total", "?")
+    if split == "all":
+        text = f"all {n} problems (includes training problems)"
+    else:
+        text = f"{split} split ({n} of {total} problems)"
+    trained_on = policy_split(policy)
+    if policy is not None and split != "train" and trained_on != "train":
+        text += f"; the policy trained on {trained_on or 'all'} problems of its set"
+    return text
+
+
+def policy_split(policy: "LoadedPolicy | None") -> str | None:
+    """The split a policy run trained on (``policy_meta.json``; None for runs before splits
+    or without a policy)."""
+    if policy is None:
+        return None
+    return policy.meta.get("traces", {}).get("split")
+
+
+def evaluation_seed0(traces_info: dict, policy: "LoadedPolicy | None", seeds: int,
+                     seed0: int = 0, flag: str = "--seed0/--seeds") -> int:
+    """The first ``jax.random.key`` seed of an evaluation: the split's seed range
+    (``prada_jax.traces.splits``: validation for ``validation``, else test) + ``seed0``.
+    Checked at start, before anything is written: ``EvalError`` naming ``flag`` if the
+    range leaves its own or meets the policy run's training seeds."""
+    from prada_jax.traces import splits
+
+    train_seeds = policy.meta.get("seeds", []) if policy is not None else []
+    try:
+        first, _ = splits.evaluation_seeds(traces_info.get("split"), seed0, seeds,
+                                           train_seeds=train_seeds, flag=flag)
+    except BadInput as e:
+        raise EvalError(str(e)) from None
+    return first
 
 
 def resolve_traces(policy, traces_flag, problems, trace_seed):
@@ -228,8 +305,10 @@ def _unpack_multipliers(out) -> tuple[float, float, dict]:
 
 
 def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,
-                traces_flag: str | None, problems: int | None, trace_seed: int):
-    """What ``evals.run`` and ``evals.sweep`` load from their flags, checked together.
+                traces_flag: str | None, problems: int | None, trace_seed: int,
+                split: str | None = None):
+    """What ``evals.run`` and ``evals.sweep`` load from their flags, checked together
+    (``split``: the part of the trace set, ``--split``; None = every problem).
 
     Returns ``(policy or None, (lambda_s, mu) or None, dual_info dict, traces)``. Raises
     ``EvalError`` naming the flag and folder.
@@ -242,7 +321,7 @@ def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,
         lam, mu, dual_info = load_multipliers(dual_dir)
         mult = (lam, mu)
     spec, n, tseed = resolve_traces(policy, traces_flag, problems, trace_seed)
-    traces = load_traces(spec, n, tseed)
+    traces = load_traces(spec, n, tseed, split=split)
     if policy is not None:
         check_policy_traces(policy, traces)
     return policy, mult, dual_info, traces
@@ -276,6 +355,10 @@ def define_input_flags(env_note: str = "") -> None:
     flags.DEFINE_integer("trace_seed", None, "generator seed of a synthetic preset (default: the "
                          "policy's; another seed also redraws the synthetic feature "
                          "projection).", **kw)
+    flags.DEFINE_string("split", DEFAULT_SPLIT, "part of the trace set to report: test "
+                        "(default; problems no policy trained on), validation (for choices), "
+                        "train, or all (every problem, labelled as including training "
+                        "problems). A trace folder needs 'splits' in its meta.json.", **kw)
     flags.DEFINE_integer("num_users", None, "U user slots (default: the policy run's, >= 16).",
                          **kw)
     flags.DEFINE_integer("num_servers", None, f"M, server jobs at once{env_note}.", **kw)
@@ -301,7 +384,7 @@ def inputs_from_flags(F) -> FlagInputs:
     overrides = {k: getattr(F, k) for k in _ENV_FLAGS}
     check_env_overrides(overrides)
     policy, mult, dual_info, traces = load_inputs(F.policy, F.step, F.dual, F.traces,
-                                                  F.problems, F.trace_seed)
+                                                  F.problems, F.trace_seed, split=F.split)
     env_kw = env_kwargs_from(policy.config if policy else None, overrides)
     if mult is not None:
         check_scenario(f"--dual={F.dual}", dual_info, env_kw, traces.info, policy,
@@ -348,22 +431,31 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
                   progress=None) -> tuple[dict, dict]:
     """Evaluates every row over seeds.
 
+    ``seed0`` is an offset inside the split's seed range (``evaluation_seed0``, checked
+    against the policy's training seeds before anything runs).
+
     Returns:
       (per_seed, info): ``per_seed[row][metric]`` [S] arrays; ``info`` has the matched random
-      probability and the env settings.
+      probability, the env settings, the split and the ``jax.random.key`` seeds used.
     """
     from envs import edge
 
+    for extra in extra_policies:   # their training seeds are checked too
+        evaluation_seed0(traces.info, extra, seeds, seed0)
+    seed0 = evaluation_seed0(traces.info, policy, seeds, seed0)
     params = edge.make_params(traces.traces, **env_kw)
     rows: dict[str, dict] = {}
-    info: dict = {"env": env_kw, "seeds": seeds, "slots": slots, "warmup_slots": warmup_slots}
+    info: dict = {"env": env_kw, "seeds": seeds, "slots": slots, "warmup_slots": warmup_slots,
+                  "split": traces.info.get("split", "all"),
+                  "split_label": split_label(traces.info, policy),
+                  "eval_seed_range": [seed0, seed0 + seeds]}
     say = progress or (lambda msg: None)
     base = ev.Evaluator(params, seeds, slots, warmup_slots, seed0=seed0) if policy is None else \
         ev.Evaluator(params, seeds, slots, warmup_slots, policy.apply_fn, policy.params,
                      seed0=seed0)
-    for spec in ev.baseline_specs():
+    for spec in baseline_rows():
         say(f"evaluating {spec.name}")
-        rows[spec.name] = base.run(spec)
+        rows[spec.name] = run_row(base, spec)
     target = None
     if policy is not None:
         lam, mu = multipliers if multipliers is not None else (None, None)
@@ -388,15 +480,17 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
         say(f"evaluating {name}")
         lam, mu = multipliers if multipliers is not None else (0.0, 0.0)
         rows[name] = e2.run(ev.PolicySpec(name, "policy", "threshold", lam, mu))
-    order = ["All-SLM", "All-LLM", "Random (matched)", "RSD (online PRM)", "Policy (no limits)",
+    order = ["All-SLM", ALL_LLM, DRAFT_RECOMPUTE, "Random (matched)", "RSD (online PRM)",
+             "Policy (no limits)",
              "Policy + FIFO-greedy", "PRADA (λ=µ=0)", "PRADA"]
     ordered = {k: rows[k] for k in order if k in rows}
     ordered.update({k: v for k, v in rows.items() if k not in ordered})
     return ordered, info
 
 
-def headline(per_seed: dict, reference: str = "All-LLM") -> dict[str, Any]:
-    """PRADA (or its λ=µ=0 variant) accuracy and latency as shares of ``reference``."""
+def headline(per_seed: dict, reference: str = ALL_LLM) -> dict[str, Any]:
+    """PRADA (or its λ=µ=0 variant) accuracy and latency as shares of ``reference`` (the
+    paper's All-LLM, the server LLM alone)."""
     name = "PRADA" if "PRADA" in per_seed else ("PRADA (λ=µ=0)" if "PRADA (λ=µ=0)" in per_seed
                                                 else None)
     if name is None or reference not in per_seed:

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from evals import evaluate as ev
-from evals import plots, report
+from evals import plots, report, suite
 from prada_jax import stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
@@ -42,8 +42,9 @@ KNEE_TOL = 0.05
 
 
 def sweep_rows(has_policy: bool, multipliers: tuple[float, float] | None) -> list[ev.PolicySpec]:
-    """Rows drawn in the sweep: All-SLM, All-LLM, RSD and the PRADA row(s) available."""
-    rows = ev.baseline_specs()
+    """Rows drawn in the sweep: All-SLM, the paper's All-LLM (the server LLM alone), the
+    draft-then-recompute row, RSD and the PRADA row(s) available."""
+    rows = suite.baseline_rows()
     if has_policy:
         rows += [s for s in ev.policy_specs(*(multipliers or (None, None)))
                  if s.name.startswith("PRADA")]
@@ -62,7 +63,7 @@ def run_sweep(evaluator: ev.Evaluator, rows: Sequence[ev.PolicySpec], axis: str,
         if progress:
             progress(f"sweep {axis} = {v:g}")
         v = int(v) if field == "num_servers" else float(v)
-        out[v] = evaluator.run_all(rows, **{field: v})
+        out[v] = {r.name: suite.run_row(evaluator, r, **{field: v}) for r in rows}
     return out
 
 

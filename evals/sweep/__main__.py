@@ -56,21 +56,24 @@ def main(argv):
     if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
         print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
               file=sys.stderr)
+    seed0 = suite.evaluation_seed0(traces.info, policy, FLAGS.seeds, 0, flag="--seeds")
     params = edge.make_params(traces.traces, **env_kw)
     evaluator = ev.Evaluator(params, FLAGS.seeds, FLAGS.slots, FLAGS.warmup_slots,
                              policy.apply_fn if policy else None,
-                             policy.params if policy else None)
+                             policy.params if policy else None, seed0=seed0)
     rows = sweep_rows(policy is not None, mult)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results = {a: run_sweep(evaluator, rows, a, grids[a], say) for a in FLAGS.axes}
     out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "sweep" if FLAGS.policy
                                             else Path("checkpoints/sweep"))
     synthetic = traces.info.get("synthetic", False)
+    label = suite.split_label(traces.info, policy)
     title = (f"{traces.info['benchmark']}{' (SYNTHETIC)' if synthetic else ''}, U="
-             f"{env_kw['num_users']}, {FLAGS.seeds} seeds, mean ± 95% CI")
+             f"{env_kw['num_users']}, {FLAGS.seeds} seeds, mean ± 95% CI; {label}")
     meta = {"traces": traces.info, "env": env_kw, "policy": FLAGS.policy, "dual": FLAGS.dual,
             "multipliers": mult, "seeds": FLAGS.seeds, "slots": FLAGS.slots,
-            "warmup_slots": FLAGS.warmup_slots}
+            "warmup_slots": FLAGS.warmup_slots, "split": traces.info.get("split"),
+            "split_label": label, "eval_seed_range": [seed0, seed0 + FLAGS.seeds]}
     res = write_sweep_outputs(results, out, title=title, meta=meta)
     for line in res["knee_lines"]:
         print(line + (" [synthetic traces]" if synthetic else ""))

@@ -34,6 +34,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.trace_dir = ""            # a saved trace folder to use instead of the preset
     c.env.trace_seed = 0            # seed of the synthetic trace generator
     c.env.problems = 0              # problems in the synthetic set; 0 = the benchmark's count
+    c.env.split = "train"           # part of the set trained on (train / validation / test /
+                                    # all; prada_jax.traces.splits); evaluations use test
     c.env.num_users = 8             # U user slots per env
     c.env.reward_mode = "coarse"    # "coarse" (stage 1) or "true"
     c.env.contention = False        # False: per-user MDP (unlimited M and B, no outage,

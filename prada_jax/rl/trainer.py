@@ -35,6 +35,7 @@ from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import learner, losses, networks, policy, toy_env
 from prada_jax.traces import synthetic
 from prada_jax.traces.loader import load_config_traces
+from prada_jax.traces import splits
 
 __all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "Setup",
            "observational_fields"]
@@ -59,12 +60,15 @@ def validate_config(config, env_given: bool = False) -> None:
     cu = config_utils
     cu.check_int(config, "seed", minimum=0)
     cu.check_int(config, "num_seeds", minimum=1)
+    # Training seeds stay below the validation and test seeds (prada_jax.traces.splits).
+    splits.check_training_seeds(int(config.seed), int(config.num_seeds))
     cu.check_int(config, "env.num_users", minimum=1)
     if not env_given:
         cu.check_choice(config, "env.name", ("edge", "toy"))
         cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
         cu.check_int(config, "env.trace_seed", minimum=0)
         cu.check_int(config, "env.problems", minimum=0)
+        splits.check_split_name(config.env.get("split"), "config.env.split")
         cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
         cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
         if config.env.name == "edge" and not config.env.trace_dir:

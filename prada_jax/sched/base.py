@@ -42,6 +42,10 @@ class SchedInputs:
       comm_s: float32, upload + download delay if run now (s), the part of ``delay_s`` a
         ``coarse``-trained policy's ΔQ did not charge (``prada_jax.sched.threshold``);
         ``None`` (callers that build inputs by hand) means no communication delay.
+      num_servers_t: int32 scalar, server units available this slot, M_t under the env's
+        scenario schedule (``envs.edge.slot_conditions``); the expected queue wait divides by
+        it. ``None`` (callers that build inputs by hand) means the nominal M of
+        ``SchedParams.num_servers``.
     """
 
     candidate: Any
@@ -55,6 +59,7 @@ class SchedInputs:
     u_rand: Any
     queue_len: Any
     comm_s: Any = None
+    num_servers_t: Any = None
 
 
 @struct.dataclass
@@ -66,7 +71,8 @@ class SchedParams:
       mu: price of bandwidth (PRM units per Hz), ≥ 0.
       beta: quality–latency trade-off β (PRM units per second of delay).
       tau_s: slot length τ (s).
-      num_servers: M, server units (for the expected queue wait q_i = queue_len / M).
+      num_servers: M, nominal server units (the expected queue wait q_i = queue_len / M uses
+        ``SchedInputs.num_servers_t``, the units of this slot, when the inputs carry it).
       max_wait_slots: a request that has waited this many slots is kept local.
       rsd_threshold: RSD rule keeps the draft if its PRM score ≥ this (default 0.7).
       policy_true_reward: bool, the screening policy was trained with the env's ``true``

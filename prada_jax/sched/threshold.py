@@ -10,8 +10,9 @@ the edge critic under the policy's *training* reward (``SchedParams.policy_true_
   training, so the rule adds nothing to running now: ``w_i = ΔQ_i``.
 
 Either way queueing costs the *extra* wait of at least one slot plus the expected further wait
-``q_i = queue_len / M`` slots (an assumption: one queue position clears per server unit per
-slot): ``c = β·τ·(1 + q) ≥ 0`` and ``w̄_i = w_i − c``. All in PRM units.
+``q_i = queue_len / M_t`` slots (M_t the server units available this slot, at least 1; an
+assumption: one queue position clears per server unit per slot): ``c = β·τ·(1 + q) ≥ 0`` and
+``w̄_i = w_i − c``. All in PRM units.
 
 Admission prices. λ_s (per admission to the server) and µ (per Hz of its bandwidth) are
 charged to every request that will use the server, whether it runs now or waits:
@@ -60,8 +61,14 @@ def repair_rank(*keys):
 
 
 def wait_cost(x: SchedInputs, sp: SchedParams):
-    """``c = β·τ·(1 + queue_len / M)`` (PRM units), float32 scalar: extra cost of queueing."""
-    q = x.queue_len.astype(jnp.float32) / jnp.asarray(sp.num_servers, jnp.float32)
+    """``c = β·τ·(1 + queue_len / M_t)`` (PRM units), float32 scalar: extra cost of queueing.
+
+    M_t is the server units available this slot (``x.num_servers_t``; the nominal
+    ``sp.num_servers`` when the inputs do not carry it), floored at 1 so a slot with every unit
+    taken still has a finite cost.
+    """
+    m = sp.num_servers if x.num_servers_t is None else jnp.maximum(x.num_servers_t, 1)
+    q = x.queue_len.astype(jnp.float32) / jnp.asarray(m, jnp.float32)
     return (jnp.asarray(sp.beta, jnp.float32) * jnp.asarray(sp.tau_s, jnp.float32)
             * (1.0 + q))
 

@@ -27,8 +27,10 @@ A trace set is one folder with two files (docs/design.md §2):
 * ``meta.json``: ``format_version``, ``benchmark``, ``synthetic`` (bool), ``models``
   (``slm``, ``llm``, ``prm`` names), ``feature_dim``, ``feature_names``, ``counts``
   (``problems``, ``nodes``), ``max_depth``, ``generator`` (settings), ``content_hash``
-  (``sha256:`` of the bytes of ``nodes.safetensors``). Other keys are allowed and ignored
-  (kept as provenance; ``validate`` lists them).
+  (``sha256:`` of the bytes of ``nodes.safetensors``); optional ``splits``: the problem
+  indices of each part, ``{"train": [...], "validation": [...], "test": [...]}`` (disjoint,
+  together every problem; ``prada_jax.traces.splits``) and ``split_rule``. Other keys are
+  allowed and ignored (kept as provenance; ``validate`` lists them).
 
 Either file may be a symlink, also to a file outside the folder: it is followed (the content
 hash pins the bytes) and ``validate`` names the link and its target.
@@ -52,8 +54,9 @@ from flax import struct
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
-from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
 from prada_jax.errors import BadInput
+from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
+from prada_jax.traces.splits import SplitError, check_splits
 
 FORMAT_VERSION = 1
 NODES_FILE = "nodes.safetensors"
@@ -84,7 +87,7 @@ REQUIRED_META = ("format_version", "benchmark", "synthetic", "models", "feature_
                  "counts", "max_depth", "content_hash")
 # Optional keys this package writes (synthetic generator, builder). Any other key is allowed,
 # read by nothing and left in the file (provenance, e.g. a user's notes); ``validate`` lists it.
-OPTIONAL_META = ("feature_names", "generator", "prm_style")
+OPTIONAL_META = ("feature_names", "generator", "prm_style", "splits", "split_rule")
 
 
 class TraceFormatError(BadInput):
@@ -218,6 +221,11 @@ def read_meta(path: os.PathLike | str) -> dict:
         raise TraceFormatError(meta_path, "counts", "must hold integer 'problems' and 'nodes'")
     if not isinstance(meta["content_hash"], str) or not meta["content_hash"].startswith("sha256:"):
         raise TraceFormatError(meta_path, "content_hash", "must be 'sha256:<hex>'")
+    if "splits" in meta:
+        try:
+            meta["splits"] = check_splits(meta["splits"], counts["problems"], where=meta_path)
+        except SplitError as e:
+            raise TraceFormatError(meta_path, e.field, e.problem) from None
     return meta
 
 

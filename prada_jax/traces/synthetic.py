@@ -61,7 +61,9 @@ that picks the LLM with probability ``behaviour_llm``. An unexpanded non-termina
 falls back to its sibling's child (``fallback``). Node ids are contiguous per problem.
 
 Generation is vectorised NumPy over all problems per depth level, deterministic from
-``np.random.default_rng(seed)``.
+``np.random.default_rng(seed)``. ``meta["splits"]`` holds the train / validation / test
+problem indices (``prada_jax.traces.splits.problem_split``), drawn afterwards from a stream of
+their own, so the parts share the one feature projection and calibration of the whole set.
 """
 from __future__ import annotations
 
@@ -74,6 +76,7 @@ import numpy as np
 from prada_jax.errors import BadInput
 from prada_jax.presets import BENCHMARKS
 from prada_jax.traces.format import TraceFormatError, TraceSet, load, save
+from prada_jax.traces.splits import problem_split
 
 FEATURE_NAMES = tuple([f"hid_{i}" for i in range(10)]
                       + ["logp_mean", "logp_min", "entropy", "step_index_div10",
@@ -274,14 +277,43 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
     Returns:
       ``(traces, meta)``: a ``TraceSet`` of NumPy arrays and the meta dict for ``format.save``.
     """
+    pre, opts, n = _options(preset, problems, dict(
+        prm_noise=prm_noise, prm_miscalibration=prm_miscalibration, prm_miss=prm_miss,
+        full_depth=full_depth, node_budget=node_budget, behaviour_llm=behaviour_llm,
+        feature_signal=feature_signal))
+    rng = np.random.default_rng(seed)
+    latent = _draw_latents(pre, opts, n, rng)
+    recs = _grow_trees(pre, opts, latent, rng)
+    traces = _assemble(recs, n)
+    meta = {
+        "benchmark": pre.benchmark,
+        "synthetic": True,
+        "models": {"slm": "synthetic-slm-1.5b", "llm": "synthetic-llm-7b",
+                   "prm": "synthetic-prm"},
+        "feature_names": list(FEATURE_NAMES),
+        "generator": {
+            "kind": "prada_jax.traces.synthetic", "preset": preset, "seed": int(seed),
+            "problems": n, **{k: (float(v) if isinstance(v, float) else v)
+                              for k, v in opts.items()},
+            "targets": {"acc_slm": pre.acc_slm, "acc_llm": pre.acc_llm},
+            "calibrated": {"alpha_s": latent.alpha_s, "alpha_r": latent.alpha_r},
+            "preset_params": dataclasses.asdict(pre),
+            "forced_class_repairs": latent.forced,
+        },
+        # Drawn after the set, from a stream of its own: the parts share one feature map.
+        "splits": problem_split(n, seed),
+    }
+    return traces, meta
+
+
+def _options(preset: str, problems, overrides: dict) -> tuple[Preset, dict, int]:
+    """``(preset, options, problem count)`` after validation; ``overrides`` maps option names
+    to values or None (use ``DEFAULTS``). Raises ``BadInput`` naming a bad argument."""
     if preset not in PRESETS:
         raise BadInput(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     pre = PRESETS[preset]
     opts = dict(DEFAULTS)
-    for k, v in dict(prm_noise=prm_noise, prm_miscalibration=prm_miscalibration,
-                     prm_miss=prm_miss,
-                     full_depth=full_depth, node_budget=node_budget, behaviour_llm=behaviour_llm,
-                     feature_signal=feature_signal).items():
+    for k, v in overrides.items():
         if v is not None:
             opts[k] = v
     n = pre.problems if problems is None else int(problems)
@@ -297,10 +329,37 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
         raise BadInput(f"full_depth must be >= 0, got {opts['full_depth']}")
     if not 0.0 < opts["behaviour_llm"] < 1.0:
         raise BadInput(f"behaviour_llm must be in (0, 1), got {opts['behaviour_llm']}")
-    full_depth, budget = int(opts["full_depth"]), int(opts["node_budget"])
-    rng = np.random.default_rng(seed)
+    return pre, opts, n
 
-    # ---- latent problem/step model
+
+@dataclasses.dataclass(frozen=True)
+class _Latents:
+    """The latent problem/step model of ``n`` problems (module docstring), K = max steps.
+
+    steps [n] int64 L_p; d [n] difficulty; err_s, err_l [n, K] bool step errors of the SLM /
+    LLM; fut [n, K + 1] prior P(SLM finishes steps j.. cleanly); prompt [n] prompt tokens;
+    w_proj [10, 8] the feature projection; alpha_s, alpha_r the calibrated offsets; forced the
+    outcome-class repairs of ``_step_types``.
+    """
+
+    steps: np.ndarray
+    d: np.ndarray
+    err_s: np.ndarray
+    err_l: np.ndarray
+    fut: np.ndarray
+    prompt: np.ndarray
+    w_proj: np.ndarray
+    alpha_s: float
+    alpha_r: float
+    forced: int
+
+    @property
+    def kmax(self) -> int:
+        return int(self.steps.max())
+
+
+def _draw_latents(pre: Preset, opts: dict, n: int, rng: np.random.Generator) -> _Latents:
+    """Draws and calibrates the latent problem/step model (the first draws of ``rng``)."""
     steps = np.clip(pre.steps_base + rng.poisson(pre.steps_extra, size=n), pre.steps_min,
                     pre.steps_max).astype(np.int64)
     kmax = int(steps.max())
@@ -317,17 +376,27 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
                                  np.zeros((n, 1))], axis=1))
     prompt = np.maximum(3, np.round(rng.lognormal(np.log(pre.prompt_median), 0.35, size=n)))
     w_proj = rng.normal(scale=1 / np.sqrt(8), size=(10, 8))
-    lp_b = np.log([1 - opts["behaviour_llm"], opts["behaviour_llm"]])
+    return _Latents(steps=steps, d=d, err_s=err_s, err_l=err_l, fut=fut, prompt=prompt,
+                    w_proj=w_proj, alpha_s=alpha_s, alpha_r=alpha_r, forced=forced)
 
-    # ---- trees, breadth-first over all problems at once (temporary ids in creation order)
+
+def _grow_trees(pre: Preset, opts: dict, latent: _Latents, rng: np.random.Generator) -> list:
+    """The trees, breadth-first over all problems at once (temporary ids in creation order).
+
+    Returns one record per depth level: a dict of node arrays (``id``, the ``TraceSet`` node
+    fields and ``problem``) for the frontier expanded at that depth.
+    """
+    n, kmax, steps = latent.steps.size, latent.kmax, latent.steps
+    full_depth, budget = int(opts["full_depth"]), int(opts["node_budget"])
+    lp_b = np.log([1 - opts["behaviour_llm"], opts["behaviour_llm"]])
     recs = []
     fr_id = np.arange(n)
     fr_p = np.arange(n)
     fr_clean = np.ones(n, bool)
-    fr_ctx = prompt.astype(np.int64)
+    fr_ctx = latent.prompt.astype(np.int64)
     fr_sticky = np.zeros(n, np.int64)
     fr_blogp = np.zeros(n)
-    v_root = fut[:, 0]
+    v_root = latent.fut[:, 0]
     fr_prm = _prm_read(v_root, opts["prm_noise"], opts["prm_miscalibration"], rng)
     count = np.ones(n, np.int64)  # nodes per problem so far
     next_id = n
@@ -337,50 +406,18 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
             break
         p = fr_p
         term = steps[p] - 1 == k
-        cand_err = np.stack([err_s[p, k], err_l[p, k]], axis=1)
+        cand_err = np.stack([latent.err_s[p, k], latent.err_l[p, k]], axis=1)
         child_clean = fr_clean[:, None] & ~cand_err
         terminal = np.repeat(term[:, None], 2, axis=1)
         correct = terminal & child_clean
-        v_next = fut[p, np.minimum(k + 1, kmax)]
-        v_clean = np.where(terminal, 1.0, v_next[:, None])
-        seen = rng.uniform(size=(m, 2)) >= opts["prm_miss"]   # the PRM notices the error
-        v = np.where(child_clean | ~seen, v_clean, 0.0)
-        cand_prm = _prm_read(v, opts["prm_noise"], opts["prm_miscalibration"], rng)
-        tok_s = rng.lognormal(np.log(pre.step_median), 0.45, size=m) * np.where(err_s[p, k], 1.2, 1.0)
-        tok_l = rng.lognormal(np.log(0.9 * pre.step_median), 0.40, size=m)
-        cand_tokens = np.maximum(3, np.round(np.stack([tok_s, tok_l], axis=1))).astype(np.int64)
-        q = (opts["feature_signal"] * (1 - 2 * err_s[p, k].astype(float)) - 0.4 * d[p]
-             + rng.normal(size=m))
-        lat = np.concatenate([q[:, None], -d[p][:, None], rng.normal(size=(m, 6))], axis=1)
-        hid = np.einsum("mi,ji->mj", lat, w_proj) + 0.5 * rng.normal(size=(m, 10))
-        feat = np.concatenate([
-            hid,
-            (-0.30 + 0.10 * q + 0.05 * rng.normal(size=m))[:, None],
-            (-2.00 + 0.50 * q + 0.30 * rng.normal(size=m))[:, None],
-            (0.60 - 0.15 * q + 0.10 * rng.normal(size=m))[:, None],
-            np.full((m, 1), k / 10.0),
-            (fr_ctx / 1000.0)[:, None],
-            (cand_tokens[:, 0] / 100.0)[:, None],
-        ], axis=1)
-
-        expand = np.zeros((m, 2), bool)
+        cand_prm, cand_tokens, feat = _observe_level(pre, opts, latent, rng, k, p, terminal,
+                                                     child_clean, fr_ctx)
         if k < full_depth:
+            expand = np.zeros((m, 2), bool)
             expand[:] = ~terminal
         else:
-            rows = np.arange(m)
-            expand[rows, fr_sticky] = ~term
-            # Optional branches: the other candidate, most behaviour-likely first, within budget.
-            n_front = np.bincount(p, minlength=n)
-            projected = count + n_front * np.maximum(steps - 1 - k, 0)
-            allowed = np.maximum(budget - projected, 0) // np.maximum(steps - 1 - k, 1)
-            other = 1 - fr_sticky
-            score = fr_blogp + lp_b[other]
-            order = np.lexsort((fr_id, -score, p))
-            first_of = np.searchsorted(p[order], p[order], side="left")
-            rank = np.empty(m, np.int64)
-            rank[order] = np.arange(m) - first_of
-            extra = ~term & (rank < allowed[p])
-            expand[rows, other] |= extra
+            expand = _expand_deep(latent, budget, lp_b, k, p, term, count, fr_id, fr_sticky,
+                                  fr_blogp)
         child = np.full((m, 2), -1, np.int64)
         n_new = int(expand.sum())
         child[expand] = next_id + np.arange(n_new)
@@ -400,7 +437,71 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
         fr_sticky = ci
         fr_blogp = fr_blogp[pi] + lp_b[ci]
         fr_prm = cand_prm[pi, ci]
+    return recs
 
+
+def _observe_level(pre: Preset, opts: dict, latent: _Latents, rng: np.random.Generator, k: int,
+                   p, terminal, child_clean, fr_ctx):
+    """The observables of the m frontier nodes at depth ``k`` (problems ``p`` [m]).
+
+    Returns ``(cand_prm [m, 2] float32, cand_tokens [m, 2] int64, feat [m, F])``.
+    """
+    m = p.size
+    err_s, d = latent.err_s, latent.d
+    v_next = latent.fut[p, np.minimum(k + 1, latent.kmax)]
+    v_clean = np.where(terminal, 1.0, v_next[:, None])
+    seen = rng.uniform(size=(m, 2)) >= opts["prm_miss"]   # the PRM notices the error
+    v = np.where(child_clean | ~seen, v_clean, 0.0)
+    cand_prm = _prm_read(v, opts["prm_noise"], opts["prm_miscalibration"], rng)
+    tok_s = rng.lognormal(np.log(pre.step_median), 0.45, size=m) * np.where(err_s[p, k], 1.2, 1.0)
+    tok_l = rng.lognormal(np.log(0.9 * pre.step_median), 0.40, size=m)
+    cand_tokens = np.maximum(3, np.round(np.stack([tok_s, tok_l], axis=1))).astype(np.int64)
+    q = (opts["feature_signal"] * (1 - 2 * err_s[p, k].astype(float)) - 0.4 * d[p]
+         + rng.normal(size=m))
+    lat = np.concatenate([q[:, None], -d[p][:, None], rng.normal(size=(m, 6))], axis=1)
+    hid = np.einsum("mi,ji->mj", lat, latent.w_proj) + 0.5 * rng.normal(size=(m, 10))
+    feat = np.concatenate([
+        hid,
+        (-0.30 + 0.10 * q + 0.05 * rng.normal(size=m))[:, None],
+        (-2.00 + 0.50 * q + 0.30 * rng.normal(size=m))[:, None],
+        (0.60 - 0.15 * q + 0.10 * rng.normal(size=m))[:, None],
+        np.full((m, 1), k / 10.0),
+        (fr_ctx / 1000.0)[:, None],
+        (cand_tokens[:, 0] / 100.0)[:, None],
+    ], axis=1)
+    return cand_prm, cand_tokens, feat
+
+
+def _expand_deep(latent: _Latents, budget: int, lp_b, k: int, p, term, count, fr_id, fr_sticky,
+                 fr_blogp):
+    """Which candidates of the frontier at depth ``k >= full_depth`` get a child: [m, 2] bool.
+
+    The sticky continuation always; the other candidate, most behaviour-likely first, while
+    the problem's projected node count stays within ``budget``.
+    """
+    m = p.size
+    n, steps = latent.steps.size, latent.steps
+    expand = np.zeros((m, 2), bool)
+    rows = np.arange(m)
+    expand[rows, fr_sticky] = ~term
+    # Optional branches: the other candidate, most behaviour-likely first, within budget.
+    n_front = np.bincount(p, minlength=n)
+    projected = count + n_front * np.maximum(steps - 1 - k, 0)
+    allowed = np.maximum(budget - projected, 0) // np.maximum(steps - 1 - k, 1)
+    other = 1 - fr_sticky
+    score = fr_blogp + lp_b[other]
+    order = np.lexsort((fr_id, -score, p))
+    first_of = np.searchsorted(p[order], p[order], side="left")
+    rank = np.empty(m, np.int64)
+    rank[order] = np.arange(m) - first_of
+    extra = ~term & (rank < allowed[p])
+    expand[rows, other] |= extra
+    return expand
+
+
+def _assemble(recs: list, n: int) -> TraceSet:
+    """Renumbers the level records problem-major (creation order within a problem) into a
+    ``TraceSet`` of NumPy arrays."""
     cat = {key: np.concatenate([r_[key] for r_ in recs]) for key in recs[0]}
     tmp_id = cat.pop("id")
     total = tmp_id.size
@@ -413,7 +514,7 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
         out[key] = np.where(a >= 0, new_of_tmp[np.maximum(a, 0)], -1)
     n_nodes = np.bincount(out["problem"], minlength=n)
     root = np.concatenate([[0], np.cumsum(n_nodes)[:-1]])
-    traces = TraceSet(
+    return TraceSet(
         feat=out["feat"].astype(np.float32), prm=out["prm"].astype(np.float32),
         cand_prm=out["cand_prm"].astype(np.float32),
         cand_tokens=out["cand_tokens"].astype(np.int32),
@@ -422,23 +523,6 @@ def generate(preset: str, seed: int = 0, problems: int | None = None,
         fallback=out["fallback"].astype(np.int32), depth=out["depth"].astype(np.int32),
         problem=out["problem"].astype(np.int32), root=root.astype(np.int32),
         n_nodes=n_nodes.astype(np.int32), answer_id=np.arange(n, dtype=np.int32))
-    meta = {
-        "benchmark": pre.benchmark,
-        "synthetic": True,
-        "models": {"slm": "synthetic-slm-1.5b", "llm": "synthetic-llm-7b",
-                   "prm": "synthetic-prm"},
-        "feature_names": list(FEATURE_NAMES),
-        "generator": {
-            "kind": "prada_jax.traces.synthetic", "preset": preset, "seed": int(seed),
-            "problems": n, **{k: (float(v) if isinstance(v, float) else v)
-                              for k, v in opts.items()},
-            "targets": {"acc_slm": pre.acc_slm, "acc_llm": pre.acc_llm},
-            "calibrated": {"alpha_s": alpha_s, "alpha_r": alpha_r},
-            "preset_params": dataclasses.asdict(pre),
-            "forced_class_repairs": forced,
-        },
-    }
-    return traces, meta
 
 
 def get_or_make(preset: str, cache_dir: os.PathLike | str, seed: int = 0,

@@ -92,3 +92,110 @@ def test_env_kwargs_from_config():
                                              "beta": 0.2, "tau_s": 0.05, "contention": False}})
     kw = suite.env_kwargs_from(cfg, {"num_servers": 2, "beta": None})
     assert kw["num_users"] == 16 and kw["num_servers"] == 2 and kw["beta"] == 0.2
+
+
+def test_load_traces_selects_and_names_a_split(tmp_path):
+    from prada_jax.traces import splits
+
+    t = suite.load_traces("gsm8k", problems=40, trace_seed=2, split="test")
+    want = splits.problem_split(40, 2)["test"]
+    assert t.info["split"] == "test" and t.info["problems"] == len(want)
+    assert t.info["problems_total"] == 40
+    assert suite.split_label(t.info) == f"test split ({len(want)} of 40 problems)"
+    every = suite.load_traces("gsm8k", problems=40, trace_seed=2)
+    assert every.info["split"] == "all" and "includes training problems" in \
+        suite.split_label(every.info)
+    # A policy trained on every problem: the test table says so.
+    pol = suite.LoadedPolicy(None, None, {"traces": {"split": "all"}}, None, "p")
+    assert "the policy trained on all problems" in suite.split_label(t.info, pol)
+    tr = crafted_traces(6)
+    tf.save(tr, tmp_path / "t", random_meta(tr, "crafted"))
+    with pytest.raises(suite.EvalError, match=r"^--split=test: --traces=.*has no split "
+                       "metadata"):
+        suite.load_traces(str(tmp_path / "t"), split="test")
+    with pytest.raises(suite.EvalError, match=r"^--split=held_out: unknown split"):
+        suite.load_traces("gsm8k", problems=10, split="held_out")
+
+
+def test_evaluation_seeds_leave_the_training_seeds():
+    from prada_jax.traces import splits
+
+    info = {"split": "test"}
+    pol = suite.LoadedPolicy(None, None, {"seeds": [0, 1, 2, 3]}, None, "p")
+    first = suite.evaluation_seed0(info, pol, seeds=8, seed0=0)
+    assert first == splits.TEST_SEED_BASE and not set(range(first, first + 8)) & {0, 1, 2, 3}
+    assert suite.evaluation_seed0({"split": "validation"}, pol, 8, 3) == \
+        splits.VALIDATION_SEED_BASE + 3
+    odd = suite.LoadedPolicy(None, None, {"seeds": [splits.TEST_SEED_BASE + 4]}, None, "p")
+    with pytest.raises(suite.EvalError, match=r"^seed ranges overlap: --seed0/--seeds .* the "
+                       r"policy's training seed 2000004"):
+        suite.evaluation_seed0(info, odd, seeds=8, seed0=0)
+    with pytest.raises(suite.EvalError, match=r"^seed ranges overlap: --seed0/--seeds"):
+        suite.evaluation_seed0(info, None, seeds=8, seed0=splits.SEED_RANGE - 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,needle", [
+    (("--traces=gsm8k", "--split=held_out"), r"^error: --split=held_out: unknown split"),
+    (("--traces={folder}",), r"^error: --split=test: --traces=.*has no split metadata"),
+    (("--traces=gsm8k", "--seed0=999998", "--seeds=4"), r"^error: seed ranges overlap: "
+                                                          r"--seed0/--seeds")])
+def test_run_refuses_bad_split_input_writing_nothing(tmp_path, args, needle):
+    """Exit 2, one stderr line naming the flag, no output folder (in a subprocess)."""
+    import re
+    import subprocess
+    import sys
+
+    tr = crafted_traces(6)
+    tf.save(tr, tmp_path / "t", random_meta(tr, "crafted"))
+    out = tmp_path / "out"
+    argv = [a.format(folder=tmp_path / "t") for a in args]
+    p = subprocess.run([sys.executable, "-m", "evals.run", "--problems=20", "--slots=20",
+                        "--warmup_slots=2", "--seeds=1", *argv, f"--out={out}"],
+                       capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert len(lines) == 1 and re.search(needle, lines[0]), p.stderr[-2000:]
+    assert not out.exists()
+
+
+def test_all_llm_is_the_server_llm_alone_and_the_recompute_row_is_named():
+    names = [s.name for s in suite.baseline_rows()]
+    assert names[:3] == ["All-SLM", suite.ALL_LLM, suite.DRAFT_RECOMPUTE]
+    specs = {s.name: s for s in suite.baseline_rows()}
+    assert specs[suite.ALL_LLM].screen == specs[suite.DRAFT_RECOMPUTE].screen == "always"
+
+    class Spy:
+        def __init__(self):
+            self.calls = {}
+
+        def run(self, spec, **kw):
+            self.calls[spec.name] = kw
+            return {}
+
+    spy = Spy()
+    for spec in suite.baseline_rows():
+        suite.run_row(spy, spec, num_servers=2)
+    assert spy.calls[suite.ALL_LLM] == {"num_servers": 2, **suite.LLM_ONLY_OVERRIDES}
+    assert spy.calls[suite.ALL_LLM]["llm_only"] is True
+    assert spy.calls[suite.DRAFT_RECOMPUTE] == {"num_servers": 2}
+    assert "llm_only" not in spy.calls["All-SLM"]
+
+
+@pytest.mark.slow
+def test_llm_alone_row_beats_the_recompute_row_on_latency():
+    """On a tiny trace set the LLM-alone row is faster than the draft-then-recompute row (it
+    skips the drafts). Slow (~60 s); the wiring is guarded by the test above and the latency
+    by tests/envs/test_llm_only.py."""
+    from envs import edge
+    from evals import evaluate as ev
+
+    tr = crafted_traces(4)
+    params = edge.make_params(tr, num_users=2, num_servers=2, arrival_rate_hz=2.0,
+                              bandwidth_hz=1e9, snr_threshold_db=-float("inf"))
+    e = ev.Evaluator(params, seeds=2, num_slots=120, warmup_slots=10)
+    specs = {s.name: s for s in suite.baseline_rows()}
+    alone = suite.run_row(e, specs[suite.ALL_LLM])
+    recompute = suite.run_row(e, specs[suite.DRAFT_RECOMPUTE])
+    assert np.all(alone["latency_mean_s"] < recompute["latency_mean_s"])
+    assert np.all(alone["offload_rate"] == 1.0)

@@ -1,0 +1,90 @@
+"""The paper's All-LLM baseline (``llm_only``), the server LLM alone, against plain Python."""
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from envs import edge
+from envs.edge_numpy import EdgeEnvNumPy, LatencyConsts, flops_decode, flops_prefill
+from prada_jax.traces.testing import random_traces
+
+TAU = 0.05
+
+
+def _plain_latency(tr, root, snr, consts: LatencyConsts, bandwidth_hz):
+    """Slots the server LLM alone needs for the problem at ``root``: each step uploads what the
+    server has not seen (the prompt, then nothing: it keeps the context it generated),
+    prefills it, decodes the LLM's step and sends it down; a step takes max(1, ceil(D/τ))
+    slots. Returns (latency s, communication s, correct)."""
+    c = consts
+    se = math.log2(1.0 + snr)
+    node, server_cached, slots, comm = int(root), 0, 0, 0.0
+    while True:
+        ctx = int(tr.ctx_tokens[node])
+        ltok = int(tr.cand_tokens[node][1])
+        cached = min(server_cached, ctx)
+        up = ctx - cached
+        bw = min(max(up * c.bits_per_token / (se * c.uplink_target_s), c.min_request_hz),
+                 bandwidth_hz)
+        t_up = up * c.bits_per_token / (bw * se)
+        t_dn = ltok * c.bits_per_token / (bw * se)
+        t_srv = ((flops_prefill(c.llm, up, cached) + flops_decode(c.llm, ltok, ctx))
+                 / (c.server_peak_flops * c.server_eta))
+        d = t_up + t_srv + t_dn
+        k = max(1, math.ceil(d / TAU))
+        slots += k
+        comm += k * TAU * (t_up + t_dn) / d
+        server_cached = ctx + ltok
+        if tr.terminal[node][1]:
+            return slots * TAU, comm, bool(tr.correct[node][1])
+        ch = int(tr.child[node][1])
+        node = ch if ch >= 0 else int(tr.fallback[node])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_llm_alone_latency_matches_plain_python(seed):
+    tr = random_traces(seed=seed, problems=4, depth=4, feature_dim=3)
+    bw = 1e9
+    params = edge.make_params(tr, num_users=1, scheduler="offload_all", num_servers=1,
+                              bandwidth_hz=bw, arrival_rate_hz=0.0, initial_users=1,
+                              tau_s=TAU, max_wait_slots=10 ** 6, server_kv_cache=True,
+                              llm_only=True, snr_threshold_db=-math.inf)
+    _, state = edge.reset(jax.random.key(seed), params)
+    root = int(state.node[0])
+    assert int(state.phase[0]) == edge.DECIDE  # no draft: decides at once
+    noise = edge.Noise(u_arrival=jnp.float32(0.0), problem=jnp.zeros((1,), jnp.int32),
+                       fading=jnp.ones((1,), jnp.float32), u_sched=jnp.zeros((1,), jnp.float32))
+    step = jax.jit(edge.step_with_noise)
+    info = None
+    for _ in range(10_000):
+        _, state, _, done, info = step(state, jnp.ones((1,), jnp.int32), params, noise)
+        if bool(done[0]):
+            break
+    assert bool(done[0])
+    snr = EdgeEnvNumPy(tr, dict(num_users=1, scheduler="offload_all"),
+                       LatencyConsts(snr_threshold_db=-math.inf)).snr_bar
+    want_lat, want_comm, want_correct = _plain_latency(tr, root, snr, LatencyConsts(), bw)
+    assert float(info["user_latency_s"][0]) == pytest.approx(want_lat, rel=1e-6)
+    assert float(info["user_communication_s"][0]) == pytest.approx(want_comm, rel=1e-4)
+    assert float(info["user_queueing_s"][0]) == 0.0
+    assert bool(info["user_correct"][0]) == want_correct
+    assert int(info["user_offloads"][0]) == int(info["user_steps"][0])
+
+
+def test_outage_waits_instead_of_keeping_a_draft():
+    """With every slot in outage the LLM-alone user waits; the drafting env keeps the draft."""
+    tr = random_traces(seed=0, problems=4, depth=3, feature_dim=3)
+    kw = dict(num_users=1, scheduler="offload_all", arrival_rate_hz=0.0, initial_users=1,
+              max_wait_slots=10 ** 6, server_kv_cache=True, snr_threshold_db=200.0)
+    noise = edge.Noise(u_arrival=jnp.float32(0.0), problem=jnp.zeros((1,), jnp.int32),
+                       fading=jnp.ones((1,), jnp.float32), u_sched=jnp.zeros((1,), jnp.float32))
+    for llm_only, want in ((True, edge.QUEUE), (False, edge.LOCAL)):
+        params = edge.make_params(tr, llm_only=llm_only, **kw)
+        _, state = edge.reset(jax.random.key(0), params)
+        for _ in range(30):
+            _, state, _, _, info = edge.step_with_noise(state, jnp.ones((1,), jnp.int32),
+                                                        params, noise)
+            if bool(info["decision_mask"][0]):
+                break
+        assert int(info["decision"][0]) == want and bool(info["outage"][0])
