@@ -34,7 +34,7 @@ __all__ = [
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
     "reject_extra_argv",
-    "runtime_info", "REMOVED_FIELDS", "is_removed", "drop_removed_fields", "check_float32",
+    "runtime_info", "REMOVED_FIELDS", "ADDED_FIELDS", "is_removed", "drop_removed_fields", "check_float32",
 ]
 
 # Config fields that no longer exist: dotted name (or a whole section) -> why it went. A stored
@@ -44,6 +44,15 @@ __all__ = [
 # Register a field here when deleting it from a config in prada_jax/configs/.
 REMOVED_FIELDS: dict[str, str] = {
     "dual.queue_price": "the admission price is the threshold rule itself (it was always True)",
+}
+
+
+# Config fields added after runs were stored: dotted name -> the value that describes how a
+# run stored without the field behaved. The resume check reads a stored config.json lacking
+# the field as holding this value, so an old run resumes when the new config keeps the old
+# behaviour and is refused (naming the field) when it would change it.
+ADDED_FIELDS: dict[str, object] = {
+    "env.split": "all",   # before train/validation/test splits every problem was trained on
 }
 
 

@@ -97,9 +97,10 @@ def _fmt(v: Any) -> str:
 def check_resume(config: Any, workdir, observational: Iterable[str],
                  filename: str = "config.json",
                  checkpoints: str | None = "checkpoints") -> ResumeCheck:
-    """Compares ``config`` with ``<workdir>/<filename>`` (less ``config_utils.REMOVED_FIELDS``),
-    then checks that
-    ``<workdir>/<checkpoints>`` (None: skip) is empty or holds an intact step
+    """Compares ``config`` with ``<workdir>/<filename>`` (less ``config_utils.REMOVED_FIELDS``;
+    a stored config without a field of ``config_utils.ADDED_FIELDS`` is read with the value
+    the run had before the field existed), then checks that ``<workdir>/<checkpoints>``
+    (None: skip) is empty or holds an intact step
     (``checkpointing.check_resumable``); writes nothing.
 
     Raises:
@@ -133,6 +134,10 @@ def _check_config(config: Any, path: Path, workdir, observational: Iterable[str]
     old = {k: _normal(v) for k, v in flatten(stored).items() if not config_utils.is_removed(k)}
     new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()
            if not config_utils.is_removed(k)}
+    # fields added since the stored run: it ran with their value before they existed
+    for k, before in config_utils.ADDED_FIELDS.items():
+        if k in new and k not in old:
+            old[k] = _normal(before)
     observational = tuple(observational)
     diff = {k: (old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in sorted(set(old) | set(new))
             if old.get(k, _ABSENT) != new.get(k, _ABSENT)}

@@ -1,4 +1,4 @@
-"""config_utils.REMOVED_FIELDS: a stored config.json holding a removed field still resumes; an
+"""config_utils.REMOVED_FIELDS and ADDED_FIELDS: a stored config.json holding a removed field, or lacking an added one, still resumes; an
 unknown extra field is still refused."""
 import json
 
@@ -45,3 +45,23 @@ def test_is_removed_matches_fields_and_sections(monkeypatch):
     monkeypatch.setitem(config_utils.REMOVED_FIELDS, "dual.x", "test")
     assert config_utils.is_removed("dual.x") and config_utils.is_removed("dual.x.y")
     assert not config_utils.is_removed("dual.xy") and not config_utils.is_removed("dual")
+
+
+def test_an_added_field_reads_as_its_old_value(tmp_path, monkeypatch):
+    """A stored config.json written before a field existed is read with the value that field
+    has for the old behaviour: the run resumes if the new config keeps that value and is
+    refused, naming the field, if it changes it (here env.split: old runs used every problem)."""
+    assert config_utils.ADDED_FIELDS["env.split"] == "all"
+    monkeypatch.setitem(config_utils.ADDED_FIELDS, "train.new_knob", 3)
+    wd = _stored(tmp_path, NEW)
+    check = run_state.check_resume({**NEW, "train": {**NEW["train"], "new_knob": 3}}, wd,
+                                   observational=("log.*",))
+    assert not check.fresh and check.changed == {}
+    with pytest.raises(run_state.ConfigMismatch, match=r"train\.new_knob: 3 → 4"):
+        run_state.check_resume({**NEW, "train": {**NEW["train"], "new_knob": 4}}, wd, ("log.*",))
+    # an added field the new config does not have is not invented
+    assert run_state.check_resume(NEW, wd, ("log.*",)).changed == {}
+    # without the registration the same stored run is refused (<absent> → 3)
+    monkeypatch.delitem(config_utils.ADDED_FIELDS, "train.new_knob")
+    with pytest.raises(run_state.ConfigMismatch, match=r"train\.new_knob: <absent> → 3"):
+        run_state.check_resume({**NEW, "train": {**NEW["train"], "new_knob": 3}}, wd, ("log.*",))
