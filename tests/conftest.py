@@ -33,6 +33,7 @@ def run_command(capfd):
     logging filters and level a command installs are undone."""
     import logging
     import runpy
+    import traceback
     import warnings
 
     from absl import app, flags  # noqa: F401  (absl.app defines its flags on import)
@@ -45,11 +46,15 @@ def run_command(capfd):
         handlers = list(root.handlers) + [absl_logging.get_absl_handler()]
         filters = {h: list(h.filters) for h in handlers}
         level = absl_logging.get_verbosity()
+        # absl's handler keeps the stream it was created with: point it at this run's stderr
+        py_handler = absl_logging.get_absl_handler().python_handler
+        stream = py_handler.stream
         mp = pytest.MonkeyPatch()
         mp.setattr(sys, "argv", [module, *args])
         if cwd is not None:
             mp.chdir(cwd)
         capfd.readouterr()
+        py_handler.stream = sys.stderr
         code = 0
         try:
             with warnings.catch_warnings():
@@ -59,12 +64,16 @@ def run_command(capfd):
                 runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception:   # what the interpreter does with an uncaught exception
+            traceback.print_exc()
+            code = 1
         finally:
             for name in set(FLAGS) - defined:
                 delattr(FLAGS, name)
             for h, f in filters.items():
                 h.filters[:] = f
             absl_logging.set_verbosity(level)
+            py_handler.stream = stream
             mp.undo()
         out, err = capfd.readouterr()
         return code, out, err
