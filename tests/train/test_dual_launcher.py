@@ -43,7 +43,8 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
     assert saved["final"] and saved["synthetic_traces"] and saved["chunk"] == 2
     gap = json.loads((tmp_path / "split/gap.json").read_text())
     assert gap["slots"] == cfg.eval.gap_slots and gap["infeasible"] == 0
-    assert 0.0 <= gap["mean"] <= 1.0 + 1e-9 or np.isnan(gap["mean"])
+    assert gap["positive_slots"] > 0 and 0.0 < gap["mean"] <= 1.0 + 1e-9   # NaN fails
+    assert (gap["lambda_s"], gap["mu"]) == (m.lambda_s, m.mu)   # measured with the export
     assert config_utils.read_config_json(tmp_path / "split").env.num_servers == 1
 
     tb = _scalars(tmp_path / "split/tb")
@@ -51,6 +52,7 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
                 "env/reward_per_slot", "dual/rollout_excess_units"):
         assert len(tb[tag]) == 2, tag  # one point per chunk across the two invocations
     np.testing.assert_allclose(tb["dual/lambda_s"][-1], r2["scalars"]["dual/lambda_s"])
+    np.testing.assert_allclose(tb["dual/export_lambda_s"][-1], m.lambda_s, rtol=1e-6)
     assert "eval/gap_mean" in tb
 
     # benchmarks.duality_gap rebuilds the run's scenario through the library.
