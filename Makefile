@@ -1,5 +1,8 @@
 # Two entry points (README): `make demo` runs the main job, `make test` runs the tests.
 # Both create .venv and install the project with pinned versions (constraints.txt) first.
+# Tests: 2 workers, each test module on one worker (--dist loadscope) so its module-scoped
+# fixtures (tiny caches, trained smoke runs) are built once; compiled programs are shared
+# through one JAX cache under .pytest_cache (tests/conftest.py).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -24,10 +27,10 @@ demo-full: $(STAMP)
 	$(PY) -m train.main --workdir=checkpoints/demo_full --full
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 --dist loadscope -q
 
 test-all: $(STAMP)
-	$(PY) -m pytest -n 2 -q -m ''
+	$(PY) -m pytest -n 2 --dist loadscope -q -m ''
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -1,5 +1,7 @@
 """The error contract of every command, swept over a corpus of bad inputs (README, "Errors and
-exit codes"): each case runs the command in a subprocess and asserts
+exit codes"): each case runs the command (each command's first default case in a subprocess,
+``python -m``, to test the real entry; the others in-process through the same ``__main__``,
+the conftest's ``run_command``) and asserts
 
 * the exit code (2 bad input, 3 non-finite training, 1 a bug);
 * stderr is exactly one non-empty line ``error: ...`` that names the flag, file or field
@@ -11,7 +13,8 @@ The corpus is data: ``INPUTS`` builds named bad (or good) inputs on demand, ``CA
 commands with their arguments, where ``{name}`` is the path of input ``name`` (built only when
 a case uses it), ``{out}`` a path that must not appear, ``{repo}`` the repository root. Add a
 command's cases by appending to ``CASES`` (and ``INPUTS``); ``slow=True`` keeps a case out of
-the default run (every command keeps at least one default case).
+the default run (only cases that need a trained policy; every command keeps at least one
+default case).
 """
 from __future__ import annotations
 
@@ -184,25 +187,23 @@ CASES: list[Case] = [
          r"--config\.ppo\.lrr\b.*lr"),
     Case("train.ppo", (f"--config={PPO_CFG}:smok", "--workdir={out}"), r"smok"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=abc"),
-         r"--config\.ppo\.lr=abc", slow=True),
-    Case("train.ppo", ("--bogus",), r"bogus", slow=True),
+         r"--config\.ppo\.lr=abc"),
+    Case("train.ppo", ("--bogus",), r"bogus"),
     Case("train.ppo", ("--config={repo}/prada_jax/configs/nope.py", "--workdir={out}"),
-         r"--config=.*nope\.py", slow=True),
-    Case("train.ppo", (f"--config={PPO_CFG}:smoke",), r"--workdir", slow=True),
-    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "stray"), r"stray",
-         slow=True),
+         r"--config=.*nope\.py"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke",), r"--workdir"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "stray"), r"stray"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
-                       "--config.env.bandwidth_hz=-1"), r"config\.env\.bandwidth_hz",
-         slow=True),
+                       "--config.env.bandwidth_hz=-1"), r"config\.env\.bandwidth_hz"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
-                       "--config.env.num_servers=0"), r"config\.env\.num_servers", slow=True),
+                       "--config.env.num_servers=0"), r"config\.env\.num_servers"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
                        "--config.env.trace_dir={traces_nested}"), r"traces_nested/meta\.json"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
                        "--config.env.trace_dir={traces_corrupt}"),
-         r"traces_corrupt/nodes\.safetensors", slow=True),
+         r"traces_corrupt/nodes\.safetensors"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
-                       "--config.env.trace_dir={out}"), r"config\.env\.trace_dir", slow=True),
+                       "--config.env.trace_dir={out}"), r"config\.env\.trace_dir"),
     # a resume with no intact checkpoint: refused before config.json, policy_meta.json or
     # run.json is touched, in one line (no orbax E... line for a garbage _CHECKPOINT_METADATA)
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={ppo_damaged}"),
@@ -222,40 +223,39 @@ CASES: list[Case] = [
     # train.dual
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
          r"--config\.dual\.lrr"),
-    Case("train.dual", (f"--config={DUAL_CFG}:smok", "--workdir={out}"), r"smok", slow=True),
+    Case("train.dual", (f"--config={DUAL_CFG}:smok", "--workdir={out}"), r"smok"),
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
-                        "--config.env.num_servers=0"), r"config\.env\.num_servers", slow=True),
+                        "--config.env.num_servers=0"), r"config\.env\.num_servers"),
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
                         "--config.env.trace_dir={traces_badjson}"),
-         r"traces_badjson/meta\.json", slow=True),
+         r"traces_badjson/meta\.json"),
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
                         "--policy={policy_nockpt}"), r"--policy=.*policy_nockpt"),
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
-                        "--policy={policy_nested}"), r"policy_nested/config\.json", slow=True),
+                        "--policy={policy_nested}"), r"policy_nested/config\.json"),
     # train.main
     Case("train.main", ("--workdir={out}", "--seeds=1"), r"--seeds"),
-    Case("train.main", ("--workdir={out}", "--full", "--smoke"), r"--full", slow=True),
+    Case("train.main", ("--workdir={out}", "--full", "--smoke"), r"--full"),
     # evals.run
     Case("evals.run", ("--traces={traces_nested}", "--out={out}"), r"traces_nested/meta\.json"),
-    Case("evals.run", ("--traces=nope", "--out={out}"), r"--traces=nope", slow=True),
+    Case("evals.run", ("--traces=nope", "--out={out}"), r"--traces=nope"),
     Case("evals.run", ("--traces={traces_toplist}", "--out={out}"),
-         r"traces_toplist/meta\.json", slow=True),
+         r"traces_toplist/meta\.json"),
     Case("evals.run", ("--policy={policy_nockpt}", "--out={out}"),
          r"--policy=.*policy_nockpt.*checkpoints"),
     Case("evals.run", ("--checkpoints={policy_nockpt}", "--out={out}"),
-         r"--checkpoints=.*policy_nockpt", slow=True),
+         r"--checkpoints=.*policy_nockpt"),
     Case("evals.run", ("--policy={policy_nested}", "--out={out}"),
-         r"policy_nested/config\.json", slow=True),
-    Case("evals.run", ("--dual={dual_nested}", "--out={out}"), r"--dual", slow=True),
+         r"policy_nested/config\.json"),
+    Case("evals.run", ("--dual={dual_nested}", "--out={out}"), r"--dual"),
     Case("evals.run", ("--policy={policy_garbage_meta}", "--out={out}", "--slots=20",
                        "--warmup_slots=2", "--seeds=1"),
          r"step \d+ is damaged: .*policy_garbage_meta/checkpoints/\d+/_CHECKPOINT_METADATA",
          slow=True),
-    Case("evals.run", ("--slots=10", "--warmup_slots=10", "--out={out}"), r"--warmup_slots",
-         slow=True),
-    Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers", slow=True),
-    Case("evals.run", ("--bandwidth_hz=-1", "--out={out}"), r"--bandwidth_hz", slow=True),
-    Case("evals.run", ("--seeds=0", "--out={out}"), r"--seeds", slow=True),
+    Case("evals.run", ("--slots=10", "--warmup_slots=10", "--out={out}"), r"--warmup_slots"),
+    Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers"),
+    Case("evals.run", ("--bandwidth_hz=-1", "--out={out}"), r"--bandwidth_hz"),
+    Case("evals.run", ("--seeds=0", "--out={out}"), r"--seeds"),
     Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
                        "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
          r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
@@ -264,7 +264,7 @@ CASES: list[Case] = [
     Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}",
                            "--config.sampler.kappa=2"), r"config\.sampler\.kappa"),
     Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}", "--kappa=x"),
-         r"--kappa", slow=True),
+         r"--kappa"),
     Case("prada_jax.distill.export", ("--teacher={out}", "--pool={empty_dir}",
                                       "--out={out}"), r"--teacher.*out/run"),
     Case("prada_jax.distill.pool", ("validate", "--pool={out}"), r"out/run"),
@@ -275,14 +275,14 @@ CASES: list[Case] = [
          r"--temperature"),
     Case("prada_jax.distill.task.evaluate", ("--student={out}",), r"--student.*out/run"),
     Case("evals.distill_report", ("--methods=nope", "--out={out}"), r"--methods.*nope"),
-    Case("evals.distill_report", ("--seeds=a", "--out={out}"), r"--seeds=a", slow=True),
+    Case("evals.distill_report", ("--seeds=a", "--out={out}"), r"--seeds=a"),
     Case("evals.distill_report", ("--merge_from={dual_badjson}", "--out={out}"),
-         r"dual_badjson/runs\.json", slow=True),
+         r"dual_badjson/runs\.json"),
     # evals.sweep
     Case("evals.sweep", ("--m_grid=0,2", "--out={out}"), r"--m_grid"),
     Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
-         r"traces_corrupt/nodes\.safetensors", slow=True),
-    Case("evals.sweep", ("--axes=Q", "--out={out}"), r"--axes", slow=True),
+         r"traces_corrupt/nodes\.safetensors"),
+    Case("evals.sweep", ("--axes=Q", "--out={out}"), r"--axes"),
     Case("evals.sweep", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
                          "--num_servers=4", "--axes=M", "--m_grid=1", "--slots=20",
                          "--warmup_slots=2", "--seeds=1"),
@@ -291,36 +291,35 @@ CASES: list[Case] = [
     Case("evals.stage2", ("--scenarios=nominal,nope", "--out={out}"), r"--scenarios.*nope"),
     Case("evals.stage2", ("--policy={policy_nockpt}", "--out={out}", "--quick"),
          r"--policy=.*policy_nockpt.*checkpoints"),
-    Case("evals.stage2", ("--seeds=1", "--out={out}"), r"--seeds", slow=True),
+    Case("evals.stage2", ("--seeds=1", "--out={out}"), r"--seeds"),
     Case("evals.clairvoyant", ("--slots=0",), r"--slots"),
     # train.critic_refit (the policy is loaded before --out is created)
     Case("train.critic_refit", ("--policy={policy_nockpt}", "--out={out}"),
          r"--policy=.*policy_nockpt.*checkpoints"),
-    Case("evals.clairvoyant", ("--scenario=nope",), r"nope", slow=True),
-    Case("evals.stage2", ("--policy={out}", "--out={out}"), r"--policy=", slow=True),
-    Case("evals.stage2", ("--out={out}", "stray"), r"stray", slow=True),
+    Case("evals.clairvoyant", ("--scenario=nope",), r"nope"),
+    Case("evals.stage2", ("--policy={out}", "--out={out}"), r"--policy="),
+    Case("evals.stage2", ("--out={out}", "stray"), r"stray"),
     # evals.calibration
     Case("evals.calibration", ("--traces=nope", "--out={out}"), r"--traces=nope"),
-    Case("evals.calibration", ("--bins=0", "--out={out}"), r"--bins", slow=True),
+    Case("evals.calibration", ("--bins=0", "--out={out}"), r"--bins"),
     Case("evals.calibration", ("--traces={traces_badjson}", "--out={out}"),
-         r"traces_badjson/meta\.json", slow=True),
+         r"traces_badjson/meta\.json"),
     # prada_jax.traces
     Case("prada_jax.traces", ("validate", "{traces_nested}"), r"traces_nested/meta\.json"),
     Case("prada_jax.traces", ("validate", "{traces_corrupt}"),
-         r"traces_corrupt/nodes\.safetensors", slow=True),
-    Case("prada_jax.traces", ("synth", "--preset=nope", "--out={out}"), r"--preset", slow=True),
+         r"traces_corrupt/nodes\.safetensors"),
+    Case("prada_jax.traces", ("synth", "--preset=nope", "--out={out}"), r"--preset"),
     Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--problems=0", "--out={out}"),
-         r"--problems", slow=True),
+         r"--problems"),
     Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--prm_miss=2", "--out={out}"),
-         r"prm_miss", slow=True),
+         r"prm_miss"),
     Case("prada_jax.traces", ("stats", "{traces_toplist}", "--json={out}"),
-         r"traces_toplist/meta\.json", slow=True),
-    Case("prada_jax.traces", ("frobnicate",), r"frobnicate", slow=True),
+         r"traces_toplist/meta\.json"),
+    Case("prada_jax.traces", ("frobnicate",), r"frobnicate"),
     # benchmarks (argument parsing and input folders)
     Case("benchmarks", ("--only=nope", "--out={out}"), r"--only"),
     Case("benchmarks.duality_gap", ("--workdir={dual_nested}",), r"dual_nested"),
-    Case("benchmarks.duality_gap", ("--workdir={empty_dir}",), r"empty_dir/config\.json",
-         slow=True),
+    Case("benchmarks.duality_gap", ("--workdir={empty_dir}",), r"empty_dir/config\.json"),
     Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),
     Case("benchmarks.env_scaling", ("--envs=a,b", "--json={out}"), r"--envs"),
     Case("benchmarks.trace_load", ("--preset=nope", "--dir={out}"), r"--preset"),
@@ -351,9 +350,11 @@ def _placeholders(args) -> set[str]:
     return {f for a in args for _, f, _, _ in string.Formatter().parse(a) if f}
 
 
-def run_case(case: Case, tmp: Path) -> None:
+def run_case(case: Case, tmp: Path, run_command=None) -> None:
     """Runs ``case`` with inputs built under ``tmp/in`` and the command's cwd ``tmp/cwd``;
-    asserts the exit code, one named stderr line and an unchanged tree under ``tmp``."""
+    asserts the exit code, one named stderr line and an unchanged tree under ``tmp``. With
+    ``run_command`` (the conftest fixture) the command runs in this process, else in a
+    subprocess (``python -m``)."""
     inputs, cwd = tmp / "in", tmp / "cwd"
     inputs.mkdir()
     cwd.mkdir()
@@ -367,8 +368,11 @@ def run_case(case: Case, tmp: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
                TRANSFORMERS_OFFLINE="1")
     before = _snapshot(tmp)
-    proc = subprocess.run([sys.executable, "-m", case.command, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    if run_command is None:
+        proc = subprocess.run([sys.executable, "-m", case.command, *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=600)
+    else:
+        proc = subprocess.CompletedProcess(args, *run_command(case.command, *args, cwd=cwd))
     after = _snapshot(tmp)
     shown = f"{case.command} {' '.join(args)}\nstderr:\n{proc.stderr[-3000:]}"
     assert proc.returncode == case.code, shown
@@ -381,11 +385,26 @@ def run_case(case: Case, tmp: Path) -> None:
     assert not new and not changed, f"{shown}\nnew: {new}\nchanged: {changed}"
 
 
+def _first_default_cases() -> set[int]:
+    """Indices of each command's first default case: those run as a real subprocess (the
+    entry, ``python -m``); every other case runs in-process (the same code path after
+    start-up, without a new interpreter and JAX import)."""
+    seen, first = set(), set()
+    for i, c in enumerate(CASES):
+        if not c.slow and c.command not in seen:
+            seen.add(c.command)
+            first.add(i)
+    return first
+
+
+_SUBPROCESS = _first_default_cases()
+
+
 @pytest.mark.parametrize(
-    "case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else [])
-             for c in CASES])
-def test_bad_input(case, tmp_path):
-    run_case(case, tmp_path)
+    "index", [pytest.param(i, id=c.id, marks=[pytest.mark.slow] if c.slow else [])
+              for i, c in enumerate(CASES)])
+def test_bad_input(index, tmp_path, run_command):
+    run_case(CASES[index], tmp_path, None if index in _SUBPROCESS else run_command)
 
 
 def test_library_modules_hold_no_main():

@@ -52,13 +52,13 @@ def _arith() -> Task:
 
     def evaluate(model, n_problems: int, seed: int, batch: int) -> dict:
         from prada_jax.distill.task.evaluate import evaluate_model
-        return evaluate_model(model, arith.make_problems(seed * 1000 + 3, n_problems),
-                              batch=batch)
+        problems = arith.make_problems(seed * 1000 + 3, n_problems, split="eval")
+        return evaluate_model(model, problems, batch=batch)
 
     def build_pool(teacher_model, out_dir, n: int, seed: int, **kw):
         from prada_jax.distill.task.teacher import record_pool
-        return record_pool(teacher_model, arith.make_problems(seed * 1000 + 2, n), out_dir,
-                           seed=seed, **kw)
+        problems = arith.make_problems(seed * 1000 + 2, n, split="train")
+        return record_pool(teacher_model, problems, out_dir, seed=seed, **kw)
 
     return Task(name=arith.TASK_NAME, pad_id=arith.PAD_ID, eos_id=arith.EOS_ID,
                 stop_ids=tuple(arith.STOP_IDS), build_tokenizer=arith.build_tokenizer,

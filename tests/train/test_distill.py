@@ -46,7 +46,7 @@ def test_offline_smoke_resume_and_hf_parity(cache, tmp_path):
     wd = tmp_path / "run"
     res = train_and_evaluate(_config(cache), wd)
     assert res["env_calls_during_training"] == 0
-    assert 0.0 <= res["after"]["success_rate"] <= 1.0 and res["after"]["n"] == 4
+    assert res["after"]["n"] == 4 and res["after"]["success_rate"] * 4 in (0, 1, 2, 3, 4)
     assert (wd / "config.json").is_file() and (wd / "results.json").is_file()
     sc = _scalars(wd / "tb")
     assert [s for s, _ in sc["distill/loss"]] == [2, 4]
@@ -66,6 +66,14 @@ def test_offline_smoke_resume_and_hf_parity(cache, tmp_path):
     with torch.no_grad():
         ref = pt(torch.from_numpy(ids).long()).logits.numpy()
     np.testing.assert_allclose(np.asarray(flax_model(ids)), ref, rtol=1e-4, atol=1e-4)
+    # the reported task success, re-measured independently: the saved student in PyTorch,
+    # decoded by the teacher's torch decoder on the evaluation problems (eval.seed 0)
+    from prada_jax.distill.task.teacher import torch_generate_fn
+    eps = arith.run_episodes(arith.make_problems(3, 4, split="eval"),
+                             torch_generate_fn(pt, max_new_tokens=12))
+    assert res2["after"]["success_rate"] == sum(e.success for e in eps) / 4
+    assert res2["after"]["tool_calls"] == sum(e.tool_calls for e in eps)
+    assert res2["after"]["mean_turns"] == pytest.approx(np.mean([e.turns for e in eps]))
 
 
 def test_onpolicy_smoke_makes_no_env_calls(cache, tmp_path):

@@ -62,23 +62,26 @@ def test_variants_and_unknown_variant():
         ppo_configs.get_config("fast")
 
 
-def test_cli_rejects_bad_flags(tmp_path):
+def test_cli_rejects_bad_flags(tmp_path, run_command):
+    # in-process (the command's __main__); tests/test_cli_errors.py runs train.ppo's real entry
     cfg = "--config=prada_jax/configs/ppo.py:toy"
-    r = _cli(tmp_path / "a", cfg, "--config.ppo.lrr=1")
-    assert r.returncode != 0 and "lrr" in r.stderr and 'Did you mean "lr"' in r.stderr
-    r = _cli(tmp_path / "b", cfg, "--config.ppo.lr=-0.1")
-    assert r.returncode == 2 and "config.ppo.lr must be > 0" in r.stderr
+    code, _, err = run_command("train.ppo", f"--workdir={tmp_path / 'a'}", cfg,
+                               "--config.ppo.lrr=1", cwd=REPO)
+    assert code != 0 and "lrr" in err and 'Did you mean "lr"' in err
+    code, _, err = run_command("train.ppo", f"--workdir={tmp_path / 'b'}", cfg,
+                               "--config.ppo.lr=-0.1", cwd=REPO)
+    assert code == 2 and "config.ppo.lr must be > 0" in err
     assert not (tmp_path / "b" / "checkpoints").exists()
 
 
 def test_smoke_cli_two_chunks_then_resume(tmp_path):
     """The :smoke config on the edge env: one chunk, stop; rerun resumes at the saved step."""
-    wd, cache = tmp_path / "run", tmp_path / "jax_cache"
+    wd = tmp_path / "run"   # compiled programs: the session's cache (tests/conftest.py)
     cfg = "--config=prada_jax/configs/ppo.py:smoke"
-    r = _cli(wd, cfg, "--max_chunks=1", cache_dir=cache)
+    r = _cli(wd, cfg, "--max_chunks=1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(int(p.name) for p in (wd / "checkpoints").iterdir() if p.name.isdigit()) == [2]
-    r = _cli(wd, cfg, cache_dir=cache)
+    r = _cli(wd, cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resumed" in r.stderr and "at update 2" in r.stderr
     assert "done: update 4" in r.stdout

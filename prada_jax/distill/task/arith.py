@@ -24,6 +24,7 @@ message contents, so the generic JSONL converter reproduces :func:`encode` exact
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -88,10 +89,29 @@ def _apply(a: int, op: str, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
+SPLITS = ("train", "eval", "heldout")
+
+
+def split_of(question: str) -> str:
+    """The split a problem belongs to, by its text (``Problem.question``): CRC-32 of the text
+    mod 10 is 0 → ``"eval"``, 1 → ``"heldout"``, else ``"train"``. The problem space is small
+    (two-operand problems repeat among a few thousand draws), so disjoint seeds alone do not
+    keep evaluation problems out of the training pool; a split by text does, for any seed and
+    size."""
+    bucket = zlib.crc32(question.encode()) % 10
+    return "eval" if bucket == 0 else "heldout" if bucket == 1 else "train"
+
+
 def make_problems(seed: int, n: int, min_operands: int = 2, max_operands: int = 4,
-                  max_operand: int = 20, max_value: int = 999) -> list[Problem]:
+                  max_operand: int = 20, max_value: int = 999,
+                  split: str | None = None) -> list[Problem]:
     """``n`` random problems, deterministic from ``seed``; every partial result stays in
-    ``[0, max_value]``."""
+    ``[0, max_value]``. ``split`` (one of :data:`SPLITS`) keeps only problems of that split
+    (:func:`split_of`): the teacher's training set and the pool use ``"train"``, the evaluation
+    ``"eval"``, the held-out diagnostic pool ``"heldout"``, so no evaluated or held-out problem
+    text is ever trained on. ``None``: every problem."""
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS} or None, got {split!r}")
     rng = np.random.default_rng(seed)
     out = []
     while len(out) < n:
@@ -111,7 +131,9 @@ def make_problems(seed: int, n: int, min_operands: int = 2, max_operands: int = 
             ops.append(op)
             acc = nxt
         if ok:
-            out.append(Problem(tuple(xs), tuple(ops)))
+            p = Problem(tuple(xs), tuple(ops))
+            if split is None or split_of(p.question) == split:
+                out.append(p)
     return out
 
 

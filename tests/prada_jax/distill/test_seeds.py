@@ -83,11 +83,33 @@ def test_offline_vmapped_seeds_equal_separate_runs_and_ci(cache, tmp_path):
     after = [r["after"]["success_rate"] for r in res["per_seed"]]
     ci = res["success_after"]
     assert ci["n"] == 3 and ci["mean"] == pytest.approx(np.mean(after))
-    if np.std(after) > 0:
-        half = stats.t.ppf(0.975, 2) * np.std(after, ddof=1) / np.sqrt(3)
-        assert ci["ci_half_width"] == pytest.approx(half)
+    half = stats.t.ppf(0.975, 2) * np.std(after, ddof=1) / np.sqrt(3)   # 0 if all equal
+    assert ci["ci_half_width"] == pytest.approx(half, abs=1e-12)
     stored = json.loads((tmp_path / "vmapped" / "results.json").read_text())
     assert stored["per_seed"] == res["per_seed"]
+
+
+def test_seeds_summary_ci_matches_scipy_on_spread_values():
+    """results.json's success CI over seeds, on per-seed rates that differ (the smoke students
+    above all score the same, so their CI has zero width): SciPy's Student-t interval."""
+    from types import SimpleNamespace
+
+    from prada_jax.distill.trainer import seeds_summary
+    after = [0.25, 0.5, 0.375, 0.75, 0.0]
+    before = [0.0, 0.125, 0.0, 0.0, 0.0]
+    per = [{"before": {"success_rate": b}, "after": {"success_rate": a}, "update_s_median": 0.1}
+           for a, b in zip(after, before)]
+    run = SimpleNamespace(seed_results=per, num_seeds=5, seeds=list(range(5)),
+                          config=SimpleNamespace(mode="offline",
+                                                 loss=SimpleNamespace(kind="fkl")),
+                          schedule="kappa", env_calls=0)
+    out = seeds_summary(run)
+    for tag, vals in (("after", after), ("before", before)):
+        lo, hi = stats.t.interval(0.95, len(vals) - 1, loc=np.mean(vals), scale=stats.sem(vals))
+        ci = out[f"success_{tag}"]
+        assert ci["n"] == 5 and ci["mean"] == pytest.approx(np.mean(vals))
+        assert ci["ci_half_width"] == pytest.approx((hi - lo) / 2, rel=1e-9)
+        assert ci["ci_half_width"] > 0.05
 
 
 def test_onpolicy_vmapped_seeds_equal_separate_runs(cache, tmp_path):

@@ -29,7 +29,7 @@ def test_loop_imports_no_task_and_export_local_not_teacher():
     assert "prada_jax.distill.task.teacher" not in mods
 
 
-def test_registry():
+def test_registry(monkeypatch):
     t = tasks.get(arith.TASK_NAME)
     assert (t.pad_id, t.eos_id, t.stop_ids) == (arith.PAD_ID, arith.EOS_ID, arith.STOP_IDS)
     before = t.tool_calls()
@@ -39,7 +39,13 @@ def test_registry():
         tasks.get("nope")
     g = tasks.for_pool({"task": "chat_jsonl"})
     assert g.name == "chat_jsonl" and g.evaluate is None and g.stop_ids == ()
-    assert tasks.for_pool({"task": arith.TASK_NAME}).evaluate is not None
+    # the pool's task routes evaluation to the arithmetic evaluator, on eval.seed's problems
+    from prada_jax.distill.task import evaluate as ev_mod
+    seen = []
+    monkeypatch.setattr(ev_mod, "evaluate_model",
+                        lambda model, problems, batch: seen.append((problems, batch)) or {})
+    tasks.for_pool({"task": arith.TASK_NAME}).evaluate("model", 5, 1, 8)
+    assert seen == [(arith.make_problems(1 * 1000 + 3, 5, split="eval"), 8)]
 
 
 def _pool(tmp_path):

@@ -1,7 +1,8 @@
 """The threshold rule's repair ranks by one stable sort (``fill.sorted_rank``) above
 ``threshold.SORT_ABOVE`` candidates and by C² comparisons below: on random slots full of exact
 ties the decisions (default, forced sort, forced pairwise) equal the pairwise form rebuilt here
-from the same pieces (the rule before the change) and a plain-Python greedy written here."""
+from the same pieces (the rule before the change) and a plain-Python greedy written here on
+values (priced gain, wait cost, liveness) computed here from the definitions."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,11 +51,24 @@ def _sp(rng):
         beta=0.2, tau_s=0.05, num_servers=2, max_wait_slots=3, rsd_threshold=0.7).items()})
 
 
+def _priced_numpy(x, sp):
+    """g, c, live written out from docs/dual.md's definitions in float32 NumPy (not taken from
+    the code under test): w = gain − β·comm (the coarse reward did not charge communication),
+    g = w − λ_s − µ·b, c = β·τ·(1 + queue_len / M), live = candidate and waited < max."""
+    f = np.float32
+    beta, tau = f(np.asarray(sp.beta)), f(np.asarray(sp.tau_s))
+    assert not bool(np.asarray(sp.policy_true_reward))
+    w = np.asarray(x.gain, f) - beta * np.asarray(x.comm_s, f)
+    g = w - (f(np.asarray(sp.lambda_s)) + f(np.asarray(sp.mu)) * np.asarray(x.bandwidth_hz, f))
+    c = beta * tau * (f(1.0) + f(int(x.queue_len)) / f(int(np.asarray(sp.num_servers))))
+    live = np.asarray(x.candidate) & (np.asarray(x.wait_slots) < int(np.asarray(sp.max_wait_slots)))
+    return g, f(c), live
+
+
 def _python_rule(x, free_units, free_bw, sp):
-    """Plain-Python greedy from the module docstring (float32 values as the rule computes
-    them, so ties are the rule's ties): run-now wanters by (lost desc, g desc, slot asc)."""
-    g, c, live = (np.asarray(a) for a in threshold._priced(x, sp))
-    c = np.float32(c)
+    """Plain-Python greedy from the module docstring on values computed here
+    (:func:`_priced_numpy`): run-now wanters by (lost desc, g desc, slot asc)."""
+    g, c, live = _priced_numpy(x, sp)
     n = g.shape[0]
     want = [i for i in range(n) if live[i] and g[i] >= max(g[i] - c, np.float32(0))]
     lost = {i: (c if g[i] - c > 0 else g[i]) for i in want}
@@ -85,7 +99,7 @@ def test_sorted_rank_rule_equals_pairwise_rule_and_python_greedy_on_tied_slots()
             np.testing.assert_array_equal(new, np.asarray(_old(x, fu, fb, sp)))
             np.testing.assert_array_equal(new, np.asarray(_sorted(x, fu, fb, sp)))
             np.testing.assert_array_equal(new, _python_rule(x, fu, fb, sp))
-            g = np.asarray(threshold._priced(x, sp)[0])
+            g = _priced_numpy(x, sp)[0]
             n_tied += len(g) - len(np.unique(g))
         assert n_tied >= 40  # the slots do exercise ties (≥ one repeated g per slot on average)
 

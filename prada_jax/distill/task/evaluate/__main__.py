@@ -4,7 +4,8 @@ calculator tool; prints the success rate (JSON).
     python -m prada_jax.distill.task.evaluate --student=DIR [--n=256] [--seed=0] [--batch=64]
 
 ``DIR`` is a Hugging Face folder (the trainer's ``student_hf/``, or the teacher's folder).
-Greedy decoding; problems are synthetic, ``make_problems(seed * 1000 + 3, n)``. Library:
+Greedy decoding; problems are synthetic, ``make_problems(seed * 1000 + 3, n, split="eval")``
+(never in a training pool). Library:
 :mod:`prada_jax.distill.task.evaluate`. Bad input is one line on stderr, exit 2.
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ def _define(fv) -> None:
     from absl import flags
     flags.DEFINE_string("student", None, "Hugging Face folder of the model", flag_values=fv)
     flags.DEFINE_integer("n", 256, "number of problems", lower_bound=1, flag_values=fv)
-    flags.DEFINE_integer("seed", 0, "problems: make_problems(seed*1000+3)", flag_values=fv)
+    flags.DEFINE_integer("seed", 0, "problems: make_problems(seed*1000+3, split=\"eval\")",
+                         flag_values=fv)
     flags.DEFINE_integer("batch", 64, "episodes decoded together", lower_bound=1,
                          flag_values=fv)
 
@@ -44,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, KeyError) as e:
         raise BadInput(f"--student {fv.student}: cannot load the model "
                        f"({cli.one_line(e)})") from None
-    res = evaluate_model(model, arith.make_problems(fv.seed * 1000 + 3, fv.n), fv.batch)
+    problems = arith.make_problems(fv.seed * 1000 + 3, fv.n, split="eval")
+    res = evaluate_model(model, problems, fv.batch)
     print(json.dumps(res, indent=2))
     return 0
 

@@ -7,11 +7,14 @@ writes, under ``<cache>/seed<seed>/``: ``teacher/`` (HF folder: Qwen2 from a con
 from scratch on synthetic solved episodes, safetensors + tokenizer), ``pool/`` (teacher
 trajectories recorded by running the task with the calculator), ``pool.jsonl`` (the same
 trajectories as chat messages), ``logits/`` (teacher top-k + tail per pool token) and
-``teacher_eval.json`` (teacher success on held-out problems), and ``pool_heldout/`` +
-``logits_heldout/`` (the same recording and export on another ``n_pool`` fresh problems, never
+``teacher_eval.json`` (teacher success on evaluation problems), and ``pool_heldout/`` +
+``logits_heldout/`` (the same recording and export on another ``n_pool`` problems, never
 trained on: the held-out set of the prefix likelihood-ratio diagnostic,
-``prada_jax.distill.ratio``). Everything is deterministic from
-the seed on CPU; reruns reuse finished stages. All data is synthetic.
+``prada_jax.distill.ratio``). Teacher training and ``pool/`` use the ``"train"`` split of the
+problems, the evaluation and ``pool_heldout/`` the ``"eval"`` and ``"heldout"`` splits
+(``arith.split_of``, by problem text), so no evaluated or held-out problem is in the pool.
+Everything is deterministic from the seed on CPU; reruns reuse finished stages. All data is
+synthetic.
 """
 from __future__ import annotations
 
@@ -61,7 +64,7 @@ def train_teacher(out_dir: os.PathLike | str, seed: int = 0, steps: int = DEFAUL
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    problems = arith.make_problems(seed * 1000 + 1, n_train)
+    problems = arith.make_problems(seed * 1000 + 1, n_train, split="train")
     seqs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p)) for p in problems))
     L = max(len(s) for s in seqs)
     model = Qwen2ForCausalLM(model_config(hidden, layers, heads, kv_heads, intermediate))

@@ -52,12 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     tdir = root / "teacher"
     t0 = time.time()
     model = ensure_teacher(tdir, fv, train_teacher, t0)
-    ev = evaluate_torch(model, arith.make_problems(fv.seed * 1000 + 3, fv.n_eval))
+    ev = evaluate_torch(model, arith.make_problems(fv.seed * 1000 + 3, fv.n_eval, split="eval"))
     (root / "teacher_eval.json").write_text(json.dumps(ev, indent=2))
     print(f"teacher success on held-out problems (synthetic): {ev['success_rate']:.3f}")
     pdir = root / "pool"
     if not (pdir / pool_lib.META_FILE).is_file():
-        record_pool(model, arith.make_problems(fv.seed * 1000 + 2, fv.n_pool), pdir,
+        record_pool(model, arith.make_problems(fv.seed * 1000 + 2, fv.n_pool, split="train"),
+                    pdir,
                     root / "pool.jsonl", seed=fv.seed)
     pool = pool_lib.load_pool(pdir)
     print(f"pool: {pool.meta['counts']}, teacher success in pool "
@@ -66,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     export_logits(tdir, pdir, ldir, fv.top_k)
     hdir = root / "pool_heldout"
     if not (hdir / pool_lib.META_FILE).is_file():
-        record_pool(model, arith.make_problems(fv.seed * 1000 + 4, fv.n_pool), hdir,
+        record_pool(model, arith.make_problems(fv.seed * 1000 + 4, fv.n_pool, split="heldout"),
+                    hdir,
                     seed=fv.seed, extra_meta={"split": "heldout"})
     export_logits(tdir, hdir, root / "logits_heldout", fv.top_k)
     print(f"logits: {ldir}, held-out pool {hdir} ({time.time() - t0:.0f}s total)")
