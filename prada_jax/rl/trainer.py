@@ -36,6 +36,7 @@ from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import learner, losses, networks
 
 __all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "load_policy",
+           "check_decision_overflow",
            "Policy", "Setup", "make_act_fn", "NonFiniteLossError", "POLICY_META_FILE",
            "observational_fields"]
 
@@ -227,15 +228,25 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     """Validates the config and builds env, network, optimiser and learner settings.
 
     Args:
-      env_and_params: use this ``(env, env_params)`` instead of the one the config names
-        (any env of the pure multi-user shape with discrete actions; the action count comes
-        from ``env.action_spec(params).num_values``, 2 if the env has none).
+      env_and_params: use this ``(env, env_params)`` instead of the one the config names:
+        any env of the pure multi-user shape with discrete actions (the action count comes
+        from ``env.action_spec(params).num_values``, 2 if the env has none), or a
+        single-agent gymnax-style env (obs [D]), adapted by ``envs.single_agent`` (one user
+        slot: set ``env.num_users = 1``). Bad shapes raise ``single_agent.BadEnvShape``
+        (exit 2) naming the env function and the shape.
+
+    ``ppo.decision_only`` None (the default) is taken from the env: True only when it
+    declares ``sparse_decisions`` (the edge env does); a chunk whose decisions overflow the
+    buffer stops the run (``check_decision_overflow``).
     """
+    from envs import single_agent
+
     validate_config(config, env_given=env_and_params is not None)
     if env_and_params is None:
         env, env_params, trace_info = build_env(config)
     else:
-        env, env_params = env_and_params
+        # A single-agent env (obs [D]) gets the user axis; a bad shape is one line, exit 2.
+        env, env_params = single_agent.as_multi_user(*env_and_params)
         trace_info = {"source": "given"}
     obs_dim = _obs_dim(env, env_params)
     obs_shape = jax.eval_shape(env.reset, jax.random.key(0), env_params)[0].shape
@@ -246,7 +257,12 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             f"{num_users} user slots")
     batch = _batch_size(config)
     num_minibatches = batch // int(config.ppo.minibatch_size)
-    decision_only = bool(config.ppo.get("decision_only", False))
+    # None (the default): the env decides; only an env that declares sparse decisions (the
+    # edge env) gets the compacted decision-only update, any other trains on every sample.
+    decision_only = config.ppo.get("decision_only", None)
+    if decision_only is None:
+        decision_only = single_agent.sparse_decisions(env)
+    decision_only = bool(decision_only)
     capacity = (learner.decision_capacity(batch, float(config.ppo.decision_capacity),
                                           num_minibatches) if decision_only else 0)
     settings = learner.PPOSettings(
@@ -282,6 +298,24 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
                  num_actions=num_actions, critic=critic)
 
 
+def check_decision_overflow(overflow, decisions) -> None:
+    """Stops a run whose rollout had more decisions than the decision-only buffer holds
+    (they would be dropped from the update): ``ConfigError`` (exit 2) naming the fields.
+
+    Args:
+      overflow: [K] decisions left out per update of a chunk.
+      decisions: [K] decisions per update.
+    """
+    overflow = np.asarray(overflow)
+    if overflow.size and float(np.max(overflow)) > 0:
+        i = int(np.argmax(overflow))
+        raise config_utils.ConfigError(
+            f"config.ppo.decision_capacity is too small: an update had "
+            f"{int(np.asarray(decisions)[i])} decisions and {int(overflow[i])} did not fit the "
+            "decision-only buffer; raise ppo.decision_capacity (a fraction of "
+            "num_envs*rollout_len*num_users) or set ppo.decision_only=False")
+
+
 def make_jitted_chunk(setup: Setup) -> Callable:
     """``chunk(states [S, ...], env_params) -> (states, metrics [S, K])``, jitted once,
     state donated, vmapped over seeds."""
@@ -312,6 +346,7 @@ def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float | None,
     out["train/decisions_per_update"] = float(np.mean(dec))
     if "decision_overflow" in m:   # decisions left out of the compacted (decision-only) update
         out["train/decision_overflow"] = float(np.sum(m["decision_overflow"]))
+        check_decision_overflow(m["decision_overflow"], m["decisions"])
     for k, v in m.items():
         if k.startswith("env/") and np.any(np.isfinite(v)):
             out[k] = float(np.nanmean(v))
