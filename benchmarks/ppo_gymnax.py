@@ -1,7 +1,8 @@
 """The PPO learner on gymnax CartPole-v1 against a minimal one-file reference PPO, same process.
 
     python -m benchmarks --only ppo_gymnax [--repeats N] [--quick]
-    python -m benchmarks.ppo_gymnax [--pairs N] [--updates N]
+
+(``--repeats`` = alternated pairs, at least 5; ``--quick``: 2 pairs of 122 updates.)
 
 The reference (``reference_train``) follows PureJaxRL's PPO structure (Lu et al., "Discovered
 Policy Optimisation", 2022; github.com/luchris429/purejaxrl): one jitted ``train(key)`` made of
@@ -304,16 +305,3 @@ def format_result(r: dict) -> str:
             f"range {r['ratio_paired_min']:.3f}-{r['ratio_paired_max']:.3f}; CPU time "
             f"{r['ratio_cpu_paired_median']:.3f}x)")
 
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--updates", type=int, default=976)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    res = run(pairs=a.pairs, num_updates=a.updates, seed=a.seed)
-    for row in res["rows"]:
-        print({k: {kk: round(vv, 3) for kk, vv in v.items()} for k, v in row.items()})
-    print(format_result(res))

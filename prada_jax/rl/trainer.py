@@ -278,7 +278,11 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             normalize_adv=bool(config.ppo.normalize_adv)),
         decision_only=decision_only, decision_capacity=capacity,
         max_grad_norm=float(config.ppo.max_grad_norm),
-        gae_unroll=min(int(config.ppo.rollout_len), 8))
+        # Unrolling the reverse GAE scan pays off for wide [E, U] slices (the edge env's
+        # 16 × 8); for a handful of samples per slot (CartPole's 4 × 1) the rolled loop is
+        # faster on a CPU.
+        gae_unroll=(min(int(config.ppo.rollout_len), 8)
+                    if int(config.ppo.num_envs) * num_users >= 64 else 1))
     chunks = num_chunks(config)
     opt_steps = chunks * settings.updates_per_chunk * settings.num_epochs \
         * settings.num_minibatches
