@@ -258,3 +258,43 @@ def test_ppo_solves_cartpole_v1():
           f"CPU {time.process_time() - t0:.1f} s")
     assert first < 100                           # a random policy lasts ~22 steps
     assert last >= 475
+
+
+# ----------------------------------------------------------------------------- rollout speed-ups
+
+def test_sample_action_is_distrax_categorical():
+    import distrax
+
+    from prada_jax.rl import learner
+    logits = jax.random.normal(jax.random.key(3), (6, 5, 4)) * 3.0
+    for i in range(4):
+        k = jax.random.key(10 + i)
+        d = distrax.Categorical(logits=logits)
+        want = d.sample(seed=k)
+        got, logp = learner.sample_action(k, logits)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        np.testing.assert_allclose(np.asarray(logp), np.asarray(d.log_prob(want)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("critic", ["v", "q"])
+def test_batched_critic_after_the_loop_equals_the_critic_in_the_loop(critic):
+    """Without an action_fn the rollout evaluates the critic after the slot loop; the
+    trajectory must equal the one with the critic inside the loop (an identity action_fn)."""
+    from prada_jax.rl import learner, losses, networks
+    env, params = toy_env.make(num_users=3, num_actions=3, episode_len=5, time_limit=2)
+    graphdef, net = networks.init_network(jax.random.key(0), 3, (8,), True, 3, critic)
+    apply_fn = networks.make_apply_fn(graphdef)
+    s = learner.PPOSettings(num_envs=2, rollout_len=12, num_epochs=1, num_minibatches=1,
+                            updates_per_chunk=1, gamma=0.9, gae_lambda=0.9,
+                            loss=losses.PPOLossConfig())
+    obs, st = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(1), 2),
+                                                     params)
+    args = (net, params, st, obs, jnp.zeros((2, 3)), jax.random.key(5))
+    deferred = jax.jit(learner.make_rollout(s, env, apply_fn))(*args)[3]
+    in_loop = jax.jit(learner.make_rollout(s, env, apply_fn, lambda a, g: a))(*args)[3]
+    assert set(deferred) == set(in_loop) and "trunc_value" in deferred
+    assert np.asarray(deferred["truncated"]).any()
+    for k in in_loop:
+        np.testing.assert_allclose(np.asarray(deferred[k], np.float64),
+                                   np.asarray(in_loop[k], np.float64), rtol=1e-5, atol=1e-6,
+                                   err_msg=k)
