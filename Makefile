@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE := 1
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,torch]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,torch,gymnax]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -22,6 +22,10 @@ Parts (each calls the part's own benchmark function; medians over repeats after 
 * ``distill``: distillation train step (offline forward-KL on a synthetic top-k teacher),
   tokens/s and, on a GPU/TPU with a known peak, model-FLOP utilisation from XLA's own FLOP
   count of the compiled step.
+* ``ppo_gymnax``: the PPO learner on gymnax CartPole-v1 (4 envs × 128 steps, 4 epochs × 4
+  minibatches) vs a minimal one-file reference PPO of PureJaxRL's structure, whole trainings
+  alternated in one process, compile excluded: env steps/s of both, the paired ratio and both
+  final returns (``benchmarks.ppo_gymnax.run``; needs the ``[gymnax]`` extra).
 * ``seeds``: distillation with seeds as a batch axis, students·updates/s of N = 8 vmapped
   students vs 8 sequential runs (``benchmarks.distill_seeds.run``).
 
@@ -58,7 +62,8 @@ from prada_jax.lm.model import CausalLM  # noqa: E402
 from prada_jax.rl import trainer  # noqa: E402
 from prada_jax.configs import ppo as ppo_configs  # noqa: E402
 
-PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "seeds", "sched", "roofline")
+PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "seeds", "sched", "roofline",
+         "ppo_gymnax")
 
 # Single-device CPU numbers recorded before issue 10 (2-core shared machine, heavy load).
 BEFORE = {
@@ -246,6 +251,11 @@ def _run_part(name: str, gpu: bool, quick: bool, repeats: int) -> dict:
         from benchmarks import roofline  # lazy: a failing part fails alone
         return roofline.run(num_envs=4096, num_users=32 if gpu else 16, slots=64 if gpu else 16,
                             repeats=repeats)
+    if name == "ppo_gymnax":
+        from benchmarks import ppo_gymnax
+        # 976 updates = 499 712 env steps per training (PureJaxRL's CartPole budget)
+        return ppo_gymnax.run(pairs=2 if quick else max(repeats, 5),
+                              num_updates=122 if quick else 976)
     if name == "mesh1":
         return bench_mesh_overhead(repeats=repeats, num_envs=1024 if gpu else None)
     if name == "sched":
@@ -315,6 +325,15 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
                          f"{r['speedup']:.2f}x (paired median {r['speedup_paired_median']:.2f}x"
                          f", range {r['speedup_paired_min']:.2f}-"
                          f"{r['speedup_paired_max']:.2f})"))
+    if "ppo_gymnax" in res:
+        r = res["ppo_gymnax"]
+        rows.append((f"PPO learner vs reference PPO, CartPole-v1 ({r['env_steps']} env steps, "
+                     f"median of {r['pairs']} alternated pairs)",
+                     f"{r['learner_env_steps_per_s']:.4g} vs {r['reference_env_steps_per_s']:.4g}"
+                     f" env steps/s; final return {r['learner_final_return']:.1f} vs "
+                     f"{r['reference_final_return']:.1f}",
+                     f"{r['ratio_paired_median']:.3f}x (range {r['ratio_paired_min']:.2f}-"
+                     f"{r['ratio_paired_max']:.2f}; CPU time {r['ratio_cpu_paired_median']:.3f}x)"))
     if "roofline" in res:
         r = res["roofline"]
         rows.append((f"edge env vs roofline (E={r['num_envs']}, U={r['num_users']})",

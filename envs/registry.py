@@ -17,6 +17,9 @@ class Env(NamedTuple):
     make_params: Callable
     step_with_noise: Callable
     draw_noise: Callable
+    # Few user slots decide per slot (20-24% in the edge env): the PPO learner may run its
+    # epochs over the decision samples only (``ppo.decision_only``, docs/ppo.md).
+    sparse_decisions: bool = True
 
 
 def _edge(traces=None, **overrides):
@@ -30,16 +33,24 @@ def _edge(traces=None, **overrides):
     return env, edge.make_params(traces, **overrides)
 
 
-_REGISTRY = {"edge": _edge}
+def _gymnax(env_id: str = "CartPole-v1", **param_overrides):
+    from envs import single_agent
+
+    return single_agent.make_gymnax(env_id, **param_overrides)
+
+
+_REGISTRY = {"edge": _edge, "gymnax": _gymnax}
 
 
 def make(name: str, **overrides):
     """Returns ``(env, default_params)``.
 
     Args:
-      name: ``"edge"``.
-      overrides: ``traces=TraceSet`` plus any ``envs.edge.make_params`` keyword (``num_users``,
-        ``scheduler``, ``num_servers``, ...).
+      name: ``"edge"`` or ``"gymnax"`` (a single-agent gymnax env through
+        ``envs.single_agent``; needs the ``[gymnax]`` extra).
+      overrides: for "edge", ``traces=TraceSet`` plus any ``envs.edge.make_params`` keyword
+        (``num_users``, ``scheduler``, ``num_servers``, ...); for "gymnax", ``env_id``
+        (default "CartPole-v1") plus EnvParams fields to replace.
     """
     if name not in _REGISTRY:
         raise ValueError(f"unknown env {name!r}; known: {sorted(_REGISTRY)}")

@@ -9,7 +9,12 @@ Variants (comma-separated, applied left to right), e.g. ``ppo.py:smoke`` or ``pp
   contention: M servers, B Hz, Poisson arrivals, threshold scheduler fed by the critic's ΔQ;
 * ``smoke``: tiny sizes and a 300-problem trace set, two chunks — about a minute on a 2-core
   CPU, most of it compilation;
-* ``toy``: the tiny toy env of ``prada_jax.rl.toy_env`` (tests; not trace data).
+* ``toy``: the tiny toy env of ``prada_jax.rl.toy_env`` (tests; not trace data);
+* ``gymnax``: the standard PPO hyperparameters of PureJaxRL's CartPole-v1 run (4 envs × 128
+  steps, 4 epochs × 4 minibatches, lr 2.5e-4 annealed linearly to 0, γ 0.99, entropy 0.01,
+  value clipping, a plain V(s) head, 500 000 env steps) for a single-agent env given to
+  ``trainer.build_setup(config, (env, params))`` (``envs.single_agent``; README "your own
+  env"); ``train.ppo`` itself has no gymnax env.
 
 All numbers from the synthetic presets are synthetic (see ``prada_jax.traces.synthetic``).
 """
@@ -20,7 +25,7 @@ import ml_collections
 from prada_jax import parallel
 
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
-VARIANTS = PRESETS + ("true", "smoke", "toy")
+VARIANTS = PRESETS + ("true", "smoke", "toy", "gymnax")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -74,10 +79,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.ppo.clip_value = False        # clip Q(s,a) updates to old ± value_clip_eps
     c.ppo.value_clip_eps = 0.2      # reward units
     c.ppo.normalize_adv = True
-    c.ppo.decision_only = True      # epochs run over the decision samples only (compacted)
+    # Epochs over the decision samples only (compacted into a buffer): None = decided by the
+    # env (on where it declares sparse_decisions, as the edge env does; off for any other env,
+    # which then trains on every sample); True / False force it.
+    c.ppo.decision_only = ml_collections.config_dict.placeholder(bool)
     c.ppo.decision_capacity = 0.25  # compacted buffer, fraction of E·T·U (the edge env decides
-                                    # in 20-24% of them; more decisions than this are subsampled
-                                    # and counted in the decision_overflow metric)
+                                    # in 20-24% of them); a rollout with more decisions than
+                                    # this stops the run (exit 2) naming this field
 
     c.log = ml_collections.ConfigDict()
     c.log.checkpoint_every = 50     # updates between checkpoints (multiple of updates_per_chunk)
@@ -111,6 +119,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.ppo.minibatch_size = 64
             c.ppo.updates_per_chunk = 2
             c.ppo.total_env_steps = 4 * 16 * 4      # 4 updates = 2 chunks
+            c.ppo.decision_capacity = 0.375  # 256-sample batches: ~20% decisions ± noise
             c.log.checkpoint_every = 2
             c.log.progress = False
         elif variant == "toy":
@@ -127,4 +136,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.ppo.decision_capacity = 0.9   # the toy env decides in ~60% of user slots
             c.log.checkpoint_every = 2
             c.log.progress = False
+        elif variant == "gymnax":
+            c.env.num_users = 1
+            c.net.hidden = (64, 64)
+            c.net.separate_critic = True
+            c.net.critic = "v"
+            c.ppo.num_envs = 4
+            c.ppo.rollout_len = 128
+            c.ppo.num_epochs = 4
+            c.ppo.minibatch_size = 128      # 4 minibatches of the 512-sample batch
+            c.ppo.updates_per_chunk = 61
+            c.ppo.total_env_steps = 512 * 61 * 16   # 976 updates ≈ 5e5 env steps
+            c.ppo.lr = 2.5e-4
+            c.ppo.lr_schedule = "linear"
+            c.ppo.final_lr_frac = 0.0
+            c.ppo.gamma = 0.99
+            c.ppo.ent_coef = 0.01
+            c.ppo.clip_value = True
+            c.ppo.value_clip_eps = 0.2
+            c.log.checkpoint_every = 61
     return c

@@ -37,7 +37,7 @@ from prada_jax.traces import synthetic
 from prada_jax.traces.loader import load_config_traces
 from prada_jax.traces import splits
 
-__all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "Setup",
+__all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "Setup", "check_decision_overflow",
            "observational_fields"]
 _TRAIN_TAGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "total_loss",
                "grad_norm", "explained_variance")
@@ -217,15 +217,25 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     """Validates the config and builds env, network, optimiser and learner settings.
 
     Args:
-      env_and_params: use this ``(env, env_params)`` instead of the one the config names
-        (any env of the pure multi-user shape with discrete actions; the action count comes
-        from ``env.action_spec(params).num_values``, 2 if the env has none).
+      env_and_params: use this ``(env, env_params)`` instead of the one the config names:
+        any env of the pure multi-user shape with discrete actions (the action count comes
+        from ``env.action_spec(params).num_values``, 2 if the env has none), or a
+        single-agent gymnax-style env (obs [D]), adapted by ``envs.single_agent`` (one user
+        slot: set ``env.num_users = 1``). Bad shapes raise ``single_agent.BadEnvShape``
+        (exit 2) naming the env function and the shape.
+
+    ``ppo.decision_only`` None (the default) is taken from the env: True only when it
+    declares ``sparse_decisions`` (the edge env does); a chunk whose decisions overflow the
+    buffer stops the run (``check_decision_overflow``).
     """
+    from envs import single_agent
+
     validate_config(config, env_given=env_and_params is not None)
     if env_and_params is None:
         env, env_params, trace_info = build_env(config)
     else:
-        env, env_params = env_and_params
+        # A single-agent env (obs [D]) gets the user axis; a bad shape is one line, exit 2.
+        env, env_params = single_agent.as_multi_user(*env_and_params)
         trace_info = {"source": "given"}
     obs_dim = _obs_dim(env, env_params)
     obs_shape = jax.eval_shape(env.reset, jax.random.key(0), env_params)[0].shape
@@ -236,7 +246,12 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             f"{num_users} user slots")
     batch = _batch_size(config)
     num_minibatches = batch // int(config.ppo.minibatch_size)
-    decision_only = bool(config.ppo.get("decision_only", False))
+    # None (the default): the env decides; only an env that declares sparse decisions (the
+    # edge env) gets the compacted decision-only update, any other trains on every sample.
+    decision_only = config.ppo.get("decision_only", None)
+    if decision_only is None:
+        decision_only = single_agent.sparse_decisions(env)
+    decision_only = bool(decision_only)
     capacity = (learner.decision_capacity(batch, float(config.ppo.decision_capacity),
                                           num_minibatches) if decision_only else 0)
     settings = learner.PPOSettings(
@@ -252,7 +267,11 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             normalize_adv=bool(config.ppo.normalize_adv)),
         decision_only=decision_only, decision_capacity=capacity,
         max_grad_norm=float(config.ppo.max_grad_norm),
-        gae_unroll=min(int(config.ppo.rollout_len), 8))
+        # Unrolling the reverse GAE scan pays off for wide [E, U] slices (the edge env's
+        # 16 × 8); for a handful of samples per slot (CartPole's 4 × 1) the rolled loop is
+        # faster on a CPU.
+        gae_unroll=(min(int(config.ppo.rollout_len), 8)
+                    if int(config.ppo.num_envs) * num_users >= 64 else 1))
     chunks = num_chunks(config)
     opt_steps = chunks * settings.updates_per_chunk * settings.num_epochs \
         * settings.num_minibatches
@@ -270,6 +289,24 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
                  graphdef=graphdef, apply_fn=apply_fn, tx=tx, action_fn=action_fn,
                  obs_dim=obs_dim, num_users=num_users, total_chunks=chunks,
                  num_actions=num_actions, critic=critic)
+
+
+def check_decision_overflow(overflow, decisions) -> None:
+    """Stops a run whose rollout had more decisions than the decision-only buffer holds
+    (they would be dropped from the update): ``ConfigError`` (exit 2) naming the fields.
+
+    Args:
+      overflow: [K] decisions left out per update of a chunk.
+      decisions: [K] decisions per update.
+    """
+    overflow = np.asarray(overflow)
+    if overflow.size and float(np.max(overflow)) > 0:
+        i = int(np.argmax(overflow))
+        raise config_utils.ConfigError(
+            f"config.ppo.decision_capacity is too small: an update had "
+            f"{int(np.asarray(decisions)[i])} decisions and {int(overflow[i])} did not fit the "
+            "decision-only buffer; raise ppo.decision_capacity (a fraction of "
+            "num_envs*rollout_len*num_users) or set ppo.decision_only=False")
 
 
 def make_jitted_chunk(setup: Setup) -> Callable:
@@ -302,6 +339,7 @@ def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float | None,
     out["train/decisions_per_update"] = float(np.mean(dec))
     if "decision_overflow" in m:   # decisions left out of the compacted (decision-only) update
         out["train/decision_overflow"] = float(np.sum(m["decision_overflow"]))
+        check_decision_overflow(m["decision_overflow"], m["decisions"])
     for k, v in m.items():
         if k.startswith("env/") and np.any(np.isfinite(v)):
             out[k] = float(np.nanmean(v))

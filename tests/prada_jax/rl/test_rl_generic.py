@@ -162,6 +162,7 @@ def test_learner_on_toy_env_with_three_actions(critic, fast_compile):
     config.env.name = "not-a-registered-env"        # ignored: the env is given
     config.env.preset = "nope"
     config.net.critic = critic
+    config.ppo.decision_only = True                  # the toy env does not declare sparse
     config.ppo.decision_capacity = 0.3               # small: exercises the overflow guard
     env, params = toy_env.make(num_users=4, num_actions=3)
     setup = trainer.build_setup(config, (env, params))
