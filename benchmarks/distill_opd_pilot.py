@@ -10,7 +10,10 @@ updates after one compiling update:
 
 * ReOPD (``config.mode = "onpolicy"``, ``--batch`` (trajectory, turn) pairs per update);
 * online OPD (``config.mode = "opd"``, ``--episodes`` episodes per update) at tool latency 0
-  and at ``--latency_s`` seconds per call.
+  and at ``--latency_s`` seconds per call;
+
+the three runs' updates alternate (update s of each, then s + 1), so load changes on a shared
+machine hit them alike; each run's first update compiles and is not timed.
 
 Reports, per run, from ``results.json["cost"]``: supervised turns, tool calls, student tokens,
 teacher tokens scored, and rollout / scoring / update seconds per supervised turn over the
@@ -55,6 +58,8 @@ def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch
         episodes: int = 8, n_problems: int = 64) -> dict:
     import jax
 
+    from prada_jax.distill import opd as opd_lib
+    from prada_jax.distill import trainer
     from prada_jax.distill.task.teacher import tiny_cache
     from prada_jax.distill.trainer import train_and_evaluate
     out = {"synthetic": True, "pilot": True, "device": jax.devices()[0].device_kind,
@@ -77,8 +82,18 @@ def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch
                 f"opd_latency{latency_s:g}": _config(cache, "opd", updates + 1, **init,
                                                      **{"opd.episodes": episodes,
                                                         "opd.tool_latency_s": latency_s})}
-        for name, c in runs.items():
-            out[name] = _row(train_and_evaluate(c, tmp / name))
+        built = {name: trainer.build(c, tmp / name) for name, c in runs.items()}
+        try:
+            for step in range(updates + 1):   # alternated: every run's update s, then s + 1
+                for run_ in built.values():
+                    trainer.optimizer_step(run_, step)
+        finally:
+            for run_ in built.values():
+                run_.ckpt.close()
+                for w in run_.writers:
+                    w.close()
+        for name, run_ in built.items():
+            out[name] = _row({"cost": opd_lib.cost_summary(run_.costs)})
     base = out["reopd"]["rollout_s_per_turn"]
     for name in runs:
         if name != "reopd":
