@@ -48,10 +48,21 @@ def _config(cache: Path, variant: str, steps: int, **fields):
 
 
 def _row(res: dict) -> dict:
+    """Totals, seconds per supervised turn (sum over timed updates / their turns, and the
+    median over timed updates of each update's seconds / turns, robust to a stalled update)
+    and every timed update's (turns, tool calls, rollout s)."""
+    import statistics
     cost = res["cost"]
     keep = ("rollout_s_per_turn", "scoring_s_per_turn", "update_s_per_turn",
             "rollout_s_median", "timed_updates")
-    return {**cost["totals"], **{k: cost[k] for k in keep}}
+    timed = [u for u in cost["per_update"] if u["timed"] and u["supervised_turns"]]
+    med = {f"{f}_per_turn_median": statistics.median(u[f] / u["supervised_turns"]
+                                                     for u in timed)
+           for f in ("rollout_s", "scoring_s", "update_s")}
+    return {**cost["totals"], **{k: cost[k] for k in keep}, **med,
+            "timed_updates_turns_calls_rollout_s": [
+                (u["supervised_turns"], u["tool_calls"], round(u["rollout_s"], 4))
+                for u in timed]}
 
 
 def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch: int = 32,
@@ -94,10 +105,10 @@ def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch
                     w.close()
         for name, run_ in built.items():
             out[name] = _row({"cost": opd_lib.cost_summary(run_.costs)})
-    base = out["reopd"]["rollout_s_per_turn"]
-    for name in runs:
-        if name != "reopd":
-            out[name]["rollout_per_turn_vs_reopd"] = out[name]["rollout_s_per_turn"] / base
+    for key in ("rollout_s_per_turn", "rollout_s_per_turn_median"):
+        for name in runs:
+            if name != "reopd":
+                out[name][f"{key}_vs_reopd"] = out[name][key] / out["reopd"][key]
     out["load_avg_1min_end"] = os.getloadavg()[0]
     return out
 

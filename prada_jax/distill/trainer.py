@@ -99,9 +99,9 @@ def gate_on(config) -> bool:
 
 def observational_fields(config) -> tuple[str, ...]:
     """Fields that may differ from a resumed workdir's stored config: :data:`OBSERVATIONAL`,
-    ``optim.carry_from`` (it acts when a run starts), and field groups that do not act in this
-    run (``opd.*`` outside OPD mode, ``gate.*`` without a gate), so workdirs written before
-    those fields existed still resume."""
+    ``optim.carry_from`` (it acts when a run starts), and fields that do not act in this run
+    (``opd.*`` outside OPD mode, ``gate.*`` without a gate, ``train.prompt_bucket`` = 0), so
+    workdirs written before those fields existed still resume."""
     extra = ["optim.carry_from"]
     if not int(config.train.get("prompt_bucket", 0)):
         extra.append("train.prompt_bucket")
