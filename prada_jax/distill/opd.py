@@ -182,8 +182,8 @@ def opd_round(task, problems, generate_fn: Callable, teacher_score_fn: Callable,
 
 def cost_summary(costs: list[dict]) -> dict:
     """``results.json["cost"]`` of a run from its per-update cost records (each a
-    :class:`RoundStats` dict summed over seeds and micro-steps, plus ``timed``: False for the
-    first update of a process, whose times include compilation).
+    :class:`RoundStats` dict summed over seeds and micro-steps, plus ``timed``: False for an
+    update whose times include compilation, e.g. the first of a process).
 
     Returns ``totals`` (every count summed over all updates), ``<time>_per_turn`` [s per
     supervised turn] and ``<time>_median`` [s per update] over the timed updates (None when

@@ -631,6 +631,7 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
     (:data:`opd.COUNTS` and :data:`opd.TIMES` summed over seeds and micro-steps)."""
     from prada_jax import parallel
     config = run.config
+    compiled0 = _compilations(run)
     t0 = time.perf_counter()
     calls0 = run.task.tool_calls()
     ntok_step = 0
@@ -663,11 +664,20 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
     jax.block_until_ready(run.state.params)
     run.env_calls += run.task.tool_calls() - calls0
     dt = time.perf_counter() - t0
-    if run.calls > 0:   # the first update of a process includes compilation: not timed
+    # an update that compiled (the first of a process, and the second, whose parameters come
+    # out of the step with another sharding annotation) is not timed
+    timed = run.calls > 0 and _compilations(run) == compiled0
+    if timed:
         run.update_times.append(dt)
         run.window.append((dt, ntok_step))
-    run.costs.append(dict(cost.as_dict(), timed=run.calls > 0))
+    run.costs.append(dict(cost.as_dict(), timed=timed))
     run.calls += 1
+
+
+def _compilations(run: DistillRun) -> int:
+    """Programs compiled so far by the jitted step and the student's generation."""
+    from prada_jax.lm.sampling import _generate_jit
+    return int(run.step_fn._cache_size()) + int(_generate_jit._cache_size())
 
 
 def log_metrics(run: DistillRun, done: int) -> dict | list[dict]:
