@@ -325,3 +325,19 @@ def test_gate_reached_stops_and_not_reached_is_reported(cache, tmp_path):
     with pytest.raises(cu.ConfigError, match="config.gate.every"):
         train_and_evaluate(_config(cache, "sft", **ov, **{"eval.n_problems": 0}),
                            tmp_path / "bad")
+
+
+@pytest.mark.slow
+def test_cli_gate_not_reached_is_exit_0_and_says_so(cache, tmp_path):
+    """The command with a gate no student passes: exit 0, results written, one stdout line
+    ``gate not reached ...`` (the fast guard of the gate's logic is the test above)."""
+    p = subprocess.run([sys.executable, "-m", "train.distill",
+                        "--config=train/configs/distill.py:smoke,sft",
+                        f"--config.data.cache={cache}", f"--workdir={tmp_path / 'w'}",
+                        "--config.gate.every=2", "--config.gate.success_min=1.0",
+                        "--config.gate.gap_max=0.0"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-1500:]
+    assert any(line.startswith("gate not reached within 4 updates")
+               for line in p.stdout.splitlines()), p.stdout
+    assert (tmp_path / "w" / "results.json").is_file()
