@@ -341,3 +341,29 @@ def test_cli_gate_not_reached_is_exit_0_and_says_so(cache, tmp_path):
     assert any(line.startswith("gate not reached within 4 updates")
                for line in p.stdout.splitlines()), p.stdout
     assert (tmp_path / "w" / "results.json").is_file()
+
+
+def test_pool_problems_of_both_tasks_are_the_pools_problems(tmp_path):
+    """OPD plays the problems of the pool's own trajectories: arithmetic ones parsed from the
+    questions, kg ones (hidden graphs) rebuilt from the recorder's seed and checked against
+    every question; a pool whose seed draws other problems is refused."""
+    from prada_jax.distill import pool as pool_lib
+    from prada_jax.distill.task import kg
+    from prada_jax.distill.task.common import EpisodeResult
+    from prada_jax.distill.task.kg_teacher import save_episodes
+    from prada_jax.errors import BadInput
+    probs = kg.make_problems(7 * 1000 + 2, 5)
+    eps = [EpisodeResult(kg.solved_messages(p), True, 0, 0) for p in probs]
+    save_episodes(eps, tmp_path / "kg", extra_meta={"source": {"seed": 7}})
+    got = tasks_lib.get(kg.TASK_NAME).pool_problems(pool_lib.load_pool(tmp_path / "kg"))
+    assert got == probs
+    save_episodes(eps, tmp_path / "kg8", extra_meta={"source": {"seed": 8}})
+    with pytest.raises(BadInput, match="does not match"):
+        tasks_lib.get(kg.TASK_NAME).pool_problems(pool_lib.load_pool(tmp_path / "kg8"))
+    ap = arith.make_problems(11, 6)
+    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p)) for p in ap))
+    pool_lib.save_pool(pool_lib.build_arrays(trajs, spans, [1] * 6), tmp_path / "ar",
+                       {"task": arith.TASK_NAME,
+                        "tokenizer": pool_lib.tokenizer_meta(arith.build_tokenizer())})
+    parsed = tasks_lib.get(arith.TASK_NAME).pool_problems(pool_lib.load_pool(tmp_path / "ar"))
+    assert parsed == ap and [p.answer for p in parsed] == [p.answer for p in ap]
