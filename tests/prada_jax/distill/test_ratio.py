@@ -226,11 +226,13 @@ def test_token_logp_fn_is_cached_per_model_graph():
     (g0, p0), (g1, p1), (g2, _) = model(0), model(1), model(2, hidden=32)
     f0, f1 = token_logp_fn(g0), token_logp_fn(g1)
     assert f0 is f1 and token_logp_fn(g2) is not f0
-    ids = jnp.asarray(np.random.default_rng(0).integers(0, 24, (2, 7)), jnp.int32)
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 24, (3, 13)), jnp.int32)
     mask = jnp.ones_like(ids)
+    n0 = f0._cache_size()       # other tests may have compiled this graph at other shapes
     f0(p0, ids, mask)
+    n1 = f0._cache_size()
     out = np.asarray(f1(p1, ids, mask))
-    assert f0._cache_size() == 1
+    assert n1 - n0 <= 1 and f0._cache_size() == n1   # the second student compiled nothing
     logits = np.asarray(nnx.merge(g1, p1)(ids, mask), np.float64)
     z = logits - logits.max(-1, keepdims=True)
     lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
