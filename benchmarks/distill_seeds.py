@@ -12,7 +12,7 @@ jitted step, offline forward KL, default student of ``prada_jax/configs/distill.
 * sequential: N runs with ``num_seeds = 1`` (seeds 0..N-1), one after the other;
   students·updates/s = 1 / median update time over all their updates.
 
-The first update of every run compiles and is not timed (``DistillRun.update_times``).
+Updates that compile (the first two of a run) are not timed (``DistillRun.update_times``).
 Speed only: the data are synthetic.
 """
 from __future__ import annotations

@@ -82,6 +82,20 @@ def summary_line(res: dict) -> str:
             f"training {res.get('env_calls_during_training', 'n/a')}; median update {upd}")
 
 
+def gate_line(gate: dict) -> str:
+    """One line on the gate (``config.gate``): reached at which update, or "gate not reached"
+    with the last check, within the budget."""
+    want = f"success >= {gate['success_min']:g} and per-turn gap <= {gate['gap_max']:g} nats"
+    if gate.get("reached"):
+        return f"gate reached at update {gate['step']} ({want})"
+    last = gate["checks"][-1] if gate.get("checks") else None
+    seen = ("no check ran" if last is None else
+            f"last check at update {last['step']}: success {last['success_rate']:.3f}, gap "
+            + ("n/a" if last["mean_gap"] is None else f"{last['mean_gap']:.3f}"))
+    return (f"gate not reached within {gate['budget_updates']} updates ({want}; {seen}); the "
+            "student is saved as trained")
+
+
 def main(argv):
     from prada_jax import runloop
     config_utils.reject_extra_argv(argv)
@@ -103,6 +117,9 @@ def main(argv):
               "command to resume", file=sys.stderr)
         return runloop.exit_code_for(res["stopped_by"])
     print(("finished earlier; " if res.get("already_finished") else "") + summary_line(res))
+    gate = res.get("gate")
+    if gate:
+        print(gate_line(gate))
     return 0
 
 

@@ -5,9 +5,12 @@ Variants (``:a,b`` combines): ``smoke`` (seconds-long CPU run), ``uniform`` (κ 
 per-turn teacher–student gap, re-estimated during training), ``exact`` (clipped per-prefix
 likelihood-ratio weights instead of κ^t), ``sft`` (cross-entropy on teacher tokens),
 ``jsd`` (JSD(β) on top-k + tail), ``onpolicy`` (ReOPD as published: student samples,
-teacher scores, reverse-KL policy gradient), ``bf16`` (bfloat16 compute), ``kg`` (the
-knowledge-graph task: its cache ``python -m prada_jax.distill.task.kg_teacher`` writes and its
-default budget, 400 updates of 64 pairs; ``:kg,sft,uniform`` is plain SFT on it).
+teacher scores, reverse-KL policy gradient), ``opd`` (online on-policy distillation, the
+baseline ReOPD replaces: the student plays whole episodes with the tool, the teacher scores
+every student turn, the same reverse-KL loss; ``config.opd``), ``bf16`` (bfloat16 compute),
+``kg`` (the knowledge-graph task: its cache ``python -m prada_jax.distill.task.kg_teacher``
+writes and its default budget, 400 updates of 64 pairs; ``:kg,sft,uniform`` is plain SFT on
+it).
 Turn index t counts agent turns from 0. Defaults target the built-in arithmetic task whose
 cache ``python -m prada_jax.distill.task.teacher`` writes.
 """
@@ -17,13 +20,15 @@ import ml_collections
 
 from prada_jax import parallel
 
-VARIANTS = ("smoke", "uniform", "late", "auto", "exact", "sft", "jsd", "onpolicy", "bf16", "kg")
+VARIANTS = ("smoke", "uniform", "late", "auto", "exact", "sft", "jsd", "onpolicy", "opd", "bf16",
+            "kg")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0                          # student init, batch draws and sampling keys
-    c.mode = "offline"                  # "offline" (teacher tokens) | "onpolicy" (student samples)
+    c.mode = "offline"                  # "offline" (teacher tokens) | "onpolicy" (ReOPD: student
+    #   samples turn t after the replayed teacher prefix) | "opd" (online OPD: student episodes)
 
     c.data = ml_collections.ConfigDict()
     c.data.cache = "checkpoints/task_cache/seed0"  # folder holding pool/, logits/, teacher/
@@ -58,6 +63,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.onpolicy.top_p = 1.0              # nucleus mass
     c.onpolicy.max_new_tokens = 12      # static action length A of a sampled turn [tokens]
 
+    # Online OPD (config.mode = "opd", prada_jax/distill/opd.py); sampling uses c.onpolicy.*
+    c.opd = ml_collections.ConfigDict()
+    c.opd.episodes = 16                 # student episodes per micro-batch (>= 1); the batch holds
+    #                                     episodes × the task's turn cap rows [supervised turns]
+    c.opd.context_len = 96              # student context window while playing [tokens]; longer
+    #                                     episodes keep their last context_len tokens
+    c.opd.tool_latency_s = 0.0          # simulated latency added to every tool call [s]; >= 0
+
     c.student = ml_collections.ConfigDict()
     c.student.init = ""                 # HF folder to start from; "" = random init from below
     c.student.hidden_size = 64          # D
@@ -72,11 +85,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optim.weight_decay = 0.01
     c.optim.clip_norm = 1.0             # global gradient-norm clip
     c.optim.grad_accum = 1              # micro-batches per optimizer update
+    c.optim.carry_from = ""             # a finished distill workdir whose final optimiser state
+    #   (AdamW moments) this run continues, its student being student.init; the learning-rate
+    #   schedule restarts (warm-up included). "" = a fresh optimiser state
 
     c.train = ml_collections.ConfigDict()
     c.train.steps = 300                 # optimizer updates
     c.train.batch_size = 64             # (trajectory, turn) pairs per micro-batch
     c.train.compute_dtype = "float32"   # "float32" | "bfloat16" (params stay float32)
+    c.train.prompt_bucket = 0           # offline / ReOPD: cut each batch's left-padded prompts to
+    #   the next multiple of this many tokens above its longest prefix (same numbers within
+    #   float tolerance, less compute; one compile per width); 0 = pad to the pool's longest
     c.train.num_seeds = 1               # N students trained together in one vmapped step, seeds
     #   config.seed + i (i < N); seed i equals a separate run with config.seed + i
     #   (prada_jax/distill/trainer.py); tb/seed_<s>, seed_<s>/student_hf, results.json per_seed
@@ -90,6 +109,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Data parallelism: sequences of a batch split over a 1-D ``batch`` device mesh, parameters
     # replicated; multi-host start-up flags (prada_jax/parallel.py, docs/BENCHMARKS.md).
     c.mesh = parallel.mesh_config()
+
+    # A gate fixed before training (e.g. a cold-start SFT student for the paper's regime): every
+    # gate.every updates the student's task success and mean per-turn gap c̄ to the teacher on
+    # the pool (prada_jax/distill/ratio) are checked; the run stops at the first check that
+    # passes both. Not reached within train.steps: reported ("gate not reached"), exit 0.
+    c.gate = ml_collections.ConfigDict()
+    c.gate.every = 0                    # updates between checks; 0 = no gate
+    c.gate.success_min = 0.5            # task success on the eval problems >= this [fraction]
+    c.gate.gap_max = 0.5                # mean per-turn gap c̄ <= this [nats per turn]
 
     c.eval = ml_collections.ConfigDict()
     c.eval.n_problems = 256             # task episodes before and after training (0 = skip)
@@ -115,6 +143,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.student.intermediate_size = 64
             c.optim.warmup_steps = 1
             c.log.progress = False
+            c.opd.episodes = 4
         elif v == "uniform":
             c.sampler.kappa = 1.0
         elif v == "late":
@@ -129,6 +158,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.loss.kind = "jsd"
         elif v == "onpolicy":
             c.mode = "onpolicy"
+            c.loss.kind = "rkl"
+        elif v == "opd":
+            c.mode = "opd"
             c.loss.kind = "rkl"
         elif v == "bf16":
             c.train.compute_dtype = "bfloat16"

@@ -181,19 +181,26 @@ def onpolicy_round(graphdef, params, key, tb, teacher_score_fn, *, max_new_token
       prompt_tokens: list of the unpadded prefixes (token lists) of the batch rows.
 
     Returns:
-      dict of arrays for ``train_step`` (action = student tokens) and the number of generated
-      tokens.
+      dict of arrays for ``train_step`` (action = student tokens), the number of generated
+      tokens, and a :class:`prada_jax.distill.opd.RoundStats` (counts; ``rollout_s`` = student
+      generation, ``scoring_s`` = the teacher's scoring; no tool calls).
     """
+    import time
+
+    from prada_jax.distill.opd import RoundStats
     from prada_jax.lm.sampling import generate
 
+    t0 = time.perf_counter()
     model = nnx.merge(graphdef, params)
     toks, _, lengths = generate(model, tb.prompt, tb.prompt_mask, key=key,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id)
     toks, lengths = np.asarray(toks), np.asarray(lengths)
+    t1 = time.perf_counter()
     B, A = toks.shape
     seqs = [list(prompt_tokens[b]) + toks[b, :lengths[b]].tolist() for b in range(B)]
     scores = teacher_score_fn(seqs)
+    t2 = time.perf_counter()
     k = int(np.asarray(scores[0]["topk_ids"]).shape[-1])
     tlogp = np.zeros((B, A), np.float32)
     ids = np.zeros((B, A, k), np.int32)
@@ -210,4 +217,8 @@ def onpolicy_round(graphdef, params, key, tb, teacher_score_fn, *, max_new_token
     batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=toks.astype(np.int32),
                  action_valid=valid, action_mask=valid, turn=tb.turn, teacher_logp=tlogp,
                  topk_ids=ids, topk_logp=tlp, tail_mass=tail)
-    return batch, int(lengths.sum())
+    n = int(lengths.sum())
+    stats = RoundStats(supervised_turns=int(np.sum(lengths > 0)), student_tokens=n,
+                       teacher_tokens_scored=n, teacher_tokens_forwarded=sum(map(len, seqs)),
+                       rollout_s=t1 - t0, scoring_s=t2 - t1)
+    return batch, n, stats

@@ -13,7 +13,14 @@ or passed in by the caller. A task bundles
   exporter's contract (:func:`prada_jax.distill.scoring.score_sequences`), for on-policy mode,
 * ``evaluate(model, n_problems, seed, batch)`` — runs the task with its tool on a Flax model and
   returns ``{"success_rate", "ci95", "n", "tool_calls", "mean_turns"}``; ``None`` when the task
-  has no evaluator (the trainer then records no success rate).
+  has no evaluator (the trainer then records no success rate),
+* for online OPD (``config.mode = "opd"``, :mod:`prada_jax.distill.opd`): ``pool_problems(pool)``
+  — the problems of the pool's trajectories, in pool order (the episodes start from the same
+  questions the teacher's pool holds), ``run_episodes(problems, generate_fn, tool_delay_s=0)``
+  — episodes with the task's tool (``EpisodeResult`` list,
+  :func:`prada_jax.distill.task.common.run_episodes`), ``to_tokens(messages)`` — tokens and
+  agent-turn spans of an episode, and ``max_turns``, the agent-turn cap of an episode. A task
+  without them (``None``) cannot run OPD.
 
 A pool of an unregistered task gets :func:`generic_task` (no evaluator, no stop ids, teacher
 scoring by the shared exporter path), so the trainer still runs on converted chat-JSONL pools.
@@ -37,6 +44,56 @@ class Task(NamedTuple):
     build_pool: Optional[Callable[..., Any]]
     teacher_scorer: Callable[[Any, int], Callable]
     evaluate: Optional[Callable[..., dict]]
+    pool_problems: Optional[Callable[[Any], list]] = None
+    run_episodes: Optional[Callable[..., list]] = None
+    to_tokens: Optional[Callable[[Any], tuple]] = None
+    max_turns: int = 0
+
+
+def pool_questions(pool) -> list[list[int]]:
+    """The tokens before the first agent turn of every pool trajectory (the user's question)."""
+    import numpy as np
+    toks = np.asarray(pool.tokens)
+    offs, toffs = np.asarray(pool.traj_offsets), np.asarray(pool.turn_offsets)
+    starts = np.asarray(pool.turn_starts)
+    out = []
+    for i in range(len(offs) - 1):
+        end = int(starts[toffs[i]]) if toffs[i + 1] > toffs[i] else int(offs[i + 1])
+        out.append(toks[int(offs[i]):end].tolist())
+    return out
+
+
+def _arith_pool_problems(pool) -> list:
+    """Arithmetic problems parsed from the pool's questions (``<q>12*7+5</q>``)."""
+    import re
+
+    from prada_jax.distill.task import arith
+    out = []
+    for i, q in enumerate(pool_questions(pool)):
+        m = re.fullmatch(r"<q>([0-9]+(?:[+\-*][0-9]+)*)</q>", arith.decode(q))
+        if m is None:
+            raise BadInput(f"pool trajectory {i}: question {arith.decode(q)!r} is not an "
+                           "arithmetic problem")
+        parts = re.split(r"([+\-*])", m.group(1))
+        out.append(arith.Problem(tuple(int(x) for x in parts[0::2]), tuple(parts[1::2])))
+    return out
+
+
+def _kg_pool_problems(pool) -> list:
+    """The kg problems of a pool recorded by ``build_pool`` (their hidden graphs are not in the
+    tokens): regenerated from the recorder's seed and checked question by question."""
+    from prada_jax.distill.task import kg
+    qs = pool_questions(pool)
+    seed = (pool.meta.get("source") or {}).get("seed")
+    if seed is None:
+        raise BadInput("config.mode=opd: the kg pool records no source seed; its problems (and "
+                       "their hidden graphs) cannot be rebuilt")
+    probs = kg.make_problems(int(seed) * 1000 + 2, len(qs))
+    for i, (p, q) in enumerate(zip(probs, qs)):
+        if kg.encode(p.question) != q:
+            raise BadInput(f"config.mode=opd: kg pool trajectory {i} does not match the problem "
+                           f"its recorder's seed {seed} draws")
+    return probs
 
 
 def hf_teacher_scorer(teacher_dir, top_k: int) -> Callable:
@@ -63,7 +120,9 @@ def _arith() -> Task:
     return Task(name=arith.TASK_NAME, pad_id=arith.PAD_ID, eos_id=arith.EOS_ID,
                 stop_ids=tuple(arith.STOP_IDS), build_tokenizer=arith.build_tokenizer,
                 tool_calls=lambda: arith.TOOL_CALLS.calls, build_pool=build_pool,
-                teacher_scorer=hf_teacher_scorer, evaluate=evaluate)
+                teacher_scorer=hf_teacher_scorer, evaluate=evaluate,
+                pool_problems=_arith_pool_problems, run_episodes=arith.run_episodes,
+                to_tokens=arith.messages_to_tokens, max_turns=6)
 
 
 def _kg() -> Task:
@@ -81,7 +140,9 @@ def _kg() -> Task:
     return Task(name=kg.TASK_NAME, pad_id=kg.PAD_ID, eos_id=kg.EOS_ID,
                 stop_ids=tuple(kg.STOP_IDS), build_tokenizer=kg.build_tokenizer,
                 tool_calls=lambda: kg.TOOL_CALLS.calls, build_pool=build_pool,
-                teacher_scorer=hf_teacher_scorer, evaluate=evaluate)
+                teacher_scorer=hf_teacher_scorer, evaluate=evaluate,
+                pool_problems=_kg_pool_problems, run_episodes=kg.run_episodes,
+                to_tokens=kg.messages_to_tokens, max_turns=kg.MAX_TURNS)
 
 
 _FACTORIES: dict[str, Callable[[], Task]] = {"arith_calc_v1": _arith, "kg_lookup_v1": _kg}

@@ -40,8 +40,14 @@ results dict a separate run would write) and ``success_after`` = mean ± 95% Stu
 task success over seeds. With a ``student.init`` folder that holds ``seed_<s>/student_hf``
 (a multi-seed run), seed s starts from its own student. N = 1 is the single-student path,
 unchanged.
-The trainer never calls the environment: ``distill/env_calls`` is the task's tool-call
-counter across the training steps (it must be 0).
+Modes (``config.mode``): ``offline`` (teacher tokens), ``onpolicy`` (ReOPD: the student samples
+turn t after the replayed teacher prefix) and ``opd`` (online OPD, :mod:`prada_jax.distill.opd`:
+the student plays whole episodes with the task's tool). Offline and ReOPD never call the
+environment: ``distill/env_calls`` is the task's tool-call counter across the training steps
+(0 there; OPD's rollouts count here). Every update's cost (supervised turns, student tokens,
+teacher tokens, tool calls, rollout / scoring / update seconds) is logged as ``cost/*`` and
+stored in ``results.json["cost"]``. ``optim.carry_from`` continues a warm start's optimiser
+state; ``config.gate`` stops a run at a gate fixed in advance (or reports it not reached).
 """
 from __future__ import annotations
 
@@ -60,6 +66,7 @@ from prada_jax import config_utils as cu
 from prada_jax import run_state, runloop, stats
 from prada_jax.errors import NonFiniteTraining
 from prada_jax.jsonio import write_json
+from prada_jax.distill import opd as opd_lib
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill import tasks as tasks_lib
@@ -80,6 +87,30 @@ ADAPTIVE = ("auto", "exact-ratio")
 # the schedule from the resumed update on (it does not equal a run started with the new total).
 OBSERVATIONAL = ("train.steps", "log.*", "eval.before")   # eval.before acts at update 0 only
 
+# "offline": teacher tokens; "onpolicy": ReOPD (student samples turn t after the replayed
+# teacher prefix); "opd": online OPD (student episodes with the tool, prada_jax/distill/opd.py)
+MODES = ("offline", "onpolicy", "opd")
+
+
+def gate_on(config) -> bool:
+    """Whether the run stops at a gate (``config.gate.every`` > 0)."""
+    return "gate" in config and int(config.gate.every) > 0
+
+
+def observational_fields(config) -> tuple[str, ...]:
+    """Fields that may differ from a resumed workdir's stored config: :data:`OBSERVATIONAL`,
+    ``optim.carry_from`` (it acts when a run starts), and fields that do not act in this run
+    (``opd.*`` outside OPD mode, ``gate.*`` without a gate, ``train.prompt_bucket`` = 0), so
+    workdirs written before those fields existed still resume."""
+    extra = ["optim.carry_from"]
+    if not int(config.train.get("prompt_bucket", 0)):
+        extra.append("train.prompt_bucket")
+    if config.mode != "opd":
+        extra.append("opd.*")
+    if not gate_on(config):
+        extra.append("gate.*")
+    return OBSERVATIONAL + tuple(extra)
+
 
 def resolve_paths(config) -> dict[str, Path]:
     cache = Path(config.data.cache)
@@ -90,13 +121,22 @@ def resolve_paths(config) -> dict[str, Path]:
 
 def validate_config(config) -> None:
     """Checks every field once; errors name the field (``config.sampler.kappa ...``)."""
-    cu.check_choice(config, "mode", ("offline", "onpolicy"))
+    cu.check_choice(config, "mode", MODES)
     cu.check_choice(config, "loss.kind", ("fkl", "jsd", "sft", "rkl"))
     if config.mode == "offline":
         cu.check(config.loss.kind != "rkl", "loss.kind",
-                 "'rkl' needs config.mode=onpolicy (it scores student samples)")
+                 "'rkl' needs config.mode=onpolicy or opd (it scores student samples)")
     else:
-        cu.check(config.loss.kind == "rkl", "loss.kind", "on-policy mode uses 'rkl'")
+        cu.check(config.loss.kind == "rkl", "loss.kind",
+                 f"config.mode={config.mode} uses 'rkl'")
+    if "opd" in config:
+        cu.check_int(config, "opd.episodes", "opd.context_len", minimum=1)
+        lat = config.opd.tool_latency_s
+        cu.check(isinstance(lat, (int, float)) and not isinstance(lat, bool)
+                 and np.isfinite(lat) and lat >= 0, "opd.tool_latency_s",
+                 f"must be a finite number of seconds >= 0, got {lat!r}")
+    elif config.mode == "opd":
+        raise cu.ConfigError("config.opd is missing (config.mode=opd needs its fields)")
     try:
         check_kappa(config.sampler.kappa)
     except ValueError:
@@ -120,6 +160,8 @@ def validate_config(config) -> None:
                  "student.num_kv_heads", "student.intermediate_size", minimum=1)
     cu.check_int(config, "optim.warmup_steps", "eval.n_problems", minimum=0)
     cu.check_int(config, "train.num_seeds", minimum=1)
+    if "prompt_bucket" in config.train:
+        cu.check_int(config, "train.prompt_bucket", minimum=0)
     cu.check_int(config, "eval.every", minimum=0)
     cu.check(isinstance(config.eval.get("before", True), bool), "eval.before",
              f"must be true or false, got {config.eval.get('before')!r}")
@@ -129,6 +171,15 @@ def validate_config(config) -> None:
              "student.num_heads", "must be divisible by config.student.num_kv_heads")
     cu.check_choice(config, "train.compute_dtype", ("float32", "bfloat16"))
     cu.check(config.onpolicy.top_p <= 1.0, "onpolicy.top_p", "must be <= 1")
+    if "gate" in config:
+        cu.check_int(config, "gate.every", minimum=0)
+        cu.check_range(config, "gate.success_min", 0.0, 1.0)
+        cu.check_nonnegative(config, "gate.gap_max")
+    if gate_on(config):
+        cu.check(int(config.train.get("num_seeds", 1)) == 1, "gate.every",
+                 "a gate needs config.train.num_seeds = 1 (one student per gated run)")
+        cu.check(int(config.eval.n_problems) > 0, "gate.every",
+                 "a gate needs task success: config.eval.n_problems > 0")
     if "mesh" in config:
         from prada_jax import parallel
         try:
@@ -222,6 +273,11 @@ class DistillRun:
     # the last log; the first update of a process compiles and is not timed
     window: list = dataclasses.field(default_factory=list)
     calls: int = 0
+    problems: Any = None            # OPD: the task problems of the pool's trajectories
+    # per-update cost records (opd.RoundStats fields summed over seeds and micro-steps, plus
+    # "timed": False for the first update of a process, which compiles); checkpointed
+    costs: list = dataclasses.field(default_factory=list)
+    cost_logged: int = 0            # costs[:cost_logged] are in the curves already
 
     @property
     def num_seeds(self) -> int:
@@ -258,7 +314,13 @@ class DistillRun:
 
     @property
     def onpolicy(self) -> bool:
+        """ReOPD (replayed prefix): the student samples turn t after the teacher's prefix."""
         return self.config.mode == "onpolicy"
+
+    @property
+    def opd(self) -> bool:
+        """Online OPD: the student plays whole episodes with the tool."""
+        return self.config.mode == "opd"
 
 
 def build(config, workdir, task: tasks_lib.Task | None = None,
@@ -283,7 +345,7 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
             raise cu.ConfigError(str(e)) from e
     if not workdir:
         raise cu.ConfigError("--workdir is required")
-    check = run_state.check_resume(config, workdir, OBSERVATIONAL)   # writes nothing
+    check = run_state.check_resume(config, workdir, observational_fields(config))   # no write
     paths = resolve_paths(config)
     pool = pool_lib.load_pool(paths["pool"])
     if task is None:
@@ -297,7 +359,13 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
                             ratio_min=config.sampler.ratio_min,
                             ratio_max=config.sampler.ratio_max) for _ in seeds]
     sampler = samplers[0]
-    onpolicy = config.mode == "onpolicy"
+    onpolicy = config.mode in ("onpolicy", "opd")
+    problems = None
+    if config.mode == "opd":
+        if task.run_episodes is None or task.pool_problems is None or task.to_tokens is None:
+            raise cu.ConfigError(f"config.mode=opd needs a task with an environment; task "
+                                 f"{task.name!r} has none")
+        problems = task.pool_problems(pool)
     table = None
     # offline losses and adaptive schedules need the exported logits; otherwise (on-policy)
     # they only feed the ratio diagnostic, when present
@@ -319,8 +387,15 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
         del model
     state = states[0] if len(seeds) == 1 else stack_states(states)
     del states
+    if config.optim.get("carry_from", ""):
+        state = carry_optimizer_state(config, state)
+    if gate_on(config) and table is None:
+        raise cu.ConfigError("config.gate.every: the gate's per-turn gap needs the exported "
+                             f"teacher logits ({paths['logits']} not found)")
     num_turns = max(sampler.max_turns, 1)
-    step_fn = make_train_step(graphdef, tx, config.mode,
+    if config.mode == "opd":   # student episodes may run longer than the teacher's
+        num_turns = max(num_turns, int(task.max_turns))
+    step_fn = make_train_step(graphdef, tx, "onpolicy" if onpolicy else "offline",
                               "rkl" if onpolicy else config.loss.kind,
                               temperature=config.loss.temperature, beta=config.loss.beta,
                               rkl_coef=config.loss.rkl_coef, fkl_coef=config.loss.fkl_coef,
@@ -348,7 +423,47 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
                       logp_fn=ratio_lib.token_logp_fn(graphdef) if table is not None else None,
                       num_turns=num_turns, seed_results=seed_results, seeds=seeds,
                       base_keys=[jax.random.key(s) for s in seeds],
-                      turn_hist=np.zeros((len(seeds), num_turns)))
+                      turn_hist=np.zeros((len(seeds), num_turns)), problems=problems)
+
+
+def reset_schedule_counts(opt_state):
+    """``opt_state`` with every learning-rate schedule's step count set to 0 (Adam's moments and
+    its bias-correction count are kept)."""
+    import optax
+    is_sched = lambda x: isinstance(x, optax.ScaleByScheduleState)   # noqa: E731
+    return jax.tree.map(lambda x: x._replace(count=jnp.zeros_like(x.count)) if is_sched(x)
+                        else x, opt_state, is_leaf=is_sched)
+
+
+def carry_optimizer_state(config, state):
+    """``state`` with the optimiser state of the finished distillation workdir
+    ``config.optim.carry_from`` (its final checkpoint): the warm start's AdamW moments continue
+    and this run's learning-rate schedule starts over (:func:`reset_schedule_counts`).
+
+    The warm start's final student must be ``config.student.init`` (its parameters are compared
+    exactly) and its optimiser must have the same structure (same ``optim.grad_accum``, same
+    number of seeds). Raises ConfigError (nothing written) otherwise."""
+    from prada_jax.checkpointing import Checkpointer
+    src = Path(config.optim.carry_from)
+    field = f"config.optim.carry_from {src}"
+    if not config.student.init:
+        raise cu.ConfigError("config.optim.carry_from needs config.student.init (the warm "
+                             "start's student)")
+    if stored_results(src) is None or not (src / "checkpoints").is_dir():
+        raise cu.ConfigError(f"{field}: not a finished distillation workdir (no results.json "
+                             "or checkpoints/)")
+    ck = Checkpointer(src / "checkpoints", create=False)
+    try:
+        got, _ = ck.restore(state)
+    finally:
+        ck.close()
+    same = jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a),
+                                                                          np.asarray(b))),
+                                        got.params, state.params))
+    if not all(same):
+        raise cu.ConfigError(f"{field}: its final student is not config.student.init "
+                             f"({config.student.init})")
+    return state.replace(opt_state=reset_schedule_counts(got.opt_state))
 
 
 def restore(run: DistillRun) -> None:
@@ -423,52 +538,124 @@ def _prefix(run: DistillRun, k) -> list[int]:
     return cache[k]
 
 
-def _seed_batch(run: DistillRun, i: int, s: int) -> tuple[dict, int]:
+def bucket_width(longest: int, width: int, bucket: int) -> int:
+    """Prompt width of a batch whose longest prefix has ``longest`` tokens: the next multiple
+    of ``bucket`` (at least one bucket), at most the full ``width``; ``bucket`` = 0: ``width``."""
+    if bucket <= 0:
+        return int(width)
+    return int(min(width, max(bucket, -(-int(longest) // bucket) * bucket)))
+
+
+def bucketed(tb, bucket: int):
+    """A :class:`~prada_jax.distill.sampler.TurnBatch` with its left-padded prompt cut to
+    :func:`bucket_width` of its longest prefix (only padding columns are dropped: positions come
+    from the mask, so the step computes the same numbers up to float reassociation)."""
+    w = bucket_width(int(tb.prompt_mask.sum(1).max()), tb.prompt.shape[1], bucket)
+    if w == tb.prompt.shape[1]:
+        return tb
+    return tb.replace(prompt=tb.prompt[:, -w:], prompt_mask=tb.prompt_mask[:, -w:])
+
+
+def _widen(batch: dict, width: int) -> dict:
+    """``batch`` with prompt / prompt_mask left-padded (zeros) to ``width`` columns."""
+    p = batch["prompt"].shape[1]
+    if p == width:
+        return batch
+    pad = ((0, 0), (width - p, 0))
+    return dict(batch, prompt=np.pad(batch["prompt"], pad),
+                prompt_mask=np.pad(batch["prompt_mask"], pad))
+
+
+def opd_rows(config, task) -> int:
+    """Static row count of an OPD batch: ``opd.episodes`` × the task's agent-turn cap."""
+    return int(config.opd.episodes) * int(task.max_turns)
+
+
+def _opd_batch(run: DistillRun, i: int, s: int) -> tuple[dict, int, opd_lib.RoundStats]:
+    """Micro-step ``s``'s OPD batch of seed index ``i``: ``opd.episodes`` pool problems drawn
+    with ``default_rng([seed, s])``, played by the student (sampling key
+    ``fold_in(key(seed), s)``), scored by the teacher."""
+    config, seed = run.config, run.seeds[i]
+    rng = np.random.default_rng([seed, s])
+    idx = rng.integers(0, len(run.problems), size=int(config.opd.episodes))
+    gen = opd_lib.student_generate_fn(
+        run.graphdef, run.params_of(i), jax.random.fold_in(run.base_keys[i], s),
+        batch=int(config.opd.episodes), context_len=int(config.opd.context_len),
+        max_new_tokens=config.onpolicy.max_new_tokens, temperature=config.onpolicy.temperature,
+        top_p=config.onpolicy.top_p, stop_ids=run.task.stop_ids, pad_id=run.task.pad_id)
+    batch, st, _ = opd_lib.opd_round(
+        run.task, [run.problems[j] for j in idx], gen, run.teacher_score_fn,
+        rows=opd_rows(config, run.task), context_len=int(config.opd.context_len),
+        action_len=int(config.onpolicy.max_new_tokens),
+        tool_delay_s=float(config.opd.tool_latency_s))
+    has = batch["action_mask"].sum(-1) > 0
+    run.turn_hist[i] += np.bincount(batch["turn"][has], minlength=run.num_turns)[:run.num_turns]
+    return batch, st.student_tokens, st
+
+
+def _seed_batch(run: DistillRun, i: int, s: int) -> tuple[dict, int, opd_lib.RoundStats]:
     """Micro-step ``s``'s batch of seed index ``i`` (what a separate run with
-    ``config.seed = seeds[i]`` draws) and its number of trained tokens."""
+    ``config.seed = seeds[i]`` draws), its number of trained tokens and what it cost."""
+    if run.opd:
+        return _opd_batch(run, i, s)
+    t0 = time.perf_counter()
     config, seed, sampler = run.config, run.seeds[i], run.samplers[i]
     rng = np.random.default_rng([seed, s])
     pairs = sampler.draw(rng, config.train.batch_size)
-    tb = sampler.batch(pairs)
+    tb = bucketed(sampler.batch(pairs), int(config.train.get("prompt_bucket", 0)))
     run.turn_hist[i] += np.bincount(tb.turn, minlength=run.num_turns)
     if run.onpolicy:
         prompts = [_prefix(run, k) for k in pairs]
-        return onpolicy_round(
+        batch, n, st = onpolicy_round(
             run.graphdef, run.params_of(i), jax.random.fold_in(run.base_keys[i], s), tb,
             run.teacher_score_fn, max_new_tokens=config.onpolicy.max_new_tokens,
             temperature=config.onpolicy.temperature, top_p=config.onpolicy.top_p,
             stop_ids=run.task.stop_ids, pad_id=run.task.pad_id, prompt_tokens=prompts)
+        return batch, n, st
     batch = dict(prompt=tb.prompt, prompt_mask=tb.prompt_mask, action=tb.action,
                  action_valid=(tb.action_pos >= 0).astype(np.int32),
                  action_mask=tb.action_mask, turn=tb.turn)
     g = run.table.gather(tb.action_pos)
     batch.update(topk_ids=g["topk_ids"], topk_logp=g["topk_logp"], tail_mass=g["tail_mass"])
-    return batch, int(tb.action_mask.sum())
+    n = int(tb.action_mask.sum())
+    st = opd_lib.RoundStats(supervised_turns=int(np.sum(tb.action_mask.sum(-1) > 0)),
+                            rollout_s=time.perf_counter() - t0)
+    return batch, n, st
 
 
 def optimizer_step(run: DistillRun, opt_step: int) -> None:
     """One optimiser update (``optim.grad_accum`` micro-batches) of every seed's student: draw
     pairs, build the batch (teacher logits gathered offline; student samples scored by the
     teacher on-policy), run the jitted (seed-vmapped when N > 1) step; accumulates metrics, the
-    sampled-turn histograms, tokens, env calls, time."""
+    sampled-turn histograms, tokens, env calls, time, and the update's cost record
+    (:data:`opd.COUNTS` and :data:`opd.TIMES` summed over seeds and micro-steps)."""
     from prada_jax import parallel
     config = run.config
+    compiled0 = _compilations(run)
     t0 = time.perf_counter()
     calls0 = run.task.tool_calls()
     ntok_step = 0
+    cost = opd_lib.RoundStats()
     for micro in range(config.optim.grad_accum):
         s = opt_step * config.optim.grad_accum + micro
         got = [_seed_batch(run, i, s) for i in range(run.num_seeds)]
-        ntok = sum(n for _, n in got)
-        if run.stacked:   # [N, B, ...]
-            batch = {k: np.stack([b[k] for b, _ in got]) for k in got[0][0]}
+        ntok = sum(g[1] for g in got)
+        for g in got:
+            for f in opd_lib.COUNTS + opd_lib.TIMES:
+                setattr(cost, f, getattr(cost, f) + getattr(g[2], f))
+        if run.stacked:   # [N, B, ...]; bucketed prompts padded to the seeds' widest
+            w = max(g[0]["prompt"].shape[1] for g in got)
+            parts = [_widen(g[0], w) for g in got]
+            batch = {k: np.stack([b[k] for b in parts]) for k in parts[0]}
         else:
             batch = got[0][0]
         if run.mesh is not None:   # sequences split over the ``batch`` mesh axis
             batch = (parallel.shard_axis(batch, run.mesh, 1) if run.stacked
                      else parallel.shard_batch(batch, run.mesh))
+        tu = time.perf_counter()
         run.state, m = run.step_fn(run.state, batch)
         m = jax.device_get(m)
+        cost.update_s += time.perf_counter() - tu
         for k, v in m.items():
             run.acc[k] = run.acc.get(k, 0.0) + np.asarray(v, np.float64)
         run.acc["n"] = run.acc.get("n", 0) + 1
@@ -477,10 +664,20 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
     jax.block_until_ready(run.state.params)
     run.env_calls += run.task.tool_calls() - calls0
     dt = time.perf_counter() - t0
-    if run.calls > 0:   # the first update of a process includes compilation: not timed
+    # an update that compiled (the first of a process, and the second, whose parameters come
+    # out of the step with another sharding annotation) is not timed
+    timed = run.calls > 0 and _compilations(run) == compiled0
+    if timed:
         run.update_times.append(dt)
         run.window.append((dt, ntok_step))
+    run.costs.append(dict(cost.as_dict(), timed=timed))
     run.calls += 1
+
+
+def _compilations(run: DistillRun) -> int:
+    """Programs compiled so far by the jitted step and the student's generation."""
+    from prada_jax.lm.sampling import _generate_jit
+    return int(run.step_fn._cache_size()) + int(_generate_jit._cache_size())
 
 
 def log_metrics(run: DistillRun, done: int) -> dict | list[dict]:
@@ -496,6 +693,8 @@ def log_metrics(run: DistillRun, done: int) -> dict | list[dict]:
         timing["distill/tokens_per_s"] = (sum(w[1] for w in run.window)
                                           / max(sum(secs), 1e-9))
         timing["distill/update_s"] = float(np.median(secs))
+    timing.update(opd_lib.cost_scalars(run.costs[run.cost_logged:], run.costs))
+    run.cost_logged = len(run.costs)
     out = []
     for i in range(run.num_seeds):
         a = {k: v[i] for k, v in acc.items()} if run.stacked else acc
@@ -521,7 +720,8 @@ def host_state(run: DistillRun) -> dict:
     return {"turn_hist": hist.tolist(), "env_calls": int(run.env_calls),
             "update_times": list(run.update_times), "tokens_done": int(run.tokens_done),
             "acc": {k: (int(v) if k == "n" else np.asarray(v).tolist())
-                    for k, v in run.acc.items()}}
+                    for k, v in run.acc.items()},
+            "costs": list(run.costs), "cost_logged": int(run.cost_logged)}
 
 
 def load_host_state(run: DistillRun, h: dict | None) -> None:
@@ -534,12 +734,14 @@ def load_host_state(run: DistillRun, h: dict | None) -> None:
     run.tokens_done = int(h["tokens_done"])
     run.acc = {k: (int(v) if k == "n" else np.asarray(v, np.float64))
                for k, v in h["acc"].items()}
+    run.costs = [dict(c) for c in h.get("costs", [])]   # absent in older checkpoints
+    run.cost_logged = int(h.get("cost_logged", len(run.costs)))
 
 
 def checkpoint_meta(run: DistillRun, done: int) -> dict:
     """The JSON meta stored with the checkpoint of update ``done`` (N > 1: results and
     sampler states as per-seed lists)."""
-    kept = [{k: v for k, v in res.items() if k in ("before", "ratio", "curve")}
+    kept = [{k: v for k, v in res.items() if k in ("before", "ratio", "curve", "gate")}
             for res in run.seed_results]
     meta = {"opt_step": done, "results": {"per_seed": kept} if run.stacked else kept[0],
             "host": host_state(run)}
@@ -574,6 +776,35 @@ def eval_point(run: DistillRun, done: int) -> None:
                                                 "success_rate": got["success_rate"]})
 
 
+def check_gate(run: DistillRun, done: int) -> bool:
+    """The gate after update ``done`` (N = 1): task success >= ``gate.success_min`` and the mean
+    per-turn gap c̄ to the teacher on the pool <= ``gate.gap_max`` [nats per turn]. Records
+    the check in ``results["gate"]["checks"]`` (and the ratio/eval curves); True when reached."""
+    g, res = run.config.gate, run.results
+    if not res["ratio"] or res["ratio"][-1]["step"] != done:
+        refresh_ratio(run, done, False)
+    gap = res["ratio"][-1].get("mean_gap")
+    got = evaluate(run, run.params_of(0))
+    run.writer.write_scalars(done, {"eval/success_rate": got["success_rate"]})
+    res.setdefault("curve", []).append({"step": done, "success_rate": got["success_rate"]})
+    ok = (got["success_rate"] >= float(g.success_min) and gap is not None
+          and gap <= float(g.gap_max))
+    gate = res.setdefault("gate", gate_record(run.config))
+    gate["checks"].append({"step": done, "success_rate": got["success_rate"], "mean_gap": gap,
+                           "reached": bool(ok)})
+    if ok:
+        gate.update(reached=True, step=done)
+    return bool(ok)
+
+
+def gate_record(config) -> dict:
+    """The gate as fixed before training (thresholds, cadence) with no check yet."""
+    g = config.gate
+    return {"success_min": float(g.success_min), "gap_max": float(g.gap_max),
+            "every": int(g.every), "budget_updates": int(config.train.steps),
+            "reached": False, "step": None, "checks": []}
+
+
 def seeds_summary(run: DistillRun) -> dict:
     """``results.json`` of a multi-seed run: ``per_seed`` (each the dict a separate run with
     that seed writes) and mean ± 95% CI over seeds of the task success before/after."""
@@ -581,7 +812,7 @@ def seeds_summary(run: DistillRun) -> dict:
     out = {"num_seeds": run.num_seeds, "seeds": list(run.seeds), "mode": run.config.mode,
            "loss": run.config.loss.kind, "schedule": run.schedule, "synthetic": True,
            "env_calls_during_training": int(run.env_calls),
-           "update_s_median": per[0]["update_s_median"]}
+           "update_s_median": per[0]["update_s_median"], "cost": per[0]["cost"]}
     for tag in ("before", "after"):
         vals = [r[tag]["success_rate"] for r in per if r.get(tag)]
         if vals:
@@ -607,12 +838,16 @@ def finish(run: DistillRun) -> dict:
     for i, results in enumerate(run.seed_results):
         results["env_calls_during_training"] = int(run.env_calls)
         results["update_s_median"] = update_s
+        results["cost"] = opd_lib.cost_summary(run.costs)
+        if gate_on(config):
+            results.setdefault("gate", gate_record(config))
         results["turn_histogram"] = run.turn_hist[i].tolist()
         if run.schedule == "auto":
             results["kappa"] = run.samplers[i].kappa   # the last estimate in force
         results["after"] = evaluate(run, run.params_of(i))
+        end = (results.get("gate") or {}).get("step") or config.train.steps
         if results["after"]:
-            run.writers[i].write_scalars(config.train.steps,
+            run.writers[i].write_scalars(end,
                                          {"eval/success_rate": results["after"]["success_rate"]})
     for w in run.writers:
         w.flush()
@@ -656,8 +891,12 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
     steps = int(config.train.steps)
     try:
         restore(run)
+        stored = stored_results(run.workdir)
+        if stored is not None and (stored.get("gate") or {}).get("reached"):
+            print(f"{run.workdir}: finished run (gate reached at update "
+                  f"{stored['gate']['step']}); nothing to do", flush=True)
+            return {**stored, "already_finished": True}
         if run.start >= steps:
-            stored = stored_results(run.workdir)
             if stored is not None:
                 print(f"{run.workdir}: finished run ({run.start} of {steps} updates); nothing "
                       "to do", flush=True)
@@ -667,6 +906,8 @@ def train_and_evaluate(config, workdir, teacher_score_fn: Callable | None = None
         if run.start < steps:
             res = _run_updates(run, steps, max_steps)
             run.state = res.state
+            if res.stopped_by == "stop" and (run.results.get("gate") or {}).get("reached"):
+                return finish(run)
             if not res.finished:
                 return {"finished": False, "stopped_by": res.stopped_by, "opt_step": res.step}
         return finish(run)
@@ -684,6 +925,9 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
     refresh_every = int(config.sampler.refresh_every)
     eval_every = int(config.eval.get("every", 0))
 
+    gate_every = int(config.gate.every) if gate_on(config) else 0
+    gate_hit = [False]
+
     def step_fn(state, opt_step):
         run.state = state
         optimizer_step(run, opt_step)
@@ -693,9 +937,15 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
             refresh_ratio(run, done, run.adaptive and done < steps)
         if eval_every and done % eval_every == 0 and done < steps:
             eval_point(run, done)
+        if gate_every and done % gate_every == 0:
+            gate_hit[0] = check_gate(run, done)
         return run.state, {}
 
     def scalars_fn(_, done, wall_s):
+        if gate_hit[0] and done < steps:   # gate reached: log this window, then stop here
+            for w, sc in zip(run.writers, _as_list(log_metrics(run, done))):
+                w.write_scalars(done, sc)
+            raise runloop.Stop
         if done % config.log.every == 0 or done == steps:
             return log_metrics(run, done)
         return None
@@ -709,6 +959,10 @@ def _run_updates(run: DistillRun, steps: int, max_steps: int | None):
         unit="upd", step_name="updates",
         postfix_fn=lambda sc: {"loss": f"{sc[0]['distill/loss']:.4f}",
                                "kl": f"{sc[0]['distill/kl']:.4f}"})
+
+
+def _as_list(x) -> list:
+    return x if isinstance(x, list) else [x]
 
 
 def save_student(graphdef, params, cfg, out_dir: Path, task: tasks_lib.Task | None = None

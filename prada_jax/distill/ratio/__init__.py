@@ -175,11 +175,21 @@ def diagnose(pool: Pool, teacher_logp: np.ndarray, student_logp: np.ndarray,
 # --------------------------------------------------------------------------- the student pass
 
 
+_LOGP_FNS: dict = {}   # one jitted function per model graph (its compilations are reused)
+
+
 def token_logp_fn(graphdef):
-    """jit(params, ids [B, L], mask [B, L]) -> [B, L-1] float32 log π(ids[:, 1:] | prefix)."""
+    """jit(params, ids [B, L], mask [B, L]) -> [B, L-1] float32 log π(ids[:, 1:] | prefix).
+
+    Cached per model graph: students of the same architecture (equal ``graphdef``) share one
+    function, so a report that diagnoses many students compiles once per shape."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
+
+    fn = _LOGP_FNS.get(graphdef)
+    if fn is not None:
+        return fn
 
     @jax.jit
     def fn(params, ids, mask):
@@ -187,6 +197,7 @@ def token_logp_fn(graphdef):
         lp = jax.nn.log_softmax(logits[:, :-1], axis=-1)
         return jnp.take_along_axis(lp, ids[:, 1:, None], axis=-1)[..., 0]
 
+    _LOGP_FNS[graphdef] = fn
     return fn
 
 

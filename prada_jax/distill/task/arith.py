@@ -180,17 +180,18 @@ def parse_action(ids: Sequence[int]) -> tuple[str, str]:
     return common.parse_action(decode(ids), "calc")
 
 
-def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn, max_turns: int = 6
-                 ) -> list[EpisodeResult]:
+def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn, max_turns: int = 6,
+                 tool_delay_s: float = 0.0) -> list[EpisodeResult]:
     """Runs the task with an agent and the calculator tool, all problems batched per turn.
 
     An episode ends at an ``<ans>`` action (success iff the answer equals the problem's value),
-    at a malformed action, or after ``max_turns`` agent turns (failure).
+    at a malformed action, or after ``max_turns`` agent turns (failure). ``tool_delay_s`` [s]:
+    simulated latency per calculator call (:func:`..common.run_episodes`).
     """
     return common.run_episodes(
         problems, generate_fn, max_turns, encode_fn=encode, decode_fn=decode,
         parse_fn=parse_action, tool_kind="calc", tool=lambda p, payload: calculator(payload),
-        answer_ok=lambda p, payload: payload == str(p.answer))
+        answer_ok=lambda p, payload: payload == str(p.answer), tool_delay_s=tool_delay_s)
 
 
 def max_episode_tokens(max_operands: int = 4, max_value: int = 999) -> int:

@@ -251,13 +251,16 @@ def run_episodes(problems: Sequence, generate_fn: GenerateFn, max_turns: int, *,
                  decode_fn: Callable[[Sequence[int]], str],
                  parse_fn: Callable[[Sequence[int]], tuple[str, str]], tool_kind: str,
                  tool: Callable[[object, str], str],
-                 answer_ok: Callable[[object, str], bool]) -> list[EpisodeResult]:
+                 answer_ok: Callable[[object, str], bool],
+                 tool_delay_s: float = 0.0) -> list[EpisodeResult]:
     """Runs a task with an agent and its tool, all problems batched per turn.
 
     Each turn, ``generate_fn`` acts for every live episode; ``parse_fn`` reads the action: a
     ``tool_kind`` action is answered by ``tool(problem, payload)`` (a tool message, appended
     to the context), any other action ends the episode, a success iff it is an ``ans`` action
     with ``answer_ok(problem, payload)``. Episodes still live after ``max_turns`` fail.
+    ``tool_delay_s`` [s] is a simulated latency added to every tool call (calls are serial,
+    so a turn with c calls waits c × ``tool_delay_s``); 0 = none.
     """
     msgs = [[{"role": "user", "content": p.question}] for p in problems]
     ctx = [encode_fn(p.question) for p in problems]
@@ -278,6 +281,8 @@ def run_episodes(problems: Sequence, generate_fn: GenerateFn, max_turns: int, *,
             ctx[i].extend(act)
             if kind == tool_kind:
                 reply = tool(problems[i], payload)
+                if tool_delay_s > 0:
+                    time.sleep(tool_delay_s)
                 calls[i] += 1
                 msgs[i].append({"role": "tool", "content": reply})
                 ctx[i].extend(encode_fn(reply))

@@ -234,7 +234,8 @@ def parse_action(ids: Sequence[int]) -> tuple[str, str]:
 
 
 def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn,
-                 max_turns: int = MAX_TURNS) -> list[EpisodeResult]:
+                 max_turns: int = MAX_TURNS, tool_delay_s: float = 0.0
+                 ) -> list[EpisodeResult]:
     """Runs the task with an agent and the ``lookup`` tool, all problems batched per turn.
 
     An episode ends at an ``<ans>`` action (success iff :func:`answer_ok`),
@@ -244,7 +245,8 @@ def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn,
     """
     return common.run_episodes(
         problems, generate_fn, max_turns, encode_fn=encode, decode_fn=decode,
-        parse_fn=parse_action, tool_kind="call", tool=lookup, answer_ok=answer_ok)
+        parse_fn=parse_action, tool_kind="call", tool=lookup, answer_ok=answer_ok,
+        tool_delay_s=tool_delay_s)
 
 
 def replay(problem: Problem, messages: Sequence[dict]) -> tuple[bool, bool]:

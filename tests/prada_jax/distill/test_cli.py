@@ -57,5 +57,5 @@ def test_library_modules_hold_no_main():
     import importlib
     for mod in ("prada_jax.distill.export", "prada_jax.distill.pool", "prada_jax.distill.ratio",
                 "prada_jax.distill.task.teacher", "prada_jax.distill.task.evaluate",
-                "prada_jax.distill.trainer"):
+                "prada_jax.distill.trainer", "prada_jax.distill.opd"):
         assert not hasattr(importlib.import_module(mod), "main"), mod

@@ -68,3 +68,41 @@ def test_grad_accumulation_loss_decrease_and_bf16():
     stb, mb = make_train_step(gdb, tx, "offline", "fkl", num_turns=4)(stb, big)
     assert np.isfinite(float(mb["loss"])) and np.isfinite(float(mb["grad_norm"]))
     assert jax.tree.leaves(stb.params)[0].dtype == jnp.float32
+
+
+def test_bucketed_prompts_give_the_same_step_within_float_tolerance():
+    """Cutting the left padding of a batch's prompts to a bucket (``train.prompt_bucket``)
+    changes no number beyond float reassociation: loss, KL, per-turn sums and the updated
+    parameters of one step equal the full-width step's."""
+    from prada_jax.distill.trainer import bucket_width, bucketed
+    assert [bucket_width(n, 40, 16) for n in (0, 1, 16, 17, 33, 40)] == [16, 16, 16, 32, 40, 40]
+    assert bucket_width(5, 40, 0) == 40
+    trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))
+                         for p in arith.make_problems(2, 16)))
+    pool = P.make_pool(P.build_arrays(trajs, spans, [1] * 16), {})
+    s = TurnSampler(pool, kappa=0.6)
+    tb = s.sample(np.random.default_rng(1), 8)
+    cut = bucketed(tb, 8)
+    longest = int(tb.prompt_mask.sum(1).max())
+    assert cut.prompt.shape[1] == bucket_width(longest, s.P, 8) < s.P
+    np.testing.assert_array_equal(cut.prompt_mask.sum(1), tb.prompt_mask.sum(1))
+
+    def as_batch(t):
+        ids = np.stack([t.action, (t.action + 1) % 24], -1).astype(np.int32)
+        lp = np.log(np.stack([np.full(t.action.shape, 0.8), np.full(t.action.shape, 0.15)],
+                             -1)).astype(np.float32)
+        return dict(prompt=t.prompt, prompt_mask=t.prompt_mask, action=t.action,
+                    action_valid=(t.action_pos >= 0).astype(np.int32),
+                    action_mask=t.action_mask, turn=t.turn, topk_ids=ids, topk_logp=lp,
+                    tail_mass=np.full(t.action.shape, 0.05, np.float32))
+
+    out = []
+    for t in (tb, cut):
+        tx = make_optimizer(1e-2, 1, 30, 0.0, 1e9, grad_accum=1)
+        gd, st = init_state(_model(), tx, jax.random.key(0))
+        st, m = make_train_step(gd, tx, "offline", "fkl", num_turns=4)(st, as_batch(t))
+        out.append((nnx.to_pure_dict(st.params), jax.device_get(m)))
+    (pa, ma), (pb, mb) = out
+    for k in ("loss", "kl", "kl_turn_sum", "kl_turn_count", "grad_norm"):
+        np.testing.assert_allclose(ma[k], mb[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), pa, pb)

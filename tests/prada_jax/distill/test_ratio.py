@@ -205,3 +205,36 @@ def test_cli_teacher_as_student_has_zero_gap_and_bad_student_exits_2(tmp_path, c
     from prada_jax.errors import BadInput
     with pytest.raises(BadInput, match="nowhere: student folder not found"):
         ratio_cli.main(base + ["--student", str(tmp_path / "nowhere")])
+
+
+def test_token_logp_fn_is_cached_per_model_graph():
+    """Two students of one architecture share one jitted function (one compile per shape); a
+    different architecture gets its own; values match a direct forward."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from prada_jax.distill.ratio import token_logp_fn
+    from prada_jax.lm.config import LMConfig
+    from prada_jax.lm.model import CausalLM
+
+    def model(seed, hidden=16):
+        cfg = LMConfig(vocab_size=24, hidden_size=hidden, intermediate_size=32, num_layers=1,
+                       num_heads=2, num_kv_heads=1, head_dim=hidden // 2,
+                       tie_word_embeddings=True)
+        return nnx.split(CausalLM(cfg, rngs=nnx.Rngs(params=seed)), nnx.Param)
+
+    (g0, p0), (g1, p1), (g2, _) = model(0), model(1), model(2, hidden=32)
+    f0, f1 = token_logp_fn(g0), token_logp_fn(g1)
+    assert f0 is f1 and token_logp_fn(g2) is not f0
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 24, (3, 13)), jnp.int32)
+    mask = jnp.ones_like(ids)
+    n0 = f0._cache_size()       # other tests may have compiled this graph at other shapes
+    f0(p0, ids, mask)
+    n1 = f0._cache_size()
+    out = np.asarray(f1(p1, ids, mask))
+    assert n1 - n0 <= 1 and f0._cache_size() == n1   # the second student compiled nothing
+    logits = np.asarray(nnx.merge(g1, p1)(ids, mask), np.float64)
+    z = logits - logits.max(-1, keepdims=True)
+    lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    ref = np.take_along_axis(lp[:, :-1], np.asarray(ids)[:, 1:, None], -1)[..., 0]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

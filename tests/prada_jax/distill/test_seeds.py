@@ -131,18 +131,16 @@ def test_auto_per_seed_sampler_state_and_stacked_resume(cache, tmp_path):
     assert part["finished"] is False
     shutil.rmtree(b / "checkpoints" / "3")
     rb = train_and_evaluate(cfg, b)
-    for r in (ra, rb):
-        for x in r["per_seed"]:
-            x.pop("update_s_median")
-    ra.pop("update_s_median"), rb.pop("update_s_median")
-    assert ra == rb
+    from prada_jax.distill.opd import untimed_results
+    assert untimed_results(ra) == untimed_results(rb)
     for s in (0, 1):
         wa, wb = _weights(a / f"seed_{s}" / "student_hf"), _weights(b / f"seed_{s}" / "student_hf")
         for k in wa:
             np.testing.assert_array_equal(wa[k], wb[k], err_msg=k)
         sa, sb = _scalars(a / "tb" / f"seed_{s}"), _scalars(b / "tb" / f"seed_{s}")
         for t in sa:
-            if t not in ("distill/tokens_per_s", "distill/update_s"):
+            if t not in ("distill/tokens_per_s", "distill/update_s") and not (
+                    t.startswith("cost/") and t.endswith("_s")):   # wall-clock times
                 assert sa[t] == sb[t], t
     again = train_and_evaluate(cfg, b)
     assert again["already_finished"]
