@@ -56,7 +56,9 @@ from safetensors.numpy import load_file
 
 from prada_jax.errors import BadInput
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
-from prada_jax.traces.splits import SplitError, check_splits
+from prada_jax.jsonio import write_json
+from prada_jax.traces.splits import (DEFAULT_FRACTIONS, SplitError, check_splits,
+                                       problem_split)
 
 FORMAT_VERSION = 1
 NODES_FILE = "nodes.safetensors"
@@ -423,3 +425,20 @@ def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLik
         node = int(np.argwhere(has & (gap > PRM_CHILD_ATOL))[0][0])
         raise TraceFormatError(where, "prm", f"node {node}: prm of a child differs from the "
                                f"parent's cand_prm by more than {PRM_CHILD_ATOL}")
+
+
+def write_splits(folder, seed: int = 0, fractions=DEFAULT_FRACTIONS) -> dict[str, list[int]]:
+    """Adds a ``splits`` record (``splits.problem_split`` of its problem count) to the
+    ``meta.json`` of a trace folder that has none, writing it atomically; returns the record.
+    A folder that already has one is refused (:class:`SplitError`): a split, once used, is
+    not redrawn."""
+    meta = read_meta(folder)
+    if "splits" in meta:
+        raise SplitError(f"{folder}: meta.json already has 'splits'")
+    rec = problem_split(int(meta["counts"]["problems"]), seed, fractions)
+    meta_path = Path(folder) / META_FILE
+    raw = json.loads(meta_path.read_text())
+    raw["splits"] = rec
+    raw["split_rule"] = {"seed": int(seed), "fractions": [float(f) for f in fractions]}
+    write_json(meta_path, raw, indent=2, sort_keys=True, newline=False)
+    return rec
