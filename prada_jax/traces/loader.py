@@ -61,7 +61,7 @@ def load_trace_set(spec: os.PathLike | str, *, problems: int | None = None, seed
         if part is not None and "splits" not in meta:
             raise sp.SplitError(f"{split_name}={part}: {name}={spec} has no split metadata "
                                 f"(meta.json 'splits'); add one with "
-                                f"prada_jax.traces.splits.write_splits, or pass "
+                                f"prada_jax.traces.format.write_splits, or pass "
                                 f"{split_name}={sp.ALL}")
     elif spec in BENCHMARKS:
         try:

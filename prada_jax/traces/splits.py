@@ -192,27 +192,3 @@ def check_training_seeds(seed: int, num_seeds: int, flag: str = "config.seed") -
     if int(seed) < 0:
         raise SplitError(f"{flag}={seed}: must be >= 0")
 
-
-def write_splits(folder, seed: int = 0, fractions=DEFAULT_FRACTIONS) -> dict[str, list[int]]:
-    """Adds a ``splits`` record (:func:`problem_split` of its problem count) to the
-    ``meta.json`` of a trace folder that has none, writing it atomically; returns the record.
-    A folder that already has one is refused (:class:`SplitError`): a split, once used, is
-    not redrawn."""
-    import json
-    import os
-    from pathlib import Path
-
-    from prada_jax.traces import format as tf  # format imports this module (split checks)
-
-    meta = tf.read_meta(folder)
-    if "splits" in meta:
-        raise SplitError(f"{folder}: meta.json already has 'splits'")
-    rec = problem_split(int(meta["counts"]["problems"]), seed, fractions)
-    meta_path = Path(folder) / tf.META_FILE
-    raw = json.loads(meta_path.read_text())
-    raw["splits"] = rec
-    raw["split_rule"] = {"seed": int(seed), "fractions": [float(f) for f in fractions]}
-    tmp = meta_path.with_name(meta_path.name + ".tmp")
-    tmp.write_text(json.dumps(raw, indent=2, sort_keys=True))
-    os.replace(tmp, meta_path)
-    return rec

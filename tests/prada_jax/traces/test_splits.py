@@ -86,12 +86,12 @@ def test_folder_splits_unknown_name_and_missing_metadata(tmp_path):
     with pytest.raises(splits.SplitError, match=r"^--split=dev: unknown split"):
         load_trace_set(tmp_path / "t", split="dev")
     assert load_trace_set(tmp_path / "t", split="all")[1]["num_problems"] == 10
-    rec = splits.write_splits(tmp_path / "t", seed=3)
+    rec = tf.write_splits(tmp_path / "t", seed=3)
     assert rec == splits.problem_split(10, 3)
     sub, info = load_trace_set(tmp_path / "t", split="test")
     assert info["split_problems"] == rec["test"] and sub.num_problems == len(rec["test"])
     with pytest.raises(splits.SplitError, match="already has 'splits'"):
-        splits.write_splits(tmp_path / "t")
+        tf.write_splits(tmp_path / "t")
     # A malformed record names the field.
     meta = json.loads((tmp_path / "t" / "meta.json").read_text())
     meta["splits"]["test"] = meta["splits"]["test"] + meta["splits"]["train"][:1]
