@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 import jax
 
-from prada_jax import checkpointing, config_utils
+from prada_jax import config_utils
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 
@@ -114,6 +114,8 @@ def check_resume(config: Any, workdir, observational: Iterable[str],
     path = Path(workdir) / filename
     check = _check_config(config, path, workdir, observational)
     if checkpoints is not None:
+        from prada_jax import checkpointing  # lazy: keeps orbax out of distill's imports
+
         checkpointing.check_resumable(Path(workdir) / checkpoints)
     return check
 
