@@ -76,7 +76,7 @@ def knapsack_milp(w, w_bar, b, free_units, free_bw_hz):
     optimum is Σ max(w̄, 0) plus a knapsack over the candidates whose run-now profit
     p = w − max(w̄, 0) is positive (units ≤ free_units, Σ b ≤ free_bw). One binary per such
     candidate, scipy HiGHS. Returns the slot value (float)."""
-    from scipy.optimize import Bounds, LinearConstraint, milp  # scipy: a dev extra, lazy
+    from scipy.optimize import Bounds, LinearConstraint, milp  # lazy: scipy is a [dev] extra
 
     floor = np.maximum(w_bar, 0.0)
     p = w - floor

@@ -17,15 +17,18 @@ one-line warning). Exit codes as every command (``prada_jax.cli``): 2 bad input,
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from absl import app, flags, logging
+
+from prada_jax import cli, config_utils
 
 FLAGS = flags.FLAGS
 
 
 def _define_flags() -> None:
     """Flags are defined only when run as a program (``import evals.run`` defines none)."""
-    from evals import suite
+    from evals import suite  # lazy: pulls in orbax, which defines absl flags
 
     suite.define_input_flags()
     flags.DEFINE_string("out", None, "output folder (default: <policy>/eval, else "
@@ -41,10 +44,7 @@ def _define_flags() -> None:
 
 
 def main(argv):
-    from pathlib import Path
-
-    from evals import suite
-    from prada_jax import config_utils
+    from evals import suite  # lazy: pulls in orbax, which defines absl flags
 
     config_utils.reject_extra_argv(argv)
     if FLAGS.warmup_slots >= FLAGS.slots:
@@ -81,6 +81,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run(main, define_flags=_define_flags)

@@ -12,14 +12,20 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
+from absl import flags
 
+from envs import edge
 from evals import evaluate as ev
 from evals import plots, report
 from prada_jax import stats
 from prada_jax.errors import BadInput
-from prada_jax.jsonio import write_json
+from prada_jax.jsonio import read_json, write_json
+from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import policy as policy_files
 from prada_jax.rl.policy import LoadedPolicy
+from prada_jax.stage2 import files as dual_lib
+from prada_jax.traces import splits
+from prada_jax.traces.loader import load_trace_set
 
 # Added to the policy run's generator seed to pick the evaluation trace set of a synthetic
 # preset: 0, the same generated set, whose test split holds the problems the policy did not
@@ -82,8 +88,6 @@ def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0,
       trace_seed: for a preset, the generator seed.
       split: ``train`` / ``validation`` / ``test`` / ``all`` (None: ``all``, every problem).
     """
-    from prada_jax.traces.loader import load_trace_set
-
     try:
         traces, full = load_trace_set(spec, problems=problems, seed=int(trace_seed), name=name,
                                       split=split, split_name=split_name)
@@ -127,8 +131,6 @@ def evaluation_seed0(traces_info: dict, policy: "LoadedPolicy | None", seeds: in
     (``prada_jax.traces.splits``: validation for ``validation``, else test) + ``seed0``.
     Checked at start, before anything is written: ``EvalError`` naming ``flag`` if the
     range leaves its own or meets the policy run's training seeds."""
-    from prada_jax.traces import splits
-
     train_seeds = policy.meta.get("seeds", []) if policy is not None else []
     try:
         first, _ = splits.evaluation_seeds(traces_info.get("split"), seed0, seeds,
@@ -189,9 +191,6 @@ def load_multipliers(dual_workdir: str) -> tuple[float, float, dict]:
     path = Path(dual_workdir)
     if not path.is_dir():
         raise EvalError(f"--dual={dual_workdir}: no such run directory")
-    from prada_jax.stage2 import files as dual_lib
-    from prada_jax.jsonio import read_json
-
     info_path = path / getattr(dual_lib, "MULTIPLIERS_FILE", "multipliers.json")
     try:
         stored = read_json(info_path, missing="is it a train.dual run directory that saved at "
@@ -336,8 +335,6 @@ def define_input_flags(env_note: str = "") -> None:
     ``--traces``, ``--problems``, ``--trace_seed`` and the env overrides ``--num_users``,
     ``--num_servers``, ``--bandwidth_hz`` [Hz], ``--arrival_rate_hz`` [users/s], ``--beta``
     [PRM units/s]. ``env_note`` is appended to the M, B and λ help texts."""
-    from absl import flags
-
     kw = {"module_name": sys.argv[0]}   # the command's own flags in --help
     flags.DEFINE_string("policy", None, "train.ppo run directory of the screening policy "
                         "(omit for the baseline rows only).", **kw)
@@ -438,8 +435,6 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
       (per_seed, info): ``per_seed[row][metric]`` [S] arrays; ``info`` has the matched random
       probability, the env settings, the split and the ``jax.random.key`` seeds used.
     """
-    from envs import edge
-
     for extra in extra_policies:   # their training seeds are checked too
         evaluation_seed0(traces.info, extra, seeds, seed0)
     seed0 = evaluation_seed0(traces.info, policy, seeds, seed0)
@@ -532,8 +527,6 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
 
     Returns a dict of the paths, the table text and the headline.
     """
-    from prada_jax.metric_writer import MetricWriter
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = report.summarize(per_seed)

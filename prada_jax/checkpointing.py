@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -87,7 +88,6 @@ def _first_line(e: BaseException) -> str:
 
 
 def _finite_flags(leaves):
-    import jax.numpy as jnp
     return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
 
 

@@ -48,7 +48,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from absl import app, flags  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
+from ml_collections.config_flags import config_flags  # noqa: E402
 
+from prada_jax import config_utils  # noqa: E402
 from prada_jax.errors import (  # noqa: E402
     EXIT_BAD_INPUT, EXIT_NON_FINITE, BadInput, NonFiniteTraining)
 
@@ -83,8 +85,6 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 
 def _config_flag_names() -> list[str]:
-    from ml_collections.config_flags import config_flags
-
     return [name for name, fl in FLAGS._flags().items()
             if config_flags.is_config_flag(fl) and name == fl.name]
 
@@ -166,8 +166,6 @@ def _check_config_floats() -> None:
     """Every config flag's float fields fit float32 (``config_utils.check_float32``), checked
     before ``main`` runs: a value like ``--config.dual.step_size=1e300`` is one line, exit 2,
     instead of a run that overflows."""
-    from prada_jax import config_utils
-
     for name in _config_flag_names():
         value = FLAGS[name].value
         if value is None or type(value).__name__ == "_ErrorConfig":
@@ -244,8 +242,6 @@ def _wrap(main: Callable[[list[str]], object]) -> Callable[[list[str]], None]:
 
 
 def _print_configs() -> None:
-    from prada_jax import config_utils
-
     for name in _config_flag_names():
         value = FLAGS[name].value
         if value is None:

@@ -23,11 +23,15 @@ import json
 import math
 import os
 import platform
+import struct
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import jax
+import ml_collections
+
 from prada_jax.errors import BadInput
-from prada_jax.jsonio import write_json
+from prada_jax.jsonio import read_json, write_json
 
 __all__ = [
     "ConfigError", "get_field", "check", "check_positive", "check_nonnegative", "check_range",
@@ -187,10 +191,6 @@ def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
     Raises ConfigError (a BadInput) naming the file: missing, unreadable, malformed JSON at
     any depth, or a top level that is not an object.
     """
-    import ml_collections
-
-    from prada_jax.jsonio import read_json
-
     data = read_json(Path(workdir) / filename, missing=f"is {workdir} a run directory?",
                      error=ConfigError)
     return ml_collections.ConfigDict(drop_removed_fields(data))
@@ -205,9 +205,6 @@ def check_run_dir(workdir: os.PathLike | str, flag: str, *,
     malformed JSON is one line); with ``checkpoints``, a ``checkpoints/`` folder with at least
     one entry must exist. Raises ConfigError (a BadInput) starting with ``<flag>=<workdir>``.
     """
-    from prada_jax.errors import BadInput
-    from prada_jax.jsonio import read_json
-
     path = Path(workdir)
     if not path.is_dir():
         raise ConfigError(f"{flag}={workdir}: no such {kind} directory")
@@ -244,8 +241,6 @@ def reject_extra_argv(argv: Sequence[str]) -> None:
 
 def runtime_info() -> str:
     """One line: Python, JAX version, backend, devices and process index."""
-    import jax
-
     devices = jax.devices()
     return (f"python {platform.python_version()}, jax {jax.__version__}, backend "
             f"{jax.default_backend()}, {len(devices)} device(s) [{devices[0].device_kind}], "
@@ -256,8 +251,6 @@ def runtime_info() -> str:
 
 def _float32(value: float) -> float:
     """``value`` rounded to float32 (IEEE round-to-nearest); ``±inf`` past its range."""
-    import struct
-
     try:
         return struct.unpack("f", struct.pack("f", value))[0]
     except OverflowError:   # some Python builds raise instead of rounding to inf

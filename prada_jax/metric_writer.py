@@ -29,6 +29,9 @@ from typing import Mapping
 import jax
 import numpy as np
 
+# tensorboardX is imported inside the methods: importing any of its modules imports torch when
+# torch is installed, and the run loop (so every launcher and prada_jax.rl) imports this module.
+
 __all__ = ["MetricWriter", "all_finite"]
 
 
@@ -55,13 +58,13 @@ class MetricWriter:
         self.enabled = (jax.process_index() == 0) if enabled is None else bool(enabled)
         self._writer = None
         if self.enabled:
-            from tensorboardX.event_file_writer import EventsWriter
+            from tensorboardX.event_file_writer import EventsWriter  # lazy: pulls in torch
             self.logdir.mkdir(parents=True, exist_ok=True)
             self._writer = EventsWriter(str(self.logdir / "events"),
                                         f".{os.getpid()}.{next(self._count)}")
 
     def _add(self, step: int, summary) -> None:
-        from tensorboardX.proto import event_pb2
+        from tensorboardX.proto import event_pb2  # lazy: pulls in torch
         self._writer.write_event(event_pb2.Event(wall_time=time.time(), step=int(step),
                                                  summary=summary))
 
@@ -72,7 +75,7 @@ class MetricWriter:
         at ``step + 1``: the reader purges points at steps >= the event's.)"""
         if not self.enabled:
             return
-        from tensorboardX.proto import event_pb2
+        from tensorboardX.proto import event_pb2  # lazy: pulls in torch
         self._writer.write_event(event_pb2.Event(
             wall_time=time.time(), step=int(step) + 1,
             session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
@@ -83,7 +86,7 @@ class MetricWriter:
         non-finite value stops the run."""
         if not self.enabled:
             return
-        from tensorboardX.summary import scalar
+        from tensorboardX.summary import scalar  # lazy: pulls in torch
         for tag, value in scalars.items():
             self._add(step, scalar(tag, float(np.asarray(value))))
 
@@ -91,7 +94,7 @@ class MetricWriter:
         """Markdown text per tag (e.g. the resolved config)."""
         if not self.enabled:
             return
-        from tensorboardX.summary import text as text_summary
+        from tensorboardX.summary import text as text_summary  # lazy: pulls in torch
         for tag, text in texts.items():
             self._add(step, text_summary(tag, str(text)))
 
@@ -107,7 +110,7 @@ class MetricWriter:
             if arr.ndim != 3 or arr.shape[2] not in (1, 3, 4):
                 raise ValueError(f"write_images: image '{tag}' must be [H, W] or [H, W, C] with "
                                  f"C in (1, 3, 4), got shape {arr.shape}")
-            from tensorboardX.summary import image
+            from tensorboardX.summary import image  # lazy: pulls in torch
             self._add(step, image(tag, arr, dataformats="HWC"))
 
     def flush(self) -> None:

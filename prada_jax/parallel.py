@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 BATCH_AXIS = "batch"
@@ -25,8 +27,6 @@ BATCH_AXIS = "batch"
 
 def mesh_config():
     """Default ``config.mesh`` ConfigDict (single device, no multi-host)."""
-    import ml_collections
-
     c = ml_collections.ConfigDict()
     c.num_devices = 0  # devices on the batch axis; 0 = all visible devices
     c.distributed = False  # call jax.distributed.initialize (several hosts / processes)
@@ -123,8 +123,6 @@ def is_process_zero() -> bool:
 
 def host_value(x) -> np.ndarray:
     """Fetches a (possibly sharded, possibly multi-host) array to the host as NumPy."""
-    from jax.experimental import multihost_utils
-
     if jax.process_count() > 1:
         x = multihost_utils.process_allgather(x, tiled=True)
     return np.asarray(x)

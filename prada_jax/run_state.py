@@ -28,6 +28,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+import jax
+
 from prada_jax import config_utils
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
@@ -112,7 +114,7 @@ def check_resume(config: Any, workdir, observational: Iterable[str],
     path = Path(workdir) / filename
     check = _check_config(config, path, workdir, observational)
     if checkpoints is not None:
-        from prada_jax import checkpointing
+        from prada_jax import checkpointing  # lazy: keeps orbax out of distill's imports
 
         checkpointing.check_resumable(Path(workdir) / checkpoints)
     return check
@@ -165,8 +167,6 @@ def commit(config: Any, workdir, check: ResumeCheck, filename: str = "config.jso
            **extra: Any) -> None:
     """After a passed :func:`check_resume`: writes ``config.json`` and appends a provenance
     entry (``extra`` keys are added to it) to ``run.json``. Process 0 only."""
-    import jax
-
     if jax.process_index() != 0:
         return
     workdir = Path(workdir)

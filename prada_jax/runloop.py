@@ -57,7 +57,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
+from absl import logging
+from tqdm import tqdm
 
+from prada_jax import config_utils
 from prada_jax.errors import NonFiniteTraining
 
 __all__ = ["LoopResult", "run", "restore_or_init", "exit_code_for", "no_checkpoint_note",
@@ -75,10 +78,6 @@ def _log_runtime() -> None:
     """Logs the runtime line once per process."""
     global _runtime_logged
     if not _runtime_logged:
-        from absl import logging
-
-        from prada_jax import config_utils
-
         logging.info(config_utils.runtime_info())
         _runtime_logged = True
 
@@ -306,7 +305,6 @@ def run(state: Any, step_fn: Callable[[Any, int], tuple[Any, Any]], *, start: in
                 if first:
                     first = False
                     if progress:
-                        from tqdm import tqdm
                         bar = tqdm(total=int(total), initial=step, desc=desc, unit=unit,
                                    dynamic_ncols=True)
                 elif bar is not None:

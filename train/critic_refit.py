@@ -12,12 +12,13 @@ flag or file, nothing written), 1 a bug.
 """
 from __future__ import annotations
 
+from absl import flags
+
 from prada_jax import cli
 from prada_jax.errors import BadInput
 
 
 def _define_flags():
-    from absl import flags
     flags.DEFINE_string("policy", None, "train.ppo run directory (one seed, per-user MDP).")
     flags.DEFINE_string("out", None, "Output folder: critic_check.json and the refit policy.")
     flags.DEFINE_integer("fit_states", 40000, "Decision states whose MC Q(s,0), Q(s,1) the "
@@ -31,8 +32,6 @@ def _define_flags():
 
 
 def main(argv):
-    from absl import flags
-
     F = flags.FLAGS
     if len(argv) > 1:
         raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
@@ -47,7 +46,7 @@ def main(argv):
         raise BadInput(f"--sampling_replicates must be 0 or >= 2, got {F.sampling_replicates}")
     if F.seed < 0:
         raise BadInput(f"--seed must be >= 0, got {F.seed}")
-    from prada_jax.rl import critic_refit
+    from prada_jax.rl import critic_refit  # lazy: pulls in orbax and chex (absl flags)
 
     critic_refit.check_and_refit(F.policy, F.out, fit_states=F.fit_states,
                                  eval_states=F.eval_states,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 
 from absl import app, flags
+from ml_collections import config_flags
 
-from prada_jax import cli, config_utils
+from prada_jax import cli, config_utils, runloop
 
 FLAGS = flags.FLAGS
 
@@ -21,8 +22,6 @@ FLAGS = flags.FLAGS
 def _define_flags() -> None:
     """Flags are defined only when run as a program, so importing this module (tests, other
     launchers) never clashes with another launcher's ``--config`` / ``--workdir``."""
-    from ml_collections import config_flags
-
     config_flags.DEFINE_config_file(
         "config", None, "Config file, e.g. prada_jax/configs/ppo.py:smoke", lock_config=True)
     flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, config.json).")
@@ -36,7 +35,7 @@ def main(argv):
         raise app.UsageError("--config is required, e.g. --config=prada_jax/configs/ppo.py:smoke")
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
-    from prada_jax.rl import trainer
+    from prada_jax.rl import trainer  # lazy: pulls in orbax and chex, which define absl flags
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2).
     trainer.validate_config(FLAGS.config)
@@ -45,7 +44,6 @@ def main(argv):
     # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
     # checks: a refused resume prints only its error line)
 
-    from prada_jax import runloop
     result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
                                         max_chunks=FLAGS.max_chunks)
     print(summary_line(result))
@@ -62,7 +60,6 @@ def summary_line(result: dict) -> str:
                            ("train/nominate_rate", "nominate rate", ".3f")):
         if tag in scal:
             parts.append(f"{name} {scal[tag]:{fmt}}")
-    from prada_jax import runloop
     head = runloop.status_head(result.get("stopped_by"), bool(result.get("finished")),
                                result.get("start_update") == result["update_step"])
     return f"{head}: " + ", ".join(parts)

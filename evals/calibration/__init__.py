@@ -18,18 +18,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import ml_collections
 import numpy as np
 
 from evals import calibration_metrics as cm
 from evals import plots, report
 from prada_jax import stats
 from prada_jax.jsonio import write_json
+from prada_jax.metric_writer import MetricWriter
+from prada_jax.traces import format as tf
+from prada_jax.traces import synthetic
 
 
 def calibration_for(traces_specs: Sequence[str], problems: int | None, trace_seed: int,
                     follow: int = 0, n_bins: int = 10) -> dict[str, dict]:
     """Calibration report per trace set (folder or preset). Keys: benchmark (or folder)."""
-    from evals import suite
+    from evals import suite  # lazy: pulls in orbax, which defines absl flags
 
     out = {}
     for spec in traces_specs:
@@ -58,8 +62,6 @@ def calibration_text(reports: dict) -> str:
 
 def write_calibration(reports: dict, out_dir: Path, tag: str = "calibration") -> dict:
     """calibration.json, reliability.png and TensorBoard under ``out_dir``."""
-    from prada_jax.metric_writer import MetricWriter
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     diagrams = {name: dict(r["reliability"], ece=r["ece"], auc=r["auc_prm_score"])
@@ -84,9 +86,7 @@ def write_calibration(reports: dict, out_dir: Path, tag: str = "calibration") ->
 
 def _train_policy(ppo_config, trace_dir: Path, workdir: Path):
     """Trains (or resumes / reuses) a PPO screening policy on the traces in ``trace_dir``."""
-    import ml_collections
-
-    from prada_jax.rl import trainer
+    from prada_jax.rl import trainer  # lazy: pulls in orbax, which defines absl flags
 
     cfg = ml_collections.ConfigDict(ppo_config.to_dict())
     cfg.env.trace_dir = str(trace_dir)
@@ -122,9 +122,7 @@ def stress_test(preset: str, miscalibration: float, ppo_config, workdir: Path, *
       workdir: where traces, the two PPO runs and the evaluations go.
       policy_dir: an existing policy trained on the calibrated preset (skips that training).
     """
-    from evals import suite
-    from prada_jax.traces import format as tf
-    from prada_jax.traces import synthetic
+    from evals import suite  # lazy: pulls in orbax, which defines absl flags
 
     if preset not in synthetic.PRESETS:
         raise suite.EvalError(f"--prm_miscalibration needs a synthetic preset, got {preset!r}")

@@ -7,14 +7,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from absl import flags
+from ml_collections import config_flags
+
 from evals.calibration import calibration_for, stress_test, stress_text, write_calibration
+from prada_jax import cli, config_utils
 from prada_jax.presets import BENCHMARKS
 
 
 def _define_flags():
-    from absl import flags
-    from ml_collections import config_flags
-
     flags.DEFINE_list("traces", list(BENCHMARKS),
                       "trace folders or synthetic presets (comma-separated).")
     flags.DEFINE_integer("problems", None, "problems per synthetic preset (default: full).")
@@ -38,10 +39,7 @@ def _define_flags():
 
 
 def main(argv):
-    from absl import flags
-
-    from evals import suite
-    from prada_jax import config_utils
+    from evals import suite  # lazy: pulls in orbax, which defines absl flags
 
     FLAGS = flags.FLAGS
     config_utils.reject_extra_argv(argv)
@@ -73,6 +71,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run(main, define_flags=_define_flags)

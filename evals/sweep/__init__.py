@@ -29,6 +29,7 @@ from evals import plots, report, suite
 from prada_jax import stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
+from prada_jax.metric_writer import MetricWriter
 
 AXES = {
     # axis -> (env param, label, display scale, unit)
@@ -165,8 +166,6 @@ def knee_text(axis: str, kn: Mapping[str, float | None]) -> str:
 def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *, title: str,
                         meta: dict) -> dict:
     """Figures, sweep.json, sweep.csv, knees and TensorBoard of a finished sweep."""
-    from prada_jax.metric_writer import MetricWriter
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     all_summ, figs, all_knees, lines = {}, {}, {}, []

@@ -9,17 +9,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from absl import flags
+
+from envs import edge
 from evals import evaluate as ev
+from evals import suite
 from evals.sweep import (AXES, DEFAULT_GRIDS, parse_grid, run_sweep, sweep_rows,
                          write_sweep_outputs)
+from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 
 
 def _define_flags():
-    from absl import flags
-
-    from evals import suite
-
     suite.define_input_flags(env_note=" when not swept")
     flags.DEFINE_string("out", None, "output folder (default: <policy>/sweep, else "
                         "checkpoints/sweep).")
@@ -35,12 +36,6 @@ def _define_flags():
 
 
 def main(argv):
-    from absl import flags
-
-    from evals import suite
-    from prada_jax import config_utils
-    from envs import edge
-
     FLAGS = flags.FLAGS
     config_utils.reject_extra_argv(argv)
     grids = {"M": parse_grid(FLAGS.m_grid, "m_grid", integer=True),
@@ -83,6 +78,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
-
     cli.run(main, define_flags=_define_flags)

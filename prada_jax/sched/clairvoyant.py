@@ -171,8 +171,8 @@ def clairvoyant_bound(stream: Stream, wait_cost: float, window: int | None = Non
     Returns a :class:`Plan` (method "milp"). Raises RuntimeError if HiGHS does not prove
     optimality within ``time_limit_s`` (the result would not be a bound).
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp  # scipy: a dev extra, lazy
-    from scipy.sparse import coo_matrix
+    from scipy.optimize import Bounds, LinearConstraint, milp  # lazy: scipy is a [dev] extra
+    from scipy.sparse import coo_matrix  # lazy: scipy is a [dev] extra
 
     if window is None:
         window = default_window(stream, wait_cost)

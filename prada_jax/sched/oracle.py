@@ -139,7 +139,7 @@ def milp_slot(w, w_bar, b=None, free_units=np.inf, free_bw=np.inf, valid=None,
     Args as :func:`enumerate_slot`; ``time_limit_s`` caps the solver (then the result may be
     suboptimal and a RuntimeError is raised instead of returning it).
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp  # test/eval dependency
+    from scipy.optimize import Bounds, LinearConstraint, milp  # lazy: scipy is a [dev] extra
 
     w, w_bar, b, valid = _as_slot(w, w_bar, b, valid)
     idx = np.flatnonzero(valid)
