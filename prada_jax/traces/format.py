@@ -231,26 +231,6 @@ def read_meta(path: os.PathLike | str) -> dict:
     return meta
 
 
-def write_splits(folder, seed: int = 0, fractions=DEFAULT_FRACTIONS) -> dict[str, list[int]]:
-    """Adds a ``splits`` record (``prada_jax.traces.splits.problem_split`` of its problem
-    count) to the ``meta.json`` of a trace folder that has none, writing it atomically;
-    returns the record. A folder that already has one is refused (:class:`SplitError`): a
-    split, once used, is not redrawn. (Here, not in ``splits``, because it reads the folder
-    through :func:`read_meta` and this module imports ``splits``.)"""
-    meta = read_meta(folder)
-    if "splits" in meta:
-        raise SplitError(f"{folder}: meta.json already has 'splits'")
-    rec = problem_split(int(meta["counts"]["problems"]), seed, fractions)
-    meta_path = Path(folder) / META_FILE
-    raw = json.loads(meta_path.read_text())
-    raw["splits"] = rec
-    raw["split_rule"] = {"seed": int(seed), "fractions": [float(f) for f in fractions]}
-    tmp = meta_path.with_name(meta_path.name + ".tmp")
-    tmp.write_text(json.dumps(raw, indent=2, sort_keys=True))
-    os.replace(tmp, meta_path)
-    return rec
-
-
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
