@@ -28,9 +28,10 @@ import dataclasses
 import time
 from typing import Callable, Sequence
 
-import jax
 import numpy as np
 from flax import nnx
+
+from prada_jax.distill.task import common
 
 # per-update cost counters of every on-policy / OPD / offline update (trainer: ``cost/*``)
 COUNTS = ("supervised_turns", "student_tokens", "teacher_tokens_scored",
@@ -70,29 +71,10 @@ def student_generate_fn(graphdef, params, key, *, batch: int, context_len: int,
     """The student as a task agent: ``contexts (list of token lists) -> actions``, sampled at
     static shapes [batch, context_len] (longer contexts keep their last ``context_len`` tokens;
     missing rows are dummies), call c of the function with key ``fold_in(key, c)``."""
-    from prada_jax.lm.sampling import generate
-    model = nnx.merge(graphdef, params)
-    calls = [0]
-
-    def fn(contexts: list[list[int]]) -> list[list[int]]:
-        out = []
-        for s in range(0, len(contexts), batch):
-            chunk = contexts[s:s + batch]
-            ids = np.full((batch, context_len), pad_id, np.int32)
-            mask = np.zeros((batch, context_len), np.int32)
-            for b in range(batch):
-                c = chunk[b][-context_len:] if b < len(chunk) else [pad_id]
-                ids[b, context_len - len(c):] = c
-                mask[b, context_len - len(c):] = 1
-            toks, _, lens = generate(model, ids, mask, key=jax.random.fold_in(key, calls[0]),
-                                     max_new_tokens=max_new_tokens, temperature=temperature,
-                                     top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id)
-            calls[0] += 1
-            toks, lens = np.asarray(toks), np.asarray(lens)
-            out += [toks[b, :lens[b]].tolist() for b in range(len(chunk))]
-        return out
-
-    return fn
+    return common.flax_generate_fn(
+        nnx.merge(graphdef, params), pad_id=pad_id, stop_ids=stop_ids, batch=batch,
+        context_len=context_len, max_new_tokens=max_new_tokens, temperature=temperature,
+        top_p=top_p, key=key, first_call=0)
 
 
 def episode_rows(episodes, to_tokens: Callable, scores: list[dict], *, rows: int,

@@ -89,11 +89,12 @@ def build_tokenizer(token_id: Mapping[str, int], task_name: str):
 
 def flax_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], batch: int,
                      context_len: int, max_new_tokens: int, temperature: float = 0.0,
-                     key=None) -> GenerateFn:
+                     top_p: float = 1.0, key=None, first_call: int = 1) -> GenerateFn:
     """Batched action generation with the Flax LM (:func:`prada_jax.lm.sampling.generate`) at
     static shapes [batch, context_len] tokens (longer contexts keep their last tokens; partial
     batches are padded with dummy rows), so one program serves a whole evaluation; greedy when
-    ``temperature`` is 0; stops at any of ``stop_ids``."""
+    ``temperature`` is 0 (else nucleus sampling at ``top_p``); stops at any of ``stop_ids``.
+    Call c of the function (counting from ``first_call``) samples with ``fold_in(key, c)``."""
     import jax
 
     from prada_jax.lm.sampling import generate
@@ -110,10 +111,11 @@ def flax_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], batch: int,
                 c = chunk[b][-context_len:] if b < len(chunk) else [pad_id]
                 ids[b, context_len - len(c):] = c
                 mask[b, context_len - len(c):] = 1
-            calls[0] += 1
-            toks, _, lens = generate(model, ids, mask, key=jax.random.fold_in(key, calls[0]),
+            toks, _, lens = generate(model, ids, mask,
+                                     key=jax.random.fold_in(key, first_call + calls[0]),
                                      max_new_tokens=max_new_tokens, temperature=temperature,
-                                     stop_token_ids=stop_ids, pad_token_id=pad_id)
+                                     top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id)
+            calls[0] += 1
             toks, lens = np.asarray(toks), np.asarray(lens)
             out += [toks[b, :lens[b]].tolist() for b in range(len(chunk))]
         return out
