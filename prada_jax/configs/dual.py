@@ -57,6 +57,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                     # policy's training reward is read from its metadata)
     c.env.scenario = "nominal"      # envs.scenarios preset (per-slot load schedule)
     c.env.scenario_length = 1200    # its length in slots (repeats; 60 s at τ = 50 ms)
+    c.env.server_speed = 1.0        # factor on the server's peak FLOP/s (envs.scenarios
+                                    # slow_server: 0.1)
 
     c.policy = ml_collections.ConfigDict()
     c.policy.rule_threshold = 0.0   # trace rule: nominate iff cand_prm[1] − cand_prm[0] > this

@@ -77,6 +77,8 @@ def validate_config(config) -> DualConfig:
     if "scenario" in config.env:  # absent from config.json files written before it
         cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
         cu.check_int(config, "env.scenario_length", minimum=1)
+    if "server_speed" in config.env:  # absent from config.json files written before it
+        cu.check_positive(config, "env.server_speed")
     if "nominate_by" in config.policy:  # absent from config.json files written before it
         cu.check_choice(config, "policy.nominate_by", NOMINATE_BY)
     if not config.env.trace_dir:
@@ -150,7 +152,8 @@ def build_env_params(config, traces):
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
         max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
-        policy_reward_mode=policy_reward_mode(config), scenario=scn)
+        policy_reward_mode=policy_reward_mode(config), scenario=scn,
+        **scenarios.latency_overrides({"server_speed": e.get("server_speed", 1.0)}))
     return params
 
 
