@@ -105,14 +105,24 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
     out, res = tiny_run
     from evals import suite
 
+    from prada_jax.traces import splits
+
     policy = suite.load_policy(str(out / "pol"))
-    traces = suite.load_traces("gsm8k", 60, int(policy.config.env.trace_seed)
-                               + suite.HELD_OUT_SEED_OFFSET)
+    # The rows run on the test split of the policy's own trace set, with test-range seeds.
+    traces = suite.load_traces("gsm8k", int(policy.config.env.problems),
+                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET,
+                               split="test")
+    meta = res["meta"]
+    assert meta["split"] == "test" and meta["choice_split"] == "validation"
+    assert meta["eval_seed_range"][0] == splits.TEST_SEED_BASE
+    assert meta["choice_seed_range"][0] == splits.VALIDATION_SEED_BASE
+    assert meta["traces"]["problems"] == traces.info["problems"] < traces.info["problems_total"]
     params = edge.make_params(traces.traces, num_users=8, num_servers=1, bandwidth_hz=20e6,
                               arrival_rate_hz=12.0,
                               beta=float(policy.config.env.beta), tau_s=0.05,
                               scenario=scenarios.preset("burst", 60))
-    e = ev.Evaluator(params, 3, 60, 10, policy.apply_fn, policy.params)
+    e = ev.Evaluator(params, 3, 60, 10, policy.apply_fn, policy.params,
+                     seed0=splits.TEST_SEED_BASE)
     sched = res["scenarios"]["burst"]["multipliers"]["scheduler"]
     fifo = e.run(ev.PolicySpec("f", "policy", "fifo_greedy"))["objective"]
     zero = e.run(ev.PolicySpec("z", "policy", sched, 0.0, 0.0))["objective"]
@@ -129,12 +139,24 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
         if diff.std(ddof=1) > 0:
             half = sps.t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
             assert got["ci95"] == pytest.approx(half, rel=1e-4)
+    # Power: headroom = no limits − λ=µ=0; MDE of learned − λ=µ=0 by scipy's t quantiles.
+    pw = sc["power"]
+    nolim = np.asarray(sc["per_seed"][stage2.ROW_NOLIM]["objective"])
+    assert pw["headroom"] == pytest.approx(float(np.mean(nolim - np.asarray(zero))), abs=1e-6)
+    d = np.asarray(learned) - np.asarray(zero)
+    mde = (sps.t.ppf(0.975, 2) + sps.t.ppf(0.8, 2)) * d.std(ddof=1) / math.sqrt(3)
+    assert pw["mde"] == pytest.approx(mde, rel=1e-4, abs=1e-9)
+    assert pw["resolvable"] == (pw["mde"] <= pw["headroom"] / 2) and pw["note"]
+    # The reference pair was chosen on validation; the hindsight row on these seeds.
+    assert sc["grid"]["chosen_on"] == "validation" and "hindsight" in sc["grid"]
 
 
 @pytest.mark.parametrize("args,needle", [
     (["--scenarios=nominal,rush"], "--scenarios"), (["--seeds=1"], "--seeds"),
     (["--policy=/nonexistent/x"], "--policy"),
-    (["--dual_overrides=utilisation=2"], "--dual_overrides")])
+    (["--dual_overrides=utilisation=2"], "--dual_overrides"), (["--split=tset"], "--split"),
+    (["--split=validation"], "--split"), (["--budget=0"], "--budget"),
+    (["--budget=1.5"], "--budget"), (["--budget=nan"], "--budget")])
 def test_bad_flags_exit_2_one_line(tmp_path, args, needle):
     out = tmp_path / "o"
     p = subprocess.run([sys.executable, "-m", "evals.stage2", f"--out={out}", *args],
