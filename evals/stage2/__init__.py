@@ -87,9 +87,12 @@ ROW_BEST = "Best constant (grid, validation)"
 ROW_HINDSIGHT = "Best constant (hindsight grid on the evaluated seeds)"
 ROW_ZERO = "PRADA (λ=µ=0)"
 ROW_FIFO = "FIFO-greedy"
+#: Ablation: the rule's value filter with a first-come repair (``sched.threshold_fifo``).
+ROW_FILTER = "Value filter, FIFO order (λ=µ=0)"
 ROW_NOLIM = "Policy (no limits)"
 ROW_LLM = "All-LLM"
-ROWS = (ROW_CONST, ROW_COND, ROW_BEST, ROW_HINDSIGHT, ROW_ZERO, ROW_FIFO, ROW_NOLIM, ROW_LLM)
+ROWS = (ROW_CONST, ROW_COND, ROW_BEST, ROW_HINDSIGHT, ROW_ZERO, ROW_FILTER, ROW_FIFO,
+        ROW_NOLIM, ROW_LLM)
 METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "objective", "server_util",
            "queue_len", "blocked_rate", "capacity_bound_share", "bandwidth_bound_share")
 _ENV_KEYS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")
@@ -101,7 +104,10 @@ PAIRS = {"learned_minus_zero": (ROW_CONST, ROW_ZERO),
          "conditioned_minus_best_constant": (ROW_COND, ROW_BEST),
          # headroom: what any price could gain over λ = µ = 0 (the policy with no resource
          # limits is an upper reference, not a bound of the rule)
-         "headroom_nolimits_minus_zero": (ROW_NOLIM, ROW_ZERO)}
+         "headroom_nolimits_minus_zero": (ROW_NOLIM, ROW_ZERO),
+         # ablation: PRADA (λ=µ=0) − FIFO = (filter − FIFO) + (rule − filter)
+         "filter_minus_fifo": (ROW_FILTER, ROW_FIFO),
+         "zero_minus_filter": (ROW_ZERO, ROW_FILTER)}
 #: Power of the verdict (``prada_jax.stats.min_detectable_effect``): two-sided paired t-test at
 #: 5%, 80% power, from the spread of the per-seed learned − λ=µ=0 objective differences.
 MDE_ALPHA, MDE_POWER = 0.05, 0.8
@@ -262,6 +268,7 @@ class Runner:
 def _baseline_specs(screen: str = "policy"):
     return {ROW_ZERO: None,  # PRADA rule at 0 (scheduler of the dual run)
             ROW_FIFO: ev.PolicySpec(ROW_FIFO, screen, "fifo_greedy"),
+            ROW_FILTER: ev.PolicySpec(ROW_FILTER, screen, "threshold_fifo"),
             ROW_NOLIM: ev.PolicySpec(ROW_NOLIM, screen, "offload_all", unlimited=True),
             ROW_LLM: ev.PolicySpec(ROW_LLM, "always", "offload_all")}
 
@@ -290,6 +297,11 @@ def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_
                                                           budget=budget), **grid_kw)
         log(f"    grid ({row}): {g['evaluated']} pairs in {time.perf_counter() - t0:.0f}s, "
             f"best λ_s={g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
+        if budget is not None:   # every pair over the cap scores -inf: say if none was left
+            g["budget_feasible"] = g["best"]["objective"] is not None
+            if not g["budget_feasible"]:
+                log(f"    grid ({row}): no pair of the grid meets the budget {budget:g}; "
+                    "the row shows its smallest pair")
         per_seed[row] = runner.run_prada(sched_index, g["best"]["lambda_s"],
                                          g["best"]["mu_per_mhz"] / 1e6)
         grids[row] = g
@@ -306,29 +318,35 @@ def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_
 def power_report(per_seed: dict) -> dict:
     """Headroom and minimum detectable effect of one scenario (objective, PRM units).
 
-    ``headroom``: mean over seeds of Policy (no limits) − PRADA (λ=µ=0). ``mde``:
-    ``stats.paired_mde`` of PRADA (learned, constant) − PRADA (λ=µ=0) per seed (two-sided
-    paired t at ``MDE_ALPHA``, power ``MDE_POWER``). ``resolvable``: MDE <= headroom / 2 (the
-    seeds can show a price taking at least half the headroom); ``note`` says so either way."""
+    ``headroom``: mean over seeds of Policy (no limits) − PRADA (λ=µ=0). ``mde``: the minimum
+    detectable effect of a paired comparison against λ=µ=0 at this seed count
+    (``stats.paired_mde``: two-sided paired t at ``MDE_ALPHA``, power ``MDE_POWER``), planned
+    with the larger per-seed spread of learned − λ=µ=0 and no limits − λ=µ=0 (the first alone is
+    0 when the learned price is λ = µ = 0, which says nothing about power). ``resolvable``:
+    MDE <= headroom / 2 (the seeds can show a price taking at least half the headroom);
+    ``note`` says so either way."""
     out = {"alpha": MDE_ALPHA, "power": MDE_POWER, "test": "two-sided paired t over seeds",
            "seeds": None, "headroom": None, "mde": None, "resolvable": None, "note": ""}
     if ROW_NOLIM in per_seed and ROW_ZERO in per_seed:
         d = (np.asarray(per_seed[ROW_NOLIM]["objective"], np.float64)
              - np.asarray(per_seed[ROW_ZERO]["objective"], np.float64))
         out["headroom"] = stats.finite_or_none(float(np.nanmean(d)))
-    if ROW_CONST in per_seed and ROW_ZERO in per_seed:
-        a = per_seed[ROW_CONST]["objective"]
-        out["seeds"] = int(np.size(a))
-        out["mde"] = stats.finite_or_none(stats.paired_mde(a, per_seed[ROW_ZERO]["objective"],
-                                                           MDE_ALPHA, MDE_POWER))
+    mdes = [stats.paired_mde(per_seed[r]["objective"], per_seed[ROW_ZERO]["objective"],
+                             MDE_ALPHA, MDE_POWER)
+            for r in (ROW_CONST, ROW_NOLIM) if r in per_seed and ROW_ZERO in per_seed]
+    mdes = [m for m in mdes if math.isfinite(m)]
+    if mdes:
+        out["seeds"] = int(np.size(per_seed[ROW_ZERO]["objective"]))
+        out["mde"] = float(max(mdes))
     h, m = out["headroom"], out["mde"]
     if h is None or m is None:
         out["note"] = "headroom or MDE undefined (too few finite seeds)"
     else:
         out["resolvable"] = bool(m <= h / 2)
         if h <= 0:
-            out["note"] = (f"no headroom (policy without limits − λ=µ=0 = {h:+.4f}): no price "
-                           "can gain here")
+            out["note"] = (f"no headroom by the no-limits reference ({h:+.4f}; it is not an "
+                           "upper bound where offloading without limits is itself costly): "
+                           "a price's value cannot be shown against it")
         elif not out["resolvable"]:
             out["note"] = (f"cannot resolve a price's value: MDE {m:.4f} > headroom/2 "
                            f"{h / 2:.4f} at {out['seeds']} seeds")
@@ -354,11 +372,12 @@ def check_budget(budget, flag: str = "--budget") -> float:
 
 
 def budget_report(per_seed: dict, budget: float) -> dict:
-    """Every row's mean occupancy (server utilisation, busy units / M) against the cap:
+    """Every row's mean occupancy (server utilisation, busy units / M) against the cap (not
+    Policy (no limits): its M is U):
     ``{"cap", "tolerance", "occupancy": {row: mean}, "meets": {row: occupancy <= cap·(1 +
     tolerance)}}``."""
     occ = {r: stats.finite_or_none(float(np.nanmean(m["server_util"])))
-           for r, m in per_seed.items() if "server_util" in m}
+           for r, m in per_seed.items() if "server_util" in m and r != ROW_NOLIM}
     return {"cap": float(budget), "tolerance": BUDGET_TOLERANCE, "occupancy": occ,
             "meets": {r: (v is not None and v <= budget * (1 + BUDGET_TOLERANCE))
                       for r, v in occ.items()}}
