@@ -173,3 +173,54 @@ def test_bad_flags_exit_2_one_line(tmp_path, args, needle):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0]
     assert not out.exists()
+
+
+class _FakeRunner:
+    """Stands in for ``stage2.Runner``: per-seed metrics from a closed form in λ_s (objective
+    peaks at λ_s = 0.1; utilisation falls with λ_s), so the row logic runs without an env."""
+    screen = "policy"
+
+    def __init__(self, shift=0.0):
+        self.shift = shift
+
+    def _m(self, lam):
+        seeds = np.arange(3.0)
+        obj = 0.5 - (np.log10(max(lam, 1e-4)) + 1.0) ** 2 / 100 + self.shift + 0.001 * seeds
+        util = np.full(3, 0.6 / (1.0 + 10 * lam))
+        return {k: obj if k == "objective" else (util if k == "server_util" else obj * 0)
+                for k in stage2.METRICS}
+
+    def run_prada(self, sched, lam, mu):
+        return self._m(float(lam))
+
+    def run(self, spec):
+        return self._m(0.0)
+
+    def run_grid(self, sched, lams, mus, budget=None):
+        out = np.array([self._m(float(la))["objective"] for la in lams])
+        if budget is not None:
+            util = np.array([self._m(float(la))["server_util"].mean() for la in lams])
+            out[util > budget] = np.nan
+        return out
+
+
+def test_evaluate_scenario_rows_hindsight_and_budget_flags():
+    grid_kw = dict(lam=(0.0, 0.01, 0.1, 1.0), mu_per_mhz=(0.0,), fine=False)
+    res = stage2.evaluate_scenario(_FakeRunner(), 4, (0.05, 0.0), None, None, grid_kw,
+                                   log=lambda *a: None, choice_runner=_FakeRunner(0.01),
+                                   hindsight=False)
+    assert stage2.ROW_HINDSIGHT not in res["per_seed"] and "hindsight" not in res["grid"]
+    assert res["grid"]["chosen_on"] == "validation" and res["grid"]["best"]["lambda_s"] == 0.1
+    # A cap only λ_s = 1 meets (util 0.6/11 ≈ 0.055): the best feasible pair is λ_s = 1.
+    res = stage2.evaluate_scenario(_FakeRunner(), 4, (0.05, 0.0), None, None, grid_kw,
+                                   log=lambda *a: None, choice_runner=_FakeRunner(),
+                                   hindsight=True, budget=0.06)
+    assert res["grid"]["best"]["lambda_s"] == 1.0 and res["grid"]["budget_feasible"]
+    assert res["grid"]["hindsight"]["best"]["lambda_s"] == 1.0
+    # No pair meets it: said so.
+    res = stage2.evaluate_scenario(_FakeRunner(), 4, (0.05, 0.0), None, None, grid_kw,
+                                   log=lambda *a: None, choice_runner=_FakeRunner(),
+                                   budget=0.01)
+    assert res["grid"]["budget_feasible"] is False
+    rep = stage2.budget_report(res["per_seed"], 0.01)
+    assert stage2.ROW_NOLIM not in rep["occupancy"] and not any(rep["meets"].values())
