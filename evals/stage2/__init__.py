@@ -9,7 +9,7 @@ rows
 
     PRADA (learned, constant), PRADA (learned, conditioned), Best constant (grid, validation),
     Best constant (hindsight grid on the evaluated seeds), PRADA (λ=µ=0), FIFO-greedy,
-    Policy (no limits), All-LLM
+    Policy (no limits), Draft then LLM (recompute)
 
 Protocol: rows are evaluated on the test split of the policy's own trace set with test-range
 seeds; the multipliers are learned, and the grid's reference pair chosen, on the validation
@@ -90,7 +90,9 @@ ROW_FIFO = "FIFO-greedy"
 #: Ablation: the rule's value filter with a first-come repair (``sched.threshold_fifo``).
 ROW_FILTER = "Value filter, FIFO order (λ=µ=0)"
 ROW_NOLIM = "Policy (no limits)"
-ROW_LLM = "All-LLM"
+#: Every step drafted, nominated and recomputed on the server (``offload_all``): not the
+#: paper's All-LLM (the server LLM alone, ``evals.suite.ALL_LLM``), so named as it runs.
+ROW_LLM = "Draft then LLM (recompute)"
 ROWS = (ROW_CONST, ROW_COND, ROW_BEST, ROW_HINDSIGHT, ROW_ZERO, ROW_FILTER, ROW_FIFO,
         ROW_NOLIM, ROW_LLM)
 METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "objective", "server_util",
