@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SCHED_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd")
+SCHED_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd",
+               "threshold_fifo")
 LOCAL, QUEUE, IMMEDIATE = 0, 1, 2
 
 
@@ -117,7 +118,7 @@ def schedule(name, cands, free_units, free_bw, cfg):
     if name == "rsd":
         wants = {i: by[i]["draft_prm"] < cfg["rsd_threshold"] for i in idx}
         return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
-    if name == "threshold":
+    if name in ("threshold", "threshold_fifo"):
         # Admission-price rule with each cost charged once (prada_jax.sched.threshold).
         # Expected wait over the units available this slot (M_t, at least 1), not the nominal M.
         m_t = max(int(cfg.get("num_servers_t", cfg["num_servers"])), 1)
@@ -132,7 +133,9 @@ def schedule(name, cands, free_units, free_bw, cfg):
             qok[i] = g - c_wait > 0.0
             red[i] = c_wait if qok[i] else g  # value lost if rejected
             gi[i] = g
-        order = sorted([i for i in idx if wants[i]], key=lambda i: (-red[i], -gi[i], i))
+        key = (lambda i: (-red[i], -gi[i], i)) if name == "threshold" else \
+            (lambda i: (-by[i]["wait"], i))     # the ablation: first come first served
+        order = sorted([i for i in idx if wants[i]], key=key)
         admitted = _fill(order, wants, bw, free_units, free_bw)
         return finish(admitted, qok)
     raise ValueError(f"unknown scheduler {name!r}")

@@ -29,6 +29,20 @@ not measurements of a real network):
   channel 6 dB worse and about half the server units are taken by another tenant: the factor
   0.45 gives M_t = ⌊0.45·M + ½⌋ < M at every M ≥ 1 (M = 1 → 0, an outage; 2, 3 → 1; 4 → 2;
   8 → 4; 16 → 7), where a factor of 0.5 would leave M = 1 untouched.
+
+Presets that make a resource bind under a trained policy's *own* nominations (issue 23;
+measured shares in docs/dual.md). Their factors need env scalars other than the defaults, given
+by :data:`PRESET_ENV` (``preset_env(name)``; ``evals.stage2`` applies them per scenario):
+
+* ``bandwidth_bound``: M = 16 units and B = 3 MHz (all factors 1): units are plentiful, the
+  band is not, so requests of different widths wait while units are free (µ's job).
+* ``outage_burst``: M = 4; every 400 slots another tenant takes ¾ of the units for 120 slots
+  (factor 0.25: M_t = 1 at M = 4, 2 at M = 8, 1 at M = 2) and arrivals come in bursts (× 4
+  for 40 slots out of every 200, × 0.6 otherwise), one burst starting with each outage: a
+  time-varying M_t ≥ 1 at M ≥ 2.
+* ``slow_server``: the server computes 10× slower (``server_speed`` 0.1: 31 TFLOP/s peak, an
+  edge-class accelerator instead of an A100; an assumption), so at the verdict's load (M = 1,
+  12 users/s) the actor's own nominations keep the unit busy and capacity binds.
 """
 from __future__ import annotations
 
@@ -39,8 +53,8 @@ import numpy as np
 
 from prada_jax.errors import BadInput
 
-__all__ = ["Scenario", "ScenarioError", "PRESETS", "DEFAULT_LENGTH", "preset", "validate",
-           "static", "parse_names"]
+__all__ = ["Scenario", "ScenarioError", "PRESETS", "PRESET_ENV", "DEFAULT_LENGTH", "preset",
+           "preset_env", "validate", "static", "parse_names"]
 
 DEFAULT_LENGTH = 1200  # slots (60 s at τ = 50 ms)
 
@@ -127,6 +141,18 @@ def _diurnal(n):
 DEGRADED_SERVERS = 0.45
 
 
+def _outage_burst(n):
+    t = np.arange(n)
+    arr = np.where((t % 200) < 40, 4.0, 0.6)
+    out = (t % 400) < 120
+    return static(n)._replace(arrival=arr.astype(np.float32),
+                              servers=np.where(out, OUTAGE_SERVERS, 1.0).astype(np.float32))
+
+
+#: Share of units ``outage_burst`` leaves during an outage (M = 4 → 1).
+OUTAGE_SERVERS = 0.25
+
+
 def _degraded(n):
     t = np.arange(n)
     bad = (t >= int(0.3 * n)) & (t < int(0.7 * n))
@@ -137,7 +163,22 @@ def _degraded(n):
 
 
 PRESETS = {"nominal": _nominal, "heavy": _heavy, "burst": _burst, "diurnal": _diurnal,
-           "degraded": _degraded}
+           "degraded": _degraded, "bandwidth_bound": _nominal, "outage_burst": _outage_burst,
+           "slow_server": _nominal}
+
+#: Env scalars a preset assumes, overriding the evaluation's (keys of ``evals.suite``'s env
+#: settings plus ``server_speed``, a factor on the server's peak FLOP/s; see module docstring).
+PRESET_ENV = {"bandwidth_bound": {"num_servers": 16, "bandwidth_hz": 3e6},
+              "outage_burst": {"num_servers": 4},
+              "slow_server": {"server_speed": 0.1}}
+
+
+def preset_env(name: str) -> dict:
+    """The env overrides of preset ``name`` (empty for the presets that act by factors
+    alone); :class:`ScenarioError` for an unknown name."""
+    if name not in PRESETS:
+        raise ScenarioError(f"unknown scenario {name!r}; known: {', '.join(PRESETS)}")
+    return dict(PRESET_ENV.get(name, {}))
 
 
 def preset(name: str, length: int = DEFAULT_LENGTH) -> Scenario:
@@ -147,6 +188,19 @@ def preset(name: str, length: int = DEFAULT_LENGTH) -> Scenario:
     if int(length) < 1:
         raise ScenarioError(f"scenario length must be >= 1, got {length}")
     return validate(PRESETS[name](int(length)))
+
+
+def latency_overrides(env: dict) -> dict:
+    """``edge.make_params`` latency keyword arguments for the ``server_speed`` factor of an env
+    dict (1 or absent: none; else the default server peak FLOP/s times the factor)."""
+    speed = float(env.get("server_speed", 1.0))
+    if not (speed > 0 and math.isfinite(speed)):
+        raise ScenarioError(f"server_speed must be a finite number > 0, got {speed}")
+    if speed == 1.0:
+        return {}
+    from prada_jax import latency
+
+    return {"server_peak_flops": latency.default_latency_params().server_peak_flops * speed}
 
 
 def parse_names(text: str, flag: str = "--scenarios") -> list[str]:

@@ -31,7 +31,10 @@ latencies are whole slots, histogrammed per slot), processing / communication / 
 per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
 server utilisation (mean busy units / M per slot), mean queue length (requests per slot),
 outage rate (outages / upload attempts), blocked rate (blocked / arrivals), fallback share
-(steps that used a trace fallback / steps), and the env objective
+(steps that used a trace fallback / steps), the share of slots in which capacity binds (a
+request waits while all M_t available units are busy) and in which bandwidth binds (a request
+waits while a unit is free: its bandwidth does not fit in what is left of B_t), and the env
+objective
 ``accuracy − β · mean latency`` (docs/design.md §6; β in PRM units per second).
 """
 from __future__ import annotations
@@ -149,7 +152,8 @@ def make_evaluator(num_slots: int, warmup_slots: int,
         acc0 = dict(finished=zf, correct=zf, latency_s=zf, processing_s=zf, communication_s=zf,
                     queueing_s=zf, offloads=zf, outages=zf, steps=zf, fallbacks=zf,
                     server_busy=zf, queue_len=zf, slots=zf, arrivals=zf, blocked=zf, decisions=zf,
-                    nominations=zf, latency_hist=jnp.zeros((n_bins,), jnp.float32))
+                    nominations=zf, capacity_bound=zf, bandwidth_bound=zf,
+                    latency_hist=jnp.zeros((n_bins,), jnp.float32))
 
         def _slot(carry, t):
             obs, state, acc = carry
@@ -176,6 +180,11 @@ def make_evaluator(num_slots: int, warmup_slots: int,
             lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
             hist = acc["latency_hist"].at[jnp.clip(lat_slots, 0, n_bins - 1)].add(d)
             f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+            # A resource binds in a slot where a request is made to wait: capacity if every
+            # available unit (M_t) is busy, else bandwidth (a unit is free but the request's
+            # bandwidth does not fit in what is left of B_t).
+            waits = jnp.any(info["decision"] == edge.QUEUE)
+            full = info["server_in_use"] >= info["num_servers_t"]
             upd = dict(
                 finished=jnp.sum(d), correct=jnp.sum(d * f32(info["user_correct"])),
                 latency_s=jnp.sum(d * info["user_latency_s"]),
@@ -190,7 +199,8 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                 queue_len=w * f32(info["queue_len"]),
                 slots=w, arrivals=w * f32(info["arrivals"]), blocked=w * f32(info["blocked"]),
                 decisions=w * jnp.sum(f32(info["decision_mask"])),
-                nominations=w * jnp.sum(f32(info["nominated"])))
+                nominations=w * jnp.sum(f32(info["nominated"])),
+                capacity_bound=w * f32(waits & full), bandwidth_bound=w * f32(waits & ~full))
             acc = {k: (hist if k == "latency_hist" else acc[k] + upd[k]) for k in acc}
             return (obs, state, acc), None
 
@@ -237,6 +247,8 @@ def per_seed_metrics(totals: dict, tau_s: float) -> dict[str, np.ndarray]:
         "outage_rate": ratio(t["outages"], t["offloads"] + t["outages"]),
         "blocked_rate": ratio(t["blocked"], t["arrivals"]),
         "fallback_share": ratio(t["fallbacks"], t["steps"]),
+        "capacity_bound_share": ratio(t["capacity_bound"], t["slots"]),
+        "bandwidth_bound_share": ratio(t["bandwidth_bound"], t["slots"]),
         "finished": fin,
     }
 

@@ -35,6 +35,10 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
     "finished": ("finished", "problems finished per run", 0, 1.0),
     "objective": ("objective", "accuracy − β · mean latency (PRM units)", 3, 1.0),
     "nomination_rate": ("nominate", "share of decision points nominated", 3, 1.0),
+    "capacity_bound_share": ("cap binds", "share of slots where a request waits with all M_t "
+                             "units busy", 3, 1.0),
+    "bandwidth_bound_share": ("bw binds", "share of slots where a request waits with a unit "
+                              "free (its bandwidth does not fit)", 3, 1.0),
 }
 TABLE_METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
                  "queueing_s", "offload_rate", "server_util", "outage_rate", "blocked_rate",

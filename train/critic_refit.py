@@ -2,7 +2,7 @@
 
     python -m train.critic_refit --policy=PPO_DIR --out=NEW_DIR [--fit_states=40000]
         [--eval_states=6000] [--sampling_replicates=0] [--steps=4000] [--seed=0]
-        [--measure_only]
+        [--measure_only] [--split=validation]
 
 Writes ``NEW_DIR/critic_check.json`` (the critic's ΔQ against Monte-Carlo policy evaluation,
 before and after the refit) and, unless ``--measure_only``, makes ``NEW_DIR`` a policy folder
@@ -29,6 +29,10 @@ def _define_flags():
     flags.DEFINE_integer("steps", 4000, "Minibatch steps of the critic regression.")
     flags.DEFINE_integer("seed", 0, "Seed of the state samples, MC keys and the regression.")
     flags.DEFINE_bool("measure_only", False, "Only measure the critic (no refit, no policy).")
+    flags.DEFINE_string("split", "validation", "Part of the trace set the critic is judged on "
+                        "and early stopping chooses on (validation, the default; test; train; "
+                        "all). The regression targets come from the policy's training "
+                        "problems.")
 
 
 def main(argv):
@@ -51,8 +55,8 @@ def main(argv):
     critic_refit.check_and_refit(F.policy, F.out, fit_states=F.fit_states,
                                  eval_states=F.eval_states,
                                  sampling_replicates=F.sampling_replicates, seed=F.seed,
-                                 steps=F.steps, measure_only=F.measure_only)
-    print(f"wrote {F.out}/{critic_refit.REPORT_FILE}"
+                                 steps=F.steps, measure_only=F.measure_only, split=F.split)
+    print(f"wrote {F.out}/{critic_refit.REPORT_FILE} (judged on the {F.split} split)"
           + ("" if F.measure_only else f" and the refit policy {F.out}"))
 
 

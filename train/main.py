@@ -12,13 +12,20 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
                     policy every later stage uses (docs/ppo.md, "Critic calibration");
 3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.stage2.trainer``, what
                     ``python -m train.dual`` runs, in this process);
-4. ``eval/``        the benchmark table on the synthetic problems the policy trained on (mean
-                    ± 95% CI over seeds), results.json / .csv, figures, TB;
+4. ``eval/``        the benchmark table on the **test split** (problems of the same generated
+                    set the policy never trained on, evaluation seeds of the test range; mean
+                    ± 95% CI over seeds), with the paper's All-LLM row (the server LLM alone)
+                    and the headline ratios against it; results.json / .csv, figures, TB;
 5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees
-                    and the blocked-arrival share (the U cap) along λ;
+                    and the blocked-arrival share (the U cap) along λ (test split);
 6. ``stage2/``      stage 2 judged on the nominal and a contended (burst) scenario
                     (``evals.stage2``: learned vs λ_s = µ = 0, FIFO-greedy, grid best pair);
 7. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
+
+Protocol (docs/evals.md): one generated trace set per benchmark, split by problem
+(``prada_jax.traces.splits``): PPO trains on ``train``; the critic refit and the dual learner
+(choices) use ``validation`` problems and validation seeds; every table reports ``test`` with
+test seeds and prints which split it is.
 
 Default (demo): gsm8k only, sized to finish in under 10 minutes on a 2-core CPU. ``--full``:
 the three-benchmark study (PPO at the ppo.py config's default size per preset, longer
@@ -80,8 +87,10 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         "benchmarks": ["gsm8k"] if mode != "full" else list(PRESETS),
         "summary_presets": list(PRESETS),
         "summary_problems": None,          # None: each benchmark's published count
-        "train_problems": None,            # problems of the training trace set (seed 0)
-        "eval_problems": None,             # evaluation problems (None: all; same generator seed)
+        "train_problems": None,            # problems of the generated set (seed 0) whose
+                                           # parts are train / validation / test
+        "split": "test",                   # what every table reports
+        "choice_split": "validation",      # what the critic refit and dual learner choose on
         "ppo_variant": "",                 # prada_jax/configs/ppo.py variant
         # demo: the ppo.py default sizes with 150 instead of 300 updates (compile-dominated
         # on CPU; see docs/evals.md for timings)
@@ -102,7 +111,7 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         "calibration": {"problems": None, "stress_miscalibration": None},
     }
     if mode == "smoke":
-        s.update(summary_problems=40, train_problems=60, eval_problems=60, ppo_variant="smoke",
+        s.update(summary_problems=40, train_problems=60, ppo_variant="smoke",
                  ppo_overrides={}, dual_variant="smoke",
                  critic_refit={"fit_states": 200, "eval_states": 100, "steps": 50, "seed": 0})
         s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20}
@@ -199,6 +208,15 @@ def _ppo_config(s: dict, preset: str):
     return c
 
 
+def _table_traces(s: dict, preset: str, policy) -> "suite.LoadedTraces":
+    """The problems every table reports: the ``s["split"]`` part (test) of the very trace set
+    the policy was generated from (same preset, generator seed and problem count), so the
+    test problems are ones it never trained on."""
+    n = int(policy.config.env.get("problems", 0)) or s["train_problems"]
+    return suite.load_traces(preset, n, int(policy.config.env.trace_seed)
+                             + suite.HELD_OUT_SEED_OFFSET, split=s["split"])
+
+
 def stage_ppo(workdir: Path, s: dict, preset: str, log, redo: bool) -> Path:
     """Trains (or resumes, or reuses) the screening policy; returns its run directory."""
     d = workdir / "ppo" / preset
@@ -232,7 +250,8 @@ def _dual_config(s: dict, preset: str, policy_dir: Path, env_kw: dict):
     variant = ",".join(v for v in (s["dual_variant"], preset) if v)
     c = dual_cfg.get_config(variant)
     fields = {"policy_dir": str(policy_dir), "env.trace_seed": 0,
-              "env.problems": int(s["train_problems"] or 0)}
+              "env.problems": int(s["train_problems"] or 0),
+              "env.split": s.get("choice_split", "validation")}
     fields.update({f"env.{k}": env_kw[k] for k in ("num_users", "num_servers", "bandwidth_hz",
                                                    "arrival_rate_hz", "beta", "tau_s")})
     fields.update(s["dual_overrides"])
@@ -251,7 +270,8 @@ def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo:
     if not redo and stage_done(d, key):
         log(f"dual [{preset}]: reusing the finished run in {d}")
         return d
-    log(f"dual [{preset}]: learning λ_s and µ in {d}")
+    log(f"dual [{preset}]: learning λ_s and µ in {d} on the {config.env.split} split "
+        f"(seeds from {stage2_trainer.learner_seed(config)})")
     result = stage2_trainer.train_and_evaluate(config, d)
     for ln in stage2_trainer.summary_lines(result):
         if ln.startswith(("done:", "duality gap")):
@@ -263,8 +283,9 @@ def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo:
 def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
                log, redo: bool) -> dict:
     d = workdir / "eval" / preset
-    key = {"eval": s["eval"], "problems": s["eval_problems"], "policy": str(policy_dir),
-           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET}
+    key = {"eval": s["eval"], "problems": s["train_problems"], "policy": str(policy_dir),
+           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET,
+           "split": s["split"]}
     done = None if redo else stage_done(d, key)
     if done:
         log(f"eval [{preset}]: reusing the finished evaluation in {d}")
@@ -276,8 +297,7 @@ def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: 
     if dual_dir is not None:
         lam, mu, dual_info = suite.load_multipliers(str(dual_dir))
         mult = (lam, mu)
-    traces = suite.load_traces(preset, s["eval_problems"],
-                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
+    traces = _table_traces(s, preset, policy)
     suite.check_policy_traces(policy, traces)
     env_kw = suite.env_kwargs_from(policy.config, {})
     if mult is not None:   # learned by stage_dual on this scenario: a mismatch is refused
@@ -286,23 +306,29 @@ def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: 
     e = s["eval"]
     log(f"eval [{preset}]: {e['seeds']} seeds x {e['slots']} slots, U={env_kw['num_users']} "
         f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
-        f"λ={env_kw['arrival_rate_hz']:g}/s on synthetic problems (generator seed "
-        f"{traces.info.get('trace_seed')})")
+        f"λ={env_kw['arrival_rate_hz']:g}/s on the {suite.split_label(traces.info, policy)} "
+        f"(synthetic, generator seed {traces.info.get('trace_seed')})")
     per_seed, info = suite.evaluate_rows(traces, env_kw, policy=policy, multipliers=mult,
                                          seeds=e["seeds"], slots=e["slots"],
                                          warmup_slots=e["warmup_slots"], progress=log)
     title = (f"{preset} (SYNTHETIC traces, seed {traces.info.get('trace_seed')}): "
              f"U={env_kw['num_users']} "
              f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
-             f"λ={env_kw['arrival_rate_hz']:g}/s, {e['seeds']} seeds, mean ± 95% CI")
+             f"λ={env_kw['arrival_rate_hz']:g}/s, {e['seeds']} seeds, mean ± 95% CI; "
+             f"{suite.split_label(traces.info, policy)}")
     meta = {"traces": traces.info, "policy": str(policy_dir), "dual": str(dual_dir),
             "multipliers": {"lambda_s": mult[0], "mu_per_hz": mult[1]} if mult else None,
             "dual_info": dual_info, **info}
     res = suite.write_outputs(per_seed, d, title=title, meta=meta)
+    print(f"Benchmark table on the {traces.info['split']} split "
+          f"(evaluation seeds {info['eval_seed_range'][0]}..{info['eval_seed_range'][1] - 1}); "
+          f"All-LLM = the server LLM alone (the paper's baseline), "
+          f"'{suite.DRAFT_RECOMPUTE}' = draft then recompute:")
     print(res["table"])
     print(res["headline_text"])
     h = res["headline"]
     result = {"table": res["table"], "headline_text": res["headline_text"],
+              "split": traces.info["split"], "eval_seed_range": info["eval_seed_range"],
               "headline": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
                            for k, v in h.items()},
               "json": str(res["json"]), "csv": str(res["csv"]),
@@ -317,8 +343,9 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
     checked against the scenario (``suite.check_scenario``): the sweep varies M/B/λ (and U)
     away from the scenario they were learned for on purpose."""
     d = workdir / "sweep" / preset
-    key = {"sweep": s["sweep"], "problems": s["eval_problems"], "policy": str(policy_dir),
-           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET}
+    key = {"sweep": s["sweep"], "problems": s["train_problems"], "policy": str(policy_dir),
+           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET,
+           "split": s["split"]}
     done = None if redo else stage_done(d, key)
     if done:
         log(f"sweep [{preset}]: reusing the finished sweep in {d}")
@@ -330,21 +357,24 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
     if dual_dir is not None:
         lam, mu, _ = suite.load_multipliers(str(dual_dir))
         mult = (lam, mu)
-    traces = suite.load_traces(preset, s["eval_problems"],
-                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
+    traces = _table_traces(s, preset, policy)
     sw = s["sweep"]
+    seed0 = suite.evaluation_seed0(traces.info, policy, sw["seeds"])
     env_kw = suite.env_kwargs_from(policy.config, {"num_users": sw.get("num_users")})
     params = edge.make_params(traces.traces, **env_kw)
     evaluator = ev.Evaluator(params, sw["seeds"], sw["slots"], sw["warmup_slots"],
-                             policy.apply_fn, policy.params)
+                             policy.apply_fn, policy.params, seed0=seed0)
     rows = sweep.sweep_rows(True, mult)
     log(f"sweep [{preset}]: M {sw['M']}, B {[b / 1e6 for b in sw['B']]} MHz, λ {sw['lam']}/s; "
         f"{sw['seeds']} seeds x {sw['slots']} slots per point")
     results = {a: sweep.run_sweep(evaluator, rows, a, sw[a]) for a in ("M", "B", "lam")}
-    title = f"{preset} (SYNTHETIC), U={env_kw['num_users']}, {sw['seeds']} seeds, 95% CI"
-    meta = {"traces": traces.info, "env": env_kw, "multipliers": mult, **sw}
+    title = (f"{preset} (SYNTHETIC), U={env_kw['num_users']}, {sw['seeds']} seeds, 95% CI, "
+             f"{traces.info['split']} split")
+    meta = {"traces": traces.info, "env": env_kw, "multipliers": mult, **sw,
+            "split": traces.info["split"], "eval_seed_range": [seed0, seed0 + sw["seeds"]]}
     res = sweep.write_sweep_outputs(results, d, title=title, meta=meta)
-    lines = [ln + " [synthetic traces]" for ln in res["knee_lines"]]
+    lines = [ln + f" [synthetic traces, {traces.info['split']} split]"
+             for ln in res["knee_lines"]]
     for line in lines:
         print(line)
     result = {"knee_lines": lines, "knees": res["knees"],
@@ -361,7 +391,8 @@ def stage_stage2(workdir: Path, s: dict, preset: str, policy_dir: Path, log, red
     if not cfg:
         return None
     d = workdir / "stage2" / preset
-    key = {"stage2": cfg, "policy": str(policy_dir)}
+    key = {"stage2": cfg, "policy": str(policy_dir), "split": s["split"],
+           "choice_split": s["choice_split"]}
     done = None if redo else stage_done(d, key)
     if done:
         log(f"stage2 [{preset}]: reusing the finished verdict in {d}")
@@ -370,7 +401,8 @@ def stage_stage2(workdir: Path, s: dict, preset: str, policy_dir: Path, log, red
     log(f"stage2 [{preset}]: scenarios {cfg['scenarios']} ({cfg['seeds']} seeds): learning "
         "multipliers per scenario, grid search, paired evaluation")
     res = stage2.run(d, cfg["scenarios"], seeds=cfg["seeds"], size=cfg["size"],
-                     policy_dir=str(policy_dir), log=lambda m: log(f"stage2: {m.strip()}"))
+                     policy_dir=str(policy_dir), log=lambda m: log(f"stage2: {m.strip()}"),
+                     split=s["split"])
     table = stage2.to_markdown(res)
     print(table)
     result = {"table": table, "json": str(d / "stage2.json")}
@@ -413,18 +445,19 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
     if not cfg:
         return ppo_dir
     d = workdir / "critic" / preset
-    key = {"critic_refit": cfg, "policy": str(ppo_dir)}
+    key = {"critic_refit": cfg, "policy": str(ppo_dir), "split": s["choice_split"]}
     if not redo and stage_done(d, key):
         log(f"critic [{preset}]: reusing the refit critic in {d}")
         return d
     if d.exists():   # an interrupted or outdated refit: start again
         shutil.rmtree(d)
     log(f"critic [{preset}]: refitting the critic for the final actor ({cfg['fit_states']} "
-        f"Monte-Carlo states) in {d}")
+        f"Monte-Carlo states; judged and early-stopped on the {s['choice_split']} split) in "
+        f"{d}")
     rep = critic_refit.check_and_refit(
         str(ppo_dir), str(d), fit_states=int(cfg["fit_states"]),
         eval_states=int(cfg["eval_states"]), steps=int(cfg["steps"]), seed=int(cfg["seed"]),
-        log=lambda m: log(f"critic [{preset}]: {m.strip()}"))
+        log=lambda m: log(f"critic [{preset}]: {m.strip()}"), split=s["choice_split"])
     summary = {k: {m: rep[k]["greedy"][m] for m in ("pearson", "nom_critic_positive",
                                                     "nom_mc_mean", "rule_gain")}
                for k in ("before", "after")}
@@ -469,7 +502,7 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         if b["dual"]:
             print(f"  [{preset}] multipliers:        {b['dual']}")
         print(f"  [{preset}] results table:      {workdir / 'eval' / preset / 'table.txt'} "
-              f"(+ results.json, results.csv, *.png)")
+              f"(+ results.json, results.csv, *.png; {b['eval'].get('split', '?')} split)")
         print(f"  [{preset}] sweep figures:      {workdir / 'sweep' / preset}/*.png "
               f"(knees in knees.txt)")
         if b.get("stage2"):

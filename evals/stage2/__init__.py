@@ -7,8 +7,18 @@ the run, plain capacity constraint ρ = 1 — and a load-conditioned map, always
 best constant pair on a grid (``evals.grid``), and evaluates, on the same seeds (paired), the
 rows
 
-    PRADA (learned, constant), PRADA (learned, conditioned), Best constant (grid),
-    PRADA (λ=µ=0), FIFO-greedy, Policy (no limits), All-LLM
+    PRADA (learned, constant), PRADA (learned, conditioned), Best constant (grid, validation),
+    Best constant (hindsight grid on the evaluated seeds), PRADA (λ=µ=0), FIFO-greedy,
+    Policy (no limits), Draft then LLM (recompute)
+
+Protocol: rows are evaluated on the test split of the policy's own trace set with test-range
+seeds; the multipliers are learned, and the grid's reference pair chosen, on the validation
+split with validation seeds (the hindsight row searches the evaluated seeds: optimistic,
+labelled; skipped at the demo size). Each scenario states its power (``power``: headroom =
+Policy (no limits) − λ=µ=0, the minimum detectable effect of learned − λ=µ=0 at the seed count
+by a two-sided paired t at 5 % with 80 % power, and a note when MDE > headroom / 2); presets
+with env scalars of their own (``envs.scenarios.PRESET_ENV``) run at those; ``--budget`` adds
+an occupancy cap (``budget``).
 
 (docs/design.md §6, §8). Every PRADA row runs the scheduler the dual run trained (read from its env
 params). Output in ``DIR``:
@@ -33,7 +43,8 @@ constant); ``conditioned_minus_*`` the same for the conditioned map. A paired di
 mean over seeds of the per-seed difference (same arrivals, channels and problems per seed).
 Metrics: ``accuracy``, ``latency_mean_s``, ``latency_p95_s``, ``objective`` (accuracy −
 β·mean latency, β in PRM units per s), ``server_util`` (busy units / M), ``queue_len``
-(requests per slot), plus ``blocked_rate`` (blocked arrivals / arrivals).
+(requests per slot), plus ``blocked_rate`` (blocked arrivals / arrivals) and the shares of
+slots in which capacity / bandwidth binds (``evals.evaluate``).
 
 Sizes: the default is the measurement size (see ``SIZES``); ``--quick`` finishes in a few
 minutes on 2 CPU cores and its numbers mean nothing. All traces are SYNTHETIC (the gsm8k
@@ -72,20 +83,36 @@ from prada_jax.configs import ppo as ppo_cfg  # noqa: E402
 
 ROW_CONST = "PRADA (learned, constant)"
 ROW_COND = "PRADA (learned, conditioned)"
-ROW_BEST = "Best constant (grid)"
+ROW_BEST = "Best constant (grid, validation)"
+ROW_HINDSIGHT = "Best constant (hindsight grid on the evaluated seeds)"
 ROW_ZERO = "PRADA (λ=µ=0)"
 ROW_FIFO = "FIFO-greedy"
+#: Ablation: the rule's value filter with a first-come repair (``sched.threshold_fifo``).
+ROW_FILTER = "Value filter, FIFO order (λ=µ=0)"
 ROW_NOLIM = "Policy (no limits)"
-ROW_LLM = "All-LLM"
-ROWS = (ROW_CONST, ROW_COND, ROW_BEST, ROW_ZERO, ROW_FIFO, ROW_NOLIM, ROW_LLM)
+#: Every step drafted, nominated and recomputed on the server (``offload_all``): not the
+#: paper's All-LLM (the server LLM alone, ``evals.suite.ALL_LLM``), so named as it runs.
+ROW_LLM = "Draft then LLM (recompute)"
+ROWS = (ROW_CONST, ROW_COND, ROW_BEST, ROW_HINDSIGHT, ROW_ZERO, ROW_FILTER, ROW_FIFO,
+        ROW_NOLIM, ROW_LLM)
 METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "objective", "server_util",
-           "queue_len", "blocked_rate")
+           "queue_len", "blocked_rate", "capacity_bound_share", "bandwidth_bound_share")
+_ENV_KEYS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")
 PAIRS = {"learned_minus_zero": (ROW_CONST, ROW_ZERO),
          "learned_minus_fifo": (ROW_CONST, ROW_FIFO),
          "learned_minus_best_constant": (ROW_CONST, ROW_BEST),
          "conditioned_minus_zero": (ROW_COND, ROW_ZERO),
          "conditioned_minus_fifo": (ROW_COND, ROW_FIFO),
-         "conditioned_minus_best_constant": (ROW_COND, ROW_BEST)}
+         "conditioned_minus_best_constant": (ROW_COND, ROW_BEST),
+         # headroom: what any price could gain over λ = µ = 0 (the policy with no resource
+         # limits is an upper reference, not a bound of the rule)
+         "headroom_nolimits_minus_zero": (ROW_NOLIM, ROW_ZERO),
+         # ablation: PRADA (λ=µ=0) − FIFO = (filter − FIFO) + (rule − filter)
+         "filter_minus_fifo": (ROW_FILTER, ROW_FIFO),
+         "zero_minus_filter": (ROW_ZERO, ROW_FILTER)}
+#: Power of the verdict (``prada_jax.stats.min_detectable_effect``): two-sided paired t-test at
+#: 5%, 80% power, from the spread of the per-seed learned − λ=µ=0 objective differences.
+MDE_ALPHA, MDE_POWER = 0.05, 0.8
 
 # Sizes. ``full`` is what docs/results/stage2.md was measured with (unless it says otherwise).
 # ``env``: overrides of the policy run's env (the scarce server of these scenarios: M = 1 LLM
@@ -96,19 +123,20 @@ SIZES = {
                   ppo_variant="smoke", ppo_overrides={},
                   dual={"train.num_envs": 4, "train.rollout_len": 40, "train.num_chunks": 3,
                         "train.sgd_steps": 5, "dual.anneal_steps": 15},
-                  grid=dict(lam=(0.0, 0.01, 0.1), mu_per_mhz=(0.0,), fine=False)),
+                  grid=dict(lam=(0.0, 0.01, 0.1), mu_per_mhz=(0.0,), fine=False),
+                  hindsight=True),
     "demo": dict(seeds=5, slots=1200, warmup=100, scenario_length=600, num_users=32,
                  eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
                  ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
                  dual={"train.num_envs": 8, "train.rollout_len": 50, "train.num_chunks": 8,
                        "train.sgd_steps": 10, "dual.anneal_steps": 80},
-                 grid=dict(lam=None, mu_per_mhz=(0.0,), fine=True)),
+                 grid=dict(lam=None, mu_per_mhz=(0.0,), fine=True), hindsight=False),
     "full": dict(seeds=8, slots=1200, warmup=150, scenario_length=600, num_users=32,
                  eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
                  ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
                  dual={"train.num_envs": 8, "train.rollout_len": 100, "train.num_chunks": 8,
                        "train.sgd_steps": 20, "dual.anneal_steps": 160},
-                 grid=dict(lam=None, mu_per_mhz=(0.0, 1e-2), fine=True)),
+                 grid=dict(lam=None, mu_per_mhz=(0.0, 1e-2), fine=True), hindsight=True),
 }
 
 
@@ -208,9 +236,12 @@ class Runner:
                                  mult_fn=conditioned_mult_fn(dcfg))
         return self.run(self.prada_spec(sched_index), evaluator, learner_state)
 
-    def run_grid(self, sched_index: int, lams, mus, batch: int = GRID_BATCH) -> np.ndarray:
+    def run_grid(self, sched_index: int, lams, mus, batch: int = GRID_BATCH,
+                 budget: float | None = None) -> np.ndarray:
         """Objective per seed [G, S] of PRADA at G constant pairs, vmapped over the pairs in
-        batches of ``batch`` (the last one padded, so every call reuses one compilation)."""
+        batches of ``batch`` (the last one padded, so every call reuses one compilation).
+        With an occupancy ``budget`` (share of M), a pair whose mean server utilisation over
+        the seeds exceeds it gets NaN on every seed (``evals.grid`` ranks it last)."""
         lams = np.asarray(lams, np.float32)
         mus = np.asarray(mus, np.float32)
         n = lams.shape[0]
@@ -226,7 +257,11 @@ class Runner:
                 e.keys, p, e.net_params, jnp.asarray(la), jnp.asarray(mu),
                 ev.screen_mode(self.screen)))
             for g in range(batch - pad):
-                out.append(e.metrics({k: v[g] for k, v in totals.items()}, p)["objective"])
+                m = e.metrics({k: v[g] for k, v in totals.items()}, p)
+                obj = np.asarray(m["objective"], np.float64)
+                if budget is not None and not np.nanmean(m["server_util"]) <= budget:
+                    obj = np.full_like(obj, np.nan)
+                out.append(obj)
         return np.asarray(out)
 
 
@@ -235,34 +270,126 @@ class Runner:
 def _baseline_specs(screen: str = "policy"):
     return {ROW_ZERO: None,  # PRADA rule at 0 (scheduler of the dual run)
             ROW_FIFO: ev.PolicySpec(ROW_FIFO, screen, "fifo_greedy"),
+            ROW_FILTER: ev.PolicySpec(ROW_FILTER, screen, "threshold_fifo"),
             ROW_NOLIM: ev.PolicySpec(ROW_NOLIM, screen, "offload_all", unlimited=True),
             ROW_LLM: ev.PolicySpec(ROW_LLM, "always", "offload_all")}
 
 
 def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_cond,
-                      grid_kw: dict, log=print) -> dict:
-    """Per-seed metrics of every row plus the grid report on one scenario."""
+                      grid_kw: dict, log=print, choice_runner: Runner | None = None,
+                      hindsight: bool = True, budget: float | None = None) -> dict:
+    """Per-seed metrics of every row plus the grid reports on one scenario.
+
+    The reference constant pair is chosen by the grid on ``choice_runner`` (validation
+    problems and seeds; ``runner`` itself if None) and evaluated on ``runner``; with
+    ``hindsight`` the grid is also searched on ``runner``'s own seeds (an optimistic,
+    labelled row). With an occupancy ``budget`` the grids keep only budget-feasible pairs
+    (mean server utilisation ≤ budget on the seeds they are searched on)."""
     per_seed = {}
     per_seed[ROW_CONST] = runner.run_prada(sched_index, const[0], const[1])
     if cond_state is not None:
         per_seed[ROW_COND] = runner.run_conditioned(sched_index, cond_state, dcfg_cond)
-    t0 = time.perf_counter()
-    g = grid.search(lambda lams, mus: runner.run_grid(sched_index, lams, mus), **grid_kw)
-    log(f"    grid: {g['evaluated']} pairs in {time.perf_counter() - t0:.0f}s, best λ_s="
-        f"{g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
-    per_seed[ROW_BEST] = runner.run_prada(sched_index, g["best"]["lambda_s"],
-                                          g["best"]["mu_per_mhz"] / 1e6)
+    chooser = choice_runner or runner
+    grids = {}
+    for row, r in ((ROW_BEST, chooser), (ROW_HINDSIGHT, runner if hindsight else None)):
+        if r is None:
+            continue
+        t0 = time.perf_counter()
+        g = grid.search(lambda lams, mus, r=r: r.run_grid(sched_index, lams, mus,
+                                                          budget=budget), **grid_kw)
+        log(f"    grid ({row}): {g['evaluated']} pairs in {time.perf_counter() - t0:.0f}s, "
+            f"best λ_s={g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
+        if budget is not None:   # every pair over the cap scores -inf: say if none was left
+            g["budget_feasible"] = g["best"]["objective"] is not None
+            if not g["budget_feasible"]:
+                log(f"    grid ({row}): no pair of the grid meets the budget {budget:g}; "
+                    "the row shows its smallest pair")
+        per_seed[row] = runner.run_prada(sched_index, g["best"]["lambda_s"],
+                                         g["best"]["mu_per_mhz"] / 1e6)
+        grids[row] = g
+    g = dict(grids[ROW_BEST], chosen_on="validation" if choice_runner is not None
+             else "the evaluated seeds")
+    if ROW_HINDSIGHT in grids:
+        g["hindsight"] = grids[ROW_HINDSIGHT]
     for row, spec in _baseline_specs(runner.screen).items():
         per_seed[row] = (runner.run_prada(sched_index, 0.0, 0.0) if spec is None
                          else runner.run(spec))
     return {"per_seed": per_seed, "grid": g}
 
 
+def power_report(per_seed: dict) -> dict:
+    """Headroom and minimum detectable effect of one scenario (objective, PRM units).
+
+    ``headroom``: mean over seeds of Policy (no limits) − PRADA (λ=µ=0). ``mde``: the minimum
+    detectable effect of a paired comparison against λ=µ=0 at this seed count
+    (``stats.paired_mde``: two-sided paired t at ``MDE_ALPHA``, power ``MDE_POWER``), planned
+    with the larger per-seed spread of learned − λ=µ=0 and no limits − λ=µ=0 (the first alone is
+    0 when the learned price is λ = µ = 0, which says nothing about power). ``resolvable``:
+    MDE <= headroom / 2 (the seeds can show a price taking at least half the headroom);
+    ``note`` says so either way."""
+    out = {"alpha": MDE_ALPHA, "power": MDE_POWER, "test": "two-sided paired t over seeds",
+           "seeds": None, "headroom": None, "mde": None, "resolvable": None, "note": ""}
+    if ROW_NOLIM in per_seed and ROW_ZERO in per_seed:
+        d = (np.asarray(per_seed[ROW_NOLIM]["objective"], np.float64)
+             - np.asarray(per_seed[ROW_ZERO]["objective"], np.float64))
+        out["headroom"] = stats.finite_or_none(float(np.nanmean(d)))
+    mdes = [stats.paired_mde(per_seed[r]["objective"], per_seed[ROW_ZERO]["objective"],
+                             MDE_ALPHA, MDE_POWER)
+            for r in (ROW_CONST, ROW_NOLIM) if r in per_seed and ROW_ZERO in per_seed]
+    mdes = [m for m in mdes if math.isfinite(m)]
+    if mdes:
+        out["seeds"] = int(np.size(per_seed[ROW_ZERO]["objective"]))
+        out["mde"] = float(max(mdes))
+    h, m = out["headroom"], out["mde"]
+    if h is None or m is None:
+        out["note"] = "headroom or MDE undefined (too few finite seeds)"
+    else:
+        out["resolvable"] = bool(m <= h / 2)
+        if h <= 0:
+            out["note"] = (f"no headroom by the no-limits reference ({h:+.4f}; it is not an "
+                           "upper bound where offloading without limits is itself costly): "
+                           "a price's value cannot be shown against it")
+        elif not out["resolvable"]:
+            out["note"] = (f"cannot resolve a price's value: MDE {m:.4f} > headroom/2 "
+                           f"{h / 2:.4f} at {out['seeds']} seeds")
+        else:
+            out["note"] = f"resolvable: MDE {m:.4f} <= headroom/2 {h / 2:.4f}"
+    return out
+
+
+#: A row meets the occupancy budget if its mean occupancy is within this share of the cap.
+BUDGET_TOLERANCE = 0.02
+
+
+def check_budget(budget, flag: str = "--budget") -> float:
+    """The occupancy cap as a float in (0, 1]; ``BadInput`` naming ``flag`` otherwise."""
+    try:
+        b = float(budget)
+    except (TypeError, ValueError):
+        b = float("nan")
+    if not (math.isfinite(b) and 0.0 < b <= 1.0):
+        raise BadInput(f"{flag}={budget}: the average server occupancy cap must be a number "
+                       "in (0, 1]")
+    return b
+
+
+def budget_report(per_seed: dict, budget: float) -> dict:
+    """Every row's mean occupancy (server utilisation, busy units / M) against the cap (not
+    Policy (no limits): its M is U):
+    ``{"cap", "tolerance", "occupancy": {row: mean}, "meets": {row: occupancy <= cap·(1 +
+    tolerance)}}``."""
+    occ = {r: stats.finite_or_none(float(np.nanmean(m["server_util"])))
+           for r, m in per_seed.items() if "server_util" in m and r != ROW_NOLIM}
+    return {"cap": float(budget), "tolerance": BUDGET_TOLERANCE, "occupancy": occ,
+            "meets": {r: (v is not None and v <= budget * (1 + BUDGET_TOLERANCE))
+                      for r, v in occ.items()}}
+
+
 def scenario_report(per_seed: dict) -> dict:
     rows = summarize_rows({r: per_seed[r] for r in ROWS if r in per_seed})
     paired = {name: paired_differences(per_seed, a, b) for name, (a, b) in PAIRS.items()
               if a in per_seed and b in per_seed}
-    return {"rows": rows, "paired": paired}
+    return {"rows": rows, "paired": paired, "power": power_report(per_seed)}
 
 
 # ----------------------------------------------------------------------------- pipeline
@@ -328,11 +455,13 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     c = dual_cfg.get_config("gsm8k")
     c.seed = int(seed)
     c.policy_dir = str(policy_dir)
-    for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s"):
+    for k in _ENV_KEYS:
         c.env[k] = type(c.env[k])(env_kw[k])
+    c.env.server_speed = float(env_kw.get("server_speed", 1.0))
     c.env.scenario = scenario
     c.env.scenario_length = int(size["scenario_length"])
     c.env.problems = int(env_kw.get("train_problems", 0))
+    c.env.split = str(env_kw.get("choice_split", "validation"))   # a choice: validation
     c.dual.conditioned = bool(conditioned)
     if conditioned:
         c.dual.mode = "differentiable"  # the map is learned by gradient (Adam)
@@ -359,14 +488,24 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
 def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         policy_dir: str | None = None, num_users: int | None = None, log=print,
         size: str | None = None, nominate_by: str = "actor",
-        dual_overrides: dict | None = None) -> dict:
+        dual_overrides: dict | None = None, split: str = suite.DEFAULT_SPLIT,
+        choice_split: str = "validation", budget: float | None = None) -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
     ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
     the policy nominates by its actor's greedy action ("actor") or iff its critic's ΔQ > 0
     ("critic"), in learning and in every policy row. ``dual_overrides``: ``config.dual``
     values for the learner (``parse_dual_overrides``; ``dual.mode`` for the constant pair
-    only), recorded in ``meta``."""
+    only), recorded in ``meta``. ``split``: the part of the policy's trace set every row is
+    evaluated on (test, with test-range seeds); ``choice_split``: the part the multipliers are
+    learned on and the grid's reference pair is chosen on (validation, validation seeds).
+    ``budget``: an operator's cap on the long-run average server occupancy (busy units / M,
+    in (0, 1]): the learners enforce it as the time-averaged constraint admissions ≤ budget·M_t
+    / k̄ (``config.dual.utilisation``), the grid reference is the best budget-feasible constant
+    pair, and each scenario reports every row's occupancy against the cap."""
+    if budget is not None:
+        check_budget(budget)
+        dual_overrides = dict(dual_overrides or {}, **{"dual.utilisation": float(budget)})
     size_name = size or ("quick" if quick else "full")
     size = dict(SIZES[size_name])
     if seeds is not None:
@@ -384,44 +523,68 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
                                                        num_users=size["num_users"]))
     env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
-    traces = suite.load_traces("gsm8k", size.get("eval_problems"),
-                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET)
+    env_kw["choice_split"] = choice_split
+    # The same generated set the policy trained on (its problem count), restricted to a part.
+    n_problems = env_kw["train_problems"] or None
+    tseed = int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET
+    traces = suite.load_traces("gsm8k", n_problems, tseed, split=split)
+    choice_traces = suite.load_traces("gsm8k", n_problems, tseed, split=choice_split)
     suite.check_policy_traces(policy, traces)
-    base = edge.make_params(traces.traces, **{k: env_kw[k] for k in (
-        "num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")},
-        scenario=scenarios.preset("nominal", size["scenario_length"]))
-    runner = Runner(base, size["seeds"], size["slots"], size["warmup"], policy.apply_fn,
-                    policy.params, nominate_by=nominate_by)
+    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], flag="--seeds")
+    choice_seed0 = suite.evaluation_seed0(choice_traces.info, policy, size["seeds"],
+                                          flag="--seeds")
+    if traces.info["split"] == choice_traces.info["split"] and split != "all":
+        raise BadInput(f"--split={split}: the table and the choices need different splits")
+
+    def runners(kw: dict, scenario: str):
+        """(test runner, validation runner) on the env ``kw`` under ``scenario``."""
+        args = {k: kw[k] for k in _ENV_KEYS}
+        out = []
+        for tr, s0 in ((traces, seed0), (choice_traces, choice_seed0)):
+            p = edge.make_params(tr.traces, **args, **scenarios.latency_overrides(kw),
+                                 scenario=scenarios.preset(scenario, size["scenario_length"]))
+            out.append(Runner(p, size["seeds"], size["slots"], size["warmup"],
+                              policy.apply_fn, policy.params, seed0=s0,
+                              nominate_by=nominate_by))
+        return out
     grid_kw = {k: v for k, v in size["grid"].items() if v is not None}
     result = {"scenarios": {}, "meta": {
         "synthetic": True, "traces": traces.info, "policy": str(pol_dir),
-        "env": {k: env_kw[k] for k in ("num_users", "num_servers", "bandwidth_hz",
-                                       "arrival_rate_hz", "beta", "tau_s")},
+        "split": traces.info["split"], "split_label": suite.split_label(traces.info, policy),
+        "eval_seed_range": [seed0, seed0 + size["seeds"]],
+        "choice_split": choice_traces.info["split"],
+        "choice_seed_range": [choice_seed0, choice_seed0 + size["seeds"]],
+        "env": {k: env_kw[k] for k in _ENV_KEYS},
         "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
         "scenario_length": size["scenario_length"], "size": size_name,
         "nominate_by": nominate_by,
         "dual_overrides": dict(size["dual"], **(dual_overrides or {})),
         "constant_mode": (dual_overrides or {}).get("dual.mode", _default_dual().mode),
+        "budget": budget,
         "ci95": "half-width of the 95% Student-t interval"}}
     for name in scenario_names:
+        env_s = dict(env_kw, **scenarios.preset_env(name))   # the preset's own M, B, speed
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
-        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_kw, size, False,
+        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_s, size, False,
                                                     nominate_by=nominate_by,
                                                     dual_overrides=dual_overrides)
-        _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_kw, size, True,
+        _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_s, size, True,
                                                     nominate_by=nominate_by,
                                                     dual_overrides=dual_overrides)
+        runner, choice_runner = runners(env_s, name)
         const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
         sched = int(dual_env.scheduler)
-        runner.params = edge.with_scenario(base, scenarios.preset(name, size["scenario_length"]))
-        if hasattr(dual_env, "policy_true_reward"):  # value accounting of the policy's reward
-            runner.params = runner.params.replace(
-                policy_true_reward=dual_env.policy_true_reward)
+        for r in (runner, choice_runner):
+            if hasattr(dual_env, "policy_true_reward"):  # value accounting of the policy
+                r.params = r.params.replace(policy_true_reward=dual_env.policy_true_reward)
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: evaluating (learned "
             f"λ_s={const[0]:.4g}, µ={const[1] * 1e6:.4g}/MHz)")
         ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,
-                                   grid_kw, log)
+                                   grid_kw, log, choice_runner=choice_runner,
+                                   hindsight=bool(size.get("hindsight", True)), budget=budget)
         rep = scenario_report(ev_res["per_seed"])
+        if budget is not None:
+            rep["budget"] = budget_report(ev_res["per_seed"], budget)
         rep["multipliers"] = {"learned_constant": {"lambda_s": const[0],
                                                    "mu_per_mhz": const[1] * 1e6},
                               "learned_conditioned_at_mean_load": {
@@ -429,6 +592,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
                                   "mu_per_mhz": float(r_cond["multipliers"].mu) * 1e6},
                               "scheduler": SCHEDULER_NAMES[sched]}
         rep["grid"] = ev_res["grid"]
+        rep["env"] = {k: env_s[k] for k in _ENV_KEYS + ("server_speed",) if k in env_s}
         rep["per_seed"] = {r: {k: [float(x) for x in np.asarray(v[k])] for k in METRICS}
                            for r, v in ev_res["per_seed"].items()}
         result["scenarios"][name] = rep
@@ -441,7 +605,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
 # ----------------------------------------------------------------------------- outputs
 
 _SHOW = ("objective", "accuracy", "latency_mean_s", "latency_p95_s", "server_util", "queue_len",
-         "blocked_rate")
+         "blocked_rate", "capacity_bound_share", "bandwidth_bound_share")
 
 
 def _fmt(d, digits=3):
@@ -452,12 +616,27 @@ def _fmt(d, digits=3):
     return f"{d['mean']:.{digits}f} ± {d['ci95']:.{digits}f}"
 
 
+def _range(r) -> str:
+    return "n/a" if not r else f"{r[0]}..{r[1] - 1}"
+
+
+def _num(v, digits=4) -> str:
+    return "n/a" if v is None else f"{v:+.{digits}f}"
+
+
 def to_markdown(result: dict) -> str:
     meta = result.get("meta", {})
     lines = [f"Stage-2 verdict on SYNTHETIC gsm8k traces: {meta.get('seeds')} seeds × "
              f"{meta.get('slots')} slots (first {meta.get('warmup_slots')} discarded), env "
              f"{meta.get('env')}, nominations by the policy's "
-             f"{meta.get('nominate_by', 'actor')}; mean ± 95% CI half-width over seeds."]
+             f"{meta.get('nominate_by', 'actor')}; mean ± 95% CI half-width over seeds.",
+             "",
+             f"Rows on the {meta.get('split_label', meta.get('split', 'all'))}, evaluation "
+             f"seeds {_range(meta.get('eval_seed_range'))}; multipliers learned and the grid "
+             f"reference chosen on the {meta.get('choice_split', 'same')} split (seeds "
+             f"{_range(meta.get('choice_seed_range'))}). The hindsight row picks its pair on the "
+             "evaluated seeds themselves (optimistic). Power: two-sided paired t at 5%, 80% "
+             "power; headroom = Policy (no limits) − PRADA (λ=µ=0)."]
     for name, sc in result["scenarios"].items():
         lines += ["", f"### {name}", "", "| row | " + " | ".join(_SHOW) + " |",
                   "|---|" + "---|" * len(_SHOW)]
@@ -468,6 +647,16 @@ def to_markdown(result: dict) -> str:
         for pair, m in sc["paired"].items():
             lines.append(f"| {pair} | {_fmt(m.get('objective'), 4)} | "
                          f"{_fmt(m.get('accuracy'), 4)} | {_fmt(m.get('latency_mean_s'), 3)} |")
+        bd = sc.get("budget")
+        if bd:
+            lines.append(f"\noccupancy cap {bd['cap']:g} (met within "
+                         f"{100 * bd['tolerance']:g}%): " + "; ".join(
+                             f"{r} {_num(v, 3)} {'meets' if bd['meets'][r] else 'VIOLATES'}"
+                             for r, v in bd["occupancy"].items()))
+        pw = sc.get("power")
+        if pw:
+            lines.append(f"\nheadroom {_num(pw.get('headroom'))}, minimum detectable effect "
+                         f"{_num(pw.get('mde'))} at {pw.get('seeds')} seeds: {pw.get('note')}")
         mult = sc.get("multipliers", {})
         g = sc.get("grid", {})
         if mult:
@@ -476,7 +665,9 @@ def to_markdown(result: dict) -> str:
                          f"{lc['mu_per_mhz']:.4g} per MHz; grid best λ_s = "
                          f"{g.get('best', {}).get('lambda_s', float('nan')):.4g}, µ = "
                          f"{g.get('best', {}).get('mu_per_mhz', float('nan')):.4g} per MHz "
-                         f"({g.get('evaluated')} pairs); scheduler {mult['scheduler']}")
+                         f"({g.get('evaluated')} pairs, chosen on "
+                         f"{g.get('chosen_on', 'the evaluated seeds')}); scheduler "
+                         f"{mult['scheduler']}")
     return "\n".join(lines) + "\n"
 
 

@@ -30,6 +30,12 @@ def _define_flags():
     flags.DEFINE_string("dual_overrides", "", "config.dual fields for the learner, e.g. "
                         "'utilisation=0.5,mode=subgradient' (mode: constant pair only; use a "
                         "fresh --out: learned runs under it are reused).")
+    flags.DEFINE_string("split", "test", "Part of the policy's trace set every row is "
+                        "evaluated on (test, the default; the multipliers and the grid's "
+                        "reference pair are chosen on validation).")
+    flags.DEFINE_float("budget", None, "An operator's cap on the long-run average server "
+                       "occupancy (busy units / M, in (0, 1]): the learners enforce it, the grid "
+                       "reference is the best budget-feasible constant pair.")
     flags.DEFINE_integer("num_users", None, "User slots U of the evaluated env (default 32; "
                          "--quick 16).")
 
@@ -52,9 +58,19 @@ def main(argv):
     out = Path(F.out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out={F.out} exists and is not a folder")
+    from prada_jax.traces import splits
+
+    splits.check_split_name(F.split, "--split")
+    if F.split == "validation":
+        raise BadInput("--split=validation: the multipliers and the grid reference are chosen "
+                       "on validation; report test (or train / all)")
+    if F.budget is not None:
+        from evals.stage2 import check_budget
+        check_budget(F.budget)
     overrides = parse_dual_overrides(F.dual_overrides)
     result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
-                 nominate_by=F.nominate_by, dual_overrides=overrides)
+                 nominate_by=F.nominate_by, dual_overrides=overrides, split=F.split,
+                 budget=F.budget)
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")
 

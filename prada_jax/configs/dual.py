@@ -43,6 +43,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.trace_dir = ""            # a saved trace folder instead of the preset
     c.env.trace_seed = 0            # seed of the synthetic generator
     c.env.problems = 0              # problems in the synthetic set; 0 = the benchmark's count
+    c.env.split = "validation"      # part of the set the multipliers are learned on (a choice:
+                                    # validation; prada_jax.traces.splits); rollouts use seeds
+                                    # of the same part's range (trainer.learner_seed)
     c.env.num_users = 16            # U user slots per env
     c.env.num_servers = 4           # M, server jobs at once
     c.env.bandwidth_hz = 20e6       # B [Hz]
@@ -54,6 +57,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                     # policy's training reward is read from its metadata)
     c.env.scenario = "nominal"      # envs.scenarios preset (per-slot load schedule)
     c.env.scenario_length = 1200    # its length in slots (repeats; 60 s at τ = 50 ms)
+    c.env.server_speed = 1.0        # factor on the server's peak FLOP/s (envs.scenarios
+                                    # slow_server: 0.1)
 
     c.policy = ml_collections.ConfigDict()
     c.policy.rule_threshold = 0.0   # trace rule: nominate iff cand_prm[1] − cand_prm[0] > this

@@ -6,13 +6,15 @@ evaluation, and write a policy folder whose critic is refit for the frozen final
 1. loads the ``train.ppo`` run (one seed) and rebuilds the env it was trained on
    (``trainer.build_env``: the per-user screening MDP, the training reward of its
    ``policy_meta.json``);
-2. *before*: on ``eval_states`` decision points visited by the greedy actor (seed
-   ``seed + 1``), compares the critic's ΔQ with ΔQ_MC of the greedy actor
+2. *before*: on ``eval_states`` decision points visited by the greedy actor on the judged
+   split (``split``, default validation: problems the policy did not train on; seeds of that
+   split's range, ``prada_jax.traces.splits``), compares the critic's ΔQ with ΔQ_MC of the greedy actor
    (``prada_jax.rl.policy_eval``; exact for the greedy actor in that env, R = 1) and, with
    ``sampling_replicates > 0``, with ΔQ_MC of the sampling policy the critic was trained on;
-3. unless ``measure_only``: draws ``fit_states`` other decision points (seed ``seed``),
-   computes MC targets Q(s, 0), Q(s, 1) of the greedy actor, regresses the critic (never the
-   actor) on them with a held-out tenth for early stopping, and writes ``out`` as a policy
+3. unless ``measure_only``: draws ``fit_states`` other decision points (nine tenths on the
+   policy's training problems, seed ``seed``; one tenth on the judged split for early
+   stopping), computes MC targets Q(s, 0), Q(s, 1) of the greedy actor, regresses the critic
+   (never the actor) on the training tenths, stops on the judged tenth, and writes ``out`` as a policy
    folder every command loads (``config.json``, ``policy_meta.json`` with a ``critic_refit``
    record, ``checkpoints/<step>/`` holding the whole learner state with the new critic);
 4. *after*: the same comparison for the refit critic on the same evaluation states.
@@ -22,6 +24,7 @@ Same arguments → same file on CPU. All traces are synthetic unless the policy'
 """
 from __future__ import annotations
 
+import copy
 import shutil
 import time
 from pathlib import Path
@@ -36,6 +39,7 @@ from prada_jax.jsonio import write_json
 from prada_jax.rl import policy as policy_files
 from prada_jax.rl import policy_eval as pe
 from prada_jax.rl import trainer
+from prada_jax.traces import splits
 
 __all__ = ["check_and_refit", "REPORT_FILE"]
 
@@ -59,9 +63,16 @@ def validate(policy_dir: str, out: str, measure_only: bool) -> None:
 
 def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
                     eval_states: int = 6000, sampling_replicates: int = 0, seed: int = 0,
-                    steps: int = 4000, measure_only: bool = False, log=print) -> dict:
+                    steps: int = 4000, measure_only: bool = False, log=print,
+                    split: str = "validation") -> dict:
     """Measures (and unless ``measure_only`` refits) the critic of ``policy_dir``; see the
-    module docstring. Returns the report dict (also written to ``out/critic_check.json``)."""
+    module docstring. Returns the report dict (also written to ``out/critic_check.json``).
+
+    ``split``: the part of the trace set the critic is judged on and the refit's early stopping
+    chooses on (``prada_jax.traces.splits``; default validation, with seeds of that part's
+    range). The Monte-Carlo regression targets come from the policy's own training env (its
+    ``config.env.split``) and training seeds."""
+    splits.check_split_name(split, "--split")
     validate(policy_dir, out, measure_only)
     policy = policy_files.load_checked(str(policy_dir))   # BadInput naming the folder
     config, meta = policy.config, policy.meta
@@ -75,17 +86,27 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
         raise BadInput(f"--policy={policy_dir}: trained with contention (users interact); the "
                        "one-user Monte-Carlo branching needs the per-user MDP")
     t0 = time.time()
-    env, params, _ = trainer.build_env(config)
+    env, params, _ = trainer.build_env(config)        # the policy's training problems
+    judge_config = copy.deepcopy(config)
+    with judge_config.unlocked():
+        judge_config.env.split = split
+    judge_env, judge_params, judge_info = trainer.build_env(judge_config)
+    judge_seed = splits.seed_base(split) + int(seed)   # validation / test seed range
     gamma = float(config.ppo.gamma)
     apply_fn = policy.apply_fn
     report = {"policy": str(policy_dir), "step": int(meta["step"]),
               "reward_mode": meta.get("reward_mode", "coarse"),
               "traces": meta.get("traces"), "gamma": gamma, "seed": int(seed),
               "env": "the policy's training env (trainer.build_env: per-user MDP, no contention)",
+              "split": split, "judge_problems": int(judge_info.get("num_problems", -1)),
+              "judge_seed0": judge_seed,
+              "split_note": f"before/after and early stopping on the {split} split (seeds "
+                            f"from {judge_seed}); regression targets on the policy's "
+                            f"training problems ({config.env.get('split', 'all')})",
               "eval_states": int(eval_states), "fit_states": int(fit_states),
               "sampling_replicates": int(sampling_replicates)}
 
-    def sample(n, k):
+    def sample(n, k, env=env, params=params):
         # A user of the demo policy decides about once per 6 slots (measured: 22 926 decision
         # points in 547 slots × 32 envs × 8 users); 7 slots per requested state leave
         # headroom so the states are drawn without replacement (distinct).
@@ -93,17 +114,17 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
         return pe.sample_decision_states(env, params, apply_fn, policy.params, k,
                                          num_states=n, num_envs=32, num_slots=slots)
 
-    ev = sample(int(eval_states), jax.random.key(int(seed) + 1))
-    mc_g = pe.mc_action_values(env, params, apply_fn, policy.params, ev,
-                               jax.random.key(int(seed) + 2), gamma=gamma, greedy=True)
+    ev = sample(int(eval_states), jax.random.key(judge_seed + 1), judge_env, judge_params)
+    mc_g = pe.mc_action_values(judge_env, judge_params, apply_fn, policy.params, ev,
+                               jax.random.key(judge_seed + 2), gamma=gamma, greedy=True)
     q, logits = pe.critic_values(apply_fn, policy.params, ev.obs)
     nom = logits[:, 1] > logits[:, 0]
     report["before"] = {"greedy": pe.compare(q[:, 1] - q[:, 0], mc_g, nom),
                         "unfinished": mc_g.unfinished}
     log(f"[{time.time() - t0:6.1f}s] before: {_summary(report['before']['greedy'])}")
     if sampling_replicates > 0:
-        mc_s = pe.mc_action_values(env, params, apply_fn, policy.params, ev,
-                                   jax.random.key(int(seed) + 3), gamma=gamma, greedy=False,
+        mc_s = pe.mc_action_values(judge_env, judge_params, apply_fn, policy.params, ev,
+                                   jax.random.key(judge_seed + 3), gamma=gamma, greedy=False,
                                    replicates=int(sampling_replicates))
         report["before"]["sampling"] = pe.compare(q[:, 1] - q[:, 0], mc_s, nom)
         log(f"[{time.time() - t0:6.1f}s] before (sampling policy, R={sampling_replicates}): "
@@ -112,20 +133,25 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
         _write_report(Path(out), report)
         return report
 
-    fit = sample(int(fit_states), jax.random.key(int(seed) + 10))
+    # Early stopping chooses on the judged split: a tenth of the states come from it.
+    n_val = max(1, int(fit_states) // 10)
+    fit = sample(int(fit_states) - n_val, jax.random.key(int(seed) + 10))
     mc_f = pe.mc_action_values(env, params, apply_fn, policy.params, fit,
                                jax.random.key(int(seed) + 11), gamma=gamma, greedy=True)
     y = pe.fit_targets(mc_f)
-    n_val = max(1, len(y) // 10)
+    val = sample(n_val, jax.random.key(judge_seed + 10), judge_env, judge_params)
+    mc_v = pe.mc_action_values(judge_env, judge_params, apply_fn, policy.params, val,
+                               jax.random.key(judge_seed + 11), gamma=gamma, greedy=True)
     new_params, info = pe.refit_critic(
-        apply_fn, policy.params, fit.obs[n_val:], y[n_val:], jax.random.key(int(seed) + 12),
-        steps=int(steps), val_obs=fit.obs[:n_val], val_targets=y[:n_val])
+        apply_fn, policy.params, fit.obs, y, jax.random.key(int(seed) + 12),
+        steps=int(steps), val_obs=val.obs, val_targets=pe.fit_targets(mc_v))
     log(f"[{time.time() - t0:6.1f}s] refit: best held-out loss at step {info['best_step']} "
         f"of {steps}")
     q2, logits2 = pe.critic_values(apply_fn, new_params, ev.obs)
     assert np.array_equal(logits2, logits), "the refit changed the actor"
     report["refit"] = dict(info, steps=int(steps), targets="MC Q(s,0), Q(s,1) of the greedy "
-                           "actor (R=1, exact in the per-user MDP)", held_out=int(n_val))
+                           "actor (R=1, exact in the per-user MDP)", held_out=int(n_val),
+                           held_out_split=split)
     report["after"] = {"greedy": pe.compare(q2[:, 1] - q2[:, 0], mc_g, nom)}
     if sampling_replicates > 0:
         report["after"]["sampling"] = pe.compare(q2[:, 1] - q2[:, 0], mc_s, nom)

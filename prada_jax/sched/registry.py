@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 from prada_jax.sched.baselines import fifo_greedy, keep_local, offload_all, random_sched, rsd
-from prada_jax.sched.threshold import threshold_decide
+from prada_jax.sched.threshold import threshold_decide, threshold_fifo_decide
 
 #: The paper's schedulers: name -> index into ``SCHEDULERS``; the env's ``params.scheduler``
 #: holds the index. Tests and evaluations that sweep "every scheduler" iterate over these.
-SCHEDULER_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd")
-SCHEDULERS = (keep_local, offload_all, random_sched, fifo_greedy, threshold_decide, rsd)
+#: ``threshold_fifo`` is an ablation (the value filter with a first-come repair), appended so
+#: the other indices keep their values.
+SCHEDULER_NAMES = ("keep_local", "offload_all", "random", "fifo_greedy", "threshold", "rsd",
+                   "threshold_fifo")
+SCHEDULERS = (keep_local, offload_all, random_sched, fifo_greedy, threshold_decide, rsd,
+              threshold_fifo_decide)
 RSD_INDEX = SCHEDULER_NAMES.index("rsd")
 THRESHOLD_INDEX = SCHEDULER_NAMES.index("threshold")
 

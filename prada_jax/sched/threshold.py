@@ -158,6 +158,19 @@ def threshold_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams,
 
 
 
+def threshold_fifo_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
+    """Ablation: the threshold rule's value filter alone. The same requests ask to run now
+    (``g_i ≥ 0``, not expired) and a rejected one queues iff ``g_i − c > 0``, but the repair
+    admits them first come first served (longest waiting first, ties by user slot) instead of
+    by value lost. Between FIFO-greedy (no filter) and the rule, it separates what the filter
+    buys from what the value order buys. Returns [C] int8."""
+    want_imm, _, live, queue_ok = admission_priority(x, sp)
+    rank = priority_rank(jnp.where(want_imm, -x.wait_slots.astype(jnp.float32), jnp.inf))
+    admitted = greedy_fill_ranked(want_imm, rank, x.bandwidth_hz, free_units, free_bw_hz)
+    queue = live & ~admitted & queue_ok
+    return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)
+
+
 def threshold_soft(x: SchedInputs, sp: SchedParams, temperature):
     """Smoothed decision probabilities and expected admissions.
 

@@ -47,6 +47,7 @@ from prada_jax.stage2.learner import DualConfig
 from prada_jax.stage2.nominate import make_ppo_policy, make_trace_rule_policy
 from prada_jax.stage2.problem import LOAD_FEATURES, Multipliers, excess_demand, weighted_mean
 from prada_jax.stage2.rollout import RolloutCarry, cached, init_rollout, make_rollout
+from prada_jax.traces import splits
 from prada_jax.traces.loader import load_config_traces
 
 _log = logging.getLogger(__name__)
@@ -67,9 +68,17 @@ def validate_config(config) -> DualConfig:
     cu.check_int(config, "env.num_users", "env.num_servers", minimum=1)
     cu.check_int(config, "env.max_wait_slots", "env.problems", "env.trace_seed", minimum=0)
     cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
+    if "split" in config.env:  # absent from config.json files written before it
+        splits.check_split_name(config.env.split, "config.env.split")
+        if int(config.seed) + 1 >= splits.SEED_RANGE:
+            raise cu.ConfigError(f"config.seed={config.seed}: must be < "
+                                 f"{splits.SEED_RANGE - 1} (the learner's seeds stay in the "
+                                 "seed range of config.env.split)")
     if "scenario" in config.env:  # absent from config.json files written before it
         cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
         cu.check_int(config, "env.scenario_length", minimum=1)
+    if "server_speed" in config.env:  # absent from config.json files written before it
+        cu.check_positive(config, "env.server_speed")
     if "nominate_by" in config.policy:  # absent from config.json files written before it
         cu.check_choice(config, "policy.nominate_by", NOMINATE_BY)
     if not config.env.trace_dir:
@@ -94,6 +103,17 @@ def validate_config(config) -> DualConfig:
         horizon = int(config.train.num_chunks) * int(config.train.rollout_len)
         dcfg = dataclasses.replace(dcfg, average_horizon=horizon)
     return dcfg
+
+
+def learner_seed(config) -> int:
+    """The ``jax.random.key`` seed of the learner's rollouts: ``config.seed`` inside the seed
+    range of the split it learns on (``prada_jax.traces.splits``): validation (the default: the
+    multipliers are a choice) ``VALIDATION_SEED_BASE + seed``, test ``TEST_SEED_BASE + seed``,
+    train / every problem (and configs written before ``env.split``) ``seed``. The duality-gap
+    measurement uses the next seed."""
+    split = config.env.get("split") or splits.ALL
+    base = {"validation": splits.VALIDATION_SEED_BASE, "test": splits.TEST_SEED_BASE}
+    return base.get(split, 0) + int(config.seed)
 
 
 def load_traces(config):
@@ -132,7 +152,8 @@ def build_env_params(config, traces):
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
         max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
-        policy_reward_mode=policy_reward_mode(config), scenario=scn)
+        policy_reward_mode=policy_reward_mode(config), scenario=scn,
+        **scenarios.latency_overrides({"server_speed": e.get("server_speed", 1.0)}))
     return params
 
 
@@ -330,7 +351,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     chunk_fn = cached(("chunk", dcfg, setup.rollout_len, setup.sgd_steps, setup.policy_key),
                       lambda: jax.jit(make_train_chunk(dcfg, setup.policy_fn, setup.rollout_len,
                                                        setup.sgd_steps)))
-    carry = setup.init_carry(int(config.seed))
+    carry = setup.init_carry(learner_seed(config))
     ckpt = Checkpointer(workdir / "checkpoints", save_every=int(config.log.checkpoint_every),
                         max_to_keep=int(config.log.keep_checkpoints))
     try:
@@ -385,7 +406,9 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
         result = {"chunk": stop, "scalars": res.scalars[0] if res.scalars
                   else dict(meta0.get("scalars") or {}), "finished": res.finished,
                   "stopped_by": res.stopped_by, "start_chunk": start,
-                  "dual_state": carry.prices}
+                  "dual_state": carry.prices,
+                  "split": setup.trace_info.get("split", "all"),
+                  "seed_range_start": learner_seed(config)}
         if start == stop and (workdir / files.MULTIPLIERS_FILE).is_file():
             result["multipliers"] = files.load_multipliers(workdir)
         else:
@@ -394,7 +417,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
                 start < stop or not (workdir / files.GAP_FILE).is_file()):
             report = gap.measure_gap(setup.env_params, setup.policy_fn, result["multipliers"],
                                      int(config.eval.gap_slots), int(config.eval.gap_envs),
-                                     seed=int(config.seed) + 1, policy_key=setup.policy_key,
+                                     seed=learner_seed(config) + 1, policy_key=setup.policy_key,
                                      env_chunks=int(config.eval.get("env_chunks", 0)))
             files.save_gap(workdir / files.GAP_FILE, dict(report, scenario=setup.scenario))
             writer.write_scalars(stop * slots_per_chunk,
@@ -411,7 +434,8 @@ def summary_lines(result: dict) -> list[str]:
     head = runloop.status_head(result.get("stopped_by"), bool(result.get("finished")),
                                result.get("start_chunk") == result["chunk"])
     lines = [f"{head}: chunk {result['chunk']}, lambda_s {m.lambda_s:.5f} PRM units/server "
-             f"unit, mu {m.mu * 1e6:.5f} PRM units/MHz"]
+             f"unit, mu {m.mu * 1e6:.5f} PRM units/MHz"
+             + (f" (learned on the {result['split']} split)" if "split" in result else "")]
     if "gap" in result and result.get("stopped_by") not in ("SIGINT", "SIGTERM"):
         g = result["gap"]
         lines.append(f"duality gap (threshold/oracle value, {g['positive_slots']} slots): mean "

@@ -66,6 +66,6 @@ def test_same_outcomes_as_numpy_reference(sched):
     assert _run_pair(sched, CONFIGS["tight"], seed=0) >= 20
 
 
-@pytest.mark.parametrize("sched", ["threshold", "rsd", "random"])
+@pytest.mark.parametrize("sched", ["threshold", "rsd", "random", "threshold_fifo"])
 def test_same_outcomes_priced_config(sched):
     assert _run_pair(sched, CONFIGS["priced"], seed=1) >= 20

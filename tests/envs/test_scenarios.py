@@ -171,3 +171,40 @@ def test_dynamic_scenario_matches_numpy_reference(sched):
         finished += int(d_r.sum())
         m_seen.add(int(info_r["num_servers_t"]))
     assert finished >= 20 and m_seen == {2, 4}
+
+
+def test_binding_presets_state_their_env_and_outage_at_m_ge_2():
+    """outage_burst: M_t drops from 4 to 1 (8 → 2, 2 → 1) for 120 of every 400 slots, and a
+    4× arrival burst starts with each outage; the other binding presets act through their env
+    scalars (scenarios.PRESET_ENV)."""
+    scn = scenarios.preset("outage_burst", 800)
+    t = np.arange(800)
+    out = (t % 400) < 120
+    for m, low in ((4, 1), (8, 2), (2, 1)):
+        p = edge.make_params(TRACES, num_users=U, scenario=scn, num_servers=m)
+        for i in (0, 119, 120, 399, 400, 519, 520):
+            c = jax.device_get(edge.slot_conditions(p, i))
+            assert int(c["num_servers"]) == (low if out[i] else m), (m, i)
+    assert np.all(scn.arrival[(t % 400) == 0] == 4.0) and scn.arrival.min() == pytest.approx(0.6)
+    assert scenarios.preset_env("outage_burst") == {"num_servers": 4}
+    assert scenarios.preset_env("bandwidth_bound") == {"num_servers": 16, "bandwidth_hz": 3e6}
+    assert scenarios.preset_env("nominal") == {}
+    with pytest.raises(scenarios.ScenarioError, match="unknown scenario"):
+        scenarios.preset_env("rush")
+
+
+def test_slow_server_scales_the_server_compute_time():
+    """server_speed 0.1 → the server's peak FLOP/s × 0.1, so its compute delay (latency model,
+    compute-bound) is 10× the default's; an invalid factor names the field."""
+    from prada_jax import latency
+
+    kw = scenarios.latency_overrides(scenarios.preset_env("slow_server"))
+    d = latency.default_latency_params()
+    assert kw["server_peak_flops"] == pytest.approx(0.1 * d.server_peak_flops)
+    slow = latency.default_latency_params(**kw)
+    a = float(latency.server_delay_s(d, 512, 0, 64))
+    b = float(latency.server_delay_s(slow, 512, 0, 64))
+    assert b == pytest.approx(10 * a, rel=1e-3)
+    assert scenarios.latency_overrides({}) == {}
+    with pytest.raises(scenarios.ScenarioError, match="server_speed"):
+        scenarios.latency_overrides({"server_speed": 0.0})

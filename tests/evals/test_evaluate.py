@@ -74,7 +74,8 @@ def test_reductions_match_numpy():
     totals = {k: rng.uniform(1, 10, size=2) for k in (
         "finished", "correct", "latency_s", "processing_s", "communication_s", "queueing_s",
         "offloads", "outages", "steps", "fallbacks", "server_busy", "slots", "arrivals",
-        "blocked", "decisions", "nominations", "queue_len")}
+        "blocked", "decisions", "nominations", "queue_len", "capacity_bound",
+        "bandwidth_bound")}
     totals["latency_hist"] = hist
     m = ev.per_seed_metrics(totals, tau)
     for s in range(2):
@@ -85,6 +86,10 @@ def test_reductions_match_numpy():
                                totals["outages"] / (totals["offloads"] + totals["outages"]))
     np.testing.assert_allclose(m["accuracy"], totals["correct"] / totals["finished"])
     np.testing.assert_allclose(m["queue_len"], totals["queue_len"] / totals["slots"])
+    np.testing.assert_allclose(m["capacity_bound_share"],
+                               totals["capacity_bound"] / totals["slots"])
+    np.testing.assert_allclose(m["bandwidth_bound_share"],
+                               totals["bandwidth_bound"] / totals["slots"])
     empty = dict(totals, finished=np.zeros(2), latency_hist=np.zeros((2, 40)))
     assert np.all(np.isnan(ev.per_seed_metrics(empty, tau)["accuracy"]))
 
@@ -96,3 +101,39 @@ def test_policy_row_needs_policy():
         e.run(ev.PolicySpec("PRADA", "policy", "threshold"))
     with pytest.raises(ValueError, match="warmup_slots"):
         ev.make_evaluator(10, 10)
+
+
+@pytest.mark.parametrize("bandwidth_hz", [2e9, 3e4])
+def test_binding_shares_match_a_manual_rollout(bandwidth_hz):
+    """The evaluator's binding shares equal a plain-Python count over ``edge.step`` infos with
+    the evaluator's key schedule: capacity binds where a request waits with all M_t units
+    busy, bandwidth where one waits with a unit free. Ample bandwidth: it never binds."""
+    import jax
+
+    params = edge.make_params(crafted_traces(), num_users=8, num_servers=2,
+                              bandwidth_hz=bandwidth_hz, arrival_rate_hz=20.0,
+                              snr_threshold_db=-np.inf)
+    T, W, S = 80, 10, 2
+    e = ev.Evaluator(params, seeds=S, num_slots=T, warmup_slots=W)
+    got = e.run(ev.PolicySpec("All-LLM", "always", "offload_all"))
+    p = ev.apply_spec(params, ev.PolicySpec("All-LLM", "always", "offload_all"))
+    step = jax.jit(edge.step)
+    for s in range(S):
+        reset_key, run_key = jax.random.split(jax.random.key(s))
+        obs, state = edge.reset(reset_key, p)
+        cap = bw = 0
+        for t in range(T):
+            _, env_key = jax.random.split(jax.random.fold_in(run_key, t))
+            act = edge.EdgeAction(jnp.ones((8,), jnp.int32),
+                                  jnp.full((8,), p.default_gain, jnp.float32))
+            obs, state, _, _, info = step(env_key, state, act, p)
+            if t < W:
+                continue
+            waits = bool(np.any(np.asarray(info["decision"]) == 1))
+            full = int(info["server_in_use"]) >= int(info["num_servers_t"])
+            cap += waits and full
+            bw += waits and not full
+        assert got["capacity_bound_share"][s] == pytest.approx(cap / (T - W))
+        assert got["bandwidth_bound_share"][s] == pytest.approx(bw / (T - W))
+        if bandwidth_hz > 1e9:
+            assert bw == 0 and cap > 0

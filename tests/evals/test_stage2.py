@@ -105,14 +105,24 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
     out, res = tiny_run
     from evals import suite
 
+    from prada_jax.traces import splits
+
     policy = suite.load_policy(str(out / "pol"))
-    traces = suite.load_traces("gsm8k", 60, int(policy.config.env.trace_seed)
-                               + suite.HELD_OUT_SEED_OFFSET)
+    # The rows run on the test split of the policy's own trace set, with test-range seeds.
+    traces = suite.load_traces("gsm8k", int(policy.config.env.problems),
+                               int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET,
+                               split="test")
+    meta = res["meta"]
+    assert meta["split"] == "test" and meta["choice_split"] == "validation"
+    assert meta["eval_seed_range"][0] == splits.TEST_SEED_BASE
+    assert meta["choice_seed_range"][0] == splits.VALIDATION_SEED_BASE
+    assert meta["traces"]["problems"] == traces.info["problems"] < traces.info["problems_total"]
     params = edge.make_params(traces.traces, num_users=8, num_servers=1, bandwidth_hz=20e6,
                               arrival_rate_hz=12.0,
                               beta=float(policy.config.env.beta), tau_s=0.05,
                               scenario=scenarios.preset("burst", 60))
-    e = ev.Evaluator(params, 3, 60, 10, policy.apply_fn, policy.params)
+    e = ev.Evaluator(params, 3, 60, 10, policy.apply_fn, policy.params,
+                     seed0=splits.TEST_SEED_BASE)
     sched = res["scenarios"]["burst"]["multipliers"]["scheduler"]
     fifo = e.run(ev.PolicySpec("f", "policy", "fifo_greedy"))["objective"]
     zero = e.run(ev.PolicySpec("z", "policy", sched, 0.0, 0.0))["objective"]
@@ -129,12 +139,32 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
         if diff.std(ddof=1) > 0:
             half = sps.t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
             assert got["ci95"] == pytest.approx(half, rel=1e-4)
+    # Power: headroom = no limits − λ=µ=0; MDE of learned − λ=µ=0 by scipy's t quantiles.
+    pw = sc["power"]
+    nolim = np.asarray(sc["per_seed"][stage2.ROW_NOLIM]["objective"])
+    assert pw["headroom"] == pytest.approx(float(np.mean(nolim - np.asarray(zero))), abs=1e-6)
+    sd = max((np.asarray(learned) - np.asarray(zero)).std(ddof=1),
+             (nolim - np.asarray(zero)).std(ddof=1))
+    mde = (sps.t.ppf(0.975, 2) + sps.t.ppf(0.8, 2)) * sd / math.sqrt(3)
+    assert pw["mde"] == pytest.approx(mde, rel=1e-4, abs=1e-9)
+    assert pw["resolvable"] == (pw["mde"] <= pw["headroom"] / 2) and pw["note"]
+    # The ablation row: the value filter with a first-come repair, per seed by evals.evaluate;
+    # the two ablation pairs add up to PRADA (λ=µ=0) − FIFO.
+    filt = e.run(ev.PolicySpec("v", "policy", "threshold_fifo"))["objective"]
+    np.testing.assert_allclose(sc["per_seed"][stage2.ROW_FILTER]["objective"], filt, rtol=1e-6)
+    p = sc["paired"]
+    assert p["filter_minus_fifo"]["objective"]["mean"] + p["zero_minus_filter"]["objective"][
+        "mean"] == pytest.approx(float(np.mean(np.asarray(zero) - np.asarray(fifo))), abs=1e-6)
+    # The reference pair was chosen on validation; the hindsight row on these seeds.
+    assert sc["grid"]["chosen_on"] == "validation" and "hindsight" in sc["grid"]
 
 
 @pytest.mark.parametrize("args,needle", [
     (["--scenarios=nominal,rush"], "--scenarios"), (["--seeds=1"], "--seeds"),
     (["--policy=/nonexistent/x"], "--policy"),
-    (["--dual_overrides=utilisation=2"], "--dual_overrides")])
+    (["--dual_overrides=utilisation=2"], "--dual_overrides"), (["--split=tset"], "--split"),
+    (["--split=validation"], "--split"), (["--budget=0"], "--budget"),
+    (["--budget=1.5"], "--budget"), (["--budget=nan"], "--budget")])
 def test_bad_flags_exit_2_one_line(tmp_path, args, needle):
     out = tmp_path / "o"
     p = subprocess.run([sys.executable, "-m", "evals.stage2", f"--out={out}", *args],
@@ -143,3 +173,54 @@ def test_bad_flags_exit_2_one_line(tmp_path, args, needle):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0]
     assert not out.exists()
+
+
+class _FakeRunner:
+    """Stands in for ``stage2.Runner``: per-seed metrics from a closed form in λ_s (objective
+    peaks at λ_s = 0.1; utilisation falls with λ_s), so the row logic runs without an env."""
+    screen = "policy"
+
+    def __init__(self, shift=0.0):
+        self.shift = shift
+
+    def _m(self, lam):
+        seeds = np.arange(3.0)
+        obj = 0.5 - (np.log10(max(lam, 1e-4)) + 1.0) ** 2 / 100 + self.shift + 0.001 * seeds
+        util = np.full(3, 0.6 / (1.0 + 10 * lam))
+        return {k: obj if k == "objective" else (util if k == "server_util" else obj * 0)
+                for k in stage2.METRICS}
+
+    def run_prada(self, sched, lam, mu):
+        return self._m(float(lam))
+
+    def run(self, spec):
+        return self._m(0.0)
+
+    def run_grid(self, sched, lams, mus, budget=None):
+        out = np.array([self._m(float(la))["objective"] for la in lams])
+        if budget is not None:
+            util = np.array([self._m(float(la))["server_util"].mean() for la in lams])
+            out[util > budget] = np.nan
+        return out
+
+
+def test_evaluate_scenario_rows_hindsight_and_budget_flags():
+    grid_kw = dict(lam=(0.0, 0.01, 0.1, 1.0), mu_per_mhz=(0.0,), fine=False)
+    res = stage2.evaluate_scenario(_FakeRunner(), 4, (0.05, 0.0), None, None, grid_kw,
+                                   log=lambda *a: None, choice_runner=_FakeRunner(0.01),
+                                   hindsight=False)
+    assert stage2.ROW_HINDSIGHT not in res["per_seed"] and "hindsight" not in res["grid"]
+    assert res["grid"]["chosen_on"] == "validation" and res["grid"]["best"]["lambda_s"] == 0.1
+    # A cap only λ_s = 1 meets (util 0.6/11 ≈ 0.055): the best feasible pair is λ_s = 1.
+    res = stage2.evaluate_scenario(_FakeRunner(), 4, (0.05, 0.0), None, None, grid_kw,
+                                   log=lambda *a: None, choice_runner=_FakeRunner(),
+                                   hindsight=True, budget=0.06)
+    assert res["grid"]["best"]["lambda_s"] == 1.0 and res["grid"]["budget_feasible"]
+    assert res["grid"]["hindsight"]["best"]["lambda_s"] == 1.0
+    # No pair meets it: said so.
+    res = stage2.evaluate_scenario(_FakeRunner(), 4, (0.05, 0.0), None, None, grid_kw,
+                                   log=lambda *a: None, choice_runner=_FakeRunner(),
+                                   budget=0.01)
+    assert res["grid"]["budget_feasible"] is False
+    rep = stage2.budget_report(res["per_seed"], 0.01)
+    assert stage2.ROW_NOLIM not in rep["occupancy"] and not any(rep["meets"].values())

@@ -91,3 +91,33 @@ def test_to_json_dict_is_strict_json_with_none_where_undefined():
     np.testing.assert_allclose([d["ci_low"], d["ci_high"]], [lo, hi], rtol=1e-9)
     assert stats.finite_or_none(float("inf")) is None and stats.finite_or_none(3) == 3
     assert stats.finite_or_none(float("nan")) is None and stats.finite_or_none("nan") == "nan"
+
+
+@pytest.mark.parametrize("n", [3, 5, 8, 16, 40])
+def test_min_detectable_effect_matches_scipy(n):
+    """MDE = (t_{.975, n-1} + t_{.8, n-1}) · sd / sqrt(n) with scipy's quantiles, and the exact
+    power of the two-sided paired t-test at that effect (scipy's noncentral t) is ≈ 80%."""
+    sd = 0.013
+    got = stats.min_detectable_effect(sd, n)
+    df = n - 1
+    want = (sps.t.ppf(0.975, df) + sps.t.ppf(0.8, df)) * sd / np.sqrt(n)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    crit = sps.t.ppf(0.975, df)
+    nc = got / sd * np.sqrt(n)
+    power = sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc)
+    assert abs(power - 0.8) < (0.03 if n >= 5 else 0.06), power
+    # Half the effect is detected far less often: the formula is not a constant.
+    nc2 = nc / 2
+    assert sps.nct.sf(crit, df, nc2) + sps.nct.cdf(-crit, df, nc2) < 0.45
+
+
+def test_paired_mde_uses_the_sd_of_the_differences():
+    rng = np.random.default_rng(0)
+    base = rng.normal(0.5, 0.1, 8)
+    a = base + rng.normal(0.01, 0.004, 8)
+    d = a - base
+    np.testing.assert_allclose(stats.paired_mde(a, base),
+                               stats.min_detectable_effect(d.std(ddof=1), 8), rtol=1e-12)
+    assert np.isnan(stats.paired_mde([1.0], [0.0]))
+    with pytest.raises(ValueError):
+        stats.min_detectable_effect(1.0, 8, power=1.0)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from prada_jax import config_utils
+from prada_jax.errors import BadInput
 from prada_jax.stage2 import files, problem, trainer
+from prada_jax.traces import splits
 from prada_jax.configs import dual as dual_configs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +33,9 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
     assert (tmp_path / "split/checkpoints/1").is_dir()
     r2 = trainer.train_and_evaluate(cfg, tmp_path / "split")
     assert r2["chunk"] == 2
+    # The multipliers are a choice: learned on the validation split with validation seeds.
+    assert r2["split"] == "validation"
+    assert r2["seed_range_start"] == splits.VALIDATION_SEED_BASE + cfg.seed
     # Straight run in another folder: identical multipliers (same seed, exact resume).
     r3 = trainer.train_and_evaluate(cfg, tmp_path / "straight")
     assert r2["multipliers"] == r3["multipliers"]
@@ -79,8 +84,9 @@ def test_load_multipliers_errors_name_the_file(tmp_path):
 
 @pytest.mark.parametrize("field,value", [("env.num_servers", "0"), ("dual.mode", "adam"),
                                          ("train.num_envs", "0"),
-                                         ("dual.temperature", "-1.0")],
-                         ids=["servers", "mode", "envs", "temperature"])
+                                         ("dual.temperature", "-1.0"),
+                                         ("env.split", "tset"), ("seed", "999999")],
+                         ids=["servers", "mode", "envs", "temperature", "split", "seed"])
 def test_bad_config_is_refused_naming_the_field(tmp_path, field, value):
     cfg = dual_configs.get_config("smoke")
     node = cfg
@@ -88,8 +94,24 @@ def test_bad_config_is_refused_naming_the_field(tmp_path, field, value):
     for p in parents:
         node = node[p]
     node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], str) else value
-    with pytest.raises(config_utils.ConfigError, match=f"config.{field}"):
+    with pytest.raises(BadInput, match=f"config.{field}"):
         trainer.train_and_evaluate(cfg, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_learner_seed_lies_in_the_range_of_its_split():
+    """Validation (default) and test learners draw from their own seed ranges, disjoint from
+    the training seeds [0, 1e6) of train.ppo (prada_jax.traces.splits)."""
+    cfg = dual_configs.get_config("smoke")
+    assert cfg.env.split == "validation"
+    cfg.seed = 7
+    assert trainer.learner_seed(cfg) == splits.VALIDATION_SEED_BASE + 7
+    for split, base in (("test", splits.TEST_SEED_BASE), ("train", 0), ("all", 0)):
+        cfg.env.split = split
+        assert trainer.learner_seed(cfg) == base + 7
+    lo, hi = splits.VALIDATION_SEED_BASE, splits.TEST_SEED_BASE
+    cfg.env.split = "validation"
+    assert lo <= trainer.learner_seed(cfg) and trainer.learner_seed(cfg) + 1 < hi
 
 
 # (M = 0 through train.dual: tests/test_cli_errors.py, which also runs its real entry)

@@ -28,6 +28,9 @@ def test_settings_modes():
     assert "nominal" in demo["stage2"]["scenarios"] and "burst" in demo["stage2"]["scenarios"]
     assert max(demo["sweep"]["lam"]) >= 16 and demo["sweep"]["num_users"] >= 48
     assert smoke["stage2"] is None
+    # Issue 23: tables on test, choices (critic refit, dual learner) on validation.
+    for s in (demo, smoke, full):
+        assert s["split"] == "test" and s["choice_split"] == "validation"
     with pytest.raises(ValueError, match="mode"):
         tm.settings_for("huge")
 
@@ -94,8 +97,24 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
     for f in ("results.json", "results.csv", "table.txt", "accuracy.png"):
         assert (table / f).is_file(), f
     res = json.loads((table / "results.json").read_text())
-    assert {"All-SLM", "All-LLM", "RSD (online PRM)", "PRADA (λ=µ=0)"} <= set(res["policies"])
+    assert {"All-SLM", "All-LLM", "Draft then LLM (recompute)", "RSD (online PRM)",
+            "PRADA (λ=µ=0)"} <= set(res["policies"])
     assert res["meta"]["traces"]["synthetic"] is True
+    # The table is on the test split (problems the policy never trained on, test seeds), the
+    # headline against the paper's All-LLM (the server LLM alone).
+    from prada_jax.traces import splits
+    meta = res["meta"]
+    assert meta["split"] == "test" and meta["traces"]["split"] == "test"
+    assert meta["eval_seed_range"][0] == splits.TEST_SEED_BASE
+    assert meta["traces"]["problems"] < meta["traces"]["problems_total"] == 60
+    assert res["headline"]["reference"] == "All-LLM"
+    assert "Benchmark table on the test split" in out and "test split (" in out
+    # Choices on validation: the dual learner's traces and the critic refit's judged split.
+    dual = json.loads((work / "dual" / "gsm8k" / "multipliers.json").read_text())
+    assert dual["scenario"]["traces"]["split"] == "validation"
+    critic = json.loads((work / "critic" / "gsm8k" / "critic_check.json").read_text())
+    assert critic["split"] == "validation"
+    assert "on the validation split" in out
     assert any((work / "sweep" / "gsm8k").glob("delays_vs_M_*.png"))
     assert (work / "calibration" / "calibration_reliability.png").is_file()
     assert (work / "ppo" / "gsm8k" / "checkpoints").is_dir()

@@ -38,6 +38,12 @@ def test_refit_command_writes_a_loadable_policy_with_the_same_actor(tmp_path):
     assert set(rep["before"]) >= {"greedy", "sampling"} and set(rep["after"]) >= {"greedy"}
     assert rep["before"]["unfinished"] == 0 and rep["reward_mode"] == "coarse"
     assert rep["before"]["greedy"]["n"] == 200
+    # Judged (and early-stopped) on the validation split with validation seeds; the MC
+    # regression targets on the policy's training problems.
+    from prada_jax.traces import splits
+    assert rep["split"] == "validation" and rep["refit"]["held_out_split"] == "validation"
+    assert rep["judge_seed0"] == splits.VALIDATION_SEED_BASE + rep["seed"]
+    assert 0 < rep["judge_problems"] < rep["traces"]["problems_total"]
     assert (outs[0] / "critic_check.json").read_text() == \
         (outs[1] / "critic_check.json").read_text()      # same seed → same numbers
 
@@ -57,3 +63,12 @@ def test_refit_command_writes_a_loadable_policy_with_the_same_actor(tmp_path):
     (junk / "x.txt").write_text("x")
     p = _run(["train.critic_refit", f"--policy={ppo}", f"--out={junk}"], REPO)
     assert p.returncode == 2 and "--out=" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_split_is_refused_before_anything_is_written(tmp_path):
+    from prada_jax.errors import BadInput
+    from prada_jax.rl import critic_refit
+
+    with pytest.raises(BadInput, match="--split=tset"):
+        critic_refit.check_and_refit(str(tmp_path / "ppo"), str(tmp_path / "out"), split="tset")
+    assert not (tmp_path / "out").exists()

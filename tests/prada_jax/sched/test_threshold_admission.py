@@ -184,7 +184,7 @@ def test_registry_names_the_rule_once():
     """The threshold rule is registered once, under ``threshold`` (the old alias
     ``threshold_admission`` is gone); the paper schedulers keep their indices."""
     assert registry.SCHEDULER_NAMES == ("keep_local", "offload_all", "random", "fifo_greedy",
-                                        "threshold", "rsd")
+                                        "threshold", "rsd", "threshold_fifo")
     assert len(registry.SCHEDULERS) == len(registry.SCHEDULER_NAMES)
     assert registry.SCHEDULERS[registry.THRESHOLD_INDEX] is sched.threshold_decide
     with pytest.raises(ValueError, match="scheduler must be one of"):

@@ -1,0 +1,84 @@
+"""A long-run occupancy budget: the default constant learner (averaged subgradient) meets an
+operator's cap on average server occupancy, at the price a brute-force search over constant
+prices finds; λ = 0 violates it. The budget check of ``evals.stage2`` (bad values name the flag)
+and its per-row report against NumPy."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evals import stage2
+from prada_jax.errors import BadInput
+from prada_jax.stage2 import learner, problem
+
+N, SLOTS, M = 12, 128, 2.0
+
+
+def _batch(key):
+    """Skewed values (w ~ N(0.1, 0.2)), service times of 1-6 slots, 70% of candidates fresh,
+    M = 2 units: at λ = 0 about 8 of 12 candidates ask each slot, far over any cap below 1."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    w = 0.1 + 0.2 * jax.random.normal(k1, (SLOTS, N))
+    work = jax.random.randint(k2, (SLOTS, N), 1, 7).astype(jnp.float32)
+    fresh = jax.random.uniform(k3, (SLOTS, N)) < 0.7
+    ones = jnp.ones((SLOTS, N), bool)
+    return problem.make_batch(w, w - 0.05, jnp.zeros((SLOTS, N)), ones, jnp.full((SLOTS,), M),
+                              jnp.full((SLOTS,), 1e12), work=work, fresh=fresh,
+                              capacity_units=jnp.full((SLOTS,), M),
+                              capacity_bw=jnp.full((SLOTS,), 1e12))
+
+
+def _occupancy_fn(batches):
+    """Long-run occupancy (busy units / M) the constraint counts at constant prices λ [G]:
+    admitted fresh nominations per slot × k̄ / M_t, over many slots (NumPy; a request is
+    admitted iff w − λ ≥ 0)."""
+    w = np.concatenate([np.asarray(b.w)[np.asarray(b.fresh)] for b in batches])
+    work = np.concatenate([np.asarray(b.work)[np.asarray(b.fresh)] for b in batches])
+    slots = SLOTS * len(batches)
+    kbar = max(work.mean(), 1.0)
+    ws = np.sort(w)
+    return lambda lam: (ws.size - np.searchsorted(ws, np.asarray(lam), side="left")) \
+        / slots * kbar / M
+
+
+@pytest.mark.parametrize("cap", [0.3, 0.6])
+def test_learner_meets_the_budget_at_the_brute_force_price(cap):
+    steps = 600
+    cfg = learner.DualConfig(mode="subgradient", step_size=0.05, decay_steps=50.0,
+                             utilisation=cap, average_tail=0.5, average_horizon=steps)
+    state = learner.init(cfg)
+
+    def body(s, key):
+        _, s = learner.update(s, _batch(key), cfg)
+        return s, None
+
+    keys = jax.random.split(jax.random.key(0), steps)
+    state, _ = jax.jit(lambda s, k: jax.lax.scan(body, s, k))(state, keys)
+    lam = float(learner.export_multipliers(state, cfg).lambda_s)
+    # Brute force on 200 fresh batches (25 600 slots; the occupancy's standard error there is
+    # under 1% of the cap): the smallest constant price whose occupancy is within the cap.
+    occupancy = _occupancy_fn([_batch(k) for k in jax.random.split(jax.random.key(123), 200)])
+    grid = np.linspace(0.0, 1.0, 2001)
+    best = grid[np.argmax(occupancy(grid) <= cap)]
+    assert occupancy(0.0) > 1.3 * cap                 # no price: the cap is violated
+    assert abs(lam - best) < 0.01, (lam, best)
+    assert occupancy(lam) <= cap * 1.02               # met within 2%
+    assert occupancy(lam) >= cap * 0.95               # and not by starving the server
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), float("inf"), "x"])
+def test_bad_budget_names_the_flag(bad):
+    with pytest.raises(BadInput, match="--budget"):
+        stage2.check_budget(bad)
+    assert stage2.check_budget(1.0) == 1.0
+
+
+def test_budget_report_against_numpy():
+    rng = np.random.default_rng(0)
+    per = {r: {"server_util": rng.uniform(0.2, 0.6, 5)} for r in ("a", "b", "c")}
+    per["b"]["server_util"][:] = 0.4 * 1.019
+    rep = stage2.budget_report(per, 0.4)
+    for r, m in per.items():
+        assert rep["occupancy"][r] == pytest.approx(m["server_util"].mean())
+        assert rep["meets"][r] == (m["server_util"].mean() <= 0.4 * 1.02)
+    assert rep["meets"]["b"] and rep["cap"] == 0.4
