@@ -333,6 +333,9 @@ CASES: list[Case] = [
     Case("benchmarks.env_throughput", ("--num_users=x", "--json={out}"), r"--num_users"),
     Case("benchmarks.roofline", ("--num_envs=0", "--json={out}"), r"--num_envs"),
     Case("benchmarks.distill_seeds", ("--num_seeds=0", "--json={out}"), r"--num_seeds"),
+    Case("benchmarks.distill_bucket", ("--pairs=0", "--json={out}"), r"--pairs"),
+    Case("benchmarks.distill_bucket", ("--modes=offline,sideways", "--json={out}"), r"--modes"),
+    Case("benchmarks.distill_opd_pilot", ("--latency_s=-1", "--json={out}"), r"--latency_s"),
 ]
 
 

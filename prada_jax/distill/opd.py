@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 from flax import nnx
 
-from prada_jax.distill.task import common
+from prada_jax.lm.sampling import contexts_generate_fn
 
 # per-update cost counters of every on-policy / OPD / offline update (trainer: ``cost/*``)
 COUNTS = ("supervised_turns", "student_tokens", "teacher_tokens_scored",
@@ -71,7 +71,7 @@ def student_generate_fn(graphdef, params, key, *, batch: int, context_len: int,
     """The student as a task agent: ``contexts (list of token lists) -> actions``, sampled at
     static shapes [batch, context_len] (longer contexts keep their last ``context_len`` tokens;
     missing rows are dummies), call c of the function with key ``fold_in(key, c)``."""
-    return common.flax_generate_fn(
+    return contexts_generate_fn(
         nnx.merge(graphdef, params), pad_id=pad_id, stop_ids=stop_ids, batch=batch,
         context_len=context_len, max_new_tokens=max_new_tokens, temperature=temperature,
         top_p=top_p, key=key, first_call=0)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -147,3 +147,37 @@ def truncate_at_stop_strings(tokenizer, tokens, lengths, stop_strings: Sequence[
                 out[b] = n
                 break
     return out
+
+
+def contexts_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], batch: int,
+                         context_len: int, max_new_tokens: int, temperature: float = 0.0,
+                         top_p: float = 1.0, key=None, first_call: int = 1
+                         ) -> Callable[[list[list[int]]], list[list[int]]]:
+    """``contexts (lists of token ids) -> generated token lists`` with the Flax LM
+    (:func:`generate`) at static shapes [batch, context_len] tokens (longer contexts keep their last tokens; partial
+    batches are padded with dummy rows), so one program serves a whole evaluation; greedy when
+    ``temperature`` is 0 (else nucleus sampling at ``top_p``); stops at any of ``stop_ids``.
+    Call c of the function (counting from ``first_call``) samples with ``fold_in(key, c)``."""
+    key = jax.random.key(0) if key is None else key
+    calls = [0]
+
+    def fn(contexts: list[list[int]]) -> list[list[int]]:
+        out = []
+        for s in range(0, len(contexts), batch):
+            chunk = contexts[s:s + batch]
+            ids = np.full((batch, context_len), pad_id, np.int32)
+            mask = np.zeros((batch, context_len), np.int32)
+            for b in range(batch):
+                c = chunk[b][-context_len:] if b < len(chunk) else [pad_id]
+                ids[b, context_len - len(c):] = c
+                mask[b, context_len - len(c):] = 1
+            toks, _, lens = generate(model, ids, mask,
+                                     key=jax.random.fold_in(key, first_call + calls[0]),
+                                     max_new_tokens=max_new_tokens, temperature=temperature,
+                                     top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id)
+            calls[0] += 1
+            toks, lens = np.asarray(toks), np.asarray(lens)
+            out += [toks[b, :lens[b]].tolist() for b in range(len(chunk))]
+        return out
+
+    return fn

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-import numpy as np
 
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 TOKEN_PATTERN = r"</?[a-z]+>|."
@@ -86,42 +85,6 @@ def build_tokenizer(token_id: Mapping[str, int], task_name: str):
 
 
 # --- Flax generation ----------------------------------------------------------------------------
-
-def flax_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], batch: int,
-                     context_len: int, max_new_tokens: int, temperature: float = 0.0,
-                     top_p: float = 1.0, key=None, first_call: int = 1) -> GenerateFn:
-    """Batched action generation with the Flax LM (:func:`prada_jax.lm.sampling.generate`) at
-    static shapes [batch, context_len] tokens (longer contexts keep their last tokens; partial
-    batches are padded with dummy rows), so one program serves a whole evaluation; greedy when
-    ``temperature`` is 0 (else nucleus sampling at ``top_p``); stops at any of ``stop_ids``.
-    Call c of the function (counting from ``first_call``) samples with ``fold_in(key, c)``."""
-    import jax
-
-    from prada_jax.lm.sampling import generate
-    key = jax.random.key(0) if key is None else key
-    calls = [0]
-
-    def fn(contexts: list[list[int]]) -> list[list[int]]:
-        out = []
-        for s in range(0, len(contexts), batch):
-            chunk = contexts[s:s + batch]
-            ids = np.full((batch, context_len), pad_id, np.int32)
-            mask = np.zeros((batch, context_len), np.int32)
-            for b in range(batch):
-                c = chunk[b][-context_len:] if b < len(chunk) else [pad_id]
-                ids[b, context_len - len(c):] = c
-                mask[b, context_len - len(c):] = 1
-            toks, _, lens = generate(model, ids, mask,
-                                     key=jax.random.fold_in(key, first_call + calls[0]),
-                                     max_new_tokens=max_new_tokens, temperature=temperature,
-                                     top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id)
-            calls[0] += 1
-            toks, lens = np.asarray(toks), np.asarray(lens)
-            out += [toks[b, :lens[b]].tolist() for b in range(len(chunk))]
-        return out
-
-    return fn
-
 
 # --- PyTorch teacher ------------------------------------------------------------------------------
 

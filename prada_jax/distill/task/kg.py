@@ -53,6 +53,7 @@ import numpy as np
 
 from prada_jax.distill.task import common
 from prada_jax.distill.task.common import EpisodeResult, GenerateFn, ToolCounter
+from prada_jax.lm.sampling import contexts_generate_fn
 
 ENTITIES: tuple[str, ...] = tuple("ABCDEFGHIJKLMNOP")
 LINKS: tuple[str, ...] = ("a", "b", "c", "d")
@@ -284,8 +285,8 @@ def flax_generate_fn(model, *, batch: int = 64, context_len: int = 128,
     """Batched action generation with the Flax LM (:func:`prada_jax.lm.sampling.generate`) at
     static shapes [batch, context_len] tokens (longer contexts keep their last tokens; partial
     batches are padded with dummy rows); greedy when ``temperature`` is 0; stops at
-    ``</call>`` or ``</ans>`` (:func:`.common.flax_generate_fn`)."""
-    return common.flax_generate_fn(model, pad_id=PAD_ID, stop_ids=STOP_IDS, batch=batch,
+    ``</call>`` or ``</ans>`` (:func:`prada_jax.lm.sampling.contexts_generate_fn`)."""
+    return contexts_generate_fn(model, pad_id=PAD_ID, stop_ids=STOP_IDS, batch=batch,
                                    context_len=context_len, max_new_tokens=max_new_tokens,
                                    temperature=temperature, key=key)
 

@@ -97,7 +97,8 @@ def test_seeds_summary_ci_matches_scipy_on_spread_values():
     from prada_jax.distill.trainer import seeds_summary
     after = [0.25, 0.5, 0.375, 0.75, 0.0]
     before = [0.0, 0.125, 0.0, 0.0, 0.0]
-    per = [{"before": {"success_rate": b}, "after": {"success_rate": a}, "update_s_median": 0.1}
+    per = [{"before": {"success_rate": b}, "after": {"success_rate": a}, "update_s_median": 0.1,
+            "cost": {}}
            for a, b in zip(after, before)]
     run = SimpleNamespace(seed_results=per, num_seeds=5, seeds=list(range(5)),
                           config=SimpleNamespace(mode="offline",

@@ -13,7 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from prada_jax.distill.task import arith, common
+from prada_jax.distill.task import arith
+from prada_jax.lm.sampling import contexts_generate_fn
 
 
 def flax_generate_fn(model, *, batch: int = 64, context_len: int = 96,
@@ -22,8 +23,8 @@ def flax_generate_fn(model, *, batch: int = 64, context_len: int = 96,
     """Batched action generation with the Flax LM at static shapes [batch, context_len]
     (contexts longer than ``context_len`` keep their last tokens; partial batches are padded
     with dummy rows), so one program serves a whole evaluation
-    (:func:`..common.flax_generate_fn`)."""
-    return common.flax_generate_fn(model, pad_id=arith.PAD_ID, stop_ids=arith.STOP_IDS,
+    (:func:`prada_jax.lm.sampling.contexts_generate_fn`)."""
+    return contexts_generate_fn(model, pad_id=arith.PAD_ID, stop_ids=arith.STOP_IDS,
                                    batch=batch, context_len=context_len,
                                    max_new_tokens=max_new_tokens, temperature=temperature,
                                    key=key)
