@@ -23,13 +23,17 @@ minibatches) on ``envs.single_agent.make_gymnax("CartPole-v1")``, then the jitte
 
 Both are compiled first (compile excluded); then each repeat runs one whole training of each
 arm from a fresh state, alternating which arm goes first, and times it with the wall clock and
-the process CPU clock. Reported: env steps/s of both (medians), the median of the per-pair
-ratios learner / reference, and each arm's final return (mean return of the episodes that
-finished in the last 10 updates of the last repeat). The machine may be shared: pairs are
-alternated tightly so load changes hit both arms alike; read the ratio, not the rates.
+the process CPU clock (``time.process_time``, all threads of the process). Reported: env
+steps/s of both (medians), the speed ratio learner / reference of every pair by wall time
+and by CPU time with their medians and ranges, the ratio of each arm's least CPU time over
+the pairs, and each arm's final return (mean return of the episodes that finished in the
+last 10 updates; of the last pair, and of every pair in the JSON). The machine may be
+shared: pairs are alternated tightly so load changes hit both arms alike, and CPU time is
+less disturbed by other processes than wall time; read the ratios, not the rates.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import NamedTuple
@@ -277,19 +281,30 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
             w, c, out = timed(fn)
             row[name] = {"wall_s": w, "cpu_s": c, "final_return": _final_return(*out)}
         rows.append(row)
+    arms = ("learner", "reference")
     ratios = [r["reference"]["wall_s"] / r["learner"]["wall_s"] for r in rows]
     ratios_cpu = [r["reference"]["cpu_s"] / r["learner"]["cpu_s"] for r in rows]
-    med = {a: statistics.median(r[a]["wall_s"] for r in rows) for a in ("learner", "reference")}
+    med = {a: statistics.median(r[a]["wall_s"] for r in rows) for a in arms}
+    cpu_min = {a: min(r[a]["cpu_s"] for r in rows) for a in arms}
+    returns = {a: [r[a]["final_return"] for r in rows] for a in arms}
     return {
         "env": "CartPole-v1", "env_steps": steps, "updates": updates, "pairs": pairs,
         "learner_env_steps_per_s": steps / med["learner"],
         "reference_env_steps_per_s": steps / med["reference"],
+        # learner speed / reference speed (> 1: the learner is faster), per pair
         "ratio_paired_median": statistics.median(ratios),
         "ratio_paired_min": min(ratios), "ratio_paired_max": max(ratios),
         "ratio_cpu_paired_median": statistics.median(ratios_cpu),
+        "ratio_cpu_paired_min": min(ratios_cpu), "ratio_cpu_paired_max": max(ratios_cpu),
+        # the least CPU time of each arm over the pairs (the run least disturbed by load)
+        "ratio_cpu_min_times": cpu_min["reference"] / cpu_min["learner"],
+        "learner_cpu_s_min": cpu_min["learner"], "reference_cpu_s_min": cpu_min["reference"],
         "learner_final_return": rows[-1]["learner"]["final_return"],
         "reference_final_return": rows[-1]["reference"]["final_return"],
+        "learner_final_returns": returns["learner"],
+        "reference_final_returns": returns["reference"],
         "learner_compile_s": learner_compile, "reference_compile_s": ref_compile,
+        "load_avg_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "rows": rows,
     }
 
@@ -301,7 +316,9 @@ def format_result(r: dict) -> str:
             f"{r['learner_final_return']:.1f}\n"
             f"  reference {r['reference_env_steps_per_s']:.4g} env steps/s, final return "
             f"{r['reference_final_return']:.1f}\n"
-            f"  learner / reference: {r['ratio_paired_median']:.3f}x (median of pairs, wall; "
-            f"range {r['ratio_paired_min']:.3f}-{r['ratio_paired_max']:.3f}; CPU time "
-            f"{r['ratio_cpu_paired_median']:.3f}x)")
+            f"  learner / reference speed, median of the {r['pairs']} per-pair ratios: wall "
+            f"{r['ratio_paired_median']:.3f}x (range {r['ratio_paired_min']:.3f}-"
+            f"{r['ratio_paired_max']:.3f}), CPU time {r['ratio_cpu_paired_median']:.3f}x "
+            f"(range {r['ratio_cpu_paired_min']:.3f}-{r['ratio_cpu_paired_max']:.3f}); "
+            f"least CPU times {r['ratio_cpu_min_times']:.3f}x")
 

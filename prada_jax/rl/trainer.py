@@ -226,7 +226,10 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
 
     ``ppo.decision_only`` None (the default) is taken from the env: True only when it
     declares ``sparse_decisions`` (the edge env does); a chunk whose decisions overflow the
-    buffer stops the run (``check_decision_overflow``).
+    buffer stops the run (``check_decision_overflow``). The decision rate is not measured:
+    an undeclared env trains on every sample (every decision counts at any rate) and a wrong
+    declaration stops the run, so no decision is ever dropped silently (README "Your own
+    env").
     """
     from envs import single_agent
 
@@ -380,10 +383,12 @@ def _place_on_mesh(config, states):
 
 def observational_fields(config) -> tuple[str, ...]:
     """Config fields that may change when a run is resumed (they only extend or observe it):
-    the ``log`` section and, with a constant learning rate, ``ppo.total_env_steps`` (the
-    linear/cosine schedules are laid out over the total, so there it changes the computation).
-    Everything else is compared with the stored ``config.json`` (``prada_jax.run_state``)."""
-    fields = ["log.*"]
+    the ``log`` section, ``ppo.diagnostics`` (it only adds or leaves out logged metrics; the
+    training is bit-identical) and, with a constant learning rate, ``ppo.total_env_steps``
+    (the linear/cosine schedules are laid out over the total, so there it changes the
+    computation). Everything else is compared with the stored ``config.json``
+    (``prada_jax.run_state``)."""
+    fields = ["log.*", "ppo.diagnostics"]
     if config.ppo.lr_schedule == "constant":
         fields.append("ppo.total_env_steps")
     return tuple(fields)
