@@ -26,14 +26,16 @@ arm from a fresh state, alternating which arm goes first, and times it with the 
 the process CPU clock (``time.process_time``, all threads of the process). Reported: env
 steps/s of both (medians), the speed ratio learner / reference of every pair by wall time
 and by CPU time with their medians and ranges, the ratio of each arm's least CPU time over
-the pairs, and each arm's final return (mean return of the episodes that finished in the
-last 10 updates; of the last pair, and of every pair in the JSON). The machine may be
+the pairs, each arm's final return (mean return of the episodes that finished in the
+last 10 updates; of the last pair, and of every pair in the JSON), and the executed HLO ops
+per update of both compiled programs (``executed_hlo_ops``). The machine may be
 shared: pairs are alternated tightly so load changes hit both arms alike, and CPU time is
 less disturbed by other processes than wall time; read the ratios, not the rates.
 """
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
 from typing import NamedTuple
@@ -43,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-__all__ = ["RefConfig", "reference_train", "learner_setup", "run"]
+__all__ = ["RefConfig", "reference_train", "learner_setup", "run", "executed_hlo_ops"]
 
 
 class RefConfig(NamedTuple):
@@ -227,6 +229,47 @@ def _final_return(ep_sum, ep_n, last: int = 10) -> float:
     return float(s / n) if n else float("nan")
 
 
+_FREE_OPS = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}
+
+
+def executed_hlo_ops(hlo_text: str) -> int:
+    """Operations one call of a compiled program executes: the top-level instructions of the
+    optimised HLO (``compiled.as_text()``; fusions count once, parameter / tuple / constant /
+    bitcast not at all), each inside a ``while`` body multiplied by the loop's known trip
+    count (nested loops multiply). A proxy for the per-call dispatch work of XLA's CPU
+    runtime, which dominates at CartPole's tiny array sizes; not a FLOP count."""
+    comps: dict[str, list[str]] = {}
+    entry, cur = None, None
+    for line in hlo_text.splitlines():
+        m = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if m and not line.startswith(" "):
+            cur = m.group(2)
+            comps[cur] = []
+            entry = cur if m.group(1) else entry
+        elif line.startswith("}"):
+            cur = None
+        elif cur is not None:
+            comps[cur].append(line)
+
+    def count(name: str) -> int:
+        total = 0
+        for line in comps.get(name, ()):
+            m = re.match(r"\s*(ROOT )?%?[\w.\-]+ = .*? ([a-z][\w\-]*)\(", line)
+            if not m or m.group(2) in _FREE_OPS:
+                continue
+            total += 1
+            if m.group(2) == "while":
+                body = re.search(r"body=%?([\w.\-]+)", line).group(1)
+                trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+                total += (int(trips.group(1)) if trips else 1) * count(body)
+            elif m.group(2) == "call":
+                callee = re.search(r"to_apply=%?([\w.\-]+)", line)
+                total += count(callee.group(1)) if callee else 0
+        return total
+
+    return count(entry) if entry else 0
+
+
 def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
         seed: int = 0) -> dict:
     """Alternated pairs of whole trainings (learner vs reference), compile excluded."""
@@ -251,6 +294,8 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
     states = init(keys)
     chunk_c = chunk.lower(states, setup.env_params).compile()
     learner_compile = time.perf_counter() - t
+    ops_per_update = {"learner": executed_hlo_ops(chunk_c.as_text()) / updates_per_chunk,
+                      "reference": executed_hlo_ops(ref_c.as_text()) / updates}
 
     def learner_once():
         st = init(keys)
@@ -304,6 +349,8 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
         "learner_final_returns": returns["learner"],
         "reference_final_returns": returns["reference"],
         "learner_compile_s": learner_compile, "reference_compile_s": ref_compile,
+        "learner_hlo_ops_per_update": ops_per_update["learner"],
+        "reference_hlo_ops_per_update": ops_per_update["reference"],
         "load_avg_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "rows": rows,
     }
@@ -320,5 +367,8 @@ def format_result(r: dict) -> str:
             f"{r['ratio_paired_median']:.3f}x (range {r['ratio_paired_min']:.3f}-"
             f"{r['ratio_paired_max']:.3f}), CPU time {r['ratio_cpu_paired_median']:.3f}x "
             f"(range {r['ratio_cpu_paired_min']:.3f}-{r['ratio_cpu_paired_max']:.3f}); "
-            f"least CPU times {r['ratio_cpu_min_times']:.3f}x")
+            f"least CPU times {r['ratio_cpu_min_times']:.3f}x\n"
+            f"  executed HLO ops per update (executed_hlo_ops): learner "
+            f"{r['learner_hlo_ops_per_update']:.0f}, reference "
+            f"{r['reference_hlo_ops_per_update']:.0f}")
 

@@ -152,3 +152,23 @@ def test_diagnostics_may_change_on_resume_and_old_runs_lack_it(tmp_path):
     other = _toy_config(diagnostics=False, lr=1e-2)    # a computational field still refused
     with pytest.raises(run_state.ConfigMismatch):
         run_state.check_resume(other, tmp_path, trainer.observational_fields(other))
+
+
+def test_executed_hlo_ops_multiplies_loop_bodies_by_their_trip_counts():
+    """The benchmark's op count: one more iteration of a scan adds the same number of ops
+    every time (linear in the trip count), and an outer loop of 3 triples an inner loop's."""
+    from benchmarks.ppo_gymnax import executed_hlo_ops
+
+    def body(c, _):
+        return jnp.tanh(c @ c) + jnp.sin(c), None
+
+    def ops(n, outer=1):
+        def f(x):
+            def inner(c, _):
+                return jax.lax.scan(body, c, None, length=n)[0], None
+            return jax.lax.scan(inner, x, None, length=outer)[0]
+        return executed_hlo_ops(jax.jit(f).lower(jnp.ones((3, 3))).compile().as_text())
+
+    d1, d2 = ops(12) - ops(6), ops(18) - ops(12)
+    assert d1 == d2 > 0 and d1 % 6 == 0            # 6 more iterations, the same body each
+    assert ops(12, outer=3) - ops(6, outer=3) == 3 * d1
