@@ -332,8 +332,9 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
                      f"{r['learner_env_steps_per_s']:.4g} vs {r['reference_env_steps_per_s']:.4g}"
                      f" env steps/s; final return {r['learner_final_return']:.1f} vs "
                      f"{r['reference_final_return']:.1f}",
-                     f"{r['ratio_paired_median']:.3f}x (range {r['ratio_paired_min']:.2f}-"
-                     f"{r['ratio_paired_max']:.2f}; CPU time {r['ratio_cpu_paired_median']:.3f}x)"))
+                     f"{r['ratio_paired_median']:.3f}x wall (range {r['ratio_paired_min']:.2f}-"
+                     f"{r['ratio_paired_max']:.2f}); {r['ratio_cpu_paired_median']:.3f}x CPU "
+                     f"(range {r['ratio_cpu_paired_min']:.2f}-{r['ratio_cpu_paired_max']:.2f})"))
     if "roofline" in res:
         r = res["roofline"]
         rows.append((f"edge env vs roofline (E={r['num_envs']}, U={r['num_users']})",

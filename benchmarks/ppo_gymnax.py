@@ -23,13 +23,19 @@ minibatches) on ``envs.single_agent.make_gymnax("CartPole-v1")``, then the jitte
 
 Both are compiled first (compile excluded); then each repeat runs one whole training of each
 arm from a fresh state, alternating which arm goes first, and times it with the wall clock and
-the process CPU clock. Reported: env steps/s of both (medians), the median of the per-pair
-ratios learner / reference, and each arm's final return (mean return of the episodes that
-finished in the last 10 updates of the last repeat). The machine may be shared: pairs are
-alternated tightly so load changes hit both arms alike; read the ratio, not the rates.
+the process CPU clock (``time.process_time``, all threads of the process). Reported: env
+steps/s of both (medians), the speed ratio learner / reference of every pair by wall time
+and by CPU time with their medians and ranges, the ratio of each arm's least CPU time over
+the pairs, each arm's final return (mean return of the episodes that finished in the
+last 10 updates; of the last pair, and of every pair in the JSON), and the executed HLO ops
+per update of both compiled programs (``executed_hlo_ops``). The machine may be
+shared: pairs are alternated tightly so load changes hit both arms alike, and CPU time is
+less disturbed by other processes than wall time; read the ratios, not the rates.
 """
 from __future__ import annotations
 
+import os
+import re
 import statistics
 import time
 from typing import NamedTuple
@@ -39,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-__all__ = ["RefConfig", "reference_train", "learner_setup", "run"]
+__all__ = ["RefConfig", "reference_train", "learner_setup", "run", "executed_hlo_ops"]
 
 
 class RefConfig(NamedTuple):
@@ -223,6 +229,47 @@ def _final_return(ep_sum, ep_n, last: int = 10) -> float:
     return float(s / n) if n else float("nan")
 
 
+_FREE_OPS = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}
+
+
+def executed_hlo_ops(hlo_text: str) -> int:
+    """Operations one call of a compiled program executes: the top-level instructions of the
+    optimised HLO (``compiled.as_text()``; fusions count once, parameter / tuple / constant /
+    bitcast not at all), each inside a ``while`` body multiplied by the loop's known trip
+    count (nested loops multiply). A proxy for the per-call dispatch work of XLA's CPU
+    runtime, which dominates at CartPole's tiny array sizes; not a FLOP count."""
+    comps: dict[str, list[str]] = {}
+    entry, cur = None, None
+    for line in hlo_text.splitlines():
+        m = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if m and not line.startswith(" "):
+            cur = m.group(2)
+            comps[cur] = []
+            entry = cur if m.group(1) else entry
+        elif line.startswith("}"):
+            cur = None
+        elif cur is not None:
+            comps[cur].append(line)
+
+    def count(name: str) -> int:
+        total = 0
+        for line in comps.get(name, ()):
+            m = re.match(r"\s*(ROOT )?%?[\w.\-]+ = .*? ([a-z][\w\-]*)\(", line)
+            if not m or m.group(2) in _FREE_OPS:
+                continue
+            total += 1
+            if m.group(2) == "while":
+                body = re.search(r"body=%?([\w.\-]+)", line).group(1)
+                trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+                total += (int(trips.group(1)) if trips else 1) * count(body)
+            elif m.group(2) == "call":
+                callee = re.search(r"to_apply=%?([\w.\-]+)", line)
+                total += count(callee.group(1)) if callee else 0
+        return total
+
+    return count(entry) if entry else 0
+
+
 def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
         seed: int = 0) -> dict:
     """Alternated pairs of whole trainings (learner vs reference), compile excluded."""
@@ -247,6 +294,8 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
     states = init(keys)
     chunk_c = chunk.lower(states, setup.env_params).compile()
     learner_compile = time.perf_counter() - t
+    ops_per_update = {"learner": executed_hlo_ops(chunk_c.as_text()) / updates_per_chunk,
+                      "reference": executed_hlo_ops(ref_c.as_text()) / updates}
 
     def learner_once():
         st = init(keys)
@@ -277,19 +326,32 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
             w, c, out = timed(fn)
             row[name] = {"wall_s": w, "cpu_s": c, "final_return": _final_return(*out)}
         rows.append(row)
+    arms = ("learner", "reference")
     ratios = [r["reference"]["wall_s"] / r["learner"]["wall_s"] for r in rows]
     ratios_cpu = [r["reference"]["cpu_s"] / r["learner"]["cpu_s"] for r in rows]
-    med = {a: statistics.median(r[a]["wall_s"] for r in rows) for a in ("learner", "reference")}
+    med = {a: statistics.median(r[a]["wall_s"] for r in rows) for a in arms}
+    cpu_min = {a: min(r[a]["cpu_s"] for r in rows) for a in arms}
+    returns = {a: [r[a]["final_return"] for r in rows] for a in arms}
     return {
         "env": "CartPole-v1", "env_steps": steps, "updates": updates, "pairs": pairs,
         "learner_env_steps_per_s": steps / med["learner"],
         "reference_env_steps_per_s": steps / med["reference"],
+        # learner speed / reference speed (> 1: the learner is faster), per pair
         "ratio_paired_median": statistics.median(ratios),
         "ratio_paired_min": min(ratios), "ratio_paired_max": max(ratios),
         "ratio_cpu_paired_median": statistics.median(ratios_cpu),
+        "ratio_cpu_paired_min": min(ratios_cpu), "ratio_cpu_paired_max": max(ratios_cpu),
+        # the least CPU time of each arm over the pairs (the run least disturbed by load)
+        "ratio_cpu_min_times": cpu_min["reference"] / cpu_min["learner"],
+        "learner_cpu_s_min": cpu_min["learner"], "reference_cpu_s_min": cpu_min["reference"],
         "learner_final_return": rows[-1]["learner"]["final_return"],
         "reference_final_return": rows[-1]["reference"]["final_return"],
+        "learner_final_returns": returns["learner"],
+        "reference_final_returns": returns["reference"],
         "learner_compile_s": learner_compile, "reference_compile_s": ref_compile,
+        "learner_hlo_ops_per_update": ops_per_update["learner"],
+        "reference_hlo_ops_per_update": ops_per_update["reference"],
+        "load_avg_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "rows": rows,
     }
 
@@ -301,7 +363,12 @@ def format_result(r: dict) -> str:
             f"{r['learner_final_return']:.1f}\n"
             f"  reference {r['reference_env_steps_per_s']:.4g} env steps/s, final return "
             f"{r['reference_final_return']:.1f}\n"
-            f"  learner / reference: {r['ratio_paired_median']:.3f}x (median of pairs, wall; "
-            f"range {r['ratio_paired_min']:.3f}-{r['ratio_paired_max']:.3f}; CPU time "
-            f"{r['ratio_cpu_paired_median']:.3f}x)")
+            f"  learner / reference speed, median of the {r['pairs']} per-pair ratios: wall "
+            f"{r['ratio_paired_median']:.3f}x (range {r['ratio_paired_min']:.3f}-"
+            f"{r['ratio_paired_max']:.3f}), CPU time {r['ratio_cpu_paired_median']:.3f}x "
+            f"(range {r['ratio_cpu_paired_min']:.3f}-{r['ratio_cpu_paired_max']:.3f}); "
+            f"least CPU times {r['ratio_cpu_min_times']:.3f}x\n"
+            f"  executed HLO ops per update (executed_hlo_ops): learner "
+            f"{r['learner_hlo_ops_per_update']:.0f}, reference "
+            f"{r['reference_hlo_ops_per_update']:.0f}")
 

@@ -79,6 +79,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.ppo.clip_value = False        # clip Q(s,a) updates to old ± value_clip_eps
     c.ppo.value_clip_eps = 0.2      # reward units
     c.ppo.normalize_adv = True
+    c.ppo.diagnostics = True        # log approx_kl, clip_frac, explained_variance,
+                                    # nominate_rate, mean_gain (False: the same training
+                                    # without them, a little faster)
     # Epochs over the decision samples only (compacted into a buffer): None = decided by the
     # env (on where it declares sparse_decisions, as the edge env does; off for any other env,
     # which then trains on every sample); True / False force it.

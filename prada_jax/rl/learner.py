@@ -18,7 +18,8 @@ Structure (``make_train_chunk``)::
 
     train_chunk(state, env_params) =
       scan over updates_per_chunk:
-        rollout: scan over rollout_len of (policy on [E, U, D] → vmap(env.step) over E)
+        rollout: noise and env keys of all slots drawn at once, then
+                 scan over rollout_len of (policy on [E, U, D] → vmap(env.step) over E)
         masked GAE (reverse scan over slots, vectorised over [E, U])
         (decision_only) compact the decision samples into a fixed buffer of K with a mask
         scan over num_epochs: shuffle the samples, scan over minibatches: optax step
@@ -42,7 +43,8 @@ from prada_jax.rl import networks
 
 __all__ = ["PPOSettings", "LearnerState", "make_optimizer", "init_learner_state",
            "make_train_chunk", "make_rollout", "RESERVED_INFO",
-           "rollout_gae", "compact_decisions", "decision_capacity", "sample_action"]
+           "rollout_gae", "compact_decisions", "decision_capacity", "sample_action",
+           "sample_action_gumbel"]
 
 RESERVED_INFO = ("decision_mask", "terminated", "truncated", "final_observation")
 
@@ -69,6 +71,9 @@ class PPOSettings(NamedTuple):
     max_grad_norm: clip gradients to this global L2 norm inside the learner, reusing the norm
       it reports as ``grad_norm`` (one norm pass); None = ``tx`` clips (if at all).
     gae_unroll: unroll factor of the reverse GAE scan.
+    diagnostics: compute the metrics that only observe the update (``approx_kl``,
+      ``clip_frac``, ``explained_variance``, ``nominate_rate``, ``mean_gain``); False leaves
+      them out of the metrics and trains bit-identically.
     """
 
     num_envs: int
@@ -83,6 +88,7 @@ class PPOSettings(NamedTuple):
     decision_capacity: int = 0
     max_grad_norm: float | None = None
     gae_unroll: int = 1
+    diagnostics: bool = True
 
 
 @struct.dataclass
@@ -206,6 +212,23 @@ def sample_action(key: jax.Array, logits: jax.Array) -> tuple[jax.Array, jax.Arr
     return action, logp
 
 
+def sample_action_gumbel(gumbel: jax.Array, logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The categorical draw from pre-drawn noise: argmax(logits + gumbel) (the Gumbel-max
+    trick, as ``jax.random.categorical`` does with its own noise) and its log-probability.
+
+    Args:
+      gumbel: [..., A] standard Gumbel noise (``jax.random.gumbel``), one row per draw.
+      logits: [..., A] policy logits.
+
+    Returns:
+      (action [...] int32, log π(action) [...]).
+    """
+    action = jnp.argmax(logits + gumbel, axis=-1).astype(jnp.int32)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), action[..., None],
+                               axis=-1)[..., 0]
+    return action, logp
+
+
 def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
                  action_fn: Callable[[jax.Array, jax.Array], Any] | None = None) -> Callable:
     """``rollout(params, env_params, env_state, obs, ep_return, key) -> (env_state, obs,
@@ -219,7 +242,10 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
     observations) is evaluated after it, batched over all T·E·U samples: the per-slot loop is
     sequential, and on a CPU each of its small matmuls costs about as much as a batched one.
     With ``action_fn`` (the edge env's ``EdgeAction`` carries the critic's ΔQ) the critic runs
-    in the loop."""
+    in the loop.
+
+    The rollout's randomness is drawn before the loop from ``key``: Gumbel noise [T, E, U, A]
+    for the actions (``sample_action_gumbel``) and the env keys [T, E]."""
     s = settings
     critic_in_loop = action_fn is not None
     if action_fn is None:
@@ -233,11 +259,20 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
                     q_taken=networks.taken_critic(q, action), gain=networks.gain_from_critic(q))
 
     def rollout(params, env_params, env_state, obs, ep_return, key):
-        def _env_step(carry, step_key):
+        # All the randomness of the rollout is drawn before the slot loop, in two batched
+        # calls: Gumbel noise for every action and a key for every (slot, env). Inside the
+        # sequential loop each draw would be a separate threefry hash (on a CPU a rolled loop
+        # of its own), which costs more than the policy's matmuls at small batches.
+        act_key, env_key = jax.random.split(key)
+        num_actions = jax.eval_shape(_policy, params, obs)[0].shape[-1]
+        gumbel = jax.random.gumbel(act_key, (s.rollout_len,) + obs.shape[:-1] + (num_actions,))
+        env_keys = jax.random.split(env_key, (s.rollout_len, s.num_envs))
+
+        def _env_step(carry, xs):
             env_state, obs, ep_return = carry
-            act_key, env_key = jax.random.split(step_key)
+            noise, env_keys = xs
             logits, q = _policy(params, obs)                       # [E, U, A]
-            action, logp = sample_action(act_key, logits)          # [E, U]
+            action, logp = sample_action_gumbel(noise, logits)     # [E, U]
             transition = dict(obs=obs, action=action, logp=logp)
             if critic_in_loop:
                 transition.update(_critic_outputs(logits, q, action))
@@ -245,7 +280,6 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
             else:
                 gain = jnp.zeros(action.shape, jnp.float32)        # unused by the default
             env_action = jax.vmap(action_fn)(action, gain)
-            env_keys = jax.random.split(env_key, s.num_envs)
             next_obs, env_state, reward, done, info = jax.vmap(
                 env.step, in_axes=(0, 0, 0, None))(env_keys, env_state, env_action, env_params)
             decision = info["decision_mask"].astype(bool)
@@ -272,9 +306,8 @@ def make_rollout(settings: PPOSettings, env: Any, apply_fn: Callable,
                 "env/" + k: (jnp.sum(v[0]), jnp.sum(v[1])) for k, v in env_m.items()})
             return (env_state, next_obs, ep_return), (transition, slot_metrics)
 
-        keys = jax.random.split(key, s.rollout_len)
         (env_state, obs, ep_return), (traj, slot_metrics) = jax.lax.scan(
-            _env_step, (env_state, obs, ep_return), keys)
+            _env_step, (env_state, obs, ep_return), (gumbel, env_keys))
         if not critic_in_loop:
             # The critic of every sample in one batched pass (same parameters as the loop).
             traj.update(_critic_outputs(*_policy(params, traj["obs"]), traj["action"]))
@@ -372,6 +405,8 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
       without ``decision_only``), ``nominate_rate`` (fraction of decisions with action ≠ 0),
       ``mean_gain`` (mean ΔQ at decisions), ``env_steps``, and ``env/<name>`` env metrics
       (see ``_info_metrics``; NaN when the rollout had nothing to average).
+      ``approx_kl``, ``clip_frac``, ``explained_variance``, ``nominate_rate`` and
+      ``mean_gain`` only with ``settings.diagnostics``.
     """
     s = settings
     _rollout = make_rollout(settings, env, apply_fn, action_fn)
@@ -382,7 +417,8 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
     def _loss_fn(params, batch):
         logits, q = _policy(params, batch["obs"])
         return losses.ppo_loss(logits, q, batch["action"], batch["logp"], batch["q_taken"],
-                               batch["adv"], batch["ret"], batch["decision"], s.loss)
+                               batch["adv"], batch["ret"], batch["decision"], s.loss,
+                               diagnostics=s.diagnostics)
 
     grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
 
@@ -419,13 +455,18 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
         adv, ret = rollout_gae(traj, last_value, s.gamma, s.gae_lambda, s.gae_unroll)
         dec = traj["decision"].astype(jnp.float32)
         n_dec = jnp.maximum(jnp.sum(dec), 1.0)
-        # Explained variance of the trained prediction Q(s, a) against its λ-return target.
-        ret_mean = jnp.sum(ret * dec) / n_dec
-        var_ret = jnp.sum(jnp.square(ret - ret_mean) * dec) / n_dec
-        resid = (ret - traj["q_taken"]) * dec
-        var_res = jnp.sum(jnp.square(resid - jnp.sum(resid) / n_dec) * dec) / n_dec
-        explained_variance = jnp.where(var_ret > 0, 1.0 - var_res / jnp.maximum(var_ret, 1e-12),
-                                       0.0)
+        diag = {}
+        if s.diagnostics:
+            # Explained variance of the trained prediction Q(s, a) against its λ-return.
+            ret_mean = jnp.sum(ret * dec) / n_dec
+            var_ret = jnp.sum(jnp.square(ret - ret_mean) * dec) / n_dec
+            resid = (ret - traj["q_taken"]) * dec
+            var_res = jnp.sum(jnp.square(resid - jnp.sum(resid) / n_dec) * dec) / n_dec
+            diag = dict(
+                explained_variance=jnp.where(
+                    var_ret > 0, 1.0 - var_res / jnp.maximum(var_ret, 1e-12), 0.0),
+                nominate_rate=jnp.sum((traj["action"] != 0) * dec) / n_dec,
+                mean_gain=jnp.sum(traj["gain"] * dec) / n_dec)
 
         flat = {k: traj[k].reshape((-1,) + traj[k].shape[3:])
                 for k in ("obs", "action", "logp", "q_taken", "decision")}
@@ -443,13 +484,11 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
         metrics = {k: jnp.mean(v) for k, v in mb_metrics.items()}
         env_steps = state.env_steps + s.rollout_len * s.num_envs
         metrics.update(
-            explained_variance=explained_variance,
+            **diag,
             episode_return_sum=jnp.sum(slot_metrics["ep_sum"]),
             episodes=jnp.sum(slot_metrics["ep_count"]).astype(jnp.float32),
             decisions=jnp.sum(dec),
             decision_overflow=overflow.astype(jnp.float32),
-            nominate_rate=jnp.sum((traj["action"] != 0) * dec) / n_dec,
-            mean_gain=jnp.sum(traj["gain"] * dec) / n_dec,
             env_steps=env_steps,
             # NaN where the rollout held nothing to average (e.g. no user finished).
             **{k: jnp.where(jnp.sum(v[1]) > 0, jnp.sum(v[0]) / jnp.maximum(jnp.sum(v[1]), 1.0),

@@ -1,14 +1,13 @@
 """PPO loss on network outputs: clipped surrogate + clipped Q-value regression − entropy bonus.
 
 All terms are masked means over samples where the user made a decision (``mask``); samples
-from non-decision slots contribute nothing. The loss is a pure function of the network
-outputs so it can be checked against a NumPy transcription.
+from non-decision slots contribute nothing. The loss is a pure function of the network outputs so it can be checked against a
+NumPy transcription.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 
@@ -34,15 +33,18 @@ class PPOLossConfig(NamedTuple):
     normalize_adv: bool = True
 
 
-def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """Σ x·m / max(Σ m, 1)."""
+def masked_mean(x: jax.Array, mask: jax.Array, count: jax.Array | None = None) -> jax.Array:
+    """Σ x·m / max(Σ m, 1) (``count``: max(Σ m, 1) computed once by the caller)."""
     m = mask.astype(x.dtype)
-    return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
+    if count is None:
+        count = jnp.maximum(jnp.sum(m), 1.0)
+    return jnp.sum(x * m) / count
 
 
 def ppo_loss(logits: jax.Array, q: jax.Array, actions: jax.Array, old_logp: jax.Array,
              old_q_taken: jax.Array, advantages: jax.Array, returns: jax.Array,
-             mask: jax.Array, cfg: PPOLossConfig) -> tuple[jax.Array, dict]:
+             mask: jax.Array, cfg: PPOLossConfig,
+             diagnostics: bool = True) -> tuple[jax.Array, dict]:
     """PPO loss for one minibatch.
 
     Args:
@@ -56,27 +58,37 @@ def ppo_loss(logits: jax.Array, q: jax.Array, actions: jax.Array, old_logp: jax.
       returns: [B] λ-return targets for Q(s, a).
       mask: [B] bool/float, 1 where the sample is a real decision.
       cfg: coefficients.
+      diagnostics: also return ``approx_kl`` and ``clip_frac`` (they do not enter the loss;
+        False leaves them out and computes the same loss and gradient).
 
     Returns:
       (total_loss, metrics) with metrics ``policy_loss``, ``value_loss``, ``entropy``,
-      ``approx_kl`` (mean of (r−1) − log r), ``clip_frac``.
+      ``total_loss`` and, with ``diagnostics``, ``approx_kl`` (mean of (r−1) − log r) and
+      ``clip_frac``.
     """
-    mask = mask.astype(jnp.float32)
     actions = actions.astype(jnp.int32)
-    dist = distrax.Categorical(logits=logits)
-    logp = dist.log_prob(actions)
-    entropy = dist.entropy()
+    mask = mask.astype(jnp.float32)
+    count = jnp.maximum(jnp.sum(mask), 1.0)
+
+    def mmean(x):
+        return masked_mean(x, mask, count)
+
+    # One log-softmax serves the log-probability and the entropy (a distrax Categorical
+    # computes it once for each).
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    logp = jnp.take_along_axis(logp_all, actions[:, None], axis=-1)[:, 0]
+    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)   # finite logits
     log_ratio = logp - old_logp
     ratio = jnp.exp(log_ratio)
 
     adv = advantages
     if cfg.normalize_adv:
-        mu = masked_mean(adv, mask)
-        var = masked_mean(jnp.square(adv - mu), mask)
+        mu = mmean(adv)
+        var = mmean(jnp.square(adv - mu))
         adv = (adv - mu) / (jnp.sqrt(var) + 1e-8)
     surr1 = ratio * adv
     surr2 = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
-    policy_loss = -masked_mean(jnp.minimum(surr1, surr2), mask)
+    policy_loss = -mmean(jnp.minimum(surr1, surr2))
 
     if q.shape[-1] == 1:
         q_taken = q[:, 0]
@@ -87,16 +99,12 @@ def ppo_loss(logits: jax.Array, q: jax.Array, actions: jax.Array, old_logp: jax.
         q_clipped = old_q_taken + jnp.clip(q_taken - old_q_taken, -cfg.value_clip_eps,
                                            cfg.value_clip_eps)
         v_err = jnp.maximum(v_err, jnp.square(q_clipped - returns))
-    value_loss = 0.5 * masked_mean(v_err, mask)
-    ent = masked_mean(entropy, mask)
+    value_loss = 0.5 * mmean(v_err)
+    ent = mmean(entropy)
     total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * ent
-    metrics = {
-        "policy_loss": policy_loss,
-        "value_loss": value_loss,
-        "entropy": ent,
-        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
-        "clip_frac": masked_mean((jnp.abs(ratio - 1.0) > cfg.clip_eps).astype(jnp.float32),
-                                 mask),
-        "total_loss": total,
-    }
+    metrics = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent,
+               "total_loss": total}
+    if diagnostics:
+        metrics["approx_kl"] = mmean((ratio - 1.0) - log_ratio)
+        metrics["clip_frac"] = mmean((jnp.abs(ratio - 1.0) > cfg.clip_eps).astype(jnp.float32))
     return total, metrics

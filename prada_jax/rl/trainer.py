@@ -226,7 +226,10 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
 
     ``ppo.decision_only`` None (the default) is taken from the env: True only when it
     declares ``sparse_decisions`` (the edge env does); a chunk whose decisions overflow the
-    buffer stops the run (``check_decision_overflow``).
+    buffer stops the run (``check_decision_overflow``). The decision rate is not measured:
+    an undeclared env trains on every sample (every decision counts at any rate) and a wrong
+    declaration stops the run, so no decision is ever dropped silently (README "Your own
+    env").
     """
     from envs import single_agent
 
@@ -267,6 +270,7 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             normalize_adv=bool(config.ppo.normalize_adv)),
         decision_only=decision_only, decision_capacity=capacity,
         max_grad_norm=float(config.ppo.max_grad_norm),
+        diagnostics=bool(config.ppo.get("diagnostics", True)),
         # Unrolling the reverse GAE scan pays off for wide [E, U] slices (the edge env's
         # 16 × 8); for a handful of samples per slot (CartPole's 4 × 1) the rolled loop is
         # faster on a CPU.
@@ -311,10 +315,24 @@ def check_decision_overflow(overflow, decisions) -> None:
 
 def make_jitted_chunk(setup: Setup) -> Callable:
     """``chunk(states [S, ...], env_params) -> (states, metrics [S, K])``, jitted once,
-    state donated, vmapped over seeds."""
+    state donated, vmapped over seeds.
+
+    With one seed (S = 1) the chunk runs on the state without its seed axis and the axis is
+    put back on the outputs: on a CPU the vmapped program over a size-1 axis measured 5-12%
+    slower (docs/BENCHMARKS.md, issue 25), and the result is the same computation."""
     chunk = learner.make_train_chunk(setup.settings, setup.env, setup.apply_fn, setup.tx,
                                      setup.action_fn)
-    return jax.jit(jax.vmap(chunk, in_axes=(0, None)), donate_argnums=0)
+    vmapped = jax.vmap(chunk, in_axes=(0, None))
+
+    def seeds_chunk(states, env_params):
+        if jax.tree.leaves(states)[0].shape[0] != 1:
+            return vmapped(states, env_params)
+        squeeze = lambda x: x[0]          # noqa: E731
+        expand = lambda x: x[None]        # noqa: E731
+        state, metrics = chunk(jax.tree.map(squeeze, states), env_params)
+        return jax.tree.map(expand, state), jax.tree.map(expand, metrics)
+
+    return jax.jit(seeds_chunk, donate_argnums=0)
 
 
 # ----------------------------------------------------------------------------- host loop
@@ -326,14 +344,14 @@ def _chunk_scalars(metrics: dict, seed_index: int, wall_s: float | None,
     ``train/steps_per_second`` (env steps / s) only when ``wall_s`` is given: the host loop
     passes None for the first chunk of a process, whose time includes compilation."""
     m = {k: np.asarray(v[seed_index], np.float64) for k, v in metrics.items()}
-    out = {f"train/{k}": float(np.mean(m[k])) for k in _TRAIN_TAGS}
+    out = {f"train/{k}": float(np.mean(m[k])) for k in _TRAIN_TAGS if k in m}
     out["train/learning_updates"] = float(len(m["env_steps"]))
     eps = float(np.sum(m["episodes"]))
     if eps > 0:
         out["train/episode_return"] = float(np.sum(m["episode_return_sum"]) / eps)
     out["train/episodes"] = eps
     dec = m["decisions"]
-    if dec.sum() > 0:
+    if dec.sum() > 0 and "nominate_rate" in m:   # diagnostics on
         out["train/nominate_rate"] = float(np.sum(m["nominate_rate"] * dec) / dec.sum())
         out["train/mean_gain"] = float(np.sum(m["mean_gain"] * dec) / dec.sum())
     out["train/decisions_per_update"] = float(np.mean(dec))
@@ -365,10 +383,12 @@ def _place_on_mesh(config, states):
 
 def observational_fields(config) -> tuple[str, ...]:
     """Config fields that may change when a run is resumed (they only extend or observe it):
-    the ``log`` section and, with a constant learning rate, ``ppo.total_env_steps`` (the
-    linear/cosine schedules are laid out over the total, so there it changes the computation).
-    Everything else is compared with the stored ``config.json`` (``prada_jax.run_state``)."""
-    fields = ["log.*"]
+    the ``log`` section, ``ppo.diagnostics`` (it only adds or leaves out logged metrics; the
+    training is bit-identical) and, with a constant learning rate, ``ppo.total_env_steps``
+    (the linear/cosine schedules are laid out over the total, so there it changes the
+    computation). Everything else is compared with the stored ``config.json``
+    (``prada_jax.run_state``)."""
+    fields = ["log.*", "ppo.diagnostics"]
     if config.ppo.lr_schedule == "constant":
         fields.append("ppo.total_env_steps")
     return tuple(fields)
@@ -454,7 +474,9 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
 
     def postfix(sc):
         ret = sc[0].get("train/episode_return", float("nan"))
-        out = {"ret": f"{ret:.4f}", "kl": f"{sc[0]['train/approx_kl']:.4f}"}
+        out = {"ret": f"{ret:.4f}"}
+        if "train/approx_kl" in sc[0]:
+            out["kl"] = f"{sc[0]['train/approx_kl']:.4f}"
         if "train/steps_per_second" in sc[0]:
             out["sps"] = f"{sc[0]['train/steps_per_second']:.0f}"
         return out
