@@ -226,7 +226,7 @@ def test_trainer_opd_counts_costs_against_independent_counts(cache, tmp_path):
         sum(u["rollout_s"] for u in timed) / sum(u["supervised_turns"] for u in timed))
 
 
-def test_bad_opd_input(cache, tmp_path):
+def test_bad_opd_input(cache, tmp_path, run_command):
     from prada_jax.distill.trainer import validate_config
     for field, value, msg in (("mode", "bogus", "config.mode"),
                               ("opd.tool_latency_s", -0.1, "config.opd.tool_latency_s"),
@@ -234,15 +234,14 @@ def test_bad_opd_input(cache, tmp_path):
         c = _config(cache, "opd", **{field: value})
         with pytest.raises(cu.ConfigError, match=msg.replace(".", r"\.")):
             validate_config(c)
-    # the command: exit 2, one stderr line naming the field, nothing written
+    # the command (in-process; the real entry runs as a subprocess in tests/test_cli_errors.py
+    # and tests/train/test_distill.py): exit 2, one stderr line naming the field, nothing written
     before = sorted(tmp_path.rglob("*"))
-    p = subprocess.run([sys.executable, "-m", "train.distill",
-                        "--config=prada_jax/configs/distill.py:smoke,opd",
-                        f"--config.data.cache={cache}", f"--workdir={tmp_path / 'w'}",
-                        "--config.opd.tool_latency_s=-1"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1, p.stderr[-1500:]
+    code, _, err = run_command("train.distill", "--config=prada_jax/configs/distill.py:smoke,opd",
+                               f"--config.data.cache={cache}", f"--workdir={tmp_path / 'w'}",
+                               "--config.opd.tool_latency_s=-1", cwd=ROOT)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-1500:]
     assert lines[0].startswith("error: ") and "opd.tool_latency_s" in lines[0]
     assert sorted(tmp_path.rglob("*")) == before
 
