@@ -145,7 +145,8 @@ def test_round_student_tokens_tool_calls_teacher_scores_and_loss(cache):
     mask = np.zeros((len(rows), L), np.int32)
     for i, (_, p, a) in enumerate(rows):
         ids[i, :len(p) + len(a)], mask[i, :len(p) + len(a)] = p + a, 1
-    z = np.asarray(rng_student(ids, mask), np.float64)
+    # jitted: an eager NNX forward compiles every op on its own
+    z = np.asarray(nnx.jit(lambda m, i, k: m(i, k))(rng_student, ids, mask), np.float64)
     z = z - z.max(-1, keepdims=True)
     ls_all = z - np.log(np.exp(z).sum(-1, keepdims=True))
     lp_s, lp_t = [], []
