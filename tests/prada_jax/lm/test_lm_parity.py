@@ -95,13 +95,17 @@ def test_save_hf_loads_in_transformers(tmp_path, arch, tie):
                       num_heads=4, num_kv_heads=2, head_dim=8, tie_word_embeddings=tie,
                       attention_bias=(arch == "qwen2"), attention_out_bias=False, arch=arch,
                       rope_theta=1000.0)
-    model = CausalLM(config, rngs=nnx.Rngs(0))
-    # Non-trivial norms and biases so a mis-mapped tensor would show (NumPy noise: one
-    # jax.random.normal per parameter shape would compile a sampler per shape).
-    for path, var in nnx.iter_graph(model):
-        if isinstance(var, nnx.Param):
-            noise = np.random.default_rng(len(path)).standard_normal(var.shape)
-            var[...] = var[...] + jnp.asarray(0.1 * noise, var[...].dtype)
+    # Every parameter drawn in NumPy (norms 1 + 0.1·N(0, 1), the rest 0.1·N(0, 1)) into the
+    # abstract model, so non-trivial norms and biases show a mis-mapped tensor; an eager
+    # random init would compile one sampler per parameter shape.
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: CausalLM(config, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(0)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    values = [jnp.asarray(("norm" in jax.tree_util.keystr(path))
+                          + 0.1 * rng.standard_normal(x.shape), x.dtype) for path, x in leaves]
+    model = nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, values))
+    assert all(isinstance(v[...], jax.Array) for _, v in nnx.iter_graph(model)
+               if isinstance(v, nnx.Param))
     hf.save_hf(model, config, tmp_path)
     tmodel = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert type(tmodel).__name__ == ("Qwen2ForCausalLM" if arch == "qwen2" else
