@@ -1,5 +1,7 @@
 """Train step: one compile, gradient accumulation equals the big batch, bf16 finite, and the
 offline loss decreases on a fixed batch."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,10 +15,18 @@ from prada_jax.lm.config import LMConfig
 from prada_jax.lm.model import CausalLM
 
 
-def _model(dtype=jnp.float32):
+@functools.lru_cache(maxsize=None)
+def _split_model(dtype):
     cfg = LMConfig(vocab_size=24, hidden_size=16, intermediate_size=32, num_layers=1,
                    num_heads=2, num_kv_heads=1, head_dim=8, tie_word_embeddings=True)
-    return CausalLM(cfg, rngs=nnx.Rngs(params=0), dtype=dtype)
+    return nnx.split(CausalLM(cfg, rngs=nnx.Rngs(params=0), dtype=dtype))
+
+
+def _model(dtype=jnp.float32):
+    """A fresh copy of the same tiny model (initialised once: an eager init compiles every
+    initialiser on its own). The arrays are copied: the train step donates its state."""
+    graphdef, state = _split_model(dtype)
+    return nnx.merge(graphdef, jax.tree.map(lambda x: jax.device_put(np.array(x)), state))
 
 
 def _batches(n_batches, B):

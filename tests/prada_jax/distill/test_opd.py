@@ -145,7 +145,8 @@ def test_round_student_tokens_tool_calls_teacher_scores_and_loss(cache):
     mask = np.zeros((len(rows), L), np.int32)
     for i, (_, p, a) in enumerate(rows):
         ids[i, :len(p) + len(a)], mask[i, :len(p) + len(a)] = p + a, 1
-    z = np.asarray(rng_student(ids, mask), np.float64)
+    # jitted: an eager NNX forward compiles every op on its own
+    z = np.asarray(nnx.jit(lambda m, i, k: m(i, k))(rng_student, ids, mask), np.float64)
     z = z - z.max(-1, keepdims=True)
     ls_all = z - np.log(np.exp(z).sum(-1, keepdims=True))
     lp_s, lp_t = [], []
@@ -226,7 +227,7 @@ def test_trainer_opd_counts_costs_against_independent_counts(cache, tmp_path):
         sum(u["rollout_s"] for u in timed) / sum(u["supervised_turns"] for u in timed))
 
 
-def test_bad_opd_input(cache, tmp_path):
+def test_bad_opd_input(cache, tmp_path, run_command):
     from prada_jax.distill.trainer import validate_config
     for field, value, msg in (("mode", "bogus", "config.mode"),
                               ("opd.tool_latency_s", -0.1, "config.opd.tool_latency_s"),
@@ -234,15 +235,14 @@ def test_bad_opd_input(cache, tmp_path):
         c = _config(cache, "opd", **{field: value})
         with pytest.raises(cu.ConfigError, match=msg.replace(".", r"\.")):
             validate_config(c)
-    # the command: exit 2, one stderr line naming the field, nothing written
+    # the command (in-process; the real entry runs as a subprocess in tests/test_cli_errors.py
+    # and tests/train/test_distill.py): exit 2, one stderr line naming the field, nothing written
     before = sorted(tmp_path.rglob("*"))
-    p = subprocess.run([sys.executable, "-m", "train.distill",
-                        "--config=prada_jax/configs/distill.py:smoke,opd",
-                        f"--config.data.cache={cache}", f"--workdir={tmp_path / 'w'}",
-                        "--config.opd.tool_latency_s=-1"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1, p.stderr[-1500:]
+    code, _, err = run_command("train.distill", "--config=prada_jax/configs/distill.py:smoke,opd",
+                               f"--config.data.cache={cache}", f"--workdir={tmp_path / 'w'}",
+                               "--config.opd.tool_latency_s=-1", cwd=ROOT)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-1500:]
     assert lines[0].startswith("error: ") and "opd.tool_latency_s" in lines[0]
     assert sorted(tmp_path.rglob("*")) == before
 

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from prada_jax.lm import hf
 
@@ -88,6 +89,8 @@ def test_non_default_fields_match_transformers(case, tmp_path):
         assert config.mlp_bias == kw.get("mlp_bias", False)
     ids, mask = padded_batch(config.vocab_size, length=12, seed=3)
     ref = torch_logits(tmodel, ids, mask)
-    out = np.asarray(model(jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32)))
+    # jitted: an eager NNX forward compiles every op on its own (slower than one program)
+    out = np.asarray(nnx.jit(lambda m, i, k: m(i, k))(model, jnp.asarray(ids, jnp.int32),
+                                                      jnp.asarray(mask, jnp.int32)))
     real = mask.astype(bool)
     np.testing.assert_allclose(out[real], ref[real], atol=ATOL, rtol=0)

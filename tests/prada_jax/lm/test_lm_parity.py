@@ -17,6 +17,11 @@ from conftest import CASES, build_torch_model, padded_batch, torch_logits
 jax.config.update("jax_default_matmul_precision", "highest")
 ATOL = 1e-4
 
+# One compiled forward per model structure and shape (an eager NNX forward compiles every op
+# on its own, which costs more than compiling the whole forward once).
+_forward = nnx.jit(lambda m, ids, mask: m(ids, mask))
+_forward_unmasked = nnx.jit(lambda m, ids: m(ids))
+
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_match_transformers(hf_dirs, case):
@@ -25,7 +30,7 @@ def test_logits_match_transformers(hf_dirs, case):
     assert config.tie_word_embeddings == CASES[case]["tie"]
     ids, mask = padded_batch(config.vocab_size)
     ref = torch_logits(tmodel, ids, mask)
-    out = np.asarray(model(jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32)))
+    out = np.asarray(_forward(model, jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32)))
     assert out.shape == ref.shape and out.dtype == np.float32
     real = mask.astype(bool)
     np.testing.assert_allclose(out[real], ref[real], atol=ATOL, rtol=0)
@@ -36,9 +41,9 @@ def test_left_padding_does_not_change_real_logits(hf_dirs):
     path, _ = hf_dirs("qwen2-gqa-tied")
     model, config = hf.load_hf(path)
     ids, mask = padded_batch(config.vocab_size)
-    full = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)))
+    full = np.asarray(_forward(model, jnp.asarray(ids), jnp.asarray(mask)))
     b = 2  # 5 pad tokens: the unpadded row alone must give the same logits
-    alone = np.asarray(model(jnp.asarray(ids[b:b + 1, 5:])))
+    alone = np.asarray(_forward_unmasked(model, jnp.asarray(ids[b:b + 1, 5:])))
     np.testing.assert_allclose(full[b, 5:], alone[0], atol=1e-5, rtol=0)
 
 
@@ -46,7 +51,7 @@ def test_kv_cache_decode_matches_full_forward(hf_dirs):
     path, _ = hf_dirs("llama-gqa-tied-bias-llama3")
     model, config = hf.load_hf(path)
     ids, mask = padded_batch(config.vocab_size, length=9)
-    full = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)))
+    full = np.asarray(_forward(model, jnp.asarray(ids), jnp.asarray(mask)))
 
     @nnx.jit
     def step(m, tok, msk, cache):
@@ -78,7 +83,7 @@ def test_sharded_checkpoint_with_index(tmp_path):
     assert emb.sharding == replicated
     ids, mask = padded_batch(config.vocab_size, seed=1)
     ref = torch_logits(tmodel, ids, mask)
-    out = np.asarray(nnx.jit(lambda m, i, k: m(i, k))(model, jnp.asarray(ids), jnp.asarray(mask)))
+    out = np.asarray(_forward(model, jnp.asarray(ids), jnp.asarray(mask)))
     real = mask.astype(bool)
     np.testing.assert_allclose(out[real], ref[real], atol=ATOL, rtol=0)
 
@@ -90,24 +95,30 @@ def test_save_hf_loads_in_transformers(tmp_path, arch, tie):
                       num_heads=4, num_kv_heads=2, head_dim=8, tie_word_embeddings=tie,
                       attention_bias=(arch == "qwen2"), attention_out_bias=False, arch=arch,
                       rope_theta=1000.0)
-    model = CausalLM(config, rngs=nnx.Rngs(0))
-    # Non-trivial norms and biases so a mis-mapped tensor would show.
-    for path, var in nnx.iter_graph(model):
-        if isinstance(var, nnx.Param):
-            var[...] = var[...] + 0.1 * jax.random.normal(jax.random.key(len(path)), var.shape)
+    # Every parameter drawn in NumPy (norms 1 + 0.1·N(0, 1), the rest 0.1·N(0, 1)) into the
+    # abstract model, so non-trivial norms and biases show a mis-mapped tensor; an eager
+    # random init would compile one sampler per parameter shape.
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: CausalLM(config, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(0)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    values = [jnp.asarray(("norm" in jax.tree_util.keystr(path))
+                          + 0.1 * rng.standard_normal(x.shape), x.dtype) for path, x in leaves]
+    model = nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, values))
+    assert all(isinstance(v[...], jax.Array) for _, v in nnx.iter_graph(model)
+               if isinstance(v, nnx.Param))
     hf.save_hf(model, config, tmp_path)
     tmodel = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert type(tmodel).__name__ == ("Qwen2ForCausalLM" if arch == "qwen2" else
                                      "LlamaForCausalLM")
     ids, mask = padded_batch(config.vocab_size, seed=2)
     ref = torch_logits(tmodel, ids, mask)
-    out = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)))
+    out = np.asarray(_forward(model, jnp.asarray(ids), jnp.asarray(mask)))
     real = mask.astype(bool)
     np.testing.assert_allclose(out[real], ref[real], atol=ATOL, rtol=0)
     reloaded, config2 = hf.load_hf(tmp_path)
     assert config2 == config
-    np.testing.assert_allclose(np.asarray(reloaded(jnp.asarray(ids), jnp.asarray(mask))), out,
-                               atol=0, rtol=0)
+    np.testing.assert_allclose(np.asarray(_forward(reloaded, jnp.asarray(ids), jnp.asarray(mask))),
+                               out, atol=0, rtol=0)
 
 
 def test_config_roundtrip_and_errors(tmp_path):

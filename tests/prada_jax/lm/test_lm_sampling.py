@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from prada_jax.lm import hf, sampling
 
@@ -10,13 +11,17 @@ from conftest import padded_batch
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
+# Shapes shared between tests so they share generate()'s compiled programs: prompts [3, 7]
+# and 8 new tokens (greedy with stop (2,), or sampling with 3 stop ids).
+LENGTH, NEW = 7, 8
+
 
 def test_greedy_matches_transformers_generate(hf_dirs):
     import torch
     path, tmodel = hf_dirs("qwen2-gqa-tied")
     model, config = hf.load_hf(path)
-    ids, mask = padded_batch(config.vocab_size, length=7, seed=4)
-    n = 8
+    ids, mask = padded_batch(config.vocab_size, length=LENGTH, seed=4)
+    n = NEW
     toks, logps, lengths = sampling.generate(model, ids, mask, key=jax.random.key(0),
                                              max_new_tokens=n, stop_token_ids=(2,),
                                              pad_token_id=0)
@@ -36,7 +41,9 @@ def _teacher_forced_logps(model, ids, mask, toks, lengths):
     n = toks.shape[1]
     cont_mask = (np.arange(n)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
     fmask = np.concatenate([mask, cont_mask], axis=1)
-    logits = np.asarray(model(jnp.asarray(full), jnp.asarray(fmask)))
+    # jitted: an eager NNX forward compiles every op on its own (slower than one program)
+    logits = np.asarray(nnx.jit(lambda m, i, k: m(i, k))(model, jnp.asarray(full),
+                                                         jnp.asarray(fmask)))
     logp = jax.nn.log_softmax(logits, axis=-1)
     l = ids.shape[1]
     pred = np.asarray(logp)[:, l - 1:l - 1 + n]
@@ -47,12 +54,12 @@ def _teacher_forced_logps(model, ids, mask, toks, lengths):
 def test_sampled_logprobs_match_full_forward(hf_dirs):
     path, _ = hf_dirs("llama-gqa-untied-nobias")
     model, config = hf.load_hf(path)
-    ids, mask = padded_batch(config.vocab_size, length=6, seed=6)
-    kw = dict(max_new_tokens=7, temperature=0.9, top_p=0.95, stop_token_ids=(5, 6, 7))
+    ids, mask = padded_batch(config.vocab_size, length=LENGTH, seed=6)
+    kw = dict(max_new_tokens=NEW, temperature=0.9, top_p=0.95, stop_token_ids=(5, 6, 7))
     toks, logps, lengths = sampling.generate(model, ids, mask, key=jax.random.key(1), **kw)
     ref = _teacher_forced_logps(model, ids, mask, toks, lengths)
     np.testing.assert_allclose(np.asarray(logps), ref, atol=1e-4, rtol=0)
-    # Same key → same tokens; a different key → different tokens (at T=0.9 on 21 draws).
+    # Same key → same tokens; a different key → different tokens (at T=0.9 on 24 draws).
     again = sampling.generate(model, ids, mask, key=jax.random.key(1), **kw)
     np.testing.assert_array_equal(np.asarray(again[0]), np.asarray(toks))
     other = sampling.generate(model, ids, mask, key=jax.random.key(2), **kw)
@@ -76,25 +83,29 @@ def test_stop_tokens_and_padding_after_stop(hf_dirs):
 
 
 def test_left_padded_batch_equals_rows_alone(hf_dirs):
-    path, _ = hf_dirs("llama-gqa-tied-bias-llama3")
+    path, _ = hf_dirs("qwen2-gqa-tied")
     model, config = hf.load_hf(path)
-    ids, mask = padded_batch(config.vocab_size, length=8, seed=8)
-    toks, _, _ = sampling.generate(model, ids, mask, key=jax.random.key(0), max_new_tokens=5)
+    ids, mask = padded_batch(config.vocab_size, length=LENGTH, seed=8)
+    kw = dict(max_new_tokens=NEW, stop_token_ids=(2,), pad_token_id=0)  # greedy
+    toks, _, _ = sampling.generate(model, ids, mask, key=jax.random.key(0), **kw)
     for b, pad in [(2, 5)]:  # the most padded row (one extra compile per prompt length)
         alone, _, _ = sampling.generate(model, ids[b:b + 1, pad:], key=jax.random.key(0),
-                                        max_new_tokens=5)
+                                        **kw)
         np.testing.assert_array_equal(np.asarray(alone)[0], np.asarray(toks)[b])
 
 
 def test_compiles_once_for_sampling_settings(hf_dirs):
-    path, _ = hf_dirs("qwen2-gqa-tied")
+    """Three temperature/top-p settings add at most one program to generate()'s cache (none
+    when the shapes of ``test_sampled_logprobs_match_full_forward`` were compiled before);
+    with the settings static they would add three."""
+    path, _ = hf_dirs("llama-gqa-untied-nobias")
     model, config = hf.load_hf(path)
-    ids, mask = padded_batch(config.vocab_size, length=6, seed=9)
-    sampling._generate_jit.clear_cache()
+    ids, mask = padded_batch(config.vocab_size, length=LENGTH, seed=9)
+    before = sampling._generate_jit._cache_size()
     for t, p, seed in [(0.7, 0.9, 0), (1.3, 0.5, 1), (1.0, 1.0, 2)]:
-        sampling.generate(model, ids, mask, key=jax.random.key(seed), max_new_tokens=3,
-                          temperature=t, top_p=p)
-    assert sampling._generate_jit._cache_size() == 1
+        sampling.generate(model, ids, mask, key=jax.random.key(seed), max_new_tokens=NEW,
+                          temperature=t, top_p=p, stop_token_ids=(5, 6, 7))
+    assert sampling._generate_jit._cache_size() - before <= 1
 
 
 def _nucleus_reference(logits, temperature, top_p):
@@ -113,15 +124,19 @@ def _nucleus_reference(logits, temperature, top_p):
     return out / out.sum()
 
 
+# temperature and top_p are traced: one program for every parametrized case
+_draw = jax.jit(jax.vmap(lambda k, lg, t, p: sampling.sample_logits(k, lg[None], t, p)[0],
+                         in_axes=(0, None, None, None)))
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.8), (2.0, 0.5)],
                          ids=["plain", "t0.7-p0.8", "t2-p0.5"])
 def test_sampling_frequencies_match_reference(temperature, top_p):
     logits = np.array([2.0, 1.0, 0.5, 0.1, -1.0, -3.0], np.float32)
     n = 40000
     keys = jax.random.split(jax.random.key(0), n)
-    draw = jax.jit(jax.vmap(lambda k: sampling.sample_logits(k, logits[None], temperature,
-                                                             top_p)[0]))
-    counts = np.bincount(np.asarray(draw(keys)), minlength=logits.size)
+    counts = np.bincount(np.asarray(_draw(keys, logits, temperature, top_p)),
+                         minlength=logits.size)
     ref = _nucleus_reference(logits.astype(np.float64), temperature, top_p)
     assert (counts[ref == 0] == 0).all()
     sigma = np.sqrt(ref * (1 - ref) / n)
@@ -130,11 +145,11 @@ def test_sampling_frequencies_match_reference(temperature, top_p):
 
 def test_greedy_and_top_p_edge_cases():
     logits = jnp.array([[0.1, 3.0, 0.2], [5.0, 1.0, 1.0]])
-    np.testing.assert_array_equal(
-        np.asarray(sampling.sample_logits(jax.random.key(0), logits, 1.0, 1.0, greedy=True)),
-        [1, 0])
+    # jitted: eagerly, every op compiles on its own
+    greedy = jax.jit(lambda k, lg: sampling.sample_logits(k, lg, 1.0, 1.0, greedy=True))
+    np.testing.assert_array_equal(np.asarray(greedy(jax.random.key(0), logits)), [1, 0])
     # A tiny nucleus keeps only the argmax.
-    many = jax.vmap(lambda k: sampling.sample_logits(k, logits, 1.0, 1e-6))(
+    many = jax.jit(jax.vmap(lambda k: sampling.sample_logits(k, logits, 1.0, 1e-6)))(
         jax.random.split(jax.random.key(0), 200))
     assert (np.asarray(many) == np.array([1, 0])).all()
 

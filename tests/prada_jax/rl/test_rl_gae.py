@@ -43,6 +43,11 @@ def _reference_gae(r, v, m, term, trunc, nv, last_v, gamma, lam):
     return adv
 
 
+# One jitted GAE for every case: γ and λ are traced arguments (not static), so the parametrized
+# cases of one shape share a program; eagerly, every op would compile on its own.
+_gae = jax.jit(masked_gae)
+
+
 def _inputs(seed, T=14, B=6, p_dec=0.5, p_term=0.12, p_trunc=0.06):
     rng = np.random.default_rng(seed)
     r = rng.normal(size=(T, B)).astype(np.float32)
@@ -60,8 +65,7 @@ def _inputs(seed, T=14, B=6, p_dec=0.5, p_term=0.12, p_trunc=0.06):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_masked_gae_matches_numpy_loop(seed, gamma, lam):
     r, v, m, term, trunc, nv, last_v = _inputs(seed)
-    adv, ret = jax.jit(masked_gae, static_argnums=(7, 8))(r, v, m, term, trunc, nv, last_v,
-                                                          gamma, lam)
+    adv, ret = _gae(r, v, m, term, trunc, nv, last_v, gamma, lam)
     ref = _reference_gae(r, v, m, term, trunc, nv, last_v, gamma, lam)
     np.testing.assert_allclose(np.asarray(adv), ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(ret), np.where(m, ref + v, 0.0), rtol=1e-5, atol=1e-5)
@@ -73,7 +77,7 @@ def test_lambda_one_gamma_one_is_return_to_episode_end_minus_value():
     from t to the end of its episode (termination, truncation or rollout end) plus the
     bootstrap there (0, next value, last value) minus V(s_t)."""
     r, v, m, term, trunc, nv, last_v = _inputs(5, T=20, B=5)
-    adv, _ = masked_gae(r, v, m, term, trunc, nv, last_v, 1.0, 1.0)
+    adv = np.asarray(_gae(r, v, m, term, trunc, nv, last_v, 1.0, 1.0)[0])
     T, B = r.shape
     for b in range(B):
         for t in np.flatnonzero(m[:, b]):
@@ -94,15 +98,15 @@ def test_lambda_zero_is_one_step_td_on_dense_decisions():
     r, v = rng.normal(size=(T, B)), rng.normal(size=(T, B))
     last_v = rng.normal(size=B)
     z = np.zeros((T, B), bool)
-    adv, _ = masked_gae(r, v, ~z, z, z, np.zeros((T, B)), last_v, gamma, 0.0)
+    adv, _ = _gae(r, v, ~z, z, z, np.zeros((T, B)), last_v, gamma, 0.0)
     v_next = np.concatenate([v[1:], last_v[None]])
     np.testing.assert_allclose(np.asarray(adv), r + gamma * v_next - v, rtol=1e-5, atol=1e-5)
 
 
 def test_batch_axes_are_independent():
     r, v, m, term, trunc, nv, last_v = _inputs(7, T=10, B=6)
-    adv, _ = masked_gae(r, v, m, term, trunc, nv, last_v, 0.95, 0.9)
-    adv3, _ = masked_gae(r.reshape(10, 2, 3), v.reshape(10, 2, 3), m.reshape(10, 2, 3),
+    adv, _ = _gae(r, v, m, term, trunc, nv, last_v, 0.95, 0.9)
+    adv3, _ = _gae(r.reshape(10, 2, 3), v.reshape(10, 2, 3), m.reshape(10, 2, 3),
                          term.reshape(10, 2, 3), trunc.reshape(10, 2, 3), nv.reshape(10, 2, 3),
                          last_v.reshape(2, 3), 0.95, 0.9)
     np.testing.assert_allclose(np.asarray(adv3).reshape(10, 6), np.asarray(adv), atol=1e-6)

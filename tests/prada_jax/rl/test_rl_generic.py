@@ -12,6 +12,10 @@ from prada_jax.configs import ppo as ppo_configs
 
 # ----------------------------------------------------------------------------- compaction
 
+# Jitted (capacity static): run eagerly, every op compiles on its own, once per shape.
+_compact = jax.jit(learner.compact_decisions, static_argnums=1)
+
+
 def test_compact_decisions_keeps_every_decision_once_and_counts_overflow():
     rng = np.random.default_rng(0)
     n = 40
@@ -19,7 +23,7 @@ def test_compact_decisions_keeps_every_decision_once_and_counts_overflow():
     flat = {"id": jnp.arange(n), "x": jnp.asarray(rng.normal(size=(n, 3)), jnp.float32),
             "decision": jnp.asarray(dec)}
     n_dec = int(dec.sum())
-    out, dropped = learner.compact_decisions(flat, n_dec + 4, jax.random.key(1))
+    out, dropped = _compact(flat, n_dec + 4, jax.random.key(1))
     valid = np.asarray(out["decision"])
     assert int(dropped) == 0 and valid.sum() == n_dec
     assert sorted(np.asarray(out["id"])[valid]) == sorted(np.flatnonzero(dec))
@@ -27,7 +31,7 @@ def test_compact_decisions_keeps_every_decision_once_and_counts_overflow():
                                   np.asarray(flat["x"])[np.asarray(out["id"])[valid]])
     # overflow: K distinct decisions kept (a run from a random start), the rest counted
     k = n_dec - 5
-    out, dropped = learner.compact_decisions(flat, k, jax.random.key(2))
+    out, dropped = _compact(flat, k, jax.random.key(2))
     ids = np.asarray(out["id"])
     assert int(dropped) == 5 and np.asarray(out["decision"]).all()
     assert len(set(ids.tolist())) == k and dec[ids].all()
@@ -49,9 +53,10 @@ def test_masked_loss_on_compacted_buffer_equals_full_batch():
     def loss(b, lg, qq):
         return losses.ppo_loss(lg, qq, b["action"], b["logp"], b["q_taken"], b["adv"],
                                b["ret"], b["decision"], cfg)[0]
+    loss = jax.jit(loss)
     full = loss(batch, logits, q)
     flat = dict(batch, lg=logits, q=q)
-    comp, _ = learner.compact_decisions(flat, 32, jax.random.key(0))
+    comp, _ = _compact(flat, 32, jax.random.key(0))
     np.testing.assert_allclose(loss(comp, comp["lg"], comp["q"]), full, rtol=1e-5)
 
 

@@ -267,13 +267,17 @@ def test_sample_action_is_distrax_categorical():
 
     from prada_jax.rl import learner
     logits = jax.random.normal(jax.random.key(3), (6, 5, 4)) * 3.0
-    for i in range(4):
-        k = jax.random.key(10 + i)
+
+    @jax.jit   # both sides jitted: eagerly, every op compiles on its own
+    def both(k):
         d = distrax.Categorical(logits=logits)
         want = d.sample(seed=k)
-        got, logp = learner.sample_action(k, logits)
+        return want, d.log_prob(want), *learner.sample_action(k, logits)
+
+    for i in range(4):
+        want, want_logp, got, logp = both(jax.random.key(10 + i))
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-        np.testing.assert_allclose(np.asarray(logp), np.asarray(d.log_prob(want)), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(logp), np.asarray(want_logp), rtol=1e-6)
 
 
 @pytest.mark.parametrize("critic", ["v", "q"])

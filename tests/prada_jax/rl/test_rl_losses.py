@@ -74,21 +74,22 @@ def test_masked_samples_do_not_matter():
     args = [jnp.asarray(x, jnp.float32) if x.dtype.kind == "f" else jnp.asarray(x) for x in args]
     mask = jnp.arange(B) < 10
     cfg = losses.PPOLossConfig()
-    base, _ = losses.ppo_loss(*args, mask, cfg)
+    loss = jax.jit(losses.ppo_loss, static_argnums=8)   # eager: every op compiles on its own
+    base, _ = loss(*args, mask, cfg)
     perturbed = [x.at[10:].set(x[10:] * 3 + 1) if x.dtype == jnp.float32 else x for x in args]
-    other, _ = losses.ppo_loss(*perturbed, mask, cfg)
+    other, _ = loss(*perturbed, mask, cfg)
     np.testing.assert_allclose(float(base), float(other), rtol=1e-6)
 
 
 def test_network_shapes_value_and_advantage():
     graphdef, params = networks.init_network(jax.random.key(0), obs_dim=5, hidden=(16, 16))
-    apply_fn = networks.make_apply_fn(graphdef)
-    obs = jax.random.normal(jax.random.key(1), (3, 7, 5))
+    apply_fn = jax.jit(networks.make_apply_fn(graphdef))   # eager: every op compiles alone
+    obs = jnp.asarray(np.random.default_rng(1).normal(size=(3, 7, 5)), jnp.float32)
     logits, q = apply_fn(params, obs)
     assert logits.shape == (3, 7, 2) and q.shape == (3, 7, 2)
     p = np.asarray(jax.nn.softmax(logits))
-    np.testing.assert_allclose(np.asarray(networks.value_from_q(logits, q)),
+    np.testing.assert_allclose(np.asarray(jax.jit(networks.value_from_q)(logits, q)),
                                (p * np.asarray(q)).sum(-1), rtol=1e-5, atol=1e-6)
-    gain = networks.make_advantage_fn(graphdef)(params, obs[0])
+    gain = jax.jit(networks.make_advantage_fn(graphdef))(params, obs[0])
     np.testing.assert_allclose(np.asarray(gain), np.asarray(q[0, :, 1] - q[0, :, 0]), atol=1e-6)
     assert networks.count_params(params) == (5 * 16 + 16 + 16 * 16 + 16) * 2 + 2 * (16 * 2 + 2)
