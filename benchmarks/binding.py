@@ -1,11 +1,14 @@
 """Where a resource binds under a trained policy's own nominations, per scenario preset.
 
     python -m benchmarks.binding --policy=PPO_DIR [--scenarios=nominal,bandwidth_bound,...]
-        [--seeds=3] [--slots=600] [--warmup=100] [--num_users=32] [--out=FILE.json]
+        [--seeds=3] [--slots=600] [--warmup=100] [--num_users=32] [--split=test]
+        [--out=FILE.json]
 
 For each ``envs.scenarios`` preset (with its own env scalars, ``scenarios.preset_env``, on top
 of the stage-2 verdict's env: M = 1, 12 users/s, U = 32 unless overridden) it evaluates, on the
-test split of the policy's trace set and test-range seeds, the policy's greedy nominations
+test split of the policy's trace set and test-range seeds (``--split=validation``: the
+validation split and validation-range seeds, where presets and caps are chosen before a
+verdict), the policy's greedy nominations
 under the threshold rule at λ = µ = 0, FIFO-greedy and with no resource limits, and prints the
 share of slots in which capacity binds (a request waits with all M_t units busy), in which
 bandwidth binds (a request waits with a unit free), server utilisation and the headroom (no
@@ -35,11 +38,25 @@ def _define_flags():
     flags.DEFINE_integer("num_users", 32, "user slots U.", lower_bound=1)
     flags.DEFINE_integer("scenario_length", 1200, "schedule length in slots.", lower_bound=1)
     flags.DEFINE_string("out", "", "JSON output (optional).")
+    flags.DEFINE_string("split", "test", "test (default) or validation: the part of the "
+                        "policy's trace set and the seed range measured.")
+
+
+#: Splits a binding measurement may run on (``train`` would measure on training problems).
+SPLITS = ("test", "validation")
+
+
+def check_split(split: str, flag: str = "--split") -> str:
+    """``split`` if it is one of :data:`SPLITS`, else ``BadInput`` naming ``flag``."""
+    if split not in SPLITS:
+        raise BadInput(f"{flag}={split!r}: must be one of {', '.join(SPLITS)}")
+    return split
 
 
 def measure(policy_dir: str, names, seeds: int, slots: int, warmup: int, num_users: int,
-            scenario_length: int, log=print) -> dict:
-    """``{scenario: {"env": ..., "rows": {row: {metric: mean}}, "headroom", "mde"}}``."""
+            scenario_length: int, log=print, split: str = "test") -> dict:
+    """``{scenario: {"env": ..., "rows": {row: {metric: mean}}, "headroom", "mde"}}`` on the
+    ``split`` part of the policy's trace set with that split's seed range."""
     import numpy as np
 
     from envs import edge, scenarios
@@ -50,7 +67,7 @@ def measure(policy_dir: str, names, seeds: int, slots: int, warmup: int, num_use
     policy = suite.load_policy(policy_dir)
     traces = suite.load_traces(policy.config.env.get("preset", "gsm8k"),
                                int(policy.config.env.get("problems", 0)) or None,
-                               int(policy.config.env.trace_seed), split="test")
+                               int(policy.config.env.trace_seed), split=check_split(split))
     suite.check_policy_traces(policy, traces)
     seed0 = suite.evaluation_seed0(traces.info, policy, seeds, flag="--seeds")
     base = suite.env_kwargs_from(policy.config, dict(BASE_ENV, num_users=num_users))
@@ -95,7 +112,9 @@ def main(argv):
     names = scenarios.parse_names(F.scenarios)
     if F.warmup >= F.slots:
         raise BadInput(f"--warmup={F.warmup} must be < --slots={F.slots}")
-    res = measure(F.policy, names, F.seeds, F.slots, F.warmup, F.num_users, F.scenario_length)
+    check_split(F.split)
+    res = measure(F.policy, names, F.seeds, F.slots, F.warmup, F.num_users, F.scenario_length,
+                  split=F.split)
     if F.out:
         from prada_jax.jsonio import write_json
         write_json(F.out, res, allow_nan=True)

@@ -323,6 +323,8 @@ CASES: list[Case] = [
     Case("benchmarks.binding", ("--out={out}",), r"--policy"),
     Case("benchmarks.binding", ("--policy={empty_dir}", "--scenarios=rush", "--out={out}"),
          r"--scenarios"),
+    Case("benchmarks.binding", ("--policy={empty_dir}", "--split=train", "--out={out}"),
+         r"--split"),
     Case("evals.stage2", ("--out={out}", "--budget=1.5"), r"--budget"),
     Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),
     Case("benchmarks.env_scaling", ("--envs=a,b", "--json={out}"), r"--envs"),

@@ -278,6 +278,9 @@ class DistillRun:
     # "timed": False for the first update of a process, which compiles); checkpointed
     costs: list = dataclasses.field(default_factory=list)
     cost_logged: int = 0            # costs[:cost_logged] are in the curves already
+    # ``runloop.restore_or_init``'s ``(state, meta, step)``, done by :func:`build` before it
+    # writes config.json (a template mismatch is refused first); consumed by :func:`restore`
+    restored: Any = None
 
     @property
     def num_seeds(self) -> int:
@@ -402,10 +405,15 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
                               num_turns=num_turns, num_seeds=len(seeds))
     # every input is loaded and checked: now the workdir may be written
     workdir = cu.prepare_workdir(workdir)
-    if parallel.is_process_zero():
-        run_state.commit(config, workdir, check)
     ckpt = Checkpointer(workdir / "checkpoints", save_every=config.log.ckpt_every,
                         max_to_keep=config.log.keep)
+    try:   # the checkpoint against the template before config.json / run.json are written
+        restored = runloop.restore_or_init(ckpt, state)
+    except BaseException:
+        ckpt.close()
+        raise
+    if parallel.is_process_zero():
+        run_state.commit(config, workdir, check)
     # one TensorBoard run per seed: <workdir>/tb (N = 1) or <workdir>/tb/seed_<s>
     writers = [MetricWriter(workdir / "tb") if len(seeds) == 1
                else MetricWriter(workdir / "tb" / f"seed_{s}") for s in seeds]
@@ -423,7 +431,8 @@ def build(config, workdir, task: tasks_lib.Task | None = None,
                       logp_fn=ratio_lib.token_logp_fn(graphdef) if table is not None else None,
                       num_turns=num_turns, seed_results=seed_results, seeds=seeds,
                       base_keys=[jax.random.key(s) for s in seeds],
-                      turn_hist=np.zeros((len(seeds), num_turns)), problems=problems)
+                      turn_hist=np.zeros((len(seeds), num_turns)), problems=problems,
+                      restored=restored)
 
 
 def reset_schedule_counts(opt_state):
@@ -472,7 +481,10 @@ def restore(run: DistillRun) -> None:
     untrained students ("before", unless ``eval.before`` is False) and runs the first ratio
     diagnostic."""
     from prada_jax import parallel
-    run.state, run.meta, step = runloop.restore_or_init(run.ckpt, run.state)
+    got = run.restored if run.restored is not None else runloop.restore_or_init(run.ckpt,
+                                                                                 run.state)
+    run.restored = None
+    run.state, run.meta, step = got
     if run.meta:
         run.start = int(run.meta.get("opt_step", step))
         stored = run.meta.get("results", {})

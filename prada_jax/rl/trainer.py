@@ -416,9 +416,6 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
     if env_and_params is None:   # a caller-given env is the caller's business
         policy.check_policy_meta(Path(workdir), meta)
     workdir = config_utils.prepare_workdir(workdir)
-    if parallel.is_process_zero():   # several hosts share the workdir: one writer
-        run_state.commit(config, workdir, check)
-        policy.write_policy_meta(workdir, meta)
     num_seeds = int(config.num_seeds)
     seeds = meta["seeds"]
     ckpt = checkpointing.Checkpointer(workdir / "checkpoints",
@@ -429,6 +426,11 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
     except BaseException:
         ckpt.close()
         raise
+    # Only now that the checkpoint restored (a template mismatch or an unusable checkpoint
+    # raises above) are config.json, run.json and policy_meta.json written.
+    if parallel.is_process_zero():   # several hosts share the workdir: one writer
+        run_state.commit(config, workdir, check)
+        policy.write_policy_meta(workdir, meta)
     start_update = int(np.asarray(states.update_step)[0])
     if start_update:
         logging.info("resumed %s at update %d", workdir, start_update)

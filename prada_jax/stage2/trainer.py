@@ -346,7 +346,6 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     setup = build_setup(config)
     dcfg = setup.dcfg
     workdir = config_utils.prepare_workdir(workdir)
-    run_state.commit(config, workdir, check)
 
     chunk_fn = cached(("chunk", dcfg, setup.rollout_len, setup.sgd_steps, setup.policy_key),
                       lambda: jax.jit(make_train_chunk(dcfg, setup.policy_fn, setup.rollout_len,
@@ -359,6 +358,9 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
     except BaseException:
         ckpt.close()
         raise
+    # Only now that the checkpoint restored (a template mismatch or an unusable checkpoint
+    # raises above) is config.json rewritten and the provenance entry appended.
+    run_state.commit(config, workdir, check)
     if start:
         _log.info("resumed %s at chunk %d", workdir, start)
     host = {"load_mean": np.asarray(meta0.get("load_mean", np.zeros(LOAD_FEATURES)),

@@ -193,6 +193,31 @@ def test_binding_presets_state_their_env_and_outage_at_m_ge_2():
         scenarios.preset_env("rush")
 
 
+def test_binding_variants_share_their_originals_schedule_at_a_higher_load():
+    """The validation-chosen variants (docs/results/stage2_verdict.md): the original preset's
+    per-slot factors, with more users and a higher arrival rate (and M = 2 for the outage);
+    an env built from them has those U, λ, M and B."""
+    for name, base in (("bandwidth_bound_dense", "bandwidth_bound"),
+                       ("outage_burst_m2", "outage_burst")):
+        a, b = scenarios.preset(name, 800), scenarios.preset(base, 800)
+        for f in scenarios.FIELDS:
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    dense = scenarios.preset_env("bandwidth_bound_dense")
+    assert dense == {"num_servers": 16, "bandwidth_hz": 3e6, "arrival_rate_hz": 48.0,
+                     "num_users": 128}
+    m2 = scenarios.preset_env("outage_burst_m2")
+    assert m2 == {"num_servers": 2, "arrival_rate_hz": 24.0, "num_users": 64}
+    for env in (dense, m2):
+        p = edge.make_params(TRACES, scenario=scenarios.preset("nominal", 10), **env)
+        assert int(p.num_users) == env["num_users"] and int(p.num_servers) == env["num_servers"]
+        assert float(p.arrival_rate_hz) == pytest.approx(env["arrival_rate_hz"])
+    # M = 2 in an outage of the m2 variant: M_t = 1 (⌊2 · 0.25 + ½⌋ = 1, at least 1)
+    p = edge.make_params(TRACES, num_users=U, scenario=scenarios.preset("outage_burst_m2", 800),
+                         num_servers=2)
+    assert int(jax.device_get(edge.slot_conditions(p, 0))["num_servers"]) == 1
+    assert int(jax.device_get(edge.slot_conditions(p, 120))["num_servers"]) == 2
+
+
 def test_slow_server_scales_the_server_compute_time():
     """server_speed 0.1 → the server's peak FLOP/s × 0.1, so its compute delay (latency model,
     compute-bound) is 10× the default's; an invalid factor names the field."""

@@ -283,6 +283,26 @@ def test_resume_equals_uninterrupted_run_and_finished_rerun(cache, tmp_path, cap
     assert (b / "config.json").read_bytes() == cfg_before
 
 
+def test_checkpoint_of_another_structure_is_refused_before_config_json_is_rewritten(
+        cache, tmp_path):
+    """A workdir whose newest (intact) checkpoint does not fit the student's state (here a
+    foreign pytree saved in its place) is refused with CheckpointError before config.json or
+    run.json change, even when the resume changes an observational field (train.steps)."""
+    import shutil
+
+    from prada_jax.checkpointing import CheckpointError, Checkpointer
+    from prada_jax.distill.trainer import train_and_evaluate
+    wd = tmp_path / "run"
+    train_and_evaluate(_config(cache), wd)
+    before = {n: (wd / n).read_text() for n in ("config.json", "run.json")}
+    shutil.rmtree(wd / "checkpoints")
+    with Checkpointer(wd / "checkpoints") as ck:
+        ck.save(4, {"w": np.zeros((3,), np.float32)}, meta={"opt_step": 4}, force=True)
+    with pytest.raises(CheckpointError):
+        train_and_evaluate(_config(cache, **{"train.steps": 6}), wd)
+    assert {n: (wd / n).read_text() for n in before} == before
+
+
 def test_diverging_run_raises_non_finite_and_keeps_last_good_checkpoint(cache, tmp_path):
     import re
 

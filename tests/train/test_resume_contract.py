@@ -205,3 +205,33 @@ def test_config_json_with_a_removed_field_still_resumes(tmp_path, fast_compile):
     with pytest.raises(run_state.ConfigMismatch, match="dual.step_size") as e:
         stage2_trainer.train_and_evaluate(bad, tmp_path / "old")
     assert "queue_price" not in str(e.value)
+
+
+
+def test_checkpoint_template_mismatch_is_found_before_config_json_is_rewritten(tmp_path,
+                                                                              fast_compile):
+    """Both trainers restore the checkpoint against their template before they rewrite
+    config.json, append to run.json or rewrite policy_meta.json. Each folder is given the other
+    trainer's (intact) checkpoints, which ``check_resume``'s file-level check passes and only a
+    restore can refuse; a resume with a changed observational field then raises
+    ``CheckpointError`` and leaves those files as they were (before the fix config.json
+    already held the new value and run.json a "resume" entry when the restore failed)."""
+    files = {"ppo": ("config.json", "run.json", "policy_meta.json"),
+             "dual": ("config.json", "run.json")}
+    trainer.train_and_evaluate(_ppo_config(), tmp_path / "ppo", max_chunks=1)
+    stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "dual", max_chunks=1)
+    before = {k: {n: (tmp_path / k / n).read_text() for n in names}
+              for k, names in files.items()}
+    (tmp_path / "ppo" / "checkpoints").rename(tmp_path / "swap")
+    (tmp_path / "dual" / "checkpoints").rename(tmp_path / "ppo" / "checkpoints")
+    (tmp_path / "swap").rename(tmp_path / "dual" / "checkpoints")
+    longer = _ppo_config()
+    longer.ppo.total_env_steps = 4 * 8 * 10      # observational (constant schedule)
+    with pytest.raises(checkpointing.CheckpointError):
+        trainer.train_and_evaluate(longer, tmp_path / "ppo")
+    more = _dual_config(chunks=4)                # train.num_chunks is observational
+    with pytest.raises(checkpointing.CheckpointError):
+        stage2_trainer.train_and_evaluate(more, tmp_path / "dual")
+    after = {k: {n: (tmp_path / k / n).read_text() for n in names}
+             for k, names in files.items()}
+    assert after == before

@@ -1,0 +1,127 @@
+"""Judges one ``evals.stage2`` scenario report by issue 23's pre-registered rules
+(docs/results/stage2_verdict.md, Part 1) and returns pass / fail / cannot-resolve per target.
+
+Inputs are the per-scenario dicts of ``stage2.json`` (``scenarios[NAME]``: ``per_seed``,
+``power``, optionally ``budget`` and ``grid``); every difference is recomputed from the
+per-seed objectives (paired over the evaluation seeds, two-sided 95 % Student-t interval,
+``prada_jax.stats.mean_ci``), so a judgement never depends on a stored summary alone. All
+numbers are in the objective's units (accuracy − β·latency, PRM units).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from evals import stage2
+from prada_jax import stats
+
+#: The gate of the issue's targets: a scenario is judged only if its headroom is at least this
+#: and its MDE at most half of it.
+MIN_HEADROOM = 0.02
+PASS, FAIL, UNRESOLVED = "pass", "fail", "cannot resolve"
+
+
+def paired_ci(per_seed: dict, a: str, b: str, metric: str = "objective") -> dict:
+    """``{"mean", "lo", "hi", "n"}`` of the per-seed difference ``a − b`` (non-finite seeds
+    dropped; NaN bounds below two seeds)."""
+    d = (np.asarray(per_seed[a][metric], np.float64)
+         - np.asarray(per_seed[b][metric], np.float64))
+    ci = stats.mean_ci(d, 0.95)
+    return {"mean": ci.mean, "lo": ci.low, "hi": ci.high, "n": ci.n}
+
+
+def _above_zero(ci: dict) -> bool:
+    return math.isfinite(ci["lo"]) and ci["lo"] > 0.0
+
+
+def _not_below_zero(ci: dict) -> bool:
+    return math.isfinite(ci["hi"]) and ci["hi"] >= 0.0
+
+
+def gate(headroom, mde) -> tuple[bool, str]:
+    """``(resolvable, why)``: resolvable iff headroom ≥ :data:`MIN_HEADROOM` and MDE ≤
+    headroom / 2."""
+    if headroom is None or mde is None or not (math.isfinite(headroom)
+                                               and math.isfinite(mde)):
+        return False, "headroom or MDE undefined"
+    if headroom < MIN_HEADROOM:
+        return False, f"headroom {headroom:+.4f} < {MIN_HEADROOM}: no room for a price"
+    if mde > headroom / 2:
+        return False, f"MDE {mde:.4f} > headroom/2 {headroom / 2:.4f}: too few seeds"
+    return True, f"resolvable: headroom {headroom:+.4f} >= {MIN_HEADROOM}, MDE {mde:.4f} <= " \
+                 f"headroom/2"
+
+
+def judge(report: dict, outage: bool = False) -> dict:
+    """The verdict of one scenario report (``stage2.json`` ``scenarios[NAME]``).
+
+    Returns ``{"headroom", "mde", "resolvable", "gate", "cis": {name: ci}, "targets":
+    {target: pass|fail|cannot resolve}}``; targets ``learned_beats_zero`` (CI of learned
+    constant − λ=µ=0 above 0), ``learned_near_reference`` (CI of learned − Best constant
+    (grid, validation) not below 0), with ``outage`` also ``conditioned_beats_constant`` (CI
+    of conditioned − learned constant above 0), all "cannot resolve" unless the gate passes;
+    with a ``budget`` in the report, ``budget`` (see :func:`judge_budget`)."""
+    ps = report["per_seed"]
+    pw = report.get("power", {})
+    h, m = pw.get("headroom"), pw.get("mde")
+    ok, why = gate(h, m)
+    cis = {"learned_minus_zero": paired_ci(ps, stage2.ROW_CONST, stage2.ROW_ZERO),
+           "learned_minus_best_constant": paired_ci(ps, stage2.ROW_CONST, stage2.ROW_BEST),
+           "best_constant_minus_zero": paired_ci(ps, stage2.ROW_BEST, stage2.ROW_ZERO),
+           "conditioned_minus_constant": paired_ci(ps, stage2.ROW_COND, stage2.ROW_CONST),
+           "nolimits_minus_zero": paired_ci(ps, stage2.ROW_NOLIM, stage2.ROW_ZERO),
+           "zero_minus_fifo": paired_ci(ps, stage2.ROW_ZERO, stage2.ROW_FIFO)}
+    if stage2.ROW_FILTER in ps:
+        cis["filter_minus_fifo"] = paired_ci(ps, stage2.ROW_FILTER, stage2.ROW_FIFO)
+        cis["zero_minus_filter"] = paired_ci(ps, stage2.ROW_ZERO, stage2.ROW_FILTER)
+    t = {}
+    if ok:
+        t["learned_beats_zero"] = PASS if _above_zero(cis["learned_minus_zero"]) else FAIL
+        t["learned_near_reference"] = (PASS if _not_below_zero(
+            cis["learned_minus_best_constant"]) else FAIL)
+        if outage:
+            t["conditioned_beats_constant"] = (PASS if _above_zero(
+                cis["conditioned_minus_constant"]) else FAIL)
+    else:
+        t["learned_beats_zero"] = t["learned_near_reference"] = UNRESOLVED
+        if outage:
+            t["conditioned_beats_constant"] = UNRESOLVED
+    out = {"headroom": h, "mde": m, "resolvable": ok, "gate": why, "cis": cis, "targets": t}
+    if report.get("budget"):
+        out["budget"] = judge_budget(report)
+        t["budget"] = out["budget"]["verdict"]
+    return out
+
+
+def judge_budget(report: dict) -> dict:
+    """The budget target: (a) the learned constant's mean occupancy over the evaluation seeds
+    ≤ cap·(1 + tolerance), (b) λ=µ=0's above it, (c) learned − Best constant (grid,
+    validation, budget-feasible there) ≥ −MDE; "cannot resolve" for (c) when no grid pair was
+    budget-feasible on validation. ``verdict``: pass iff (a), (b), (c) all pass."""
+    bd = report["budget"]
+    cap, tol = float(bd["cap"]), float(bd["tolerance"])
+    ps = report["per_seed"]
+    occ = {r: float(np.nanmean(ps[r]["server_util"])) for r in
+           (stage2.ROW_CONST, stage2.ROW_COND, stage2.ROW_BEST, stage2.ROW_ZERO,
+            stage2.ROW_FIFO) if r in ps}
+    limit = cap * (1.0 + tol)
+    a = occ[stage2.ROW_CONST] <= limit
+    b = occ[stage2.ROW_ZERO] > limit
+    mde = report.get("power", {}).get("mde")
+    diff = paired_ci(ps, stage2.ROW_CONST, stage2.ROW_BEST)
+    feasible = report.get("grid", {}).get("budget_feasible", True)
+    if not feasible or mde is None or not math.isfinite(mde):
+        c = UNRESOLVED
+    else:
+        c = PASS if diff["mean"] >= -mde else FAIL
+    parts = {"learned_meets_cap": PASS if a else FAIL,
+             "zero_violates_cap": PASS if b else FAIL, "learned_near_best_feasible": c}
+    if FAIL in parts.values():
+        verdict = FAIL
+    elif UNRESOLVED in parts.values():
+        verdict = UNRESOLVED
+    else:
+        verdict = PASS
+    return {"cap": cap, "limit": limit, "occupancy": occ, "parts": parts,
+            "learned_minus_best_feasible": diff, "mde": mde, "verdict": verdict}
