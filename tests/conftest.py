@@ -24,12 +24,13 @@ if importlib.util.find_spec("filelock") is not None:
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
 # The tests compile hundreds of small programs and run each for milliseconds: compilation, not
-# execution, is their cost, so LLVM's optimisation passes are skipped (XLA's HLO passes, which
-# decide fusion, still run; low bits may differ from an optimised build, and every comparison
-# between two programs uses a tolerance or runs both under these flags). Prepended, so flags a
-# caller sets win.
-_FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-os.environ["XLA_FLAGS"] = f"{_FAST_COMPILE} {os.environ.get('XLA_FLAGS', '')}".strip()
+# execution, is their cost, so LLVM's optimisation passes are skipped (JAX's
+# ``jax_disable_most_optimizations``: backend optimisation level 0, no expensive LLVM passes;
+# XLA's HLO passes, which decide fusion, still run). Low bits may differ from an optimised
+# build; every comparison between two programs uses a tolerance or compiles both in this mode.
+# Set as JAX's own option (inherited by subprocesses), so a test that switches it on for itself
+# compiles the same programs, with the same cache keys, as the rest of the session.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
 @pytest.fixture
