@@ -23,6 +23,15 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 if importlib.util.find_spec("filelock") is not None:
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
+# The tests compile hundreds of small programs and run each for milliseconds: compilation, not
+# execution, is their cost, so LLVM's optimisation passes are skipped (JAX's
+# ``jax_disable_most_optimizations``: backend optimisation level 0, no expensive LLVM passes;
+# XLA's HLO passes, which decide fusion, still run). Low bits may differ from an optimised
+# build; every comparison between two programs uses a tolerance or compiles both in this mode.
+# Set as JAX's own option (inherited by subprocesses), so a test that switches it on for itself
+# compiles the same programs, with the same cache keys, as the rest of the session.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
 
 @pytest.fixture
 def run_command(capfd):

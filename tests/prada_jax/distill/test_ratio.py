@@ -126,9 +126,11 @@ def test_student_token_logp_equals_unpadded_forwards():
     gd, params = nnx.split(model, nnx.Param)
     got = ratio.student_token_logp(ratio.token_logp_fn(gd), params, pool, batch_size=3)
     toks = np.asarray(pool.tokens)
+    # The reference: one unpadded forward per trajectory (jitted: eager NNX dispatches op by op)
+    forward = jax.jit(lambda p, t: nnx.merge(gd, p)(t))
     for i in range(pool.num_trajectories):
         a, b = int(pool.traj_offsets[i]), int(pool.traj_offsets[i + 1])
-        logits = np.asarray(model(toks[None, a:b]), np.float64)[0]
+        logits = np.asarray(forward(params, toks[None, a:b]), np.float64)[0]
         lp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1,
                                                                                  keepdims=True)
                              ) - logits.max(-1, keepdims=True)
