@@ -42,23 +42,14 @@ def _files_equal(a, b, names):
 
 
 @pytest.fixture
-def fast_compile(tmp_path_factory):
-    """Fewer XLA optimisations, and a persistent compilation cache so the second and third
-    in-process runs of the same config load the compiled chunk (settings restored after)."""
-    names = ("jax_disable_most_optimizations", "jax_compilation_cache_dir",
-             "jax_persistent_cache_min_compile_time_secs")
-    def _read(n):
-        try:
-            return jax.config.read(n)
-        except AttributeError:
-            return getattr(jax.config, n)
-    old = {n: _read(n) for n in names}
+def fast_compile():
+    """Fewer XLA optimisations (restored after). The compiled programs come from the session's
+    persistent cache (tests/conftest.py), shared with the other tests of the toy and smoke
+    configs, so the runs after the first of a config load their chunk instead of compiling."""
+    old = jax.config.read("jax_disable_most_optimizations")
     jax.config.update("jax_disable_most_optimizations", True)
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     yield
-    for n, v in old.items():
-        jax.config.update(n, v)
+    jax.config.update("jax_disable_most_optimizations", old)
 
 
 def _ppo_config():
