@@ -60,16 +60,7 @@ def test_cli_rejects_bad_flags(tmp_path, run_command):
     assert not (tmp_path / "b" / "checkpoints").exists()
 
 
-@pytest.fixture
-def fast_compile():
-    """Fewer XLA optimisations for the tiny in-process runs (restored afterwards)."""
-    old = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", old)
-
-
-def test_smoke_cli_two_chunks_then_resume(tmp_path, run_command, fast_compile):
+def test_smoke_cli_two_chunks_then_resume(tmp_path, run_command):
     """The :smoke config on the edge env: one chunk, stop; rerun resumes at the saved step.
     In-process (the command's ``__main__``; tests/test_cli_errors.py runs train.ppo's real
     entry in a subprocess): the rerun loads the compiled chunk from the session's cache."""
@@ -111,7 +102,7 @@ def test_smoke_cli_two_chunks_then_resume(tmp_path, run_command, fast_compile):
         policy_files.load_policy(wd, step=3)
 
 
-def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, fast_compile):
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path):
     config = ppo_configs.get_config("toy")
     config.num_seeds = 2
     out = trainer.train_and_evaluate(config, tmp_path, max_chunks=1)
