@@ -10,7 +10,8 @@ result is the reference; the sharded run splits environments / sequences over th
 * env state / observations: exact (the env is elementwise per environment and the PRNG is
   partitionable, so sharding changes no random draw).
 
-A learner state saved sharded over 8 devices restores bit-exactly in a process with 2 devices.
+A learner state saved sharded over 8 devices restores bit-exactly in the test process (one
+device). Both checks run in one 8-device subprocess (a module fixture).
 """
 import os
 import subprocess
@@ -18,13 +19,16 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(code: str, devices: int, timeout: int = 300) -> str:
+    # the session's XLA flags (tests/conftest.py) are kept; the device count is added
+    xla = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+           "XLA_FLAGS": xla.strip(),
            "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=_ROOT,
                          timeout=timeout, capture_output=True, text=True)
@@ -78,34 +82,6 @@ _PPO_AND_SAVE = """
         ck.save(2, out, meta={"devices": 8})
     np.savez(sys.argv[1] + ".npz", *leaves(out))
     print("PPO-OK")
-"""
-
-_RESTORE = """
-    import sys, jax, numpy as np
-    from prada_jax import checkpointing, parallel
-    from prada_jax.rl import trainer
-    from prada_jax.configs import ppo as ppo_configs
-
-    assert len(jax.devices()) == 2
-    config = ppo_configs.get_config("toy")
-    config.ppo.num_envs = 8
-    config.ppo.rollout_len = 4
-    config.ppo.num_epochs = 1
-    config.ppo.updates_per_chunk = 2
-    config.ppo.minibatch_size = 8 * 4 * config.env.num_users // 2
-    setup = trainer.build_setup(config)
-    template = jax.tree.map(lambda x: x[0], setup.init_states(config))
-    with checkpointing.Checkpointer(sys.argv[1]) as ck:
-        restored, meta = ck.restore(template)
-    assert meta == {"devices": 8}, meta
-    st = parallel.place_state(restored, parallel.make_mesh(0), ("env_state", "obs", "ep_return"))
-    assert len(st.obs.sharding.device_set) == 2
-    saved = np.load(sys.argv[1] + ".npz")
-    got = [np.asarray(x) for x in jax.tree.leaves(checkpointing.keys_to_data(st))]
-    assert len(got) == len(saved.files)
-    for i, x in enumerate(got):
-        np.testing.assert_array_equal(x, saved[f"arr_{i}"])
-    print("RESTORE-OK")
 """
 
 _DISTILL = """
@@ -166,14 +142,62 @@ _DISTILL = """
 """
 
 
-def test_ppo_sharded_equals_unsharded_and_checkpoint_restores_on_2_devices(tmp_path):
-    ck = str(tmp_path / "ck")
-    assert "PPO-OK" in _run(_PPO_AND_SAVE.replace("sys.argv[1]", repr(ck)), devices=8)
-    assert "RESTORE-OK" in _run(_RESTORE.replace("sys.argv[1]", repr(ck)), devices=2)
-    assert np.load(ck + ".npz").files
+_BOTH = """
+    import sys, textwrap, traceback
+    # the two checks share one 8-device interpreter (start-up and imports once); a failure of
+    # one is reported under its name and does not hide the other
+    for name, code in (("PPO", __PPO__), ("DISTILL", __DISTILL__)):
+        try:
+            exec(compile(textwrap.dedent(code), name, "exec"), {"__name__": name})
+        except BaseException:
+            print(name + "-FAILED")
+            traceback.print_exc(file=sys.stdout)
+"""
 
 
-def test_distill_step_sharded_equals_unsharded():
-    out = _run(_DISTILL, devices=8)
-    assert "DISTILL-OK" in out
+@pytest.fixture(scope="module")
+def eight_devices(tmp_path_factory):
+    """One subprocess on 8 simulated devices running both checks: (its stdout, checkpoint
+    folder the PPO check saved its sharded state in)."""
+    ck = str(tmp_path_factory.mktemp("sharding") / "ck")
+    code = _BOTH.replace("__PPO__", repr(_PPO_AND_SAVE.replace("sys.argv[1]", repr(ck))))
+    code = code.replace("__DISTILL__", repr(_DISTILL))
+    return _run(code, devices=8), ck
+
+
+def test_ppo_sharded_equals_unsharded_and_checkpoint_restores_on_other_devices(eight_devices):
+    """A learner state saved sharded over 8 devices restores bit-exactly in this process (its
+    own device count, not 8), placed on a mesh of its devices."""
+    import jax
+
+    from prada_jax import checkpointing, parallel
+    from prada_jax.configs import ppo as ppo_configs
+    from prada_jax.rl import trainer
+
+    out, ck = eight_devices
+    assert "PPO-OK" in out, out[-6000:]
+    assert jax.device_count() != 8
+    config = ppo_configs.get_config("toy")
+    config.ppo.num_envs = 8
+    config.ppo.rollout_len = 4
+    config.ppo.num_epochs = 1
+    config.ppo.updates_per_chunk = 2
+    config.ppo.minibatch_size = 8 * 4 * config.env.num_users // 2
+    setup = trainer.build_setup(config)
+    template = jax.tree.map(lambda x: x[0], setup.init_states(config))
+    with checkpointing.Checkpointer(ck) as c:
+        restored, meta = c.restore(template)
+    assert meta == {"devices": 8}, meta
+    st = parallel.place_state(restored, parallel.make_mesh(0), ("env_state", "obs", "ep_return"))
+    assert len(st.obs.sharding.device_set) == jax.device_count()
+    saved = np.load(ck + ".npz")
+    got = [np.asarray(x) for x in jax.tree.leaves(checkpointing.keys_to_data(st))]
+    assert len(got) == len(saved.files)
+    for i, x in enumerate(got):
+        np.testing.assert_array_equal(x, saved[f"arr_{i}"])
+
+
+def test_distill_step_sharded_equals_unsharded(eight_devices):
+    out, _ = eight_devices
+    assert "DISTILL-OK" in out, out[-6000:]
     assert "ERR config.ppo.num_envs=4 must be divisible by the number of devices" in out

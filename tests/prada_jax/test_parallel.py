@@ -6,7 +6,10 @@ import textwrap
 
 import pytest
 
-_EIGHT = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+# the session's XLA flags (tests/conftest.py) are kept; the device count is added
+_EIGHT = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
+                        + " --xla_force_host_platform_device_count=8").strip(),
+          "JAX_PLATFORMS": "cpu"}
 
 
 def _run(code: str, env_extra: dict, timeout: int = 240) -> str:
@@ -17,45 +20,64 @@ def _run(code: str, env_extra: dict, timeout: int = 240) -> str:
     return out.stdout
 
 
-def test_sharded_gradient_equals_single_device():
-    out = _run("""
-        import jax, jax.numpy as jnp, numpy as np
-        from prada_jax import parallel
-        assert len(jax.devices()) == 8
-        mesh = parallel.make_mesh(0)
-        rng = np.random.default_rng(0)
-        x = rng.normal(size=(64, 5)).astype(np.float32)
-        y = rng.normal(size=(64,)).astype(np.float32)
-        w = rng.normal(size=(5,)).astype(np.float32)
-        loss = lambda w, x, y: jnp.mean((x @ w - y) ** 2)
-        g = jax.jit(jax.grad(loss))
-        ref = np.asarray(g(w, x, y))
-        xs, ys = parallel.shard_batch((x, y), mesh)
-        got = g(parallel.replicate(w, mesh), xs, ys)
-        assert len(xs.sharding.device_set) == 8
-        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-6)
-        # a direct NumPy gradient as the independent reference
-        np.testing.assert_allclose(ref, 2 * x.T @ (x @ w - y) / 64, rtol=1e-4, atol=1e-5)
-        print("OK")
-    """, _EIGHT)
-    assert "OK" in out
+_GRADIENT = """
+    import jax, jax.numpy as jnp, numpy as np
+    from prada_jax import parallel
+    assert len(jax.devices()) == 8
+    mesh = parallel.make_mesh(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 5)).astype(np.float32)
+    y = rng.normal(size=(64,)).astype(np.float32)
+    w = rng.normal(size=(5,)).astype(np.float32)
+    loss = lambda w, x, y: jnp.mean((x @ w - y) ** 2)
+    g = jax.jit(jax.grad(loss))
+    ref = np.asarray(g(w, x, y))
+    xs, ys = parallel.shard_batch((x, y), mesh)
+    got = g(parallel.replicate(w, mesh), xs, ys)
+    assert len(xs.sharding.device_set) == 8
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-6)
+    # a direct NumPy gradient as the independent reference
+    np.testing.assert_allclose(ref, 2 * x.T @ (x @ w - y) / 64, rtol=1e-4, atol=1e-5)
+    print("GRADIENT-OK")
+"""
+
+_DEVICE_COUNT = """
+    from prada_jax import parallel
+    try:
+        parallel.make_mesh(16)
+    except ValueError as e:
+        print("ERR", e)
+    m = parallel.make_mesh(4)
+    try:
+        parallel.check_divisible(10, m, "config.num_envs")
+    except ValueError as e:
+        print("ERR", e)
+"""
 
 
-def test_bad_device_count_is_named():
-    out = _run("""
-        from prada_jax import parallel
-        try:
-            parallel.make_mesh(16)
-        except ValueError as e:
-            print("ERR", e)
-        m = parallel.make_mesh(4)
-        try:
-            parallel.check_divisible(10, m, "config.num_envs")
-        except ValueError as e:
-            print("ERR", e)
-    """, _EIGHT)
-    assert "config.mesh.num_devices=16" in out
-    assert "config.num_envs=10" in out
+@pytest.fixture(scope="module")
+def eight_devices() -> str:
+    """stdout of one 8-device interpreter running both checks (start-up paid once); a check
+    that raises prints NAME-FAILED and its traceback, the other still runs."""
+    code = "import sys, textwrap, traceback\n"
+    for name, snippet in (("GRADIENT", _GRADIENT), ("DEVICE_COUNT", _DEVICE_COUNT)):
+        code += textwrap.dedent(f"""
+            try:
+                exec(compile(textwrap.dedent({snippet!r}), {name!r}, "exec"), {{}})
+            except BaseException:
+                print({name!r} + "-FAILED")
+                traceback.print_exc(file=sys.stdout)
+        """)
+    return _run(code, _EIGHT)
+
+
+def test_sharded_gradient_equals_single_device(eight_devices):
+    assert "GRADIENT-OK" in eight_devices, eight_devices[-3000:]
+
+
+def test_bad_device_count_is_named(eight_devices):
+    assert "config.mesh.num_devices=16" in eight_devices, eight_devices[-3000:]
+    assert "config.num_envs=10" in eight_devices
 
 
 @pytest.mark.slow

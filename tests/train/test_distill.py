@@ -37,14 +37,29 @@ def _scalars(tb_dir):
     return {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
 
 
-def test_offline_smoke_resume_and_hf_parity(cache, tmp_path):
+@pytest.fixture(scope="module")
+def offline_run(cache, tmp_path_factory):
+    """One finished offline :smoke run (4 updates), shared read-only: (workdir, result).
+    Tests that change the folder work on a copy (:func:`_copy_run`)."""
+    from prada_jax.distill.trainer import train_and_evaluate
+    wd = tmp_path_factory.mktemp("offline") / "run"
+    return wd, train_and_evaluate(_config(cache), wd)
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_offline_smoke_resume_and_hf_parity(cache, offline_run, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from prada_jax.distill.trainer import train_and_evaluate
     from prada_jax.lm.hf import load_hf
 
-    wd = tmp_path / "run"
-    res = train_and_evaluate(_config(cache), wd)
+    wd = _copy_run(offline_run[0], tmp_path / "run")
+    res = offline_run[1]
     assert res["env_calls_during_training"] == 0
     assert res["after"]["n"] == 4 and res["after"]["success_rate"] * 4 in (0, 1, 2, 3, 4)
     assert (wd / "config.json").is_file() and (wd / "results.json").is_file()
@@ -176,9 +191,7 @@ def test_auto_kappa_from_scratch_holds_configured_kappa_unless_disabled(cache, t
                            tmp_path / "bad")
 
 
-def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
-    import subprocess
-    import sys
+def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path, run_command):
     from prada_jax.distill.trainer import train_and_evaluate
     with pytest.raises(BadInput, match="nowhere"):
         train_and_evaluate(_config(cache, "onpolicy", "auto",
@@ -188,13 +201,13 @@ def test_adaptive_needs_logits_and_kappa_flag_errors(cache, tmp_path):
     with pytest.raises(cu.ConfigError, match="ratio_max"):
         train_and_evaluate(_config(cache, "exact", **{"sampler.ratio_max": 0.5}), tmp_path / "y")
     root = Path(__file__).resolve().parents[2]
+    # in-process (the command's __main__; tests/test_cli_errors.py runs the real entry)
     for bad, msg in (("1.5", "--kappa must lie in (0, 1]"), ("often", "--kappa must be a number")):
-        p = subprocess.run([sys.executable, "-m", "train.distill",
-                            "--config=prada_jax/configs/distill.py:smoke",
-                            f"--workdir={tmp_path / 'z'}", f"--kappa={bad}",
-                            f"--config.data.cache={cache}"],
-                           cwd=root, capture_output=True, text=True, timeout=300)
-        assert p.returncode == 2 and msg in p.stderr, p.stderr[-500:]
+        code, _, err = run_command("train.distill", "--config=prada_jax/configs/distill.py:smoke",
+                                   f"--workdir={tmp_path / 'z'}", f"--kappa={bad}",
+                                   f"--config.data.cache={cache}", cwd=root)
+        assert code == 2 and msg in err, err[-500:]
+        assert not (tmp_path / "z").exists()
 
 
 def test_kappa_flag_and_launchers_define_no_flags_on_import():
@@ -284,7 +297,7 @@ def test_resume_equals_uninterrupted_run_and_finished_rerun(cache, tmp_path, cap
 
 
 def test_checkpoint_of_another_structure_is_refused_before_config_json_is_rewritten(
-        cache, tmp_path):
+        cache, offline_run, tmp_path):
     """A workdir whose newest (intact) checkpoint does not fit the student's state (here a
     foreign pytree saved in its place) is refused with CheckpointError before config.json or
     run.json change, even when the resume changes an observational field (train.steps)."""
@@ -292,8 +305,7 @@ def test_checkpoint_of_another_structure_is_refused_before_config_json_is_rewrit
 
     from prada_jax.checkpointing import CheckpointError, Checkpointer
     from prada_jax.distill.trainer import train_and_evaluate
-    wd = tmp_path / "run"
-    train_and_evaluate(_config(cache), wd)
+    wd = _copy_run(offline_run[0], tmp_path / "run")
     before = {n: (wd / n).read_text() for n in ("config.json", "run.json")}
     shutil.rmtree(wd / "checkpoints")
     with Checkpointer(wd / "checkpoints") as ck:

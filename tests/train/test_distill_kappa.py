@@ -33,12 +33,16 @@ def test_trainer_samples_turns_with_the_configured_kappa(cache, tmp_path):
     from prada_jax.distill.trainer import train_and_evaluate
     c = get_config("smoke")
     c.data.cache = str(cache)
-    for k, v in {"sampler.kappa": 0.3, "train.steps": 40, "train.batch_size": 16,
-                 "log.every": 20, "log.ckpt_every": 40, "eval.n_problems": 0}.items():
+    # 640 sampled turns; the :smoke batch size (8), so the compiled step is the one the other
+    # :smoke runs use (the session's compilation cache)
+    for k, v in {"sampler.kappa": 0.3, "train.steps": 80, "log.every": 40,
+                 "log.ckpt_every": 80, "sampler.refresh_every": 80,
+                 "eval.n_problems": 0}.items():
         cu.set_field(c, k, v)
+    assert c.train.batch_size == 8
     res = train_and_evaluate(c, tmp_path / "run")
     hist = np.asarray(res["turn_histogram"], np.float64)
-    assert hist.sum() == 40 * 16
+    assert hist.sum() == 80 * 8
     counts = np.diff(np.asarray(pool_lib.load_pool(cache / "pool").turn_offsets))
     assert counts.max() >= 3   # the pool has trajectories with several turns
     n = hist.sum()

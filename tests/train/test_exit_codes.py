@@ -48,8 +48,10 @@ def test_sigint_exits_130_saves_and_resumes(run_command, tmp_path, monkeypatch):
         return real_run(state, step, **kw)
 
     wd = tmp_path / "run"
+    # (the sizes and constant schedule of test_resume_contract.py's runs: the same compiled
+    # chunk, loaded from the session's cache by whichever test runs second)
     flags = [TOY, f"--workdir={wd}", "--config.ppo.total_env_steps=256",
-             "--config.log.checkpoint_every=4"]
+             "--config.log.checkpoint_every=4", "--config.ppo.lr_schedule=constant"]
     monkeypatch.setattr(runloop, "run", run_with_sigint)
     code, out, err = run_command("train.ppo", *flags, cwd=repo)
     assert code == 130, err[-3000:]

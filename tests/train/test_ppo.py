@@ -2,9 +2,6 @@
 multi-seed logging, load_policy."""
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -23,17 +20,6 @@ def _scalars(logdir):
     acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-def _cli(workdir, *flags, cache_dir=None, timeout=600):
-    # Fewer XLA optimisations: halves the compile time of these tiny runs on CPU.
-    env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1",
-               JAX_DISABLE_MOST_OPTIMIZATIONS="1")
-    if cache_dir is not None:
-        env["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir)
-    cmd = [sys.executable, "-m", "train.ppo", f"--workdir={workdir}", *flags]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.mark.parametrize("field,value,match", [
@@ -74,17 +60,20 @@ def test_cli_rejects_bad_flags(tmp_path, run_command):
     assert not (tmp_path / "b" / "checkpoints").exists()
 
 
-def test_smoke_cli_two_chunks_then_resume(tmp_path):
-    """The :smoke config on the edge env: one chunk, stop; rerun resumes at the saved step."""
+def test_smoke_cli_two_chunks_then_resume(tmp_path, run_command):
+    """The :smoke config on the edge env: one chunk, stop; rerun resumes at the saved step.
+    In-process (the command's ``__main__``; tests/test_cli_errors.py runs train.ppo's real
+    entry in a subprocess): the rerun loads the compiled chunk from the session's cache."""
     wd = tmp_path / "run"   # compiled programs: the session's cache (tests/conftest.py)
     cfg = "--config=prada_jax/configs/ppo.py:smoke"
-    r = _cli(wd, cfg, "--max_chunks=1")
-    assert r.returncode == 0, r.stderr[-3000:]
+    code, out, err = run_command("train.ppo", f"--workdir={wd}", cfg, "--max_chunks=1",
+                                 cwd=REPO)
+    assert code == 0, err[-3000:]
     assert sorted(int(p.name) for p in (wd / "checkpoints").iterdir() if p.name.isdigit()) == [2]
-    r = _cli(wd, cfg)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed" in r.stderr and "at update 2" in r.stderr
-    assert "done: update 4" in r.stdout
+    code, out, err = run_command("train.ppo", f"--workdir={wd}", cfg, cwd=REPO)
+    assert code == 0, err[-3000:]
+    assert "resumed" in err and "at update 2" in err
+    assert "done: update 4" in out
     steps = sorted(int(p.name) for p in (wd / "checkpoints").iterdir() if p.name.isdigit())
     assert steps == [2, 4]
     config = json.loads((wd / "config.json").read_text())
@@ -113,16 +102,7 @@ def test_smoke_cli_two_chunks_then_resume(tmp_path):
         policy_files.load_policy(wd, step=3)
 
 
-@pytest.fixture
-def fast_compile():
-    """Fewer XLA optimisations for the tiny in-process runs (restored afterwards)."""
-    old = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", old)
-
-
-def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, fast_compile):
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path):
     config = ppo_configs.get_config("toy")
     config.num_seeds = 2
     out = trainer.train_and_evaluate(config, tmp_path, max_chunks=1)

@@ -41,24 +41,9 @@ def _files_equal(a, b, names):
         assert (a / n).read_text() == (b / n).read_text(), n
 
 
-@pytest.fixture
-def fast_compile(tmp_path_factory):
-    """Fewer XLA optimisations, and a persistent compilation cache so the second and third
-    in-process runs of the same config load the compiled chunk (settings restored after)."""
-    names = ("jax_disable_most_optimizations", "jax_compilation_cache_dir",
-             "jax_persistent_cache_min_compile_time_secs")
-    def _read(n):
-        try:
-            return jax.config.read(n)
-        except AttributeError:
-            return getattr(jax.config, n)
-    old = {n: _read(n) for n in names}
-    jax.config.update("jax_disable_most_optimizations", True)
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield
-    for n, v in old.items():
-        jax.config.update(n, v)
+# Compile flags: the session's (tests/conftest.py); a per-test jax_disable_most_optimizations
+# toggle would give the programs other cache keys than the same programs compiled by
+# test_exit_codes.py / test_ppo.py, so each would be compiled twice.
 
 
 def _ppo_config():
@@ -69,7 +54,7 @@ def _ppo_config():
     return c
 
 
-def test_ppo_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_compile):
+def test_ppo_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
     ref = trainer.train_and_evaluate(_ppo_config(), tmp_path / "ref")
     part = trainer.train_and_evaluate(_ppo_config(), tmp_path / "run", max_chunks=3)
     assert part["stopped_by"] == "max_calls" and part["update_step"] == 6
@@ -92,8 +77,7 @@ def test_ppo_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_compi
     assert line.startswith("already finished") and "nan" not in line.lower()
 
 
-def test_ppo_resume_refuses_a_changed_computation_and_records_extensions(tmp_path,
-                                                                         fast_compile):
+def test_ppo_resume_refuses_a_changed_computation_and_records_extensions(tmp_path):
     trainer.train_and_evaluate(_ppo_config(), tmp_path, max_chunks=1)
     before = {n: (tmp_path / n).read_text() for n in ("config.json", "policy_meta.json",
                                                       "run.json")}
@@ -145,7 +129,7 @@ def _dual_config(chunks=3):
     return c
 
 
-def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path, fast_compile):
+def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
     ref = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "ref")
     part = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
     assert part["chunk"] == 2 and not part["finished"]
@@ -182,7 +166,7 @@ def test_drop_removed_fields_deletes_only_the_listed_paths():
     assert config_utils.drop_removed_fields({"dual": 3}) == {"dual": 3}
 
 
-def test_config_json_with_a_removed_field_still_resumes(tmp_path, fast_compile):
+def test_config_json_with_a_removed_field_still_resumes(tmp_path):
     """A dual run whose config.json was written while ``dual.queue_price`` existed resumes to
     the same result as one that never had it; ``read_config_json`` drops it too (the config
     loads into the learner), and a changed live field is still refused."""
@@ -208,8 +192,7 @@ def test_config_json_with_a_removed_field_still_resumes(tmp_path, fast_compile):
 
 
 
-def test_checkpoint_template_mismatch_is_found_before_config_json_is_rewritten(tmp_path,
-                                                                              fast_compile):
+def test_checkpoint_template_mismatch_is_found_before_config_json_is_rewritten(tmp_path):
     """Both trainers restore the checkpoint against their template before they rewrite
     config.json, append to run.json or rewrite policy_meta.json. Each folder is given the other
     trainer's (intact) checkpoints, which ``check_resume``'s file-level check passes and only a
