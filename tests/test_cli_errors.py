@@ -480,7 +480,8 @@ def _run_help(command: str, args: list[str], tmp: Path,
 
 
 # The command whose --help runs as a real subprocess (``python -m``); every other command's
-# --help runs in-process (each command's entry already runs as a subprocess in test_bad_input).
+# --help, and every --helpconfig, runs in-process (each command's entry already runs as a
+# subprocess in test_bad_input).
 _HELP_SUBPROCESS = "train.ppo"
 
 
@@ -510,7 +511,7 @@ def test_help_exits_zero(command, tmp_path, run_help):
     assert proc.returncode == 0, shown
     assert "--" in proc.stdout and not proc.stderr.strip(), shown
     if command in _config_commands():
-        proc = _run_help(command, ["--helpconfig"], tmp_path, runner)
+        proc = _run_help(command, ["--helpconfig"], tmp_path, run_help)
         assert proc.returncode == 0 and proc.stdout.strip() and not proc.stderr.strip(), \
             (proc.returncode, proc.stdout[:300], proc.stderr)
 
