@@ -27,7 +27,6 @@ import struct
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import jax
 import ml_collections
 
 from prada_jax.errors import BadInput
@@ -241,6 +240,8 @@ def reject_extra_argv(argv: Sequence[str]) -> None:
 
 def runtime_info() -> str:
     """One line: Python, JAX version, backend, devices and process index."""
+    import jax   # here, not at the top: a command's flag checks and --help need no JAX
+
     devices = jax.devices()
     return (f"python {platform.python_version()}, jax {jax.__version__}, backend "
             f"{jax.default_backend()}, {len(devices)} device(s) [{devices[0].device_kind}], "

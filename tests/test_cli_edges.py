@@ -99,19 +99,37 @@ _RESUME = textwrap.dedent("""
 
 
 def _resume(directory: Path, *flags: str) -> subprocess.CompletedProcess:
+    """The ``_RESUME`` command in a subprocess (``python -c``)."""
     return subprocess.run([sys.executable, "-c", _RESUME, *flags, str(directory)], env=_env(),
                           capture_output=True, text=True, timeout=300)
 
 
-def test_garbage_checkpoint_metadata_is_one_line(tmp_path):
+def _resume_here(run_command, module_dir: Path, directory: Path,
+                 *flags: str) -> subprocess.CompletedProcess:
+    """The same command in this process (the conftest's ``run_command``), as module
+    ``_resume_cmd`` written under ``module_dir``."""
+    (module_dir / "_resume_cmd.py").write_text(_RESUME)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(module_dir))
+        mp.delitem(sys.modules, "_resume_cmd", raising=False)
+        code, out, err = run_command("_resume_cmd", *flags, str(directory))
+    return subprocess.CompletedProcess([], code, out, err)
+
+
+def test_garbage_checkpoint_metadata_is_one_line(tmp_path, run_command):
     """Through ``prada_jax.cli.run`` at the default verbosity: a garbage
     ``_CHECKPOINT_METADATA`` in the newest step gives exactly one stderr line (the fallback
     warning naming the file), in every step exactly one ``error:`` line (exit 2); orbax's own
-    ``E... Failed to json parse`` line comes back with ``--verbosity=0``."""
+    ``E... Failed to json parse`` line comes back with ``--verbosity=0``. The default-verbosity
+    runs are in-process; the ``--verbosity=0`` run is a real subprocess (it is the one that
+    must see orbax's logging as a fresh interpreter sets it up, and an in-process
+    ``--verbosity`` would stay marked as given for later tests)."""
+    mod_dir = tmp_path / "mod"
+    mod_dir.mkdir()
     ck_dir = tmp_path / "ck"
     _save_steps(ck_dir)
     bad = _garbage_metadata(ck_dir, 2)
-    proc = _resume(ck_dir)
+    proc = _resume_here(run_command, mod_dir, ck_dir)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 0 and proc.stdout.strip() == "resumed 1 1.0", proc.stderr
     assert len(lines) == 1 and lines[0].startswith("warning: checkpoint step 2 is damaged: ") \
@@ -120,7 +138,7 @@ def test_garbage_checkpoint_metadata_is_one_line(tmp_path):
     _save_steps(tmp_path / "ck2")
     for s in (1, 2):
         _garbage_metadata(tmp_path / "ck2", s)
-    proc = _resume(tmp_path / "ck2")
+    proc = _resume_here(run_command, mod_dir, tmp_path / "ck2")
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: no intact checkpoint to resume from") \
@@ -160,7 +178,7 @@ def test_check_float32_matches_numpy_rounding():
 
 # ----------------------------------------------------------------------------- trace folders
 
-def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path):
+def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path, run_command):
     """A ``nodes.safetensors`` that is a symlink to a file outside the folder is followed and
     named by ``validate`` (with its target); ``meta.json`` keys no reader uses are listed as
     kept for provenance; the content hash still pins the linked bytes."""
@@ -179,11 +197,10 @@ def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path):
     stored.update(zz_note="built on box 3", notes={"by": "me"})
     (linked / tf.META_FILE).write_text(json.dumps(stored))
 
-    proc = subprocess.run([sys.executable, "-m", "prada_jax.traces", "validate", str(plain),
-                           str(linked)], env=_env(), capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
-    out = proc.stdout.strip().splitlines()
+    # in-process (the real prada_jax.traces entry runs as a subprocess in test_cli_errors.py)
+    code, stdout, stderr = run_command("prada_jax.traces", "validate", str(plain), str(linked))
+    assert code == 0 and not stderr.strip(), stderr
+    out = stdout.strip().splitlines()
     assert len(out) == 2 and out[0].startswith(f"{plain}: OK (") and out[0].endswith(")")
     assert out[1].startswith(f"{linked}: OK (")
     assert f"nodes.safetensors is a symlink to {shared.resolve()}, outside the folder" in out[1]

@@ -461,34 +461,62 @@ def _config_commands() -> set[str]:
     return out
 
 
-def _run_help(command: str, args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+def _run_help(command: str, args: list[str], tmp: Path,
+              run_command=None) -> subprocess.CompletedProcess:
+    """``python -m command args`` with cwd ``tmp/cwd``: in a subprocess, or in this process
+    through the conftest's ``run_command`` when given; asserts nothing was written."""
     cwd = tmp / "cwd"
     cwd.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
                TRANSFORMERS_OFFLINE="1")
     before = _snapshot(tmp)
-    proc = subprocess.run([sys.executable, "-m", command, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    if run_command is None:
+        proc = subprocess.run([sys.executable, "-m", command, *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300)
+    else:
+        proc = subprocess.CompletedProcess(args, *run_command(command, *args, cwd=cwd))
     assert _snapshot(tmp) == before, f"{command} {args} wrote into its working directory"
     return proc
 
 
+# The command whose --help runs as a real subprocess (``python -m``); every other command's
+# --help, and every --helpconfig, runs in-process (each command's entry already runs as a
+# subprocess in test_bad_input).
+_HELP_SUBPROCESS = "train.ppo"
+
+
+@pytest.fixture
+def run_help(run_command):
+    """``run_command`` with absl's help flags defined for good: absl defines them once per
+    process (in ``app.run``), and ``run_command`` removes the flags a run defined, so a run
+    after the first would not know ``--help``."""
+    from absl import app, flags
+
+    app.define_help_flags()
+    for flag in (app.HelpFlag(), app.HelpshortFlag(), app.HelpfullFlag(), app.HelpXMLFlag(),
+                 app.OnlyCheckFlagsFlag()):
+        if flag.name not in flags.FLAGS:
+            flags.DEFINE_flag(flag)
+    return run_command
+
+
 @pytest.mark.parametrize("command", sorted(_commands_in_tree()))
-def test_help_exits_zero(command, tmp_path):
+def test_help_exits_zero(command, tmp_path, run_help):
     """``--help`` prints the command's help on stdout and exits 0 (absl's own --help exits 1,
     which the contract reserves for bugs); commands with a config file also answer
     ``--helpconfig`` (the resolved config) with exit 0."""
-    proc = _run_help(command, ["--help"], tmp_path)
+    runner = None if command == _HELP_SUBPROCESS else run_help
+    proc = _run_help(command, ["--help"], tmp_path, runner)
     shown = f"python -m {command} --help -> {proc.returncode}\nstderr:\n{proc.stderr[-2000:]}"
     assert proc.returncode == 0, shown
     assert "--" in proc.stdout and not proc.stderr.strip(), shown
     if command in _config_commands():
-        proc = _run_help(command, ["--helpconfig"], tmp_path)
+        proc = _run_help(command, ["--helpconfig"], tmp_path, run_help)
         assert proc.returncode == 0 and proc.stdout.strip() and not proc.stderr.strip(), \
             (proc.returncode, proc.stdout[:300], proc.stderr)
 
 
-def test_helpconfig_prints_the_resolved_config(tmp_path):
+def test_helpconfig_prints_the_resolved_config(tmp_path, run_help):
     """``--helpconfig`` with a config and an override prints that config as JSON, equal to the
     config file's own ``get_config`` with the override applied."""
     import importlib.util
@@ -499,7 +527,7 @@ def test_helpconfig_prints_the_resolved_config(tmp_path):
     want = mod.get_config("smoke").to_dict()
     want["seed"] = 7
     proc = _run_help("train.ppo", [f"--config={PPO_CFG.format(repo=REPO)}:smoke",
-                                   "--config.seed=7", "--helpconfig"], tmp_path)
+                                   "--config.seed=7", "--helpconfig"], tmp_path, run_help)
     assert proc.returncode == 0, proc.stderr
     body = proc.stdout.split("\n", 1)[1]
     assert json.loads(body) == json.loads(json.dumps(want, default=repr))

@@ -2,8 +2,6 @@
 the grid search, the conditioned load features, bad flags."""
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -165,13 +163,14 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
     (["--dual_overrides=utilisation=2"], "--dual_overrides"), (["--split=tset"], "--split"),
     (["--split=validation"], "--split"), (["--budget=0"], "--budget"),
     (["--budget=1.5"], "--budget"), (["--budget=nan"], "--budget")])
-def test_bad_flags_exit_2_one_line(tmp_path, args, needle):
+def test_bad_flags_exit_2_one_line(tmp_path, args, needle, run_command):
+    """In-process (the conftest's ``run_command``, same ``__main__`` as ``python -m``; the real
+    entry runs as a subprocess in tests/test_cli_errors.py)."""
     out = tmp_path / "o"
-    p = subprocess.run([sys.executable, "-m", "evals.stage2", f"--out={out}", *args],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 2, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and needle in lines[0]
+    code, _, err = run_command("evals.stage2", f"--out={out}", *args, cwd=REPO)
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], err
     assert not out.exists()
 
 
