@@ -70,23 +70,28 @@ def test_env_hands_the_scheduler_m_t():
                               max_wait_slots=8, scenario=scn)
     step = jax.jit(edge.step_with_noise)
     cset = jax.jit(edge.candidate_set)
+    draw = jax.jit(edge.draw_noise)
+    cost = jax.jit(wait_cost)
     key = jax.random.key(0)
-    _, state = edge.reset(key, params)
+    _, state = jax.jit(edge.reset)(key, params)
     action = jnp.ones((U,), jnp.int32)
     beta, tau = float(params.beta), float(params.tau_s)
     seen_cut_with_queue = 0
     for t in range(60):
         key, k = jax.random.split(key)
-        noise = edge.draw_noise(k, params)
+        noise = draw(k, params)
         cs = cset(state, action, params, noise)
         m_t = _m_t(4, servers[t % length])
         q = int(np.sum(np.asarray(state.phase) == edge.QUEUE_PHASE))
         assert int(cs.x.num_servers_t) == m_t
         want = beta * tau * (1.0 + q / max(m_t, 1))
-        assert float(wait_cost(cs.x, edge.sched_params(params))) == pytest.approx(want, rel=1e-6)
+        assert float(cost(cs.x, edge.sched_params(params))) == pytest.approx(want, rel=1e-6)
         seen_cut_with_queue += int(m_t < 4 and q > 0)
         _, state, _, _, _ = step(state, action, params, noise)
     assert seen_cut_with_queue > 5  # the claim was exercised
+
+
+_slot_conditions = jax.jit(edge.slot_conditions)
 
 
 @pytest.mark.parametrize("m", list(range(1, 17)) + [32, 64])
@@ -99,6 +104,6 @@ def test_degraded_cuts_capacity_at_every_m(m):
     bad = [t for t in range(n) if scn.bandwidth[t] < 1]
     assert bad
     for t in (0, bad[0], bad[-1], n - 1):
-        jax_m = int(edge.slot_conditions(params, t)["num_servers"])
+        jax_m = int(_slot_conditions(params, t)["num_servers"])
         assert jax_m == ref._cond(t)[2] == _m_t(m, scn.servers[t])
         assert jax_m < m if t in bad else jax_m == m
