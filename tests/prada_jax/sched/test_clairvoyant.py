@@ -121,7 +121,8 @@ def test_stream_from_env_rollout_bounds_the_rule_that_ran(stage2_env):
     assert bound.value >= greedy_online(s, wait_cost).value - 1e-9
 
 
-def test_command_refuses_bad_flags_with_exit_2(tmp_path):
+def test_command_refuses_bad_flags_with_exit_2(tmp_path, run_command):
+    """One real subprocess (the entry point), the other flags in-process."""
     import os
     import subprocess
     import sys
@@ -129,8 +130,13 @@ def test_command_refuses_bad_flags_with_exit_2(tmp_path):
 
     root = str(Path(__file__).resolve().parents[3])
     env = dict(os.environ, PYTHONPATH=root, HF_HUB_OFFLINE="1")
-    for flag in ("--scenario=nope", "--lambda_s=-1", "--slots=0"):
-        r = subprocess.run([sys.executable, "-m", "evals.clairvoyant", flag], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 2, (flag, r.stderr)
-        assert flag.split("=")[0] in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    flag = "--scenario=nope"
+    r = subprocess.run([sys.executable, "-m", "evals.clairvoyant", flag], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (flag, r.stderr)
+    assert flag.split("=")[0] in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    for flag in ("--lambda_s=-1", "--slots=0"):
+        code, _, err = run_command("evals.clairvoyant", flag, cwd=tmp_path)
+        assert code == 2, (flag, err)
+        assert flag.split("=")[0] in err and len(err.strip().splitlines()) == 1
+        assert not any(tmp_path.iterdir())  # nothing written
