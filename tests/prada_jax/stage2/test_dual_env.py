@@ -76,14 +76,19 @@ def test_load_features_read_what_the_server_observes(stage2_env):
 
     params = stage2_env.params(num_servers=2, arrival_rate_hz=60.0)
     policy = nominate.make_trace_rule_policy(-0.05)
-    _, state = edge.reset(jax.random.key(0), params)
-    step = jax.jit(edge.step_with_noise)
-    slot = jax.jit(problem.env_slot)
+
+    @jax.jit
+    def slot_then_step(key, state, params):
+        """The slot's candidate set and SlotBatch, and the next state (one compilation)."""
+        noise = edge.draw_noise(key, params)
+        action = policy(None, None, state, params)
+        cs, batch = problem.env_slot(state, action, params, noise)
+        return cs, batch, edge.step_with_noise(state, action, params, noise)[1]
+
+    _, state = jax.jit(edge.reset)(jax.random.key(0), params)
     seen_queue = False
     for t in range(25):
-        noise = edge.draw_noise(jax.random.key(100 + t), params)
-        action = policy(None, None, state, params)
-        cs, batch = slot(state, action, params, noise)
+        cs, batch, next_state = slot_then_step(jax.random.key(100 + t), state, params)
         x = jax.tree.map(np.asarray, cs.x)
         cand = x.candidate
         se = np.log2(1.0 + x.snr[cand]).mean() if cand.any() else 0.0
@@ -93,7 +98,7 @@ def test_load_features_read_what_the_server_observes(stage2_env):
         np.testing.assert_array_equal(np.asarray(batch.fresh), cand & (x.wait_slots == 0)
                                       & np.asarray(batch.valid))
         seen_queue |= bool(x.queue_len > 0)
-        _, state, _, _, _ = step(state, action, params, noise)
+        state = next_state
     assert seen_queue
 
 
