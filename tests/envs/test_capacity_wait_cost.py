@@ -30,6 +30,10 @@ def _one_candidate(gain, queue_len, m_t):
                        comm_s=f(0.0), num_servers_t=m_t)
 
 
+_decide = jax.jit(threshold_decide)
+_wait_cost = jax.jit(wait_cost)
+
+
 def test_rule_queues_against_the_units_of_the_slot():
     """M = 4 nominal, M_t = 1 this slot, 3 waiting: c = β·τ·(1 + 3/1) = 0.04; a gain of
     0.02 beats the nominal cost β·τ·(1 + 3/4) = 0.0175 but not the slot's, so with no free
@@ -41,13 +45,13 @@ def test_rule_queues_against_the_units_of_the_slot():
     c_nominal = beta * tau * (1 + q / 4)
     assert c_nominal < gain < c_slot
     x = _one_candidate(gain, q, jnp.asarray(1, jnp.int32))
-    assert float(wait_cost(x, sp)) == pytest.approx(c_slot, rel=1e-6)
-    assert int(threshold_decide(x, 0, 1e9, sp)[0]) == LOCAL
+    assert float(_wait_cost(x, sp)) == pytest.approx(c_slot, rel=1e-6)
+    assert int(_decide(x, 0, 1e9, sp)[0]) == LOCAL
     # Without M_t the inputs fall back to the nominal M (hand-built inputs): queued.
-    assert int(threshold_decide(x.replace(num_servers_t=None), 0, 1e9, sp)[0]) == QUEUE
+    assert int(_decide(x.replace(num_servers_t=None), 0, 1e9, sp)[0]) == QUEUE
     # Every unit taken: M_t floored at 1, the cost stays finite.
     x0 = _one_candidate(gain, q, jnp.asarray(0, jnp.int32))
-    assert float(wait_cost(x0, sp)) == pytest.approx(c_slot, rel=1e-6)
+    assert float(_wait_cost(x0, sp)) == pytest.approx(c_slot, rel=1e-6)
 
 
 def test_numpy_reference_uses_the_units_of_the_slot():
