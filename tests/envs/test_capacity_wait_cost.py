@@ -72,10 +72,15 @@ def test_env_hands_the_scheduler_m_t():
     params = edge.make_params(TRACES, num_users=U, scheduler="threshold", num_servers=4,
                               bandwidth_hz=8e6, arrival_rate_hz=40.0, beta=0.2,
                               max_wait_slots=8, scenario=scn)
-    step = jax.jit(edge.step_with_noise)
-    cset = jax.jit(edge.candidate_set)
-    draw = jax.jit(edge.draw_noise)
-    cost = jax.jit(wait_cost)
+
+    @jax.jit
+    def slot(key, state, params):
+        """The slot's M_t, the wait cost the rule charges and the next state (one compile)."""
+        noise = edge.draw_noise(key, params)
+        cs = edge.candidate_set(state, action, params, noise)
+        nxt = edge.step_with_noise(state, action, params, noise)[1]
+        return cs.x.num_servers_t, wait_cost(cs.x, edge.sched_params(params)), nxt
+
     key = jax.random.key(0)
     _, state = jax.jit(edge.reset)(key, params)
     action = jnp.ones((U,), jnp.int32)
@@ -83,15 +88,14 @@ def test_env_hands_the_scheduler_m_t():
     seen_cut_with_queue = 0
     for t in range(60):
         key, k = jax.random.split(key)
-        noise = draw(k, params)
-        cs = cset(state, action, params, noise)
+        got_m_t, got_cost, next_state = slot(k, state, params)
         m_t = _m_t(4, servers[t % length])
         q = int(np.sum(np.asarray(state.phase) == edge.QUEUE_PHASE))
-        assert int(cs.x.num_servers_t) == m_t
+        assert int(got_m_t) == m_t
         want = beta * tau * (1.0 + q / max(m_t, 1))
-        assert float(cost(cs.x, edge.sched_params(params))) == pytest.approx(want, rel=1e-6)
+        assert float(got_cost) == pytest.approx(want, rel=1e-6)
         seen_cut_with_queue += int(m_t < 4 and q > 0)
-        _, state, _, _, _ = step(state, action, params, noise)
+        state = next_state
     assert seen_cut_with_queue > 5  # the claim was exercised
 
 
