@@ -30,6 +30,10 @@ def _one_candidate(gain, queue_len, m_t):
                        comm_s=f(0.0), num_servers_t=m_t)
 
 
+_decide = jax.jit(threshold_decide)
+_wait_cost = jax.jit(wait_cost)
+
+
 def test_rule_queues_against_the_units_of_the_slot():
     """M = 4 nominal, M_t = 1 this slot, 3 waiting: c = β·τ·(1 + 3/1) = 0.04; a gain of
     0.02 beats the nominal cost β·τ·(1 + 3/4) = 0.0175 but not the slot's, so with no free
@@ -41,13 +45,13 @@ def test_rule_queues_against_the_units_of_the_slot():
     c_nominal = beta * tau * (1 + q / 4)
     assert c_nominal < gain < c_slot
     x = _one_candidate(gain, q, jnp.asarray(1, jnp.int32))
-    assert float(wait_cost(x, sp)) == pytest.approx(c_slot, rel=1e-6)
-    assert int(threshold_decide(x, 0, 1e9, sp)[0]) == LOCAL
+    assert float(_wait_cost(x, sp)) == pytest.approx(c_slot, rel=1e-6)
+    assert int(_decide(x, 0, 1e9, sp)[0]) == LOCAL
     # Without M_t the inputs fall back to the nominal M (hand-built inputs): queued.
-    assert int(threshold_decide(x.replace(num_servers_t=None), 0, 1e9, sp)[0]) == QUEUE
+    assert int(_decide(x.replace(num_servers_t=None), 0, 1e9, sp)[0]) == QUEUE
     # Every unit taken: M_t floored at 1, the cost stays finite.
     x0 = _one_candidate(gain, q, jnp.asarray(0, jnp.int32))
-    assert float(wait_cost(x0, sp)) == pytest.approx(c_slot, rel=1e-6)
+    assert float(_wait_cost(x0, sp)) == pytest.approx(c_slot, rel=1e-6)
 
 
 def test_numpy_reference_uses_the_units_of_the_slot():
@@ -68,25 +72,34 @@ def test_env_hands_the_scheduler_m_t():
     params = edge.make_params(TRACES, num_users=U, scheduler="threshold", num_servers=4,
                               bandwidth_hz=8e6, arrival_rate_hz=40.0, beta=0.2,
                               max_wait_slots=8, scenario=scn)
-    step = jax.jit(edge.step_with_noise)
-    cset = jax.jit(edge.candidate_set)
+
+    @jax.jit
+    def slot(key, state, params):
+        """The slot's M_t, the wait cost the rule charges and the next state (one compile)."""
+        noise = edge.draw_noise(key, params)
+        cs = edge.candidate_set(state, action, params, noise)
+        nxt = edge.step_with_noise(state, action, params, noise)[1]
+        return cs.x.num_servers_t, wait_cost(cs.x, edge.sched_params(params)), nxt
+
     key = jax.random.key(0)
-    _, state = edge.reset(key, params)
+    _, state = jax.jit(edge.reset)(key, params)
     action = jnp.ones((U,), jnp.int32)
     beta, tau = float(params.beta), float(params.tau_s)
     seen_cut_with_queue = 0
     for t in range(60):
         key, k = jax.random.split(key)
-        noise = edge.draw_noise(k, params)
-        cs = cset(state, action, params, noise)
+        got_m_t, got_cost, next_state = slot(k, state, params)
         m_t = _m_t(4, servers[t % length])
         q = int(np.sum(np.asarray(state.phase) == edge.QUEUE_PHASE))
-        assert int(cs.x.num_servers_t) == m_t
+        assert int(got_m_t) == m_t
         want = beta * tau * (1.0 + q / max(m_t, 1))
-        assert float(wait_cost(cs.x, edge.sched_params(params))) == pytest.approx(want, rel=1e-6)
+        assert float(got_cost) == pytest.approx(want, rel=1e-6)
         seen_cut_with_queue += int(m_t < 4 and q > 0)
-        _, state, _, _, _ = step(state, action, params, noise)
+        state = next_state
     assert seen_cut_with_queue > 5  # the claim was exercised
+
+
+_slot_conditions = jax.jit(edge.slot_conditions)
 
 
 @pytest.mark.parametrize("m", list(range(1, 17)) + [32, 64])
@@ -99,6 +112,6 @@ def test_degraded_cuts_capacity_at_every_m(m):
     bad = [t for t in range(n) if scn.bandwidth[t] < 1]
     assert bad
     for t in (0, bad[0], bad[-1], n - 1):
-        jax_m = int(edge.slot_conditions(params, t)["num_servers"])
+        jax_m = int(_slot_conditions(params, t)["num_servers"])
         assert jax_m == ref._cond(t)[2] == _m_t(m, scn.servers[t])
         assert jax_m < m if t in bad else jax_m == m

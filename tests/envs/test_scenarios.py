@@ -12,6 +12,9 @@ from prada_jax.errors import BadInput
 from prada_jax.traces.testing import random_traces
 
 S, T, U = 3, 240, 8
+# Schedule length of the rollouts here: one length (one compiled rollout) for the presets and
+# the mixed schedule, shorter than T so every run wraps around.
+L = 60
 TRACES = random_traces(seed=3, problems=10, depth=5, feature_dim=4)
 BASE = dict(num_servers=4, bandwidth_hz=8e6, arrival_rate_hz=6.0, max_wait_slots=8)
 FULL_DEFAULTS = dict(num_users=U, tau_s=0.05, beta=0.2, lambda_s=0.0, mu=0.0, num_servers=4,
@@ -26,7 +29,7 @@ def _actions(seed):
             rng.normal(0.05, 0.1, (S, T, U)).astype(np.float32))
 
 
-def _mixed(length=60):
+def _mixed(length=L):
     """All four factors move, with a wrap-around inside T slots."""
     t = np.arange(length)
     return scenarios.Scenario(arrival=np.where(t % 20 < 5, 5.0, 0.5),
@@ -72,11 +75,14 @@ def test_wrong_length_names_the_field():
         scenarios.parse_names("nominal,rush")
 
 
+_slot_conditions = jax.jit(edge.slot_conditions)
+
+
 def test_slot_conditions_follow_the_schedule_modulo_length():
     scn = _mixed()
     p = edge.make_params(TRACES, num_users=U, scenario=scn, **BASE)
     for t in (0, 5, 25, 59, 60, 85, 239):
-        c = jax.device_get(edge.slot_conditions(p, t))
+        c = jax.device_get(_slot_conditions(p, t))
         i = t % 60
         assert c["arrival_rate_hz"] == pytest.approx(6.0 * scn.arrival[i])
         assert c["bandwidth_hz"] == pytest.approx(8e6 * scn.bandwidth[i])
@@ -107,11 +113,11 @@ def test_invariants_under_every_preset_one_compile(sched):
     screens, gains = _actions(7)
     keys = jax.random.split(jax.random.key(7), S)
     base = edge.make_params(TRACES, num_users=U, scheduler=sched,
-                            scenario=scenarios.preset("nominal", T), **BASE)
+                            scenario=scenarios.preset("nominal", L), **BASE)
     compiles = []
     arrivals = {}
     for name in scenarios.PRESETS:
-        p = edge.with_scenario(base, scenarios.preset(name, T))
+        p = edge.with_scenario(base, scenarios.preset(name, L))
         before = rollout._cache_size()
         *_, (_, _, _, info) = jax.device_get(rollout(keys, p, screens, gains))
         compiles.append(rollout._cache_size() - before)

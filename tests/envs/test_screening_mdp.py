@@ -50,12 +50,13 @@ def test_single_user_return_equals_direct_sum():
                               num_servers=1, bandwidth_hz=1e12, scheduler="offload_all",
                               beta=BETA, snr_threshold_db=-math.inf, reward_mode="coarse")
     step = jax.jit(edge.step)
+    reset = jax.jit(edge.reset)
     rng = np.random.default_rng(0)
     checked = 0
     for episode in range(5):
         actions = [int(a) for a in rng.integers(0, 2, size=7)]
         key = jax.random.key(episode)
-        _, state = edge.reset(key, params)
+        _, state = reset(key, params)
         root = int(state.node[0])
         total, decisions, k, t = 0.0, 0, 0, 0
         while True:

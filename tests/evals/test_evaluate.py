@@ -113,14 +113,16 @@ def test_binding_shares_match_a_manual_rollout(bandwidth_hz):
     params = edge.make_params(crafted_traces(), num_users=8, num_servers=2,
                               bandwidth_hz=bandwidth_hz, arrival_rate_hz=20.0,
                               snr_threshold_db=-np.inf)
-    T, W, S = 80, 10, 2
-    e = ev.Evaluator(params, seeds=S, num_slots=T, warmup_slots=W)
+    # The sizes and policy of the ``results`` evaluator: both share one compilation.
+    T, W, S = 240, 20, 3
+    e = ev.Evaluator(params, seeds=S, num_slots=T, warmup_slots=W, apply_fn=oracle_apply,
+                     net_params=jnp.zeros(()))
     got = e.run(ev.PolicySpec("All-LLM", "always", "offload_all"))
     p = ev.apply_spec(params, ev.PolicySpec("All-LLM", "always", "offload_all"))
     step = jax.jit(edge.step)
     for s in range(S):
         reset_key, run_key = jax.random.split(jax.random.key(s))
-        obs, state = edge.reset(reset_key, p)
+        obs, state = jax.jit(edge.reset)(reset_key, p)
         cap = bw = 0
         for t in range(T):
             _, env_key = jax.random.split(jax.random.fold_in(run_key, t))

@@ -96,25 +96,20 @@ def test_bad_stream_names_the_field(kwargs, field):
         make_stream(**base)
 
 
-def test_stream_from_env_rollout_bounds_the_rule_that_ran():
+def test_stream_from_env_rollout_bounds_the_rule_that_ran(stage2_env):
     """A stage-2 rollout (threshold rule, one env, contended: M = 1): the extracted stream has
     one request per new nomination, the rule's own schedule is feasible in the model, and the
     bound is ≥ the rule's and the greedy rule's value on that stream."""
     import jax
 
-    from envs import registry
-    from prada_jax.stage2 import nominate, rollout
+    from prada_jax.stage2 import rollout
     from prada_jax.stage2.clairvoyant import rollout_plan, stream_from_rollout
     from prada_jax.stage2.problem import Multipliers
-    from prada_jax.traces.testing import random_traces
 
-    traces = random_traces(seed=0, problems=12, depth=4, feature_dim=4)  # structure only
-    params = registry.make("edge", traces=traces, num_users=6, num_servers=1, bandwidth_hz=20e6,
-                           arrival_rate_hz=40.0, beta=0.05)[1]
-    roll = jax.jit(rollout.make_rollout(nominate.make_trace_rule_policy(-0.05), 40))
-    carry = rollout.init_rollout(jax.random.key(0), params, 2,
+    params = stage2_env.params()  # structure-only traces, M = 1, U = 6
+    carry = rollout.init_rollout(jax.random.key(0), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(Multipliers(0.0, 0.0)))
-    _, out = roll(carry, params)
+    _, out = stage2_env.rollout(carry, params)
     s = stream_from_rollout(out, env=1)
     assert len(s.arrival) == int(np.asarray(out["batch"].fresh)[:, 1].sum()) > 10
     wait_cost = float(params.beta * params.tau_s)
@@ -126,7 +121,8 @@ def test_stream_from_env_rollout_bounds_the_rule_that_ran():
     assert bound.value >= greedy_online(s, wait_cost).value - 1e-9
 
 
-def test_command_refuses_bad_flags_with_exit_2(tmp_path):
+def test_command_refuses_bad_flags_with_exit_2(tmp_path, run_command):
+    """One real subprocess (the entry point), the other flags in-process."""
     import os
     import subprocess
     import sys
@@ -134,8 +130,13 @@ def test_command_refuses_bad_flags_with_exit_2(tmp_path):
 
     root = str(Path(__file__).resolve().parents[3])
     env = dict(os.environ, PYTHONPATH=root, HF_HUB_OFFLINE="1")
-    for flag in ("--scenario=nope", "--lambda_s=-1", "--slots=0"):
-        r = subprocess.run([sys.executable, "-m", "evals.clairvoyant", flag], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 2, (flag, r.stderr)
-        assert flag.split("=")[0] in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    flag = "--scenario=nope"
+    r = subprocess.run([sys.executable, "-m", "evals.clairvoyant", flag], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (flag, r.stderr)
+    assert flag.split("=")[0] in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    for flag in ("--lambda_s=-1", "--slots=0"):
+        code, _, err = run_command("evals.clairvoyant", flag, cwd=tmp_path)
+        assert code == 2, (flag, err)
+        assert flag.split("=")[0] in err and len(err.strip().splitlines()) == 1
+        assert not any(tmp_path.iterdir())  # nothing written

@@ -12,7 +12,7 @@ from prada_jax import sched
 from prada_jax.sched import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams
 from prada_jax.sched import registry
 from prada_jax.sched.threshold import threshold_decide
-from prada_jax.stage2 import nominate, problem, rollout
+from prada_jax.stage2 import problem, rollout
 
 _admit = jax.jit(threshold_decide)
 _decide = jax.jit(sched.threshold_decide)
@@ -191,31 +191,19 @@ def test_registry_names_the_rule_once():
         registry.scheduler_index("threshold_admission")
 
 
-def test_env_runs_the_admission_rule():
+def test_env_runs_the_admission_rule(stage2_env):
     """The env decides what the rule decides on the candidate sets read by
     ``envs.edge.candidate_set`` (outages aside, which the env makes local), with both
     admitted and locally kept candidates present."""
-    from envs import edge
-    from envs import registry as env_registry
-    from prada_jax.traces.testing import random_traces
-
-    traces = random_traces(seed=0, problems=8, depth=4, feature_dim=4)
-    params = env_registry.make("edge", traces=traces, num_users=6, num_servers=1,
-                               bandwidth_hz=20e6, arrival_rate_hz=40.0, beta=0.05)[1]
-    roll = jax.jit(rollout.make_rollout(nominate.make_trace_rule_policy(-0.05), 40))
+    params = stage2_env.params()
     lam = 0.004  # between typical w's so both admitted and locally kept candidates occur
-    carry = rollout.init_rollout(jax.random.key(0), params, 2,
+    carry = rollout.init_rollout(jax.random.key(0), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(problem.Multipliers(lam, 0.0)))
-    _, out = roll(carry, params)
-    flat = lambda a: np.asarray(a).reshape((-1,) + np.shape(a)[2:])  # noqa: E731
-    x = jax.tree.map(flat, out["x"])
-    b = jax.tree.map(flat, out["batch"])
-    sp = edge.sched_params(params).replace(lambda_s=jnp.float32(lam), mu=jnp.float32(0.0))
-    d = np.asarray(jax.vmap(threshold_decide, in_axes=(0, 0, 0, None))(
-        x, jnp.asarray(b.free_units, jnp.int32), jnp.asarray(b.free_bw), sp))
-    env_d = flat(out["decision"])
-    cand = np.asarray(x.candidate)
-    keep = cand & ~flat(out["outage"])
+    _, out = stage2_env.rollout(carry, params)
+    np.testing.assert_allclose(np.asarray(out["lambda_s"]), lam, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(out["mu"]), 0.0)
+    _, d, env_d, cand, outage = stage2_env.rule_on_slots(out, params)
+    keep = cand & ~outage
     assert keep.sum() > 40
     np.testing.assert_array_equal(env_d[keep], d[keep])
     assert np.any(d[keep] == IMMEDIATE) and np.any(d[keep] == LOCAL)

@@ -1,4 +1,6 @@
 """docs/design.md §6 value accounting (each cost charged once) and exact ties at the price kink."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,8 @@ from prada_jax.sched import oracle
 from prada_jax.traces import synthetic
 
 _decide = jax.jit(sched.threshold_decide)
+_advantages = jax.jit(sched.advantages)
+_wait_cost = jax.jit(sched.threshold.wait_cost)
 
 
 def _policy(state, params):
@@ -22,8 +26,13 @@ def _policy(state, params):
 
 
 def _run(params, slots=60, envs=2, seed=0):
-    """Decisions [T, E, U] and candidate sets of ``slots`` slots (same noise for any params)."""
+    """Decisions [T, E, U] and candidate sets of ``slots`` slots (same noise for any params;
+    params are a jit argument, so every scheduler shares one compilation)."""
+    return _rollout(params, jnp.int32(seed), slots=slots, envs=envs)
 
+
+@functools.partial(jax.jit, static_argnames=("slots", "envs"))
+def _rollout(params, seed, slots, envs):
     def one(key, state):
         k_n, k = jax.random.split(key)
         noise = edge.draw_noise(k_n, params)
@@ -38,8 +47,7 @@ def _run(params, slots=60, envs=2, seed=0):
 
     _, states = jax.vmap(edge.reset, in_axes=(0, None))(
         jax.random.split(jax.random.key(seed), envs), params)
-    _, out = jax.jit(lambda s: jax.lax.scan(scan_fn, s, jax.random.split(
-        jax.random.key(seed + 1), slots)))(states)
+    _, out = jax.lax.scan(scan_fn, states, jax.random.split(jax.random.key(seed + 1), slots))
     return out
 
 
@@ -72,7 +80,7 @@ def test_true_trained_policy_gets_no_communication_charge():
                     snr=jnp.ones(2), draft_prm=jnp.zeros(2), u_rand=jnp.zeros(2),
                     queue_len=jnp.int32(0), comm_s=jnp.array([0.0, 0.2], jnp.float32))
     sp = SchedParams(beta=0.2)
-    w, w_bar, g = sched.advantages(x, sp)
+    w, w_bar, g = _advantages(x, sp)
     np.testing.assert_allclose(np.asarray(w), [0.01, 0.01 - 0.2 * 0.2], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(w - w_bar), 0.2 * 0.05, rtol=1e-6)
     # Coarse: the 2nd request's communication outweighs its gain; true: nothing is added.
@@ -129,16 +137,20 @@ def test_kink_random_slots_against_exhaustive_enumeration():
     """Random small slots at the kink price: never a free unit while a request that fits waits;
     at λ_s = µ = 0 with ample bandwidth the rule is the exact slot optimum (enumeration)."""
     rng = np.random.default_rng(1)
+    n = 7  # c candidates padded with non-candidates to one shape (one compile)
     for trial in range(40):
-        c = int(rng.integers(2, 8))
+        c = int(rng.integers(2, n + 1))
         x = _slot(rng, c)
+        x = jax.tree.map(lambda a: a if a.ndim == 0 else jnp.pad(a, (0, n - c)), x)
+        x = x.replace(candidate=jnp.arange(n) < c)
         sp = SchedParams(beta=0.3, num_servers=3)
         free_units = int(rng.integers(0, c + 1))
-        lam = sched.threshold.wait_cost(x, sp)
+        lam = _wait_cost(x, sp)
         d = np.asarray(_decide(x, free_units, 3e6, sp.replace(lambda_s=lam)))
         _no_idle_unit_while_queued(d, x, free_units, 3e6)
-        d0 = np.asarray(_decide(x, free_units, 1e12, sp))
-        w, w_bar, _ = sched.advantages(x, sp)
-        best = oracle.enumerate_slot(np.asarray(w), np.asarray(w_bar), None, free_units)
-        got = oracle.slot_value(d0, np.asarray(w), np.asarray(w_bar))
+        d0 = np.asarray(_decide(x, free_units, 1e12, sp.replace(lambda_s=jnp.float32(0.0))))
+        assert np.all(d[c:] == LOCAL) and np.all(d0[c:] == LOCAL)
+        w, w_bar, _ = (np.asarray(a)[:c] for a in _advantages(x, sp))
+        best = oracle.enumerate_slot(w, w_bar, None, free_units)
+        got = oracle.slot_value(d0[:c], w, w_bar)
         assert got == pytest.approx(best.value, abs=1e-6), trial

@@ -2,6 +2,8 @@
 operator's cap on average server occupancy, at the price a brute-force search over constant
 prices finds; λ = 0 violates it. The budget check of ``evals.stage2`` (bad values name the flag)
 and its per-row report against NumPy."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,13 +30,21 @@ def _batch(key):
                               capacity_bw=jnp.full((SLOTS,), 1e12))
 
 
-def _occupancy_fn(batches):
+@functools.lru_cache(maxsize=None)
+def _brute_force_occupancy(n_batches=200, seed=123):
+    """:func:`_occupancy_fn` on ``n_batches`` fresh batches (drawn in one jitted call, shared by
+    the cases)."""
+    keys = jax.random.split(jax.random.key(seed), n_batches)
+    return _occupancy_fn(jax.jit(jax.vmap(_batch))(keys), n_batches)
+
+
+def _occupancy_fn(batches, n_batches):
     """Long-run occupancy (busy units / M) the constraint counts at constant prices λ [G]:
     admitted fresh nominations per slot × k̄ / M_t, over many slots (NumPy; a request is
-    admitted iff w − λ ≥ 0)."""
-    w = np.concatenate([np.asarray(b.w)[np.asarray(b.fresh)] for b in batches])
-    work = np.concatenate([np.asarray(b.work)[np.asarray(b.fresh)] for b in batches])
-    slots = SLOTS * len(batches)
+    admitted iff w − λ ≥ 0). ``batches``: ``n_batches`` SlotBatches stacked [n_batches, ...]."""
+    w = np.asarray(batches.w)[np.asarray(batches.fresh)]
+    work = np.asarray(batches.work)[np.asarray(batches.fresh)]
+    slots = SLOTS * n_batches
     kbar = max(work.mean(), 1.0)
     ws = np.sort(w)
     return lambda lam: (ws.size - np.searchsorted(ws, np.asarray(lam), side="left")) \
@@ -57,7 +67,7 @@ def test_learner_meets_the_budget_at_the_brute_force_price(cap):
     lam = float(learner.export_multipliers(state, cfg).lambda_s)
     # Brute force on 200 fresh batches (25 600 slots; the occupancy's standard error there is
     # under 1% of the cap): the smallest constant price whose occupancy is within the cap.
-    occupancy = _occupancy_fn([_batch(k) for k in jax.random.split(jax.random.key(123), 200)])
+    occupancy = _brute_force_occupancy()
     grid = np.linspace(0.0, 1.0, 2001)
     best = grid[np.argmax(occupancy(grid) <= cap)]
     assert occupancy(0.0) > 1.3 * cap                 # no price: the cap is violated

@@ -18,16 +18,33 @@ def _uniform_batch(key, slots, n, free_units, free_bw=1e12, b=None, load=None):
                            jnp.full((slots,), free_bw), load=load)
 
 
-def _train(cfg, batch_fn, steps, seed=0):
-    state = learner.init(cfg)
+# Compiled training scans, one per (config, module-level batch_fn): runs that differ only in
+# the batch_fn's arguments (passed to the jitted scan) share one compilation.
+_TRAIN_JIT: dict = {}
 
-    def body(state, key):
-        _, state = learner.update(state, batch_fn(key), cfg)
-        return state, None
 
+def _train(cfg, batch_fn, steps, seed=0, args=()):
+    """``steps`` learner updates on ``batch_fn(key, *args)`` (``args``: jit arguments)."""
+    if (cfg, batch_fn) not in _TRAIN_JIT:
+        def run(state, keys, args):
+            def body(state, key):
+                _, state = learner.update(state, batch_fn(key, *args), cfg)
+                return state, None
+
+            return jax.lax.scan(body, state, keys)[0]
+
+        _TRAIN_JIT[cfg, batch_fn] = jax.jit(run)
     keys = jax.random.split(jax.random.key(seed), steps)
-    state, _ = jax.jit(lambda s, k: jax.lax.scan(body, s, k))(state, keys)
-    return state
+    return _TRAIN_JIT[cfg, batch_fn](learner.init(cfg), keys, args)
+
+
+def _given(key, batch):
+    """``batch_fn`` of a fixed batch (passed as an argument)."""
+    del key
+    return batch
+
+
+_grad_objective = jax.jit(jax.grad(learner.dual_objective), static_argnums=2)
 
 
 def _enum_lagrangian(w, w_bar, b, lam, mu, valid):
@@ -51,8 +68,8 @@ def _enum_lagrangian(w, w_bar, b, lam, mu, valid):
 def test_hard_rule_is_lagrangian_maximiser_by_enumeration():
     rng = np.random.default_rng(0)
     hard = jax.jit(problem.hard_decision)
+    n = 7  # one shape (one compile); the valid mask varies
     for trial in range(60):
-        n = int(rng.integers(1, 8))
         w = rng.normal(0, 1, n).astype(np.float32)
         w_bar = (w - rng.uniform(-0.2, 1.5, n)).astype(np.float32)
         b = rng.uniform(0.1e6, 3e6, n).astype(np.float32)
@@ -72,9 +89,9 @@ def test_soft_decision_tends_to_hard_and_sums_to_one():
     w_bar = w - jax.random.uniform(jax.random.key(2), (5, 9), maxval=1.5)
     b = jnp.full((5, 9), 1e6)
     valid = jax.random.uniform(jax.random.key(3), (5, 9)) < 0.8
-    p = problem.soft_decision(w, w_bar, b, 0.3, 0.1e-6, 1e-4, valid)
+    p = jax.jit(problem.soft_decision)(w, w_bar, b, 0.3, 0.1e-6, 1e-4, valid)
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-6)
-    hard = problem.hard_decision(w, w_bar, b, 0.3, 0.1e-6, valid)
+    hard = jax.jit(problem.hard_decision)(w, w_bar, b, 0.3, 0.1e-6, valid)
     np.testing.assert_array_equal(jnp.argmax(p, -1), hard)
 
 
@@ -87,9 +104,9 @@ def test_relaxed_dual_gradient_is_minus_soft_excess():
     batch = _uniform_batch(key, 6, 10, 3.0, free_bw=4e6,
                            b=jax.random.uniform(key, (6, 10), minval=0.2e6, maxval=1e6))
     temp = 0.2
-    g = jax.grad(learner.dual_objective)(state.params, batch, cfg, temp)["raw"]
+    g = _grad_objective(state.params, batch, cfg, temp)["raw"]
     m = jax.nn.softplus(state.params["raw"])
-    p = problem.soft_decision(batch.w, batch.w_bar, batch.b, m[0], m[1] / 1e6, temp)
+    p = jax.jit(problem.soft_decision)(batch.w, batch.w_bar, batch.b, m[0], m[1] / 1e6, temp)
     p = p[..., 1] + p[..., 2]
     d_lam = np.mean(np.asarray(batch.free_units) - np.asarray(p).sum(-1))
     d_mu = np.mean((np.asarray(batch.free_bw) - (np.asarray(p) * np.asarray(batch.b)).sum(-1))
@@ -110,7 +127,7 @@ def test_closed_form_identical_candidates_differentiable():
     cfg = learner.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
                           temperature_min=0.003, anneal_steps=500)
     batch = _identical_batch(2, 8, 1.3, 3.0)
-    state = _train(cfg, lambda k: batch, 800)
+    state = _train(cfg, _given, 800, args=(batch,))
     m = learner.multipliers(state, cfg)
     np.testing.assert_allclose(float(m.lambda_s), 1.3, rtol=0.01)
     assert float(m.mu) * 1e6 < 0.01  # bandwidth never binds
@@ -121,7 +138,7 @@ def test_closed_form_bandwidth_only():
     cfg = learner.DualConfig(mode="differentiable", learning_rate=0.05, temperature=0.3,
                           temperature_min=0.003, anneal_steps=500)
     batch = _identical_batch(2, 8, 0.8, 100.0, free_bw=5e6, b=2e6)
-    state = _train(cfg, lambda k: batch, 800)
+    state = _train(cfg, _given, 800, args=(batch,))
     m = learner.multipliers(state, cfg)
     np.testing.assert_allclose(float(m.mu) * 2e6, 0.8, rtol=0.01)
     assert float(m.lambda_s) < 0.01
@@ -136,21 +153,25 @@ def test_closed_form_uniform_candidates(mode):
     np.testing.assert_allclose(float(learner.multipliers(state, cfg).lambda_s), 0.75, rtol=0.01)
 
 
+def _uniform_16_1mhz(key, free_units, free_bw):
+    """32 slots of 16 uniform candidates needing 1 MHz each."""
+    return _uniform_batch(key, 32, 16, free_units, free_bw, jnp.full((32, 16), 1e6))
+
+
 @pytest.mark.parametrize("mode", ["subgradient", "pid", "differentiable"])
 def test_oversubscription_rises_light_load_goes_to_zero(mode):
     cfg = learner.DualConfig(mode=mode, init_lambda_s=0.3, init_mu=0.3, step_size=0.05,
                           decay_steps=20, kp=0.02, ki=0.01, learning_rate=0.05,
                           temperature=0.2, temperature_min=0.005, anneal_steps=300)
-    b = jnp.full((32, 16), 1e6)
     # Heavy: 16 candidates, 2 units, 8 MHz → units bind.
-    heavy = _train(cfg, lambda k: _uniform_batch(k, 32, 16, 2.0, 8e6, b), 600)
+    heavy = _train(cfg, _uniform_16_1mhz, 600, args=(2.0, 8e6))
     m = learner.multipliers(heavy, cfg)
     assert float(m.lambda_s) > 0.7
     e = learner.metrics(heavy, _uniform_batch(jax.random.key(9), 512, 16, 2.0, 8e6,
                                            jnp.full((512, 16), 1e6)), cfg)
     assert abs(float(e["dual/excess_units"])) < 0.15  # ≈ 0 before repair (mean over slots)
     # Light: 16 candidates, 32 units and 64 MHz → nothing binds, both multipliers → 0.
-    light = _train(cfg, lambda k: _uniform_batch(k, 32, 16, 32.0, 64e6, b), 600)
+    light = _train(cfg, _uniform_16_1mhz, 600, args=(32.0, 64e6))
     m = learner.multipliers(light, cfg)
     assert float(m.lambda_s) < 0.01 and float(m.mu) * 1e6 < 0.01
 
@@ -208,8 +229,12 @@ def test_env_threshold_rule_is_lagrangian_maximiser_and_matches_relaxation():
 
     rng = np.random.default_rng(7)
     decide = jax.jit(threshold_decide)
+    adv = jax.jit(advantages)
+    hard = jax.jit(problem.hard_decision)
+    soft_env = jax.jit(threshold_soft, static_argnums=2)
+    soft_mine = jax.jit(problem.soft_decision, static_argnums=5)
+    n = 7  # one shape (one compile); the candidate mask varies (0 to 7 candidates)
     for trial in range(40):
-        n = int(rng.integers(1, 8))
         f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
         x = SchedInputs(candidate=jnp.asarray(rng.uniform(size=n) < 0.85),
                         gain=f32(rng.normal(0.05, 0.1, n)), delay_s=f32(rng.uniform(0, 1, n)),
@@ -221,14 +246,14 @@ def test_env_threshold_rule_is_lagrangian_maximiser_and_matches_relaxation():
         sp = SchedParams(lambda_s=f32(rng.uniform(0, 0.05)), mu=f32(rng.uniform(0, 0.02e-6)),
                          beta=0.2, tau_s=0.05, num_servers=2, max_wait_slots=20)
         got = np.asarray(decide(x, jnp.int32(n), jnp.float32(1e12), sp))
-        w, w_bar, _ = (np.asarray(a) for a in advantages(x, sp))
+        w, w_bar, _ = (np.asarray(a) for a in adv(x, sp))
         want, _ = _enum_lagrangian(w, w_bar, np.asarray(x.bandwidth_hz), float(sp.lambda_s),
                                    float(sp.mu), np.asarray(x.candidate))
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
-        mine = problem.hard_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, x.candidate)
+        mine = hard(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, x.candidate)
         np.testing.assert_array_equal(np.asarray(mine), want)
-        p_env, units, _ = threshold_soft(x, sp, 0.03)
-        p_mine = problem.soft_decision(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, 0.03)
+        p_env, units, _ = soft_env(x, sp, 0.03)
+        p_mine = soft_mine(w, w_bar, x.bandwidth_hz, sp.lambda_s, sp.mu, 0.03)
         c = np.asarray(x.candidate)
         np.testing.assert_allclose(np.asarray(p_env)[c], np.asarray(p_mine)[c], atol=1e-5)
 
@@ -285,7 +310,7 @@ def test_admission_relaxed_gradient_counts_queue_and_immediate():
                              skip_full_slots=False)
     state = learner.init(cfg)
     temp = 0.15
-    g = np.asarray(jax.grad(learner.dual_objective)(state.params, batch, cfg, temp)["raw"])
+    g = np.asarray(_grad_objective(state.params, batch, cfg, temp)["raw"])
     m = np.asarray(jax.nn.softplus(state.params["raw"]), np.float64)
     w, wb, b = (np.asarray(a, np.float64) for a in (batch.w, batch.w_bar, batch.b))
     price = m[0] + m[1] * b / 1e6
@@ -307,7 +332,7 @@ def test_admission_closed_form_price_is_the_value_not_the_kink():
                           temperature_min=0.003, anneal_steps=500)
     batch = problem.make_batch(jnp.full((2, 8), 1.3), jnp.full((2, 8), 1.2), jnp.zeros((2, 8)),
                             jnp.ones((2, 8), bool), jnp.full((2,), 3.0), jnp.full((2,), 1e12))
-    lam = float(learner.multipliers(_train(cfg, lambda k: batch, 800), cfg).lambda_s)
+    lam = float(learner.multipliers(_train(cfg, _given, 800, args=(batch,)), cfg).lambda_s)
     np.testing.assert_allclose(lam, 1.3, rtol=0.02)
 
 

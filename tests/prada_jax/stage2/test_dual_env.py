@@ -4,15 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import registry
 from prada_jax.sched import oracle
-from prada_jax.sched.base import SchedParams
-from prada_jax.sched.threshold import threshold_decide
 from prada_jax.stage2 import learner, nominate, problem, rollout, trainer
-from prada_jax.traces.testing import random_traces
 
-# Structure-only random traces (not calibrated, not benchmark data).
-TRACES = random_traces(seed=0, problems=12, depth=4, feature_dim=4)
 CFG = learner.DualConfig(mode="subgradient", step_size=0.005, decay_steps=400)
 
 
@@ -22,54 +16,34 @@ def chunk():
                    donate_argnums=())
 
 
-@pytest.fixture(scope="module")
-def fixed_rollout():
-    return jax.jit(rollout.make_rollout(nominate.make_trace_rule_policy(-0.05), 40))
-
-
-def _params(**kw):
-    base = dict(traces=TRACES, num_users=6, num_servers=1, bandwidth_hz=20e6,
-                arrival_rate_hz=40.0, beta=0.05)
-    base.update(kw)
-    return registry.make("edge", **base)[1]
-
-
-def test_extracted_slots_match_the_env_decision(fixed_rollout):
+def test_extracted_slots_match_the_env_decision(stage2_env):
     """The env, running the threshold rule at fixed prices, decides exactly what the rule
     decides on the candidate set read by ``problem.env_slot`` (except outages, which the env
     makes local)."""
-    params = _params()
-    carry = rollout.init_rollout(jax.random.key(0), params, 3,
+    params = stage2_env.params()
+    carry = rollout.init_rollout(jax.random.key(0), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(problem.Multipliers(0.02, 0.0)))
-    _, out = fixed_rollout(carry, params)
+    _, out = stage2_env.rollout(carry, params)
     np.testing.assert_allclose(np.asarray(out["lambda_s"]), 0.02, rtol=1e-6)
-    x = out["x"]
-    b = out["batch"]
-    sp = SchedParams(lambda_s=out["lambda_s"], mu=out["mu"], beta=params.beta,
-                     tau_s=params.tau_s, num_servers=params.num_servers,
-                     max_wait_slots=params.max_wait_slots)
-    flat = lambda a: a.reshape((-1,) + a.shape[2:])  # noqa: E731
-    xf = jax.tree.map(flat, x)
-    spf = jax.tree.map(lambda a: flat(jnp.broadcast_to(a, out["lambda_s"].shape)), sp)
-    d = jax.vmap(threshold_decide)(xf, flat(b.free_units), flat(b.free_bw), spf)
-    env_d = flat(out["decision"])
-    cand = np.asarray(xf.candidate)
-    outage = np.asarray(flat(out["outage"]))
-    assert cand.sum() > 50
+    _, d, env_d, cand, outage = stage2_env.rule_on_slots(out, params)
+    assert cand.sum() > 40
     keep = cand & ~outage
-    np.testing.assert_array_equal(np.asarray(env_d)[keep], np.asarray(d)[keep])
-    assert np.all(np.asarray(env_d)[cand & outage] == oracle.LOCAL)
+    np.testing.assert_array_equal(env_d[keep], d[keep])
+    assert np.all(env_d[cand & outage] == oracle.LOCAL)
     # The slot values the learner sees are the rule's own advantages.
+    b = out["batch"]
     assert np.all(np.asarray(b.valid) <= cand.reshape(b.valid.shape))
 
 
-def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk):
+def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk, stage2_env):
     """Over-subscribed (M=1, 60 users/s into 12 user slots: at λ_s = 0 more than one
     admission per slot of one-slot jobs): λ_s rises from 0 and the long-run excess
     (admissions − M/k̄ per slot), with the multipliers each slot ran with, averages ≈ 0.
-    Light load (M=6, 400 MHz, 2 users/s): both multipliers are projected to 0."""
-    heavy = _params(num_servers=1, arrival_rate_hz=60.0, num_users=12)
-    light = _params(num_servers=6, bandwidth_hz=400e6, arrival_rate_hz=2.0)
+    Light load (M=6, 400 MHz, 2 users/s into the same 12 user slots, so one compiled chunk
+    serves both): both multipliers are projected to 0."""
+    heavy = stage2_env.params(num_servers=1, arrival_rate_hz=60.0, num_users=12)
+    light = stage2_env.params(num_servers=6, bandwidth_hz=400e6, arrival_rate_hz=2.0,
+                              num_users=12)
     results = {}
     for name, params in (("heavy", heavy), ("light", light)):
         carry = rollout.init_rollout(jax.random.key(1), params, 4,
@@ -95,21 +69,26 @@ def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk):
     assert lt["dual/rollout_excess_units"] < -1.0, lt
 
 
-def test_load_features_read_what_the_server_observes():
+def test_load_features_read_what_the_server_observes(stage2_env):
     """problem.load_features against a NumPy transcription on env slots: queue/M,
     active/U, free units/M, new nominations/U, mean log2(1+SNR) of candidates / 10."""
     from envs import edge
 
-    params = _params(num_servers=2, arrival_rate_hz=60.0)
+    params = stage2_env.params(num_servers=2, arrival_rate_hz=60.0)
     policy = nominate.make_trace_rule_policy(-0.05)
-    _, state = edge.reset(jax.random.key(0), params)
-    step = jax.jit(edge.step_with_noise)
-    slot = jax.jit(problem.env_slot)
+
+    @jax.jit
+    def slot_then_step(key, state, params):
+        """The slot's candidate set and SlotBatch, and the next state (one compilation)."""
+        noise = edge.draw_noise(key, params)
+        action = policy(None, None, state, params)
+        cs, batch = problem.env_slot(state, action, params, noise)
+        return cs, batch, edge.step_with_noise(state, action, params, noise)[1]
+
+    _, state = jax.jit(edge.reset)(jax.random.key(0), params)
     seen_queue = False
     for t in range(25):
-        noise = edge.draw_noise(jax.random.key(100 + t), params)
-        action = policy(None, None, state, params)
-        cs, batch = slot(state, action, params, noise)
+        cs, batch, next_state = slot_then_step(jax.random.key(100 + t), state, params)
         x = jax.tree.map(np.asarray, cs.x)
         cand = x.candidate
         se = np.log2(1.0 + x.snr[cand]).mean() if cand.any() else 0.0
@@ -119,7 +98,7 @@ def test_load_features_read_what_the_server_observes():
         np.testing.assert_array_equal(np.asarray(batch.fresh), cand & (x.wait_slots == 0)
                                       & np.asarray(batch.valid))
         seen_queue |= bool(x.queue_len > 0)
-        _, state, _, _, _ = step(state, action, params, noise)
+        state = next_state
     assert seen_queue
 
 
