@@ -50,7 +50,7 @@ class Sizes:
 
     seeds: tuple = tuple(range(10))          # verdict seeds (one vmapped run per method)
     pilot_seeds: tuple = (100, 101, 102)
-    updates: int = 30                        # N: updates of every method (equal turns)
+    updates: int = 20                        # N: updates of every method (equal turns)
     episodes: int = 8                        # E: OPD episodes per update per seed
     latency_s: float = 0.01                  # simulated tool latency of `opd` [s per call]
     n_eval: int = 256                        # verdict / pilot / gate problems per evaluation
@@ -456,19 +456,19 @@ def run(cache: Path, out: Path, sizes: Sizes) -> dict:
     pil = study.pilot(colds[0]["student"])
     coll = study.collection()
     studies = []
-    for cold in colds:
+    res = {"synthetic": True, "task": study.task.name, "cache": str(cache),
+           "sizes": dataclasses.asdict(sizes), "teacher": teacher, "cold_starts": colds,
+           "pilot": pil, "collection": coll, "studies": studies, "log": study.log}
+    for cold in colds:   # study.json / report.md rewritten after each cold start's study
         st = study.study(cold, pil["choice"])
         st["verdicts"] = verdicts(st, coll, len(sizes.seeds))
         studies.append(st)
         study.say(f"{cold['name']}: " + ", ".join(
             f"{k} {v['verdict'] if 'verdict' in v else v.get('verdict_rollout')}"
             for k, v in st["verdicts"].items() if k != "extra"))
-    res = {"synthetic": True, "task": study.task.name, "cache": str(cache),
-           "sizes": dataclasses.asdict(sizes), "teacher": teacher, "cold_starts": colds,
-           "pilot": pil, "collection": coll, "studies": studies,
-           "wall_s": time.perf_counter() - t0, "log": study.log}
-    (out / "study.json").write_text(json.dumps(res, indent=1))
-    (out / "report.md").write_text(markdown(res))
+        res["wall_s"] = time.perf_counter() - t0
+        (out / "study.json").write_text(json.dumps(res, indent=1))
+        (out / "report.md").write_text(markdown(res))
     return res
 
 
