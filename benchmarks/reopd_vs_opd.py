@@ -233,11 +233,25 @@ class Study:
         lr = lambda m: {"optim.lr": choice[m]["lr"],   # noqa: E731
                         "optim.warmup_steps": choice[m]["warmup"]}
         runs = {}
+        # order: the runs the verdicts rest on first, the equal-wall-time run (the longest)
+        # last, so a study stopped for time loses the least
         c = _config(self.cache, "opd", s, s.updates, s.seeds, s.eval_seed,
                     **self._mode_fields("opd", init), **lr("opd"))
         runs["opd"] = _summary(self.train(f"{tag}/opd", c))
         B = _turns_per_update(runs["opd"])
-        for kappa in REOPD_KAPPAS:
+        c = _config(self.cache, "opd", s, min(s.updates, s.timing_updates), s.seeds,
+                    s.eval_seed, **{**self._mode_fields("opd", init), **lr("opd"),
+                                    "opd.tool_latency_s": 0.0, "eval.n_problems": 0})
+        runs["opd_lat0"] = _summary_timing(self.train(f"{tag}/opd_lat0", c))
+        for kappa in (0.6, 1.0):
+            c = _config(self.cache, "onpolicy", s, s.updates, s.seeds, s.eval_seed,
+                        **self._mode_fields("reopd", init, B), **lr("reopd"),
+                        **{"sampler.kappa": kappa})
+            runs[f"reopd_k{kappa:g}"] = _summary(self.train(f"{tag}/reopd_k{kappa:g}", c))
+        c = _config(self.cache, "sft,uniform", s, s.updates, s.seeds, s.eval_seed,
+                    **{"student.init": init, "train.batch_size": B}, **lr("reopd"))
+        runs["sft_cont"] = _summary(self.train(f"{tag}/sft_cont", c))
+        for kappa in [k for k in REOPD_KAPPAS if k not in (0.6, 1.0)]:
             c = _config(self.cache, "onpolicy", s, s.updates, s.seeds, s.eval_seed,
                         **self._mode_fields("reopd", init, B), **lr("reopd"),
                         **{"sampler.kappa": kappa})
@@ -246,9 +260,6 @@ class Study:
                     **self._mode_fields("reopd", init, B), **lr("reopd"),
                     **{"sampler.refresh_every": s.exact_refresh})
         runs["reopd_exact"] = _summary(self.train(f"{tag}/reopd_exact", c))
-        c = _config(self.cache, "sft,uniform", s, s.updates, s.seeds, s.eval_seed,
-                    **{"student.init": init, "train.batch_size": B}, **lr("reopd"))
-        runs["sft_cont"] = _summary(self.train(f"{tag}/sft_cont", c))
         t_opd = runs["opd"]["update_total_s_median"]
         t_re = runs["reopd_k0.6"]["update_total_s_median"]
         n_wall = max(1, round(s.updates * t_opd / t_re)) if t_opd and t_re else s.updates
@@ -256,10 +267,6 @@ class Study:
                     **self._mode_fields("reopd", init, B), **lr("reopd"),
                     **{"sampler.kappa": 0.6})
         runs["reopd_k0.6_wall"] = _summary(self.train(f"{tag}/reopd_k0.6_wall", c))
-        c = _config(self.cache, "opd", s, min(s.updates, s.timing_updates), s.seeds,
-                    s.eval_seed, **{**self._mode_fields("opd", init), **lr("opd"),
-                                    "opd.tool_latency_s": 0.0, "eval.n_problems": 0})
-        runs["opd_lat0"] = _summary_timing(self.train(f"{tag}/opd_lat0", c))
         return {"cold": tag, "B": B, "N": s.updates, "N_wall": n_wall,
                 "t_opd_update_s": t_opd, "t_reopd_update_s": t_re, "runs": runs}
 
@@ -446,7 +453,7 @@ def markdown(res: dict) -> str:
     return "\n".join(L)
 
 
-def run(cache: Path, out: Path, sizes: Sizes) -> dict:
+def run(cache: Path, out: Path, sizes: Sizes, only: tuple = ()) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     study = Study(cache, out, sizes)
@@ -459,7 +466,10 @@ def run(cache: Path, out: Path, sizes: Sizes) -> dict:
     res = {"synthetic": True, "task": study.task.name, "cache": str(cache),
            "sizes": dataclasses.asdict(sizes), "teacher": teacher, "cold_starts": colds,
            "pilot": pil, "collection": coll, "studies": studies, "log": study.log}
+    stem = "study" if not only else "study_" + "_".join(only)
     for cold in colds:   # study.json / report.md rewritten after each cold start's study
+        if only and cold["name"] not in only:
+            continue
         st = study.study(cold, pil["choice"])
         st["verdicts"] = verdicts(st, coll, len(sizes.seeds))
         studies.append(st)
@@ -467,8 +477,8 @@ def run(cache: Path, out: Path, sizes: Sizes) -> dict:
             f"{k} {v['verdict'] if 'verdict' in v else v.get('verdict_rollout')}"
             for k, v in st["verdicts"].items() if k != "extra"))
         res["wall_s"] = time.perf_counter() - t0
-        (out / "study.json").write_text(json.dumps(res, indent=1))
-        (out / "report.md").write_text(markdown(res))
+        (out / f"{stem}.json").write_text(json.dumps(res, indent=1))
+        (out / f"{stem.replace('study', 'report')}.md").write_text(markdown(res))
     return res
 
 
@@ -485,6 +495,8 @@ def _define(fv) -> None:
     flags.DEFINE_float("latency_s", FULL.latency_s, "simulated tool latency of OPD [s/call]",
                        flag_values=fv)
     flags.DEFINE_string("seeds", "0-9", "verdict seeds 'a-b' (consecutive)", flag_values=fv)
+    flags.DEFINE_list("cold", [], "study only these cold starts (e.g. near; outputs "
+                      "study_<names>.json, report_<names>.md); empty = all", flag_values=fv)
     flags.DEFINE_string("pilot_seeds", "100-102", "pilot seeds 'a-b' (consecutive, disjoint "
                         "from --seeds)", flag_values=fv)
 
@@ -518,6 +530,11 @@ def main(argv=None) -> int:
     seeds, pseeds = _range(a.seeds, "seeds"), _range(a.pilot_seeds, "pilot_seeds")
     if set(seeds) & set(pseeds):
         raise BadInput("--pilot_seeds: must be disjoint from --seeds")
+    only = tuple(a.cold)
+    names = [g[0] for g in FULL.gates]
+    bad = [c for c in only if c not in names]
+    if bad:
+        raise BadInput(f"--cold: unknown cold start {bad[0]!r}; choose from {names}")
     out = Path(a.out)
     if a.quick:
         if a.cache:
@@ -536,9 +553,10 @@ def main(argv=None) -> int:
                                "prada_jax.distill.task.teacher)")
         sizes = dataclasses.replace(FULL, updates=a.updates, episodes=a.episodes,
                                     latency_s=a.latency_s, seeds=seeds, pilot_seeds=pseeds)
-    res = run(cache, out, sizes)
-    print((out / "report.md").read_text())
-    print(f"study wall time {res['wall_s']:.0f} s; {out / 'study.json'}")
+    res = run(cache, out, sizes, only)
+    stem = "study" if not only else "study_" + "_".join(only)
+    print((out / f"{stem.replace('study', 'report')}.md").read_text())
+    print(f"study wall time {res.get('wall_s', 0):.0f} s; {out / (stem + '.json')}")
     return 0
 
 
