@@ -338,6 +338,10 @@ CASES: list[Case] = [
     Case("benchmarks.distill_bucket", ("--pairs=0", "--json={out}"), r"--pairs"),
     Case("benchmarks.distill_bucket", ("--modes=offline,sideways", "--json={out}"), r"--modes"),
     Case("benchmarks.distill_opd_pilot", ("--latency_s=-1", "--json={out}"), r"--latency_s"),
+    Case("benchmarks.reopd_vs_opd", ("--latency_s=-1", "--out={out}"), r"--latency_s"),
+    Case("benchmarks.reopd_vs_opd", ("--episodes=0", "--out={out}"), r"--episodes"),
+    Case("benchmarks.reopd_vs_opd", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
+    Case("benchmarks.reopd_vs_opd", ("--pilot_seeds=5-6", "--out={out}"), r"--pilot_seeds"),
 ]
 
 

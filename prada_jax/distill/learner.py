@@ -46,8 +46,9 @@ def make_optimizer(lr: float, warmup_steps: int, total_steps: int, weight_decay:
                    clip_norm: float, grad_accum: int) -> optax.GradientTransformation:
     """AdamW with warm-up + cosine over ``total_steps`` optimizer updates, clipped, accumulated
     over ``grad_accum`` micro-steps."""
-    sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, warmup_steps),
-                                               max(total_steps, warmup_steps + 1), lr * 0.1)
+    warm = max(1, warmup_steps)   # a 1-update ramp stands for "no warm-up"
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, warm, max(total_steps, warm + 1),
+                                               lr * 0.1)
     tx = optax.chain(optax.clip_by_global_norm(clip_norm),
                      optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=weight_decay))
     if grad_accum > 1:
