@@ -101,7 +101,7 @@ def first_non_finite(tree: Any) -> str | None:
     their devices in one jitted call (sharded or multi-host arrays included; only one bool
     per leaf comes to the host); NumPy leaves on the host.
     """
-    paths, dev, host = [], [], []
+    dev, host = [], []
     for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
         dtype = getattr(x, "dtype", None)
         if dtype is None or _is_typed_key(x) or not jax.dtypes.issubdtype(dtype, np.inexact):

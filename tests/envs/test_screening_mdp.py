@@ -58,7 +58,7 @@ def test_single_user_return_equals_direct_sum():
         key = jax.random.key(episode)
         _, state = reset(key, params)
         root = int(state.node[0])
-        total, decisions, k, t = 0.0, 0, 0, 0
+        total, decisions, t = 0.0, 0, 0
         while True:
             a = jnp.array([actions[decisions % len(actions)]], jnp.int32)
             _, state, r, done, info = step(jax.random.fold_in(key, t), state, a, params)

@@ -3,7 +3,6 @@
 exporter's data errors are covered in ``test_export.py``; ``train.distill`` in
 ``tests/train/test_distill.py``."""
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from prada_jax.traces import format as fmt
 from prada_jax.traces.__main__ import main
