@@ -13,12 +13,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # One JAX persistent compilation cache for the whole session, shared by the xdist workers and
 # by every subprocess a test starts (they inherit the environment). Set before JAX is imported
-# (JAX reads these variables when it defines its options). Every executable is cached, however
-# quick its compilation (the tests compile many small programs). The size cap turns on JAX's
-# file lock, so two workers never read an entry the other is still writing.
+# (JAX reads these variables when it defines its options). Only programs that took at least
+# half a second to compile are written (the trainers' chunks, which resume tests and
+# subprocesses compile again): writing each of the thousands of millisecond programs cost more
+# than it saved. The size cap turns on JAX's file lock, so two workers never read an entry the
+# other is still writing.
 _CACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "jax_compilation_cache"
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 if importlib.util.find_spec("filelock") is not None:
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
