@@ -36,6 +36,17 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
 @pytest.fixture
+def fast_compile():
+    """Fewer XLA optimisations for a compile-bound test even when the session runs without
+    them (``JAX_DISABLE_MOST_OPTIMIZATIONS=0``); the previous setting is restored after."""
+    import jax
+    old = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", old)
+
+
+@pytest.fixture
 def run_command(capfd):
     """``run_command(module, *args, cwd=None) -> (exit code, stdout, stderr)``: runs
     ``python -m module args`` in this process (``runpy``, ``__name__ == "__main__"``), for

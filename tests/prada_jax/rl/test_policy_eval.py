@@ -21,13 +21,8 @@ from prada_jax.traces.testing import random_traces
 BETA = 0.5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compile():
-    """Fewer XLA optimisations: these tiny rollouts are compile-bound (restored after)."""
-    old = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", old)
+# these tiny rollouts are compile-bound: fewer XLA optimisations (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_compile")
 
 
 def _env(users=4, seed=0):

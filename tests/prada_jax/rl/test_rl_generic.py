@@ -152,15 +152,6 @@ def test_rollout_records_value_of_final_observation():
 
 # ----------------------------------------------------------------------------- any env
 
-@pytest.fixture
-def fast_compile():
-    # Fewer XLA optimisations: halves the compile time of these tiny chunks on CPU.
-    old = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", old)
-
-
 @pytest.mark.parametrize("critic", ["v", "q"])
 def test_learner_on_toy_env_with_three_actions(critic, fast_compile):
     config = ppo_configs.get_config("toy")

@@ -75,14 +75,6 @@ def _small_default_config(num_users=1):
     return c
 
 
-@pytest.fixture
-def fast_compile():
-    old = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", old)
-
-
 # ----------------------------------------------------------------------------- adapter
 
 def test_adapter_adds_user_axis_decision_mask_and_final_observation():

@@ -10,14 +10,6 @@ from prada_jax.configs import ppo as ppo_configs
 from prada_jax.rl import learner, toy_env, trainer
 
 
-@pytest.fixture
-def fast_compile():
-    old = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", old)
-
-
 def _toy_config(**ppo):
     c = ppo_configs.get_config("toy")
     for k, v in ppo.items():
