@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from prada_jax.jsonio import write_json
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -117,7 +119,7 @@ def main(argv=None) -> int:
     res = run(a.pairs, a.bucket, tuple(a.modes), a.batch)
     print(json.dumps(res, indent=2))
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2))
+        write_json(a.json, res, newline=False)
     return 0
 
 

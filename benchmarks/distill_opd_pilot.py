@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from prada_jax.jsonio import write_json
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -135,7 +137,7 @@ def main(argv=None) -> int:
     res = run(a.updates, a.latency_s, a.sft_updates, a.batch, a.episodes)
     print(json.dumps(res, indent=2))
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2))
+        write_json(a.json, res, newline=False)
     return 0
 
 

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from prada_jax.jsonio import write_json
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import jax  # noqa: E402
@@ -99,7 +101,7 @@ def main(argv=None) -> int:
     res = run(a.num_seeds, a.updates, a.batch)
     print(json.dumps(res, indent=2))
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2))
+        write_json(a.json, res, newline=False)
     return 0
 
 

@@ -30,11 +30,12 @@ line, exit 2, nothing written.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
 from pathlib import Path
+
+from prada_jax.jsonio import write_json
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -477,7 +478,7 @@ def run(cache: Path, out: Path, sizes: Sizes, only: tuple = ()) -> dict:
             f"{k} {v['verdict'] if 'verdict' in v else v.get('verdict_rollout')}"
             for k, v in st["verdicts"].items() if k != "extra"))
         res["wall_s"] = time.perf_counter() - t0
-        (out / f"{stem}.json").write_text(json.dumps(res, indent=1))
+        write_json(out / f"{stem}.json", res, indent=1, newline=False)   # atomic: rewritten per cold start
         (out / f"{stem.replace('study', 'report')}.md").write_text(markdown(res))
     return res
 
