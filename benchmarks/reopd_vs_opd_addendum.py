@@ -15,7 +15,8 @@ finished training runs under ``--out`` are reused):
   (e), the MDE of each, and each method's change from the cold start;
 * ``timing``: per cold start, ``opd`` (tool latency ``latency_s``), ``opd_lat0`` and ReOPD
   κ = 0.6 built in one process and stepped update by update in turn (K + 1 rounds), the pool
-  collection C measured after the rounds in ``coll_after``; rule (b) from the medians;
+  collection C measured after the rounds in ``coll_after``; rule (b) from the medians (each
+  cold start's ``events``: [round, run or "C", start s since its first round], in order);
 * ``wall``: ``reopd_k0.6_wall`` from the far cold start with N_w = round(N × t_OPD / t_ReOPD)
   updates (t from ``timing``) against the study's far ``opd``: rule (a) at equal wall time.
 
@@ -183,12 +184,14 @@ class Addendum:
                 shutil.rmtree(root)
             built = {k: trainer.build(c, root / k, teacher_score_fn=self.study.score_fn)
                      for k, c in self._timing_configs(name, self.a.rounds).items()}
-            colls, t0 = [], time.perf_counter()
+            colls, events, t0 = [], [], time.perf_counter()
             try:
                 for r in range(1, self.a.rounds + 1):
-                    for run in built.values():
+                    for k, run in built.items():
+                        events.append([r, k, time.perf_counter() - t0])
                         trainer.optimizer_step(run, r - 1)
                     if r in self.a.coll_after:
+                        events.append([r, "C", time.perf_counter() - t0])
                         colls.append(self.study.collection())
             finally:
                 for run in built.values():
@@ -199,7 +202,7 @@ class Addendum:
                   for k, run in built.items()}
             n_seeds = len(self.s.seeds)
             cs = [c["seconds"] for c in colls]
-            res = {"B": self.B[name], "runs": st, "collections": colls,
+            res = {"B": self.B[name], "runs": st, "collections": colls, "events": events,
                    "wall_s": time.perf_counter() - t0,
                    "b_speed": speed_interleaved(st, cs, self.a.wall_base, n_seeds, "median"),
                    "b_speed_sum": speed_interleaved(st, cs, self.a.wall_base, n_seeds, "sum"),
