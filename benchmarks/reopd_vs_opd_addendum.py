@@ -91,7 +91,12 @@ def speed_interleaved(st: dict, coll_s: list[float], n_updates: int, n_seeds: in
     seed."""
     key = f"rollout_s_per_turn_{stat}"
     o, o0, r = (st[k][key] for k in TIMED_RUNS)
-    C = float(statistics.median(coll_s))
+    C = float(statistics.median(coll_s)) if coll_s else None
+    if None in (o, o0, r, C) or not r:   # a run without timed updates: no ratio, no verdict
+        return {"statistic": stat, "opd": o, "opd_lat0": o0, "reopd": r, "C_s": C,
+                "C_runs_s": list(coll_s), "reopd_turns_of_run": None, "ratio_latency": None,
+                "ratio_lat0": None, "ratio_with_pool": None, "ratio_with_pool_per_seed": None,
+                "verdict_rollout": "no timed update", "verdict_with_pool": "no timed update"}
     turns_run = n_updates * st["reopd_k0.6"]["turns_per_update_mean"]
     out = {"statistic": stat, "opd": o, "opd_lat0": o0, "reopd": r, "C_s": C,
            "C_runs_s": list(coll_s), "reopd_turns_of_run": turns_run,
@@ -104,8 +109,11 @@ def speed_interleaved(st: dict, coll_s: list[float], n_updates: int, n_seeds: in
     return out
 
 
-def n_wall(n: int, t_opd: float, t_reopd: float) -> int:
-    """The equal-wall-time budget: round(n × t_opd / t_reopd), at least 1."""
+def n_wall(n: int, t_opd: float | None, t_reopd: float | None) -> int | None:
+    """The equal-wall-time budget: round(n × t_opd / t_reopd), at least 1 (None without both
+    times)."""
+    if not t_opd or not t_reopd:
+        return None
     return max(1, round(n * t_opd / t_reopd))
 
 
@@ -209,10 +217,10 @@ class Addendum:
                    "t_opd_s": st["opd"]["update_total_s_median"],
                    "t_reopd_s": st["reopd_k0.6"]["update_total_s_median"]}
             res["N_wall"] = n_wall(self.a.wall_base, res["t_opd_s"], res["t_reopd_s"])
-            b = res["b_speed"]
-            self.study.say(f"timing {name}: OPD/ReOPD {b['ratio_latency']:.2f}x, lat0 "
-                           f"{b['ratio_lat0']:.2f}x, with pool {b['ratio_with_pool']:.2f}x "
-                           f"(C {b['C_s']:.1f} s); N_w {res['N_wall']}")
+            b, f = res["b_speed"], base._f
+            self.study.say(f"timing {name}: OPD/ReOPD {f(b['ratio_latency'], 2)}x, lat0 "
+                           f"{f(b['ratio_lat0'], 2)}x, with pool {f(b['ratio_with_pool'], 2)}x "
+                           f"(C {f(b['C_s'], 1)} s); N_w {res['N_wall']}")
             out["cold"][name] = res
         out["load_avg_1min_end"] = os.getloadavg()[0]
         return out
@@ -221,6 +229,10 @@ class Addendum:
         s, cold = self.s, self.cold["far"]
         far = timing["cold"]["far"]
         nw = n_wall(self.a.wall_base, far["t_opd_s"], far["t_reopd_s"])
+        if nw is None:
+            from prada_jax.errors import BadInput
+            raise BadInput("--parts: wall needs timed updates of opd and reopd_k0.6 in the "
+                           "timing part (it has none)")
         c = base._config(self.study.cache, "onpolicy", s, nw, s.seeds, s.eval_seed,
                          **{"student.init": cold["student"], "train.batch_size": self.B["far"],
                             "sampler.kappa": 0.6}, **self._lr("reopd"))

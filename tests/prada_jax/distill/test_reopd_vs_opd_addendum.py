@@ -58,6 +58,9 @@ def test_interleaved_speed_ratios_by_hand():
     assert b["verdict_with_pool"] == "fail"                   # 0.010 / 0.005148 = 1.94 ≤ 2
     assert b["ratio_with_pool_per_seed"] == pytest.approx(0.010 / (0.0008 + 200 / 4600))
     s = ad.speed_interleaved(runs, [30.0, 10.0, 20.0], 20, 10, stat="sum")
+    runs["opd_lat0"]["rollout_s_per_turn_median"] = None      # a run without timed updates
+    n = ad.speed_interleaved(runs, [30.0], 20, 10)
+    assert n["ratio_latency"] is None and n["verdict_rollout"] == "no timed update"
     assert s["ratio_lat0"] == pytest.approx(5.0) and s["ratio_latency"] == pytest.approx(11.0)
 
 
@@ -66,6 +69,7 @@ def test_n_wall_reproduces_the_studys_far_budget():
     assert ad.n_wall(20, 6.311496451000494, 0.4835354360002384) == 261
     assert ad.n_wall(20, 12.190088651999758, 5.968942862999029) == 41   # near
     assert ad.n_wall(20, 1.0, 100.0) == 1                                # at least one update
+    assert ad.n_wall(20, None, 1.0) is None
 
 
 def test_near_verdicts_and_mde_match_scipy():
