@@ -500,9 +500,10 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     evaluated on (test, with test-range seeds); ``choice_split``: the part the multipliers are
     learned on and the grid's reference pair is chosen on (validation, validation seeds).
     ``budget``: an operator's cap on the long-run average server occupancy (busy units / M,
-    in (0, 1]): the learners enforce it as the time-averaged constraint admissions ≤ budget·M_t
-    / k̄ (``config.dual.utilisation``), the grid reference is the best budget-feasible constant
-    pair, and each scenario reports every row's occupancy against the cap."""
+    in (0, 1]): the learners enforce it as the time-averaged constraint Σ admissions × their
+    own service time ≤ budget·M_t (``config.dual.utilisation``; an upper bound of the
+    measured occupancy, ``prada_jax.stage2.problem``), the grid reference is the best
+    budget-feasible constant pair, and each scenario reports every row's occupancy against the cap."""
     if budget is not None:
         check_budget(budget)
         dual_overrides = dict(dual_overrides or {}, **{"dual.utilisation": float(budget)})
