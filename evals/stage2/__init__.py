@@ -522,7 +522,8 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         policy_dir: str | None = None, num_users: int | None = None, log=print,
         size: str | None = None, nominate_by: str = "actor",
         dual_overrides: dict | None = None, split: str = suite.DEFAULT_SPLIT,
-        choice_split: str = "validation", budget: float | None = None) -> dict:
+        choice_split: str = "validation", budget: float | None = None,
+        seed0: int = 0) -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
     ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
@@ -536,7 +537,9 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     in (0, 1]): the learners enforce it as the time-averaged constraint Σ admissions × their
     own service time ≤ budget·M_t (``config.dual.utilisation``; an upper bound of the
     measured occupancy, ``prada_jax.stage2.problem``), the grid reference is the best
-    budget-feasible constant pair, and each scenario reports every row's occupancy against the cap."""
+    budget-feasible constant pair, and each scenario reports every row's occupancy against the cap.
+    ``seed0``: the first evaluation seed as an offset into ``split``'s seed range (fresh seeds
+    for a confirmation run; the validation seeds of the choices stay the same)."""
     if budget is not None:
         check_budget(budget)
         dual_overrides = dict(dual_overrides or {}, **{"dual.utilisation": float(budget)})
@@ -564,7 +567,8 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     traces = suite.load_traces("gsm8k", n_problems, tseed, split=split)
     choice_traces = suite.load_traces("gsm8k", n_problems, tseed, split=choice_split)
     suite.check_policy_traces(policy, traces)
-    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], flag="--seeds")
+    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], seed0=int(seed0),
+                                   flag="--seed0/--seeds")
     choice_seed0 = suite.evaluation_seed0(choice_traces.info, policy, size["seeds"],
                                           flag="--seeds")
     if traces.info["split"] == choice_traces.info["split"] and split != "all":

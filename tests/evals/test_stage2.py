@@ -206,7 +206,8 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
     (["--policy=/nonexistent/x"], "--policy"),
     (["--dual_overrides=utilisation=2"], "--dual_overrides"), (["--split=tset"], "--split"),
     (["--split=validation"], "--split"), (["--budget=0"], "--budget"),
-    (["--budget=1.5"], "--budget"), (["--budget=nan"], "--budget")])
+    (["--budget=1.5"], "--budget"), (["--budget=nan"], "--budget"),
+    (["--seed0=-1"], "--seed0")])
 def test_bad_flags_exit_2_one_line(tmp_path, args, needle, run_command):
     """In-process (the conftest's ``run_command``, same ``__main__`` as ``python -m``; the real
     entry runs as a subprocess in tests/test_cli_errors.py)."""
