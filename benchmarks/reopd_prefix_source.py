@@ -101,6 +101,37 @@ def _teacher_eval(cache: Path) -> dict | None:
             for k in ("temperature", "sampled", "greedy")}
 
 
+def _arm_config(tcache: Path, s: Sizes, init: str, pool_dir: Path, logits_dir: Path):
+    """One arm's ``train.distill`` config: ReOPD from ``init``, prefixes from ``pool_dir``, T
+    the target (``data.teacher_dir``) in every arm."""
+    from benchmarks import reopd_vs_opd as rvo
+    return rvo._config(tcache, _variant(s, "onpolicy"), _vs_sizes(s), s.updates, s.seeds,
+                       s.eval_seed, **{"student.init": init, "train.batch_size": s.batch,
+                                       "optim.lr": s.lr, "optim.warmup_steps": s.warmup,
+                                       "sampler.kappa": s.kappa,
+                                       "data.teacher_dir": str(tcache / "teacher"),
+                                       "data.pool_dir": str(pool_dir),
+                                       "data.logits_dir": str(logits_dir)})
+
+
+def teacher_stages(study, tcache: Path, out: Path, s: Sizes) -> tuple[dict, dict]:
+    """The stages that need only T's cache: the cold start (SFT on T's pool, seed 0) and the
+    ``teacher_prefix`` arm; returns (cold start, that arm's results). Reused when finished, so
+    they may run while G's cache is still being built."""
+    from benchmarks import reopd_vs_opd as rvo
+    c = rvo._config(tcache, _variant(s, "sft,uniform"), _vs_sizes(s), s.cold_updates, (0,),
+                    s.eval_seed, **{"train.batch_size": s.cold_batch})
+    study.train("cold", c)
+    hf = out / "cold" / "student_hf"
+    ev = study.evaluate_dir(hf, s.eval_seed)
+    cold = {"updates": s.cold_updates, "success": ev["success_rate"], "ci95": ev.get("ci95"),
+            "student": str(hf)}
+    study.say(f"cold start: success {ev['success_rate']:.3f} on the verdict problems")
+    res = study.train("teacher_prefix", _arm_config(tcache, s, str(hf), tcache / "pool",
+                                                    tcache / "logits"))
+    return cold, res
+
+
 def run(tcache: Path, gcache: Path, out: Path, s: Sizes) -> dict:
     """The whole study; returns (and writes) the result dict."""
     from benchmarks import reopd_vs_opd as rvo
@@ -109,46 +140,27 @@ def run(tcache: Path, gcache: Path, out: Path, s: Sizes) -> dict:
     import numpy as np
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    vs = _vs_sizes(s)
-    study = rvo.Study(tcache, out, vs)           # T's pool, task and in-process T scorer
+    study = rvo.Study(tcache, out, _vs_sizes(s))   # T's pool, task and in-process T scorer
     lg = out / "logits_T_on_G"
     export_logits(tcache / "teacher", gcache / "pool", lg, s.top_k)
     study.say(f"T's top-{s.top_k} logits on G's pool: {lg}")
-    pools = {}
-    for name, c in (("T", tcache), ("G", gcache)):
-        p = pool_lib.load_pool(c / "pool")
-        pools[name] = {"trajectories": int(len(p.success)),
-                       "success": float(np.mean(p.success)),
-                       "agent_turns": int(np.asarray(p.turn_offsets)[-1])}
     strength = {}
     for name, c in (("T", tcache), ("G", gcache)):
+        p = pool_lib.load_pool(c / "pool")
+        pool = {"trajectories": int(len(p.success)), "success": float(np.mean(p.success)),
+                "agent_turns": int(np.asarray(p.turn_offsets)[-1])}
         ev = study.evaluate_dir(c / "teacher", s.eval_seed)
         strength[name] = {"greedy_verdict_problems": ev["success_rate"], "ci95": ev.get("ci95"),
-                          "cache_eval": _teacher_eval(c), "pool": pools[name]}
+                          "cache_eval": _teacher_eval(c), "pool": pool}
         study.say(f"{name}: greedy success on the verdict problems {ev['success_rate']:.3f}; "
-                  f"cache eval {strength[name]['cache_eval']}; pool {pools[name]}")
-    c = rvo._config(tcache, _variant(s, "sft,uniform"), vs, s.cold_updates, (0,), s.eval_seed,
-                    **{"train.batch_size": s.cold_batch})
-    study.train("cold", c)
-    hf = out / "cold" / "student_hf"
-    ev = study.evaluate_dir(hf, s.eval_seed)
-    cold = {"updates": s.cold_updates, "success": ev["success_rate"], "ci95": ev.get("ci95"),
-            "student": str(hf)}
-    study.say(f"cold start: success {ev['success_rate']:.3f} on the verdict problems")
-    fields = {"student.init": str(hf), "train.batch_size": s.batch, "optim.lr": s.lr,
-              "optim.warmup_steps": s.warmup, "sampler.kappa": s.kappa,
-              "data.teacher_dir": str(tcache / "teacher")}
-    runs, gaps0 = {}, {}
-    for arm, extra in (("teacher_prefix", {"data.pool_dir": str(tcache / "pool"),
-                                           "data.logits_dir": str(tcache / "logits")}),
-                       ("generator_prefix", {"data.pool_dir": str(gcache / "pool"),
-                                             "data.logits_dir": str(lg)})):
-        c = rvo._config(tcache, _variant(s, "onpolicy"), vs, s.updates, s.seeds, s.eval_seed,
-                        **fields, **extra)
-        res = study.train(arm, c)
-        runs[arm] = rvo._summary(res)
-        gaps0[arm] = _gap_start(res)
-        study.say(f"{arm}: mean success {sum(runs[arm]['success']) / len(s.seeds):.4f}")
+                  f"cache eval {strength[name]['cache_eval']}; pool {pool}")
+    cold, res_t = teacher_stages(study, tcache, out, s)
+    res_g = study.train("generator_prefix", _arm_config(tcache, s, cold["student"],
+                                                        gcache / "pool", lg))
+    runs = {"teacher_prefix": rvo._summary(res_t), "generator_prefix": rvo._summary(res_g)}
+    gaps0 = {"teacher_prefix": _gap_start(res_t), "generator_prefix": _gap_start(res_g)}
+    for arm in ARMS:
+        study.say(f"{arm}: mean success {float(np.mean(runs[arm]['success'])):.4f}")
     d = rvo.paired(runs, "teacher_prefix", "generator_prefix")
     diffs = [a - b for a, b in zip(runs["teacher_prefix"]["success"],
                                    runs["generator_prefix"]["success"])]
