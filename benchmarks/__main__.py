@@ -334,7 +334,10 @@ def ratio_rows(res: dict) -> list[tuple[str, str, str]]:
                      f"{r['reference_final_return']:.1f}",
                      f"{r['ratio_paired_median']:.3f}x wall (range {r['ratio_paired_min']:.2f}-"
                      f"{r['ratio_paired_max']:.2f}); {r['ratio_cpu_paired_median']:.3f}x CPU "
-                     f"(range {r['ratio_cpu_paired_min']:.2f}-{r['ratio_cpu_paired_max']:.2f})"))
+                     f"(range {r['ratio_cpu_paired_min']:.2f}-{r['ratio_cpu_paired_max']:.2f})"
+                     + (f"; geometric mean {r['ratio_geomean_ci'][0]:.3f}x wall [95% CI "
+                        f"{r['ratio_geomean_ci'][1]:.3f}, {r['ratio_geomean_ci'][2]:.3f}]"
+                        if "ratio_geomean_ci" in r else "")))
     if "roofline" in res:
         r = res["roofline"]
         rows.append((f"edge env vs roofline (E={r['num_envs']}, U={r['num_users']})",

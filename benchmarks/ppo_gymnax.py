@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-__all__ = ["RefConfig", "reference_train", "learner_setup", "run", "executed_hlo_ops"]
+__all__ = ["RefConfig", "reference_train", "learner_setup", "run", "executed_hlo_ops", "ratio_ci"]
 
 
 class RefConfig(NamedTuple):
@@ -270,6 +270,16 @@ def executed_hlo_ops(hlo_text: str) -> int:
     return count(entry) if entry else 0
 
 
+def ratio_ci(ratios) -> list[float]:
+    """``[geometric mean, low, high]`` of paired speed ratios: the 95% Student-t interval of
+    the mean log ratio (``prada_jax.stats.mean_ci``), mapped back by exp (NaN bounds with
+    fewer than two pairs). A ratio's interval that holds 1 is parity, not a difference."""
+    from prada_jax.stats import mean_ci
+
+    ci = mean_ci(np.log(np.asarray(ratios, np.float64)))
+    return [float(np.exp(ci.mean)), float(np.exp(ci.low)), float(np.exp(ci.high))]
+
+
 def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
         seed: int = 0) -> dict:
     """Alternated pairs of whole trainings (learner vs reference), compile excluded."""
@@ -329,6 +339,7 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
     arms = ("learner", "reference")
     ratios = [r["reference"]["wall_s"] / r["learner"]["wall_s"] for r in rows]
     ratios_cpu = [r["reference"]["cpu_s"] / r["learner"]["cpu_s"] for r in rows]
+    geo = {"wall": ratio_ci(ratios), "cpu": ratio_ci(ratios_cpu)}
     med = {a: statistics.median(r[a]["wall_s"] for r in rows) for a in arms}
     cpu_min = {a: min(r[a]["cpu_s"] for r in rows) for a in arms}
     returns = {a: [r[a]["final_return"] for r in rows] for a in arms}
@@ -341,6 +352,8 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
         "ratio_paired_min": min(ratios), "ratio_paired_max": max(ratios),
         "ratio_cpu_paired_median": statistics.median(ratios_cpu),
         "ratio_cpu_paired_min": min(ratios_cpu), "ratio_cpu_paired_max": max(ratios_cpu),
+        # geometric mean of the paired ratios with its 95% Student-t interval (on log ratios)
+        "ratio_geomean_ci": geo["wall"], "ratio_cpu_geomean_ci": geo["cpu"],
         # the least CPU time of each arm over the pairs (the run least disturbed by load)
         "ratio_cpu_min_times": cpu_min["reference"] / cpu_min["learner"],
         "learner_cpu_s_min": cpu_min["learner"], "reference_cpu_s_min": cpu_min["reference"],
@@ -356,6 +369,10 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
     }
 
 
+def _gci(g) -> str:
+    return f"{g[0]:.3f}x [{g[1]:.3f}, {g[2]:.3f}]"
+
+
 def format_result(r: dict) -> str:
     return (f"CartPole-v1, {r['updates']} updates = {r['env_steps']} env steps per training, "
             f"{r['pairs']} alternated pairs (compile excluded)\n"
@@ -368,6 +385,8 @@ def format_result(r: dict) -> str:
             f"{r['ratio_paired_max']:.3f}), CPU time {r['ratio_cpu_paired_median']:.3f}x "
             f"(range {r['ratio_cpu_paired_min']:.3f}-{r['ratio_cpu_paired_max']:.3f}); "
             f"least CPU times {r['ratio_cpu_min_times']:.3f}x\n"
+            f"  geometric mean of the paired ratios [95% CI]: wall "
+            f"{_gci(r['ratio_geomean_ci'])}, CPU time {_gci(r['ratio_cpu_geomean_ci'])}\n"
             f"  executed HLO ops per update (executed_hlo_ops): learner "
             f"{r['learner_hlo_ops_per_update']:.0f}, reference "
             f"{r['reference_hlo_ops_per_update']:.0f}")

@@ -344,6 +344,10 @@ CASES: list[Case] = [
     Case("benchmarks.reopd_vs_opd", ("--pilot_seeds=5-6", "--out={out}"), r"--pilot_seeds"),
     Case("benchmarks.reopd_vs_opd", ("--addendum", "--parts=nope", "--out={out}"), r"--parts"),
     Case("benchmarks.reopd_vs_opd", ("--addendum", "--out={out}"), r"--study_json"),
+    Case("benchmarks.reopd_prefix_source", ("--teacher_cache={empty_dir}",
+                                            "--generator_cache={empty_dir}", "--out={out}"),
+         r"--teacher_cache"),
+    Case("benchmarks.reopd_prefix_source", ("--updates=0", "--out={out}"), r"--updates"),
 ]
 
 

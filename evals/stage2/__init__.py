@@ -16,7 +16,8 @@ seeds; the multipliers are learned, and the grid's reference pair chosen, on the
 split with validation seeds (the hindsight row searches the evaluated seeds: optimistic,
 labelled; skipped at the demo size). Each scenario states its power (``power``: headroom =
 Policy (no limits) − λ=µ=0, the minimum detectable effect of learned − λ=µ=0 at the seed count
-by a two-sided paired t at 5 % with 80 % power, and a note when MDE > headroom / 2); presets
+by a two-sided paired t at 5 % with 80 % power, and a note when headroom < 0.02 or MDE >
+headroom / 2, issue 23's pre-registered gate); presets
 with env scalars of their own (``envs.scenarios.PRESET_ENV``) run at those; ``--budget`` adds
 an occupancy cap (``budget``).
 
@@ -113,8 +114,17 @@ PAIRS = {"learned_minus_zero": (ROW_CONST, ROW_ZERO),
 #: Power of the verdict (``prada_jax.stats.min_detectable_effect``): two-sided paired t-test at
 #: 5%, 80% power, from the spread of the per-seed learned − λ=µ=0 objective differences.
 MDE_ALPHA, MDE_POWER = 0.05, 0.8
+#: Issue 23's pre-registered gate (docs/results/stage2_verdict.md): a scenario can show a
+#: price's value only with headroom ≥ this (objective units) and MDE ≤ headroom / 2.
+MIN_HEADROOM = 0.02
 
 # Sizes. ``full`` is what docs/results/stage2.md was measured with (unless it says otherwise).
+# ``scenario_length`` L: slot t of every seed reads the preset's schedule at index t mod L, so a
+# preset whose own cycle does not divide L is cut at L and restarts (``outage_burst*``: a
+# 400-slot outage cycle in L = 600 puts outages at slots [0, 120) and [400, 520) of every 600).
+# The measured window [warmup, slots) counts every slot as the env ran it; each scenario's
+# ``schedule`` report (``schedule_report``) gives the share of measured slots with fewer
+# units, M_t < M, so partial cycles are stated, not hidden.
 # ``env``: overrides of the policy run's env (the scarce server of these scenarios: M = 1 LLM
 # job at a time; an assumption chosen so that the contended presets load it, see docs/dual.md).
 SIZES = {
@@ -317,6 +327,23 @@ def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_
     return {"per_seed": per_seed, "grid": g}
 
 
+def schedule_report(name: str, length: int, slots: int, warmup: int, num_servers: int) -> dict:
+    """How the measured window ``[warmup, slots)`` covers preset ``name``'s schedule of
+    ``length`` slots (slot t reads index t mod length): ``{"length", "window", "cycles"
+    (window slots / length), "reduced_capacity_share" (share of window slots with
+    M_t = floor(M·servers[t] + ½) < M), "note"}``."""
+    sc = scenarios.preset(name, int(length))
+    t = np.arange(int(warmup), int(slots))
+    m_t = np.floor(int(num_servers) * np.asarray(sc.servers, np.float64)[t % int(length)] + 0.5)
+    share = float(np.mean(m_t < int(num_servers))) if t.size else 0.0
+    cycles = t.size / int(length)
+    note = (f"slot t reads the schedule at t mod {int(length)}; the window [{int(warmup)}, "
+            f"{int(slots)}) holds {cycles:.2f} schedule lengths, counted slot by slot as run; "
+            f"{100 * share:.1f}% of its slots have M_t < M")
+    return {"length": int(length), "window": [int(warmup), int(slots)], "cycles": cycles,
+            "reduced_capacity_share": share, "note": note}
+
+
 def power_report(per_seed: dict) -> dict:
     """Headroom and minimum detectable effect of one scenario (objective, PRM units).
 
@@ -325,8 +352,9 @@ def power_report(per_seed: dict) -> dict:
     (``stats.paired_mde``: two-sided paired t at ``MDE_ALPHA``, power ``MDE_POWER``), planned
     with the larger per-seed spread of learned − λ=µ=0 and no limits − λ=µ=0 (the first alone is
     0 when the learned price is λ = µ = 0, which says nothing about power). ``resolvable``:
-    MDE <= headroom / 2 (the seeds can show a price taking at least half the headroom);
-    ``note`` says so either way."""
+    headroom >= :data:`MIN_HEADROOM` and MDE <= headroom / 2 (the pre-registered gate: room
+    for a price, and seeds that can show one taking at least half of it); ``note`` names the
+    condition that fails, or says both hold."""
     out = {"alpha": MDE_ALPHA, "power": MDE_POWER, "test": "two-sided paired t over seeds",
            "seeds": None, "headroom": None, "mde": None, "resolvable": None, "note": ""}
     if ROW_NOLIM in per_seed and ROW_ZERO in per_seed:
@@ -344,16 +372,21 @@ def power_report(per_seed: dict) -> dict:
     if h is None or m is None:
         out["note"] = "headroom or MDE undefined (too few finite seeds)"
     else:
-        out["resolvable"] = bool(m <= h / 2)
+        out["resolvable"] = bool(h >= MIN_HEADROOM and m <= h / 2)
         if h <= 0:
             out["note"] = (f"no headroom by the no-limits reference ({h:+.4f}; it is not an "
                            "upper bound where offloading without limits is itself costly): "
                            "a price's value cannot be shown against it")
+        elif h < MIN_HEADROOM:
+            out["note"] = (f"cannot resolve a price's value: headroom {h:+.4f} < "
+                           f"{MIN_HEADROOM} (no room for a price; MDE {m:.4f} "
+                           f"{'<=' if m <= h / 2 else '>'} headroom/2 {h / 2:.4f})")
         elif not out["resolvable"]:
             out["note"] = (f"cannot resolve a price's value: MDE {m:.4f} > headroom/2 "
                            f"{h / 2:.4f} at {out['seeds']} seeds")
         else:
-            out["note"] = f"resolvable: MDE {m:.4f} <= headroom/2 {h / 2:.4f}"
+            out["note"] = (f"resolvable: headroom {h:+.4f} >= {MIN_HEADROOM} and MDE {m:.4f} "
+                           f"<= headroom/2 {h / 2:.4f}")
     return out
 
 
@@ -489,7 +522,8 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         policy_dir: str | None = None, num_users: int | None = None, log=print,
         size: str | None = None, nominate_by: str = "actor",
         dual_overrides: dict | None = None, split: str = suite.DEFAULT_SPLIT,
-        choice_split: str = "validation", budget: float | None = None) -> dict:
+        choice_split: str = "validation", budget: float | None = None,
+        seed0: int = 0) -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
     ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
@@ -500,9 +534,12 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     evaluated on (test, with test-range seeds); ``choice_split``: the part the multipliers are
     learned on and the grid's reference pair is chosen on (validation, validation seeds).
     ``budget``: an operator's cap on the long-run average server occupancy (busy units / M,
-    in (0, 1]): the learners enforce it as the time-averaged constraint admissions ≤ budget·M_t
-    / k̄ (``config.dual.utilisation``), the grid reference is the best budget-feasible constant
-    pair, and each scenario reports every row's occupancy against the cap."""
+    in (0, 1]): the learners enforce it as the time-averaged constraint Σ admissions × their
+    own service time ≤ budget·M_t (``config.dual.utilisation``; an upper bound of the
+    measured occupancy, ``prada_jax.stage2.problem``), the grid reference is the best
+    budget-feasible constant pair, and each scenario reports every row's occupancy against the cap.
+    ``seed0``: the first evaluation seed as an offset into ``split``'s seed range (fresh seeds
+    for a confirmation run; the validation seeds of the choices stay the same)."""
     if budget is not None:
         check_budget(budget)
         dual_overrides = dict(dual_overrides or {}, **{"dual.utilisation": float(budget)})
@@ -530,7 +567,8 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     traces = suite.load_traces("gsm8k", n_problems, tseed, split=split)
     choice_traces = suite.load_traces("gsm8k", n_problems, tseed, split=choice_split)
     suite.check_policy_traces(policy, traces)
-    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], flag="--seeds")
+    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], seed0=int(seed0),
+                                   flag="--seed0/--seeds")
     choice_seed0 = suite.evaluation_seed0(choice_traces.info, policy, size["seeds"],
                                           flag="--seeds")
     if traces.info["split"] == choice_traces.info["split"] and split != "all":
@@ -593,6 +631,8 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
                               "scheduler": SCHEDULER_NAMES[sched]}
         rep["grid"] = ev_res["grid"]
         rep["env"] = {k: env_s[k] for k in _ENV_KEYS + ("server_speed",) if k in env_s}
+        rep["schedule"] = schedule_report(name, size["scenario_length"], size["slots"],
+                                          size["warmup"], env_s["num_servers"])
         rep["per_seed"] = {r: {k: [float(x) for x in np.asarray(v[k])] for k in METRICS}
                            for r, v in ev_res["per_seed"].items()}
         result["scenarios"][name] = rep
@@ -653,6 +693,9 @@ def to_markdown(result: dict) -> str:
                          f"{100 * bd['tolerance']:g}%): " + "; ".join(
                              f"{r} {_num(v, 3)} {'meets' if bd['meets'][r] else 'VIOLATES'}"
                              for r, v in bd["occupancy"].items()))
+        sch = sc.get("schedule")
+        if sch and sch.get("reduced_capacity_share"):
+            lines.append(f"\nschedule: {sch['note']}")
         pw = sc.get("power")
         if pw:
             lines.append(f"\nheadroom {_num(pw.get('headroom'))}, minimum detectable effect "

@@ -21,6 +21,9 @@ def _define_flags():
                         "Comma-separated presets of envs.scenarios: "
                         f"{', '.join(scenarios.PRESETS)}.")
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default 8; --quick 2).")
+    flags.DEFINE_integer("seed0", 0, "First evaluation seed, as an offset into the evaluated "
+                         "split's seed range (e.g. 16 after a 16-seed run: fresh seeds for a "
+                         "confirmation); the validation seeds the choices use do not move.")
     flags.DEFINE_bool("quick", False,
                       "Small sizes (a few minutes on 2 cores; numbers mean nothing).")
     flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
@@ -51,6 +54,8 @@ def main(argv):
     names = scenarios.parse_names(F.scenarios)
     if F.seeds is not None and F.seeds < 2:
         raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
+    if F.seed0 < 0:
+        raise BadInput(f"--seed0 must be >= 0, got {F.seed0}")
     if F.num_users is not None and F.num_users < 1:
         raise BadInput(f"--num_users must be >= 1, got {F.num_users}")
     if F.policy and not Path(F.policy).is_dir():
@@ -70,7 +75,7 @@ def main(argv):
     overrides = parse_dual_overrides(F.dual_overrides)
     result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
                  nominate_by=F.nominate_by, dual_overrides=overrides, split=F.split,
-                 budget=F.budget)
+                 budget=F.budget, seed0=F.seed0)
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")
 

@@ -17,8 +17,8 @@ from evals import stage2
 from prada_jax import stats
 
 #: The gate of the issue's targets: a scenario is judged only if its headroom is at least this
-#: and its MDE at most half of it.
-MIN_HEADROOM = 0.02
+#: and its MDE at most half of it (the constant ``evals.stage2``'s power note applies too).
+MIN_HEADROOM = stage2.MIN_HEADROOM
 PASS, FAIL, UNRESOLVED = "pass", "fail", "cannot resolve"
 
 

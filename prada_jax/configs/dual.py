@@ -90,7 +90,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dual.hidden = 8               # hidden width of that MLP
     c.dual.skip_full_slots = False  # True: slots with no free unit do not count in learning
                                     # (the long-run constraints count every slot)
-    c.dual.utilisation = 1.0        # ρ: long-run constraint admissions ≤ ρ·M/k̄; 1 = plain
+    c.dual.utilisation = 1.0        # ρ: long-run constraint Σ admit_i·k_i ≤ ρ·M; 1 = plain
                                     # capacity (prada_jax.stage2.learner.DualConfig); variant dual_wait:
                                     # 0.5 (M/M/1 mean wait ≤ service time)
     c.dual.average_tail = 0.5       # online modes: the exported constant is the mean of the

@@ -9,7 +9,8 @@ is ``prada_jax.stage2.problem``; derivation and measured numbers: docs/dual.md.
 Each learner mode (``DualConfig.mode``) has its own state type:
 
 * ``"subgradient"`` (:class:`SubgradientState`): projected steps on the observed long-run
-  excess ``e`` of the hard rule (before repair), ``m ← [m + η_t·e + k_d·(e − e_prev)]₊`` with
+  occupancy excess ``e`` of the hard rule (before repair; each admission counted with its own
+  service time, ``problem.excess_demand``), ``m ← [m + η_t·e + k_d·(e − e_prev)]₊`` with
   ``η_t = step_size / sqrt(1 + t/decay_steps)``.
 * ``"pid"`` (:class:`PidState`, Stooke et al. 2020): ``I ← [I + k_i·e]₊``,
   ``m = [k_p·e + I + k_d·(e − e_prev)]₊``.
@@ -38,8 +39,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from prada_jax.stage2.problem import (Multipliers, SlotBatch, excess_demand, mean_work,
-                                      slot_dual, weighted_mean)
+from prada_jax.stage2.problem import (Multipliers, SlotBatch, admitted, excess_demand,
+                                      service_time, slot_dual, weighted_mean)
 
 MODES = ("subgradient", "pid", "differentiable")
 
@@ -53,7 +54,8 @@ class DualConfig:
       init_lambda_s: initial λ_s (reward units per admission), ≥ 0.
       init_mu: initial µ (reward units per ``bw_scale_hz`` of bandwidth), ≥ 0.
       bw_scale_hz: bandwidth unit used internally (Hz); µ per Hz = mu_scaled / bw_scale_hz.
-      step_size: subgradient step η (multiplier units per unit of excess).
+      step_size: subgradient step η (multiplier units per unit of excess: per busy unit-slot
+        for λ_s, per ``bw_scale_hz``·slot for µ; with one-slot jobs, per admission).
       decay_steps: η_t = η / sqrt(1 + t / decay_steps); 0 = constant step.
       kp, ki, kd: PID gains (mode "pid"); kd is also the damping term of "subgradient".
       learning_rate: optax Adam learning rate on the softplus pre-images (differentiable).
@@ -72,7 +74,8 @@ class DualConfig:
       average_horizon: number of updates the run will make (online modes: one per slot, set
         by ``prada_jax.stage2.trainer.validate_config`` from ``train.*``); ≥ 0.
       utilisation: ρ in (0, 1], the share of the server capacity the long-run occupancy
-        constraint allows: admissions per slot ≤ ρ·M_t / k̄ (bandwidth keeps B_t / k̄).
+        constraint allows: busy units the admissions ask for, each with its own service time,
+        ≤ ρ·M_t per slot on average (bandwidth keeps B_t).
         1.0 (default) is the plain capacity constraint; docs/dual.md, "Utilisation target",
         gives the M/M/1 argument for ρ = 0.5 (mean wait in queue ≤ service time).
     """
@@ -291,10 +294,14 @@ def slot_weights(batch: SlotBatch, config: DualConfig) -> jax.Array:
 
 
 def _objective(m: jax.Array, batch: SlotBatch, config: DualConfig, temp) -> jax.Array:
+    """Weighted mean over slots of the dual function at (λ_s, µ_scaled) ``m`` [2] or [..., 2],
+    with the admissions' mean service times at ``m`` (``problem.service_time``, no gradient)."""
+    wts = slot_weights(batch, config)
+    kbar = service_time(batch, _natural(jax.lax.stop_gradient(m), config), wts)
     per_slot = slot_dual(batch, batch.b / config.bw_scale_hz,
-                         batch.capacity_bw / config.bw_scale_hz, m, mean_work(batch), temp,
+                         batch.capacity_bw / config.bw_scale_hz, m, kbar, temp,
                          config.utilisation)
-    return weighted_mean(per_slot, slot_weights(batch, config))
+    return weighted_mean(per_slot, wts)
 
 
 def dual_objective(params, batch: SlotBatch, config: DualConfig, temp=None) -> jax.Array:
@@ -312,7 +319,8 @@ def state_objective(state: LearnerState, batch: SlotBatch, config: DualConfig,
 
 
 def _mean_excess(batch: SlotBatch, mult: Multipliers, config: DualConfig) -> jax.Array:
-    """Mean long-run excess over slots, bandwidth in units of bw_scale_hz: [2]."""
+    """Mean long-run occupancy excess over slots (busy unit-slots − ρ·M per slot; bandwidth
+    in ``bw_scale_hz``·slots − B): [2]."""
     e = weighted_mean(excess_demand(batch, mult, utilisation=config.utilisation),
                       slot_weights(batch, config))
     return e / jnp.array([1.0, config.bw_scale_hz], jnp.float32)
@@ -322,8 +330,10 @@ def update(state: LearnerState, batch: SlotBatch, config: DualConfig
            ) -> tuple[Multipliers, LearnerState]:
     """One learning step on a batch of slots (leading dims averaged). Pure and jit-able.
 
-    Online modes step on the mean long-run excess of the hard rule under the current
-    multipliers; the differentiable mode takes one optax step on the relaxed dual objective
+    Online modes step on the mean long-run occupancy excess of the hard rule under the
+    current multipliers (``problem.excess_demand``: unbiased for the long-run mean, since each
+    admission counts with its own service time and no ratio is taken per batch); the
+    differentiable mode takes one optax step on the relaxed dual objective
     at the current annealed temperature. Returns the new multipliers (natural units; for the
     conditioned variant the load-free base values) and the new state.
     """
@@ -361,13 +371,16 @@ def metrics(state: LearnerState, batch: SlotBatch, config: DualConfig) -> dict[s
     """Scalars to log for a batch of slots under the current multipliers.
 
     dual/lambda_s, dual/mu (per Hz), dual/mu_per_mhz, dual/temperature,
-    dual/excess_units and dual/excess_bw_hz (mean long-run excess before repair, can be < 0:
-    admissions per slot − ρ·M/k̄, admitted Hz − B/k̄), dual/overflow_units and
-    dual/overflow_bw_hz (mean positive part per slot), dual/admissions_per_slot,
-    dual/capacity_per_slot (ρ·M/k̄), dual/mean_service_slots (k̄), dual/learning_slots (share of
-    slots that count), dual/relaxed_objective and dual/hard_objective (the dual function with
-    the smooth and the hard max), dual/relaxed_minus_hard (their gap, ≥ 0), and
-    dual/export_lambda_s, dual/export_mu_per_mhz (the pair :func:`export_multipliers` gives).
+    dual/excess_units and dual/excess_bw_hz (mean long-run occupancy excess before repair, can
+    be < 0: busy unit-slots the admissions ask for − ρ·M per slot, Hz·slots − B;
+    ``problem.excess_demand``), dual/overflow_units and dual/overflow_bw_hz (mean positive part
+    per slot), dual/occupancy_per_slot (busy unit-slots asked per slot, Σ admit_i·k_i),
+    dual/admissions_per_slot, dual/capacity_per_slot (ρ·M/k̄_u: admissions per slot the
+    constraint allows), dual/mean_service_slots (k̄_u, the admissions' mean service time,
+    ``problem.service_time``), dual/learning_slots (share of slots that count),
+    dual/relaxed_objective and dual/hard_objective (the dual function with the smooth and the
+    hard max), dual/relaxed_minus_hard (their gap, ≥ 0), and dual/export_lambda_s,
+    dual/export_mu_per_mhz (the pair :func:`export_multipliers` gives).
     """
     load = batch.load if config.conditioned else None
     mult = multipliers(state, config, load)
@@ -376,7 +389,8 @@ def metrics(state: LearnerState, batch: SlotBatch, config: DualConfig) -> dict[s
     temp = temperature(state.step, config)
     relaxed = state_objective(state, batch, config, temp)
     hard = state_objective(state, batch, config, None)
-    kbar = mean_work(batch)
+    kbar = service_time(batch, mult, wts)[0]
+    adm = admitted(batch, mult)
     cap = weighted_mean(config.utilisation * batch.capacity_units / kbar, wts)
     exp = export_multipliers(state, config, load)
     return {
@@ -390,7 +404,8 @@ def metrics(state: LearnerState, batch: SlotBatch, config: DualConfig) -> dict[s
         "dual/excess_bw_hz": weighted_mean(e[..., 1], wts),
         "dual/overflow_units": weighted_mean(jnp.maximum(e[..., 0], 0.0), wts),
         "dual/overflow_bw_hz": weighted_mean(jnp.maximum(e[..., 1], 0.0), wts),
-        "dual/admissions_per_slot": weighted_mean(e[..., 0], wts) + cap,
+        "dual/occupancy_per_slot": weighted_mean((adm * batch.work).sum(-1), wts),
+        "dual/admissions_per_slot": weighted_mean(adm.sum(-1), wts),
         "dual/capacity_per_slot": cap,
         "dual/mean_service_slots": kbar,
         "dual/learning_slots": jnp.mean(wts),

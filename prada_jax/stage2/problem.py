@@ -4,18 +4,31 @@ A candidate ``i`` of slot ``t`` has run-now value ``w_i``, queue value ``w̄_i``
 bandwidth ``b_i`` (Hz) and service time ``k_i`` (slots it holds a server unit and its
 bandwidth). The threshold rule (``prada_jax.sched.threshold``) charges the price
 ``p_i = λ_s + µ·b_i`` to every admission (queue or run now), so the Lagrangian value of a
-candidate is ``max(0, w̄_i − p_i, w_i − p_i)``. Each admission occupies ``k_i`` unit-slots; with
-the batch's mean service time ``k̄`` of the new nominations the long-run occupancy constraint
-``Σ_t Σ_i admit_i·k_i ≤ T·M`` is the admission-rate constraint ``mean_t Σ_i admit_i ≤ M / k̄``
-(Little's law), and the bandwidth one ``mean_t Σ_i admit_i·b_i ≤ B / k̄``. The dual function
+candidate is ``max(0, w̄_i − p_i, w_i − p_i)``. Each admission occupies ``k_i`` unit-slots
+(its own service time: Little's law, the long-run busy units are the admissions per slot times
+*their* service times), so the long-run occupancy constraints are
 
-    D(λ_s, µ) = mean_t [ Σ_{i new} max(0, w̄_i − p_i, w_i − p_i) + ρ·λ_s·M_t / k̄ + µ·B_t / k̄ ]
+    mean_t Σ_{i new} admit_i·k_i ≤ ρ·mean_t M_t,    mean_t Σ_{i new} admit_i·b_i·k_i ≤ mean_t B_t
 
-is convex and piecewise linear; its subgradient is minus the long-run excess
-(:func:`excess_demand`). Only new nominations count (``SlotBatch.fresh``): a queued request
-was admitted once, in the slot it was nominated. ``k̄`` is a constant (no gradient). With
-``k = 1``, ``fresh = valid`` and the capacity equal to the slot's free units this is the
-per-slot admission dual. Derivation and measured numbers: docs/dual.md.
+(:func:`excess_demand`: unit-slots and Hz-slots per slot). The rule's price is per admission,
+so the dual function prices admissions against the capacity in admissions, ``ρ·M_t / k̄_u``
+and ``B_t / k̄_b``, with ``k̄_u`` (``k̄_b``) the mean (bandwidth-weighted mean) service time of
+the admissions at the current prices (:func:`service_time`, a constant: no gradient):
+
+    D(λ_s, µ) = mean_t [ Σ_{i new} max(0, w̄_i − p_i, w_i − p_i) + ρ·λ_s·M_t / k̄_u + µ·B_t / k̄_b ]
+
+Its slope in λ_s at those prices is ``−(mean_t Σ admit_i·k_i − ρ·mean_t M_t) / k̄_u``: minus
+the occupancy excess in admissions, zero exactly where the admitted demand fills ρ·M (likewise
+µ). An earlier version divided by the mean service time of *all* new nominations; the price
+admits the valuable ones, whose service times differ (on the issue-23 budget scenario 8 %
+longer), so that constraint was not the occupancy it names (docs/dual.md, "Occupancy counted
+with each admission's own service time"). Only new nominations count (``SlotBatch.fresh``: a
+queued request was admitted once, in the slot it was nominated). The constraint counts the
+demand the rule admits before the env's repair: admissions that never run (an outage keeps
+them local, the repair turns them local, a queued one expires) make the measured occupancy
+lower, so it bounds the measured occupancy from above, and at ρ = 1 it still sees demand that
+outruns the capacity (the measured occupancy never can). With ``k = 1``, ``fresh = valid`` and
+the capacity equal to the slot's free units this is the per-slot admission dual.
 
 A slot of the edge env becomes a :class:`SlotBatch` through :func:`env_slot` (the env's
 candidate set, ``envs.edge.candidate_set``) and :func:`slot_from_sched`.
@@ -125,18 +138,53 @@ def soft_decision(w, w_bar, b, lambda_s, mu, temp, valid=None) -> jax.Array:
 
 
 def mean_work(batch: SlotBatch) -> jax.Array:
-    """k̄: mean service time (slots) of the new nominations in the batch (1 if none), no
-    gradient."""
+    """Mean service time (slots) of all new nominations in the batch (1 if none), no gradient:
+    the fallback of :func:`service_time` when nothing is admitted."""
     f = batch.fresh.astype(jnp.float32)
     k = jnp.sum(f * batch.work) / jnp.maximum(jnp.sum(f), 1.0)
     return jax.lax.stop_gradient(jnp.where(jnp.sum(f) > 0, jnp.maximum(k, 1.0), 1.0))
+
+
+def admitted(batch: SlotBatch, mult: Multipliers) -> jax.Array:
+    """[..., N] float32: 1 where a new nomination is admitted (queue or run now) by the hard
+    rule before repair at ``mult`` (scalars or per slot [...]), else 0."""
+    d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.fresh)
+    return (d != LOCAL).astype(jnp.float32)
+
+
+def service_time(batch: SlotBatch, mult: Multipliers, weights=None) -> jax.Array:
+    """[2] ``(k̄_u, k̄_b)``: mean service time (slots) of the admissions at ``mult``, plain
+    (server units) and weighted by bandwidth (bandwidth), pooled over all slots of the batch
+    with slot ``weights`` [...] (default 1), no gradient.
+
+    Both are ≥ 1. Without any admission in the batch: the same means over every new
+    nomination; without those either: 1. With them the dual's capacity terms ``ρ·M_t / k̄_u``
+    and ``B_t / k̄_b`` make its slopes the occupancy excess of :func:`excess_demand` in
+    admissions (module docstring).
+    """
+    wts = jnp.ones_like(batch.capacity_units) if weights is None else weights
+    wts = wts[..., None]
+    f = batch.fresh.astype(jnp.float32) * wts
+    a = jax.lax.stop_gradient(admitted(batch, mult)) * wts
+    k = batch.work
+
+    def mean_of(x):  # weighted mean service time over the candidates weighted by x
+        return jnp.sum(x * k) / jnp.maximum(jnp.sum(x), 1e-30)
+
+    out = []
+    for x_adm, x_fresh in ((a, f), (a * batch.b, f * batch.b)):
+        v = jnp.where(jnp.sum(x_adm) > 0, mean_of(x_adm),
+                      jnp.where(jnp.sum(x_fresh) > 0, mean_of(x_fresh), 1.0))
+        out.append(jnp.maximum(v, 1.0))
+    return jax.lax.stop_gradient(jnp.stack(out))
 
 
 def slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp, utilisation=1.0):
     """Per-slot dual value [...]; hard max if ``temp`` is None, else smooth max at ``temp``.
 
     b_s, cap_bw_s in units of the learner's bandwidth scale; m: [..., 2] or [2] (λ_s,
-    µ_scaled); utilisation: ρ, the unit capacity counted is ρ·M_t.
+    µ_scaled); kbar: ``(k̄_u, k̄_b)`` [2] (:func:`service_time`) or one number for both;
+    utilisation: ρ, the unit capacity counted is ρ·M_t.
     """
     vals = _choice_values(*priced(batch.w, batch.w_bar, b_s, m[..., 0], m[..., 1]))
     if temp is None:
@@ -144,7 +192,9 @@ def slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp, utilisation=1.0):
     else:
         best = temp * jax.nn.logsumexp(vals / temp, axis=-1)
     inner = jnp.sum(jnp.where(batch.fresh, best, 0.0), axis=-1)
-    return inner + (m[..., 0] * utilisation * batch.capacity_units + m[..., 1] * cap_bw_s) / kbar
+    kbar = jnp.broadcast_to(jnp.asarray(kbar, jnp.float32), (2,))
+    return inner + (m[..., 0] * utilisation * batch.capacity_units / kbar[0]
+                    + m[..., 1] * cap_bw_s / kbar[1])
 
 
 def weighted_mean(v, weights):
@@ -156,17 +206,19 @@ def weighted_mean(v, weights):
 
 
 def excess_demand(batch: SlotBatch, mult: Multipliers, utilisation: float = 1.0) -> jax.Array:
-    """Long-run excess of the hard rule before repair, per slot: [..., 2].
+    """Long-run occupancy excess of the hard rule before repair, per slot: [..., 2].
 
-    [..., 0] = admissions of new nominations − ρ·M_t / k̄ (admissions per slot; ρ =
-    ``utilisation``); [..., 1] = their bandwidth − B_t / k̄ (Hz). Its mean over slots is minus
-    the subgradient of the dual function (module docstring).
+    [..., 0] = Σ admit_i·k_i − ρ·M_t over the new nominations (busy unit-slots the slot's
+    admissions ask for minus the allowed busy units; ρ = ``utilisation``); [..., 1] =
+    Σ admit_i·b_i·k_i − B_t (Hz·slots minus Hz). Each admission counts with its own service
+    time ``k_i``, so the mean over slots is the admitted demand's long-run occupancy minus the
+    cap (Little's law); divided by ``service_time`` it is minus the dual's slope (module
+    docstring). With ``k = 1`` it is admissions − ρ·M_t and admitted bandwidth − B_t.
     """
-    d = hard_decision(batch.w, batch.w_bar, batch.b, mult.lambda_s, mult.mu, batch.fresh)
-    adm = (d != LOCAL).astype(jnp.float32)
-    kbar = mean_work(batch)
-    return jnp.stack([adm.sum(-1) - utilisation * batch.capacity_units / kbar,
-                      (adm * batch.b).sum(-1) - batch.capacity_bw / kbar], axis=-1)
+    adm = admitted(batch, mult)
+    k = batch.work
+    return jnp.stack([(adm * k).sum(-1) - utilisation * batch.capacity_units,
+                      (adm * batch.b * k).sum(-1) - batch.capacity_bw], axis=-1)
 
 
 # ----------------------------------------------------------------------------- env slots

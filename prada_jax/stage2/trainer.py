@@ -259,8 +259,9 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
     ``env/server_in_use``, ``env/bandwidth_in_use_hz``, ``env/queue_len``, ``env/finished``,
     ``env/accuracy`` and ``env/latency_s`` (over users finished in this chunk; NaN if none),
     ``env/blocked``, ``dual/candidates_per_slot``, and ``dual/rollout_*``: the multipliers each
-    slot actually ran with and the long-run excess (before repair) they produced, averaged over
-    the chunk; ``dual/load_mean`` [K] is the mean load-feature vector of the chunk (not a
+    slot actually ran with and the long-run occupancy excess (before repair,
+    ``problem.excess_demand``: busy unit-slots asked − ρ·M) they produced, averaged over the
+    chunk; ``dual/load_mean`` [K] is the mean load-feature vector of the chunk (not a
     scalar).
     """
     online = config.mode != "differentiable"

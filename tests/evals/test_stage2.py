@@ -73,6 +73,49 @@ def tiny_run(tmp_path_factory):
 
 
 @pytest.mark.slow
+def _power_rows(headroom, spread, seeds=16, seed=0):
+    """Per-seed objectives with a given mean no-limits − λ=µ=0 gap and per-seed spread."""
+    rng = np.random.default_rng(seed)
+    zero = rng.normal(0.7, 0.01, seeds)
+    noise = rng.normal(0.0, 1.0, seeds)
+    nolim = zero + headroom + spread * (noise - noise.mean()) / noise.std(ddof=1)
+    return {stage2.ROW_ZERO: {"objective": zero}, stage2.ROW_CONST: {"objective": zero.copy()},
+            stage2.ROW_NOLIM: {"objective": nolim}}
+
+
+@pytest.mark.parametrize("headroom,spread,ok,needle", [
+    (0.013, 0.005, False, "< 0.02"),      # MDE <= h/2 but h below the pre-registered floor
+    (0.030, 0.040, False, "MDE"),         # room for a price, too few seeds
+    (0.030, 0.010, True, "resolvable")])
+def test_power_note_applies_the_headroom_floor(headroom, spread, ok, needle):
+    """``resolvable`` is issue 23's gate: headroom >= 0.02 and MDE <= headroom / 2 (MDE by
+    scipy's t quantiles, independent of the code's), and the note names what fails."""
+    per = _power_rows(headroom, spread)
+    pw = stage2.power_report(per)
+    d = per[stage2.ROW_NOLIM]["objective"] - per[stage2.ROW_ZERO]["objective"]
+    n = d.size
+    mde = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)) * d.std(ddof=1) / math.sqrt(n)
+    assert pw["headroom"] == pytest.approx(headroom, abs=1e-9)
+    assert pw["mde"] == pytest.approx(mde, rel=1e-4)
+    assert pw["resolvable"] is ok == (headroom >= 0.02 and mde <= headroom / 2)
+    assert needle in pw["note"], pw["note"]
+    if headroom < 0.02:
+        assert mde <= headroom / 2      # the case the old note called resolvable
+
+
+@pytest.mark.parametrize("name,m", [("outage_burst", 4), ("outage_burst_m2", 2),
+                                    ("nominal", 1)])
+def test_schedule_report_counts_partial_cycles_slot_by_slot(name, m):
+    """The share of measured slots with M_t < M, counted in plain Python from the preset's
+    definition (outage in the first 120 of every 400 slots of a schedule of length L, read at
+    t mod L), for the full size's L = 600 (not a multiple of 400) and window [150, 1200)."""
+    rep = stage2.schedule_report(name, 600, 1200, 150, m)
+    outage = [name != "nominal" and (t % 600) % 400 < 120 for t in range(150, 1200)]
+    assert rep["reduced_capacity_share"] == pytest.approx(sum(outage) / len(outage))
+    assert rep["window"] == [150, 1200] and rep["cycles"] == pytest.approx(1050 / 600)
+    assert "t mod 600" in rep["note"]
+
+
 def test_stage2_json_schema(tiny_run):
     out, _ = tiny_run
     data = json.loads((out / "stage2.json").read_text())  # strict JSON (no NaN)
@@ -145,7 +188,8 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
              (nolim - np.asarray(zero)).std(ddof=1))
     mde = (sps.t.ppf(0.975, 2) + sps.t.ppf(0.8, 2)) * sd / math.sqrt(3)
     assert pw["mde"] == pytest.approx(mde, rel=1e-4, abs=1e-9)
-    assert pw["resolvable"] == (pw["mde"] <= pw["headroom"] / 2) and pw["note"]
+    assert pw["resolvable"] == (pw["headroom"] >= 0.02 and pw["mde"] <= pw["headroom"] / 2)
+    assert pw["note"]
     # The ablation row: the value filter with a first-come repair, per seed by evals.evaluate;
     # the two ablation pairs add up to PRADA (λ=µ=0) − FIFO.
     filt = e.run(ev.PolicySpec("v", "policy", "threshold_fifo"))["objective"]
@@ -162,7 +206,8 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
     (["--policy=/nonexistent/x"], "--policy"),
     (["--dual_overrides=utilisation=2"], "--dual_overrides"), (["--split=tset"], "--split"),
     (["--split=validation"], "--split"), (["--budget=0"], "--budget"),
-    (["--budget=1.5"], "--budget"), (["--budget=nan"], "--budget")])
+    (["--budget=1.5"], "--budget"), (["--budget=nan"], "--budget"),
+    (["--seed0=-1"], "--seed0")])
 def test_bad_flags_exit_2_one_line(tmp_path, args, needle, run_command):
     """In-process (the conftest's ``run_command``, same ``__main__`` as ``python -m``; the real
     entry runs as a subprocess in tests/test_cli_errors.py)."""

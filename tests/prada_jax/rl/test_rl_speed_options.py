@@ -164,3 +164,22 @@ def test_executed_hlo_ops_multiplies_loop_bodies_by_their_trip_counts():
     d1, d2 = ops(12) - ops(6), ops(18) - ops(12)
     assert d1 == d2 > 0 and d1 % 6 == 0            # 6 more iterations, the same body each
     assert ops(12, outer=3) - ops(6, outer=3) == 3 * d1
+
+
+def test_ratio_ci_is_the_t_interval_of_the_log_ratios():
+    """The benchmark's geometric mean and interval against a direct computation: exp of the
+    mean log ratio ± t(0.975, n−1)·sd/√n (scipy's t quantile for n = 5: 2.776)."""
+    import math
+
+    from benchmarks.ppo_gymnax import ratio_ci
+
+    ratios = [0.9, 1.1, 1.25, 0.97, 1.02]
+    logs = [math.log(r) for r in ratios]
+    m = sum(logs) / 5
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 4)
+    half = 2.7764451051977987 * sd / math.sqrt(5)
+    g, lo, hi = ratio_ci(ratios)
+    assert g == pytest.approx(math.exp(m), rel=1e-9)
+    assert lo == pytest.approx(math.exp(m - half), rel=1e-6)
+    assert hi == pytest.approx(math.exp(m + half), rel=1e-6)
+    assert lo < 1.0 < hi                         # these ratios are parity, not a speed-up

@@ -1,6 +1,7 @@
-"""config.dual.utilisation (ρ): the long-run occupancy constraint admissions ≤ ρ·M/k̄.
-Closed forms (w ~ U(0,1): λ* = 1 − ρM/N, or 0 when ρM ≥ N), the dual's exact shift, the
-excess against NumPy, the config variant and bad values."""
+"""config.dual.utilisation (ρ): the long-run occupancy constraint Σ admit_i·k_i ≤ ρ·M.
+Closed forms (w ~ U(0,1): λ* = 1 − ρM/N, or 0 when ρM ≥ N), the dual, its shift and its slope
+and the excess against NumPy on batches with unequal service times, the config variant and
+bad values."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,33 +56,93 @@ def test_slack_capacity_binds_only_under_the_utilisation_target(mode):
                                atol=0.02)
 
 
-def test_dual_shift_and_excess_match_numpy():
-    """D_ρ(λ, µ) = D_1(λ, µ) − (1 − ρ)·λ·mean(M_t)/k̄ exactly; the excess's unit column is
-    admissions − ρ·M_t/k̄ with k̄ the mean service time of the fresh nominations (NumPy)."""
-    rng = np.random.default_rng(3)
-    s, n = 6, 5
+def _np_problem(batch, lam, mu_s, rho, bw_scale=1e6):
+    """NumPy (float64) transcription of the long-run problem at (λ_s, µ per MHz): admissions
+    (a new nomination is admitted iff w − λ − µ·b ≥ 0; w̄ < w here), the admissions' mean
+    service times (k̄_u, k̄_b: plain and bandwidth-weighted, ≥ 1), the per-slot excess
+    (Σ admit·k − ρ·M_t, Σ admit·b·k − B_t) and the dual value."""
+    w, wb, b, k = (np.asarray(a, np.float64) for a in (batch.w, batch.w_bar, batch.b, batch.work))
+    fresh = np.asarray(batch.fresh)
+    cap_u = np.asarray(batch.capacity_units, np.float64)
+    cap_b = np.asarray(batch.capacity_bw, np.float64)
+    price = lam + mu_s * b / bw_scale
+    adm = fresh & (w - price >= 0)
+    ku = max((adm * k).sum() / adm.sum(), 1.0)
+    kb = max((adm * b * k).sum() / (adm * b).sum(), 1.0)
+    excess = np.stack([(adm * k).sum(-1) - rho * cap_u, (adm * b * k).sum(-1) - cap_b], -1)
+    best = np.maximum(np.maximum(0.0, wb - price), w - price)
+    dual = np.mean(np.where(fresh, best, 0.0).sum(-1) + lam * rho * cap_u / ku
+                   + mu_s * cap_b / bw_scale / kb)
+    return adm, (ku, kb), excess, dual
+
+
+def _unequal_work_batch(seed, s=6, n=5):
+    """Random slots whose valuable candidates need longer service (work grows with w), so the
+    admissions' mean service time differs from that of all new nominations."""
+    rng = np.random.default_rng(seed)
     w = rng.normal(0.2, 0.3, (s, n))
     valid = rng.uniform(size=(s, n)) < 0.8
     fresh = valid & (rng.uniform(size=(s, n)) < 0.7)
-    work = rng.integers(1, 9, (s, n)).astype(np.float64)
+    work = np.clip(np.round(3 + 6 * w + rng.normal(0, 1, (s, n))), 1, 9)
     cap = rng.integers(1, 4, s).astype(np.float64)
+    bw = rng.uniform(5e6, 20e6, s)
     batch = problem.make_batch(w, w - 0.05, rng.uniform(1e5, 2e6, (s, n)), valid, cap,
-                            np.full(s, 20e6), work=work, fresh=fresh, capacity_units=cap,
-                            capacity_bw=np.full(s, 20e6))
-    kbar = max((work * fresh).sum() / fresh.sum(), 1.0)
-    lam, mu_s = 0.1, 0.02
-    st = learner.init(_cfg("subgradient", 1.0))._replace(m=jnp.array([lam, mu_s], jnp.float32))
-    for rho in (0.3, 0.5, 0.9):
-        d1 = float(learner.state_objective(st, batch, _cfg("subgradient", 1.0)))
-        dr = float(learner.state_objective(st, batch, _cfg("subgradient", rho)))
-        np.testing.assert_allclose(dr, d1 - (1 - rho) * lam * cap.mean() / kbar, rtol=1e-5)
-        e = np.asarray(problem.excess_demand(batch, problem.Multipliers(lam, mu_s / 1e6),
-                                          utilisation=rho))
-        adm = (fresh & (w - lam - mu_s / 1e6 * np.asarray(batch.b) >= 0)).sum(-1)
-        np.testing.assert_allclose(e[:, 0], adm - rho * cap / kbar, rtol=1e-5, atol=1e-5)
+                               bw, work=work, fresh=fresh, capacity_units=cap, capacity_bw=bw)
+    return batch
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_dual_excess_and_slope_match_numpy_with_unequal_service_times(seed):
+    """On random batches with unequal service times: the excess is Σ admit_i·k_i − ρ·M_t (and
+    Σ admit_i·b_i·k_i − B_t) per slot, ``service_time`` is the admissions' (not all new
+    nominations') mean service time, the dual equals its NumPy transcription (and D_ρ = D_1 −
+    (1 − ρ)·λ·mean(M)/k̄_u), and its finite-difference slopes are minus the mean excess over
+    k̄ (so the dual's minimiser is where the admitted demand fills ρ·M)."""
+    batch = _unequal_work_batch(seed)
+    lam, mu_s, h = 0.1, 0.02, 1e-4
+    for rho in (0.3, 0.5, 0.9, 1.0):
+        cfg = _cfg("subgradient", rho)
+        st = learner.init(cfg)
+        obj = lambda lm, mu: float(learner.state_objective(  # noqa: E731
+            st._replace(m=jnp.array([lm, mu], jnp.float32)), batch, cfg))
+        adm, (ku, kb), excess, dual = _np_problem(batch, lam, mu_s, rho)
+        fresh = np.asarray(batch.fresh)
+        k_all = np.asarray(batch.work)[fresh].mean()
+        assert abs(ku - k_all) > 0.05, (ku, k_all)  # the batch tells the two apart
+        mult = problem.Multipliers(lam, mu_s / 1e6)
+        np.testing.assert_array_equal(np.asarray(problem.admitted(batch, mult)) > 0, adm)
+        np.testing.assert_allclose(np.asarray(problem.service_time(batch, mult)), [ku, kb],
+                                   rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(problem.excess_demand(batch, mult, rho)), excess,
+                                   rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(obj(lam, mu_s), dual, rtol=1e-5)
+        d1 = float(learner.state_objective(st._replace(m=jnp.array([lam, mu_s], jnp.float32)),
+                                           batch, _cfg("subgradient", 1.0)))
+        cap = np.asarray(batch.capacity_units, np.float64)
+        np.testing.assert_allclose(obj(lam, mu_s), d1 - (1 - rho) * lam * cap.mean() / ku,
+                                   rtol=1e-5)
+        e = np.asarray(learner._mean_excess(batch, mult, cfg), np.float64)
+        np.testing.assert_allclose(e, excess.mean(0) / [1.0, 1e6], rtol=1e-5, atol=1e-6)
+        slope_l = (obj(lam + h, mu_s) - obj(lam - h, mu_s)) / (2 * h)
+        slope_m = (obj(lam, mu_s + h) - obj(lam, mu_s - h)) / (2 * h)
+        np.testing.assert_allclose([slope_l, slope_m], [-e[0] / ku, -e[1] / kb], atol=2e-3)
     e1 = problem.excess_demand(batch, problem.Multipliers(lam, mu_s / 1e6))
     np.testing.assert_array_equal(e1, problem.excess_demand(batch, problem.Multipliers(
         lam, mu_s / 1e6), utilisation=1.0))  # the default is the plain capacity constraint
+
+
+def test_service_time_falls_back_to_new_nominations_then_one():
+    """Nothing admitted (price above every value): k̄ is the mean over the new nominations
+    (bandwidth-weighted for k̄_b); no new nomination either: 1."""
+    batch = _unequal_work_batch(7)
+    f = np.asarray(batch.fresh)
+    k, b = np.asarray(batch.work, np.float64), np.asarray(batch.b, np.float64)
+    got = np.asarray(problem.service_time(batch, problem.Multipliers(100.0, 0.0)))
+    np.testing.assert_allclose(got, [max(k[f].mean(), 1.0),
+                                     max((k * b)[f].sum() / b[f].sum(), 1.0)], rtol=1e-5)
+    none = batch.replace(fresh=jnp.zeros_like(batch.fresh))
+    np.testing.assert_array_equal(problem.service_time(none, problem.Multipliers(0.0, 0.0)),
+                                  [1.0, 1.0])
 
 
 def test_variant_default_and_bad_values():
