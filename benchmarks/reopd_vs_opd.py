@@ -3,6 +3,8 @@ pre-registered study of docs/results/reopd_vs_opd.md in one command (issue 24), 
 
     python -m benchmarks.reopd_vs_opd --cache=DIR --out=DIR [--updates=N] [--episodes=E]
     python -m benchmarks.reopd_vs_opd --quick --out=DIR      # tiny end-to-end run (a test)
+    python -m benchmarks.reopd_vs_opd --addendum --study_json=F --cache=DIR --out=DIR --parts=P
+                                                   # the addendum (benchmarks/reopd_vs_opd_addendum.py)
 
 ``--cache`` is a task cache (``pool/``, ``logits/``, ``teacher/``; e.g. ``python -m
 prada_jax.distill.task.teacher --cache=C`` then ``C/seed0``); ``--quick`` builds a tiny
@@ -229,8 +231,13 @@ class Study:
         return f
 
     # ------------------------------------------------------------------ stage 3: the study
-    def study(self, cold: dict, choice: dict) -> dict:
-        s, tag, init = self.s, cold["name"], cold["student"]
+    def study(self, cold: dict, choice: dict, methods: tuple | None = None,
+              tag: str | None = None) -> dict:
+        """One cold start's runs (every method of the study, or only ``methods`` plus ``opd``,
+        which sets B) under ``<out>/<tag>`` (default: the cold start's name)."""
+        s, init = self.s, cold["student"]
+        tag = tag or cold["name"]
+        want = lambda m: methods is None or m in methods   # noqa: E731
         lr = lambda m: {"optim.lr": choice[m]["lr"],   # noqa: E731
                         "optim.warmup_steps": choice[m]["warmup"]}
         runs = {}
@@ -240,18 +247,25 @@ class Study:
                     **self._mode_fields("opd", init), **lr("opd"))
         runs["opd"] = _summary(self.train(f"{tag}/opd", c))
         B = _turns_per_update(runs["opd"])
-        c = _config(self.cache, "opd", s, min(s.updates, s.timing_updates), s.seeds,
-                    s.eval_seed, **{**self._mode_fields("opd", init), **lr("opd"),
-                                    "opd.tool_latency_s": 0.0, "eval.n_problems": 0})
-        runs["opd_lat0"] = _summary_timing(self.train(f"{tag}/opd_lat0", c))
-        for kappa in (0.6, 1.0):
-            c = _config(self.cache, "onpolicy", s, s.updates, s.seeds, s.eval_seed,
-                        **self._mode_fields("reopd", init, B), **lr("reopd"),
-                        **{"sampler.kappa": kappa})
-            runs[f"reopd_k{kappa:g}"] = _summary(self.train(f"{tag}/reopd_k{kappa:g}", c))
-        c = _config(self.cache, "sft,uniform", s, s.updates, s.seeds, s.eval_seed,
-                    **{"student.init": init, "train.batch_size": B}, **lr("reopd"))
-        runs["sft_cont"] = _summary(self.train(f"{tag}/sft_cont", c))
+        if want("opd_lat0"):
+            c = _config(self.cache, "opd", s, min(s.updates, s.timing_updates), s.seeds,
+                        s.eval_seed, **{**self._mode_fields("opd", init), **lr("opd"),
+                                        "opd.tool_latency_s": 0.0, "eval.n_problems": 0})
+            runs["opd_lat0"] = _summary_timing(self.train(f"{tag}/opd_lat0", c))
+        # the study: κ = 0.6, κ = 1, SFT; a subset (the addendum): κ = 0.6, SFT, κ = 1
+        order = (("reopd_k0.6", "reopd_k1", "sft_cont") if methods is None
+                 else ("reopd_k0.6", "sft_cont", "reopd_k1"))
+        for m in filter(want, order):
+            if m == "sft_cont":
+                c = _config(self.cache, "sft,uniform", s, s.updates, s.seeds, s.eval_seed,
+                            **{"student.init": init, "train.batch_size": B}, **lr("reopd"))
+            else:
+                c = _config(self.cache, "onpolicy", s, s.updates, s.seeds, s.eval_seed,
+                            **self._mode_fields("reopd", init, B), **lr("reopd"),
+                            **{"sampler.kappa": 0.6 if m == "reopd_k0.6" else 1.0})
+            runs[m] = _summary(self.train(f"{tag}/{m}", c))
+        if methods is not None:
+            return {"cold": cold["name"], "B": B, "N": s.updates, "runs": runs}
         for kappa in [k for k in REOPD_KAPPAS if k not in (0.6, 1.0)]:
             c = _config(self.cache, "onpolicy", s, s.updates, s.seeds, s.eval_seed,
                         **self._mode_fields("reopd", init, B), **lr("reopd"),
@@ -500,6 +514,12 @@ def _define(fv) -> None:
                       "study_<names>.json, report_<names>.md); empty = all", flag_values=fv)
     flags.DEFINE_string("pilot_seeds", "100-102", "pilot seeds 'a-b' (consecutive, disjoint "
                         "from --seeds)", flag_values=fv)
+    flags.DEFINE_boolean("addendum", False, "run the pre-registered addendum instead of the "
+                         "study (benchmarks/reopd_vs_opd_addendum.py)", flag_values=fv)
+    flags.DEFINE_string("study_json", "", "--addendum: the study's per-seed JSON (cold starts, "
+                        "pilot choice, B, the far opd run)", flag_values=fv)
+    flags.DEFINE_list("parts", [], "--addendum: parts to run, in order (near_long, timing, "
+                      "wall); empty = all", flag_values=fv)
 
 
 def _range(text: str, flag: str) -> tuple:
@@ -521,6 +541,9 @@ def main(argv=None) -> int:
     a = cli.parse_local(_define, argv, "benchmarks.reopd_vs_opd", __doc__)
     if not a.out:
         raise BadInput("--out: required")
+    if a.addendum:
+        from benchmarks import reopd_vs_opd_addendum
+        return reopd_vs_opd_addendum.main(a)
     if a.updates < 1:
         raise BadInput(f"--updates: must be >= 1, got {a.updates}")
     if a.episodes < 1:

@@ -342,6 +342,8 @@ CASES: list[Case] = [
     Case("benchmarks.reopd_vs_opd", ("--episodes=0", "--out={out}"), r"--episodes"),
     Case("benchmarks.reopd_vs_opd", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
     Case("benchmarks.reopd_vs_opd", ("--pilot_seeds=5-6", "--out={out}"), r"--pilot_seeds"),
+    Case("benchmarks.reopd_vs_opd", ("--addendum", "--parts=nope", "--out={out}"), r"--parts"),
+    Case("benchmarks.reopd_vs_opd", ("--addendum", "--out={out}"), r"--study_json"),
     Case("benchmarks.reopd_prefix_source", ("--teacher_cache={empty_dir}",
                                             "--generator_cache={empty_dir}", "--out={out}"),
          r"--teacher_cache"),
