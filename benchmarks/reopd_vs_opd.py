@@ -3,8 +3,9 @@ pre-registered study of docs/results/reopd_vs_opd.md in one command (issue 24), 
 
     python -m benchmarks.reopd_vs_opd --cache=DIR --out=DIR [--updates=N] [--episodes=E]
     python -m benchmarks.reopd_vs_opd --quick --out=DIR      # tiny end-to-end run (a test)
-    python -m benchmarks.reopd_vs_opd --addendum --study_json=F --cache=DIR --out=DIR --parts=P
-                                                   # the addendum (benchmarks/reopd_vs_opd_addendum.py)
+
+The pre-registered addendum of the same report is its own command,
+``python -m benchmarks.reopd_vs_opd_addendum`` (it imports this module, not the reverse).
 
 ``--cache`` is a task cache (``pool/``, ``logits/``, ``teacher/``; e.g. ``python -m
 prada_jax.distill.task.teacher --cache=C`` then ``C/seed0``); ``--quick`` builds a tiny
@@ -514,12 +515,6 @@ def _define(fv) -> None:
                       "study_<names>.json, report_<names>.md); empty = all", flag_values=fv)
     flags.DEFINE_string("pilot_seeds", "100-102", "pilot seeds 'a-b' (consecutive, disjoint "
                         "from --seeds)", flag_values=fv)
-    flags.DEFINE_boolean("addendum", False, "run the pre-registered addendum instead of the "
-                         "study (benchmarks/reopd_vs_opd_addendum.py)", flag_values=fv)
-    flags.DEFINE_string("study_json", "", "--addendum: the study's per-seed JSON (cold starts, "
-                        "pilot choice, B, the far opd run)", flag_values=fv)
-    flags.DEFINE_list("parts", [], "--addendum: parts to run, in order (near_long, timing, "
-                      "wall); empty = all", flag_values=fv)
 
 
 def _range(text: str, flag: str) -> tuple:
@@ -541,9 +536,6 @@ def main(argv=None) -> int:
     a = cli.parse_local(_define, argv, "benchmarks.reopd_vs_opd", __doc__)
     if not a.out:
         raise BadInput("--out: required")
-    if a.addendum:
-        from benchmarks import reopd_vs_opd_addendum
-        return reopd_vs_opd_addendum.main(a)
     if a.updates < 1:
         raise BadInput(f"--updates: must be >= 1, got {a.updates}")
     if a.episodes < 1:

@@ -2,8 +2,12 @@
 from interleaved timing, a valid far equal-wall-time run, and the near cold start at a budget
 that can move the student.
 
-    python -m benchmarks.reopd_vs_opd --addendum --study_json=F --cache=DIR --out=DIR --parts=P
-    python -m benchmarks.reopd_vs_opd --addendum --quick --out=DIR   # tiny end-to-end run
+    python -m benchmarks.reopd_vs_opd_addendum --study_json=F --cache=DIR --out=DIR --parts=P
+    python -m benchmarks.reopd_vs_opd_addendum --quick --out=DIR   # tiny end-to-end run
+
+(The runs of docs/results/reopd_vs_opd.md were made as ``python -m benchmarks.reopd_vs_opd
+--addendum ...`` with the same flags; the addendum became its own command afterwards, so that
+the study module does not import it back, an import cycle.)
 
 ``--study_json`` is the study's per-seed JSON (docs/results/reopd_vs_opd.json): its cold-start
 students (``cold_starts[*].student``, read, never written), the pilot's lr / warm-up, each cold
@@ -366,10 +370,24 @@ def run(src: dict, cache: Path, out: Path, parts: tuple, sizes: base.Sizes,
     return res
 
 
-def main(a) -> int:
-    """The ``--addendum`` path of ``benchmarks.reopd_vs_opd``'s ``main`` (parsed flags ``a``).
-    Bad input raises ``BadInput`` before anything is written."""
+def _define(fv) -> None:
+    """The study's flags (``benchmarks.reopd_vs_opd``) and the addendum's own."""
+    from absl import flags
+    base._define(fv)
+    flags.DEFINE_string("study_json", "", "the study's per-seed JSON (cold starts, pilot "
+                        "choice, B, the far opd run)", flag_values=fv)
+    flags.DEFINE_list("parts", [], "parts to run, in order (near_long, timing, wall); empty "
+                      "= all", flag_values=fv)
+
+
+def main(argv=None) -> int:
+    """``argv``: absl flags; None = the command line. Bad input raises ``BadInput`` before
+    anything is written."""
+    from prada_jax import cli
     from prada_jax.errors import BadInput
+    a = cli.parse_local(_define, argv, "benchmarks.reopd_vs_opd_addendum", __doc__)
+    if not a.out:
+        raise BadInput("--out: required")
     parts = tuple(a.parts) or PARTS
     bad = [p for p in parts if p not in PARTS]
     if bad:
@@ -386,7 +404,7 @@ def main(a) -> int:
         sizes, asz = base.QUICK, ADD_QUICK
     else:
         if not a.study_json:
-            raise BadInput("--study_json: required with --addendum (the study's per-seed JSON)")
+            raise BadInput("--study_json: required (the study's per-seed JSON)")
         try:
             src = json.loads(Path(a.study_json).read_text())
             {c["name"]: c["student"] for c in src["cold_starts"]}
@@ -414,3 +432,8 @@ def _stored(out: Path) -> dict:
         return json.loads((out / "addendum.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+if __name__ == "__main__":
+    from prada_jax import cli as _cli
+    _cli.run_local(main)

@@ -1,6 +1,6 @@
 """The ReOPD-vs-OPD addendum (benchmarks/reopd_vs_opd_addendum.py): its timing statistics,
 speed ratios, equal-wall budget and verdicts against NumPy / SciPy / hand arithmetic, its bad
-input, and (slow) the ``--addendum --quick`` path end to end."""
+input, and (slow) the ``--quick`` path end to end."""
 import json
 
 import numpy as np
@@ -108,24 +108,24 @@ def test_addendum_bad_input_is_refused_before_writing(tmp_path):
     out = tmp_path / "o"
     bad_json = tmp_path / "bad.json"
     bad_json.write_text(json.dumps({"cold_starts": []}))
-    for argv in (["--addendum", "--out", str(out), "--parts=nope"],
-                 ["--addendum", "--out", str(out), "--parts=wall", "--quick"],
-                 ["--addendum", "--out", str(out), "--parts=timing"],
-                 ["--addendum", "--out", str(out), f"--study_json={bad_json}",
+    for argv in (["--out", str(out), "--parts=nope"],
+                 ["--out", str(out), "--parts=wall", "--quick"],
+                 ["--out", str(out), "--parts=timing"],
+                 ["--out", str(out), f"--study_json={bad_json}",
                   "--parts=timing"],
-                 ["--addendum", "--out", str(out), f"--study_json={tmp_path / 'none.json'}"]):
+                 ["--out", str(out), f"--study_json={tmp_path / 'none.json'}"]):
         with pytest.raises(BadInput):
-            st.main(argv)
+            ad.main(argv)
     assert not out.exists()
 
 
 @pytest.mark.slow
 def test_addendum_quick_end_to_end(tmp_path):
-    """``--addendum --quick`` (≈ 2–3 min on the shared CPU): every part runs on the tiny
+    """``--quick`` (≈ 2–3 min on the shared CPU): every part runs on the tiny
     cache; the timing rounds alternate run by run with C measured after the stated rounds; the
     wall run has N_w updates from the stored medians; ReOPD makes no tool call."""
     out = tmp_path / "q"
-    assert st.main(["--addendum", "--quick", "--out", str(out)]) == 0
+    assert ad.main(["--quick", "--out", str(out)]) == 0
     res = json.loads((out / "addendum.json").read_text())
     a = ad.ADD_QUICK
     assert res["synthetic"] is True and set(res) >= {"near_long", "timing", "wall"}
