@@ -413,6 +413,13 @@ def _slots(delay_s, tau_s):
     return jnp.maximum(s, 1.0).astype(jnp.int32)
 
 
+def phase_slots(delay_s, tau_s):
+    """Whole slots [int32] a phase of ``delay_s`` seconds holds its resources in this env:
+    ``max(1, ceil(delay/τ))``, capped at ``_MAX_PHASE_SLOTS`` (an infinite delay, e.g. an
+    upload at zero rate, is the cap). What the stage-2 learner counts as a job's service time."""
+    return _slots(delay_s, tau_s)
+
+
 def _start_draft(params: EnvParams, node, edge_cached, rsd_on):
     """Draft delay (s), its slots, and the SLM cache after drafting, for a user at ``node``
     (``llm_only``: no draft, 0 s and 0 slots)."""

@@ -248,14 +248,19 @@ def slot_from_sched(x, free_units, free_bw_hz, sp, load, capacity_units=None,
 
     ``w``/``w̄`` are the threshold rule's own values (``sched.threshold.advantages``); expired
     candidates are not valid; ``fresh`` = valid with ``wait_slots == 0`` (a queued request has
-    waited ≥ 1 slot); ``work`` = service slots ``max(1, ceil(delay_s / τ))``; capacities
+    waited ≥ 1 slot); ``work`` = service slots ``envs.edge.phase_slots`` (``max(1, ceil(delay_s /
+    τ))``, capped as the env caps it; 1 where not valid); capacities
     default to ``sp.num_servers`` and ``free_bw_hz`` (pass the env's B). x: SchedInputs [U];
     load: [K].
     """
     w, w_bar, _ = advantages(x, sp)
     valid = x.candidate & ~expired(x, sp)
     tau = jnp.asarray(sp.tau_s, jnp.float32)
-    work = jnp.maximum(jnp.ceil(x.delay_s.astype(jnp.float32) / tau), 1.0)
+    # The env's own count of the slots a job holds (capped, so an infinite delay is finite);
+    # 1 for the slots that are not candidates, whose delay may be anything (inf · 0 would
+    # make the long-run excess NaN).
+    work = jnp.where(valid, edge.phase_slots(x.delay_s.astype(jnp.float32), tau), 1)
+    work = work.astype(jnp.float32)
     cap_u = sp.num_servers if capacity_units is None else capacity_units
     cap_b = free_bw_hz if capacity_bw is None else capacity_bw
     return SlotBatch(w=w, w_bar=w_bar, b=x.bandwidth_hz.astype(jnp.float32), valid=valid,

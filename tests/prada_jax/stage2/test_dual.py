@@ -359,3 +359,35 @@ def test_admission_config_variant_and_field():
     c.eval.env_chunks = -1
     with pytest.raises(ValueError, match="config.eval.env_chunks"):
         trainer.validate_config(c)
+
+
+def test_slot_from_sched_work_is_finite_with_infinite_delays():
+    """A slot whose non-candidate users carry an infinite delay, and one candidate whose
+    upload runs at zero rate (infinite delay), gives finite work (the env's capped count;
+    1 where not a candidate) and a finite long-run excess at any price: the product
+    0 · inf once made the demo's dual stage stop with a non-finite excess."""
+    from envs import edge
+    from prada_jax.sched.base import SchedInputs, SchedParams
+
+    n = 5
+    f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    cand = np.array([True, True, False, False, True])
+    delay = np.array([0.12, np.inf, np.inf, np.nan, 0.01])
+    x = SchedInputs(candidate=jnp.asarray(cand), gain=f32([0.3, 0.2, 0.0, 0.0, 0.1]),
+                    delay_s=f32(delay), bandwidth_hz=f32([1e6, 2e6, 0.0, 1e6, 5e5]),
+                    wait_slots=jnp.zeros(n, jnp.int32), ctx_tokens=jnp.full(n, 100, jnp.int32),
+                    snr=jnp.ones(n), draft_prm=jnp.zeros(n), u_rand=jnp.zeros(n),
+                    queue_len=jnp.asarray(0, jnp.int32))
+    sp = SchedParams(lambda_s=f32(0.0), mu=f32(0.0), beta=0.2, tau_s=0.05, num_servers=2,
+                     max_wait_slots=20)
+    batch = problem.slot_from_sched(x, jnp.int32(2), jnp.float32(2e7), sp,
+                                    jnp.zeros(problem.LOAD_FEATURES))
+    work = np.asarray(batch.work)
+    valid = np.asarray(batch.valid)
+    want = np.where(valid, np.maximum(np.ceil(np.minimum(delay / 0.05, edge._MAX_PHASE_SLOTS)),
+                                      1.0), 1.0)
+    np.testing.assert_array_equal(work, want)
+    assert np.isfinite(work).all()
+    for lam in (0.0, 0.1, 10.0):
+        e = np.asarray(problem.excess_demand(batch, problem.Multipliers(f32(lam), f32(0.0))))
+        assert np.isfinite(e).all(), (lam, e)
