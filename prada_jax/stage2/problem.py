@@ -137,14 +137,6 @@ def soft_decision(w, w_bar, b, lambda_s, mu, temp, valid=None) -> jax.Array:
     return soft_choice(g, c, temp, valid)
 
 
-def mean_work(batch: SlotBatch) -> jax.Array:
-    """Mean service time (slots) of all new nominations in the batch (1 if none), no gradient:
-    the fallback of :func:`service_time` when nothing is admitted."""
-    f = batch.fresh.astype(jnp.float32)
-    k = jnp.sum(f * batch.work) / jnp.maximum(jnp.sum(f), 1.0)
-    return jax.lax.stop_gradient(jnp.where(jnp.sum(f) > 0, jnp.maximum(k, 1.0), 1.0))
-
-
 def admitted(batch: SlotBatch, mult: Multipliers) -> jax.Array:
     """[..., N] float32: 1 where a new nomination is admitted (queue or run now) by the hard
     rule before repair at ``mult`` (scalars or per slot [...]), else 0."""
