@@ -362,12 +362,31 @@ def pair_latency_params(hardware: str = DEFAULT_PAIR, **overrides) -> LatencyPar
     """Latency constants of the pair ``hardware`` (see ``pair_profiles``): the default
     constants (wireless model, model specs) with the pair's edge and server profiles; keyword
     overrides replace ``LatencyParams`` fields by name. ``paper`` is exactly
-    ``default_latency_params(**overrides)``."""
+    ``default_latency_params(**overrides)``. Under a roofline pair an override of
+    ``server_peak_flops`` (the ``server_speed`` factor of ``envs.scenarios``) scales the server
+    profile's ``peak_flops`` by the same factor over the default (memory bandwidth unchanged)."""
     profiles = pair_profiles(hardware)
     p = default_latency_params(**overrides)
     if profiles is None:
         return p
-    return p.replace(edge_hw=profiles[0], server_hw=profiles[1], clock="roofline")
+    edge_hw, server_hw = profiles
+    speed = float(p.server_peak_flops) / float(LatencyParams.server_peak_flops)
+    if speed != 1.0:
+        server_hw = server_hw.replace(peak_flops=server_hw.peak_flops * speed)
+    return p.replace(edge_hw=edge_hw, server_hw=server_hw, clock="roofline")
+
+
+def check_pair(hardware: str, where: str) -> None:
+    """Host-side check of a pair given by a flag or config field ``where`` (e.g.
+    ``--hardware``): unknown name, unreadable file, a profile field out of range or weights
+    beyond a device's memory raise ``BadInput`` whose message starts with ``where=hardware``."""
+    try:
+        validate_latency_params(pair_latency_params(hardware), prefix=where,
+                                hardware=f"{where}={hardware}")
+    except ValueError as e:
+        msg = str(e)
+        raise BadInput(msg if msg.startswith(f"hardware {where}=") else
+                       f"{where}={hardware}: {msg}") from None
 
 
 def model_weight_bytes(spec: ModelSpec, hw: HardwareProfile):
