@@ -36,6 +36,12 @@ Model (every choice below is an assumption where the PRADA paper is silent):
   and processing in proportion to (upload + download) : server compute.
 * ``server_kv_cache`` (off by default): the server keeps each user's context, so an upload sends
   and prefills only the tokens it has not seen. The edge SLM always keeps its own KV cache.
+* Clock (``make_params(hardware=...)``, docs/latency.md): ``paper`` (default) prices phases by
+  FLOPs and a job holds its unit for ``max(1, ceil(D/τ))`` slots, as above. A roofline pair
+  prices them by ``prada_jax.latency``'s roofline, M is the most concurrent server sequences
+  (bounded by the server's KV memory), and a job progresses each slot at the rate the current
+  batch allows (``_serve_slot``): upload, prefill (all prefills of a slot stall the batch),
+  decode at ``decode_step_s(b, Σ contexts)``, download; it ends when its work is done.
 
 With ``U = 1``, ``arrival_rate_hz = 0``, ``initial_users = 1``, unlimited M and B, no outage
 (``snr_threshold_db = -inf``) and the ``offload_all`` scheduler, one episode is the single-user
@@ -264,7 +270,7 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
       hardware: the (edge, server) hardware pair of the clock (``prada_jax.latency.PAIRS``
         name or a JSON file, ``latency.pair_profiles``): ``paper`` (default) is the FLOP-only
         clock with fixed-slot jobs; any other pair the roofline clock with a batching server
-        (docs/latency.md). Ignored when ``latency`` is given (its own ``hardware`` holds).
+        (docs/latency.md). Ignored when ``latency`` is given (its own ``clock`` holds).
       latency: latency constants (default ``prada_jax.latency.pair_latency_params(hardware)``);
         extra keyword arguments override its fields by name (e.g. ``snr_threshold_db=-inf``).
 
@@ -529,10 +535,10 @@ def _empty_state(u: int, roofline: bool = False) -> EnvState:
     zf = jnp.zeros((u,), jnp.float32)
     s0 = jnp.asarray(0, jnp.int32)
     job = ServiceJob(up_s=zf, prefill_s=zf, dec_tok=zf, ctx=zf, down_s=zf) if roofline else None
-    return EnvState(job=job, phase=zi, node=zi, remaining=zi, wait=zi, gain=zf, draft_s=zf, svc_bw_hz=zf,
+    return EnvState(phase=zi, node=zi, remaining=zi, wait=zi, gain=zf, draft_s=zf, svc_bw_hz=zf,
                     svc_comm_frac=zf, edge_cached=zi, server_cached=zi, arrival_slot=zi,
                     proc_s=zf, comm_s=zf, queue_s=zf, offloads=zi, outages=zi, steps=zi,
-                    fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0)
+                    fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0, job=job)
 
 
 # ----------------------------------------------------------------------------- reset / step

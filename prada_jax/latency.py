@@ -1,6 +1,13 @@
-"""FLOP-based compute delay and wireless communication delay as pure jnp functions (docs/design.md §3).
+"""Compute delay (over named hardware pairs) and wireless delay as pure jnp functions (DESIGN §3).
 
 Every function is elementwise over its array arguments (any broadcastable shapes) and jit-able.
+
+Two clocks, chosen by a hardware pair (``PAIRS``; docs/latency.md): ``paper`` (the default)
+is the FLOP-only model below with the paper's constants; every other pair names an edge and
+a server ``HardwareProfile`` (``PROFILES``, each figure with its source) and prices phases by
+a roofline: prefill ``max(FLOPs/(peak·η), bytes/(BW·η_mem))`` (``prefill_s``), a decode step
+of b sequences ``max(Σ FLOPs/(peak·η), (W + Σ KV)/(BW·η_mem))`` (``decode_step_s``), its sum
+over a step's tokens in closed form (``decode_s``).
 
 Compute model (per model ``M`` with non-embedding parameters ``P``, ``L`` layers, width ``d``):
 
