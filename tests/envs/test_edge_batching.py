@@ -187,3 +187,26 @@ def test_m_beyond_kv_memory_is_bad_input():
 def test_unknown_pair_is_bad_input():
     with pytest.raises(BadInput, match="unknown hardware pair 'tpu9'"):
         edge.make_params(TRACES, num_users=U, hardware="tpu9")
+
+
+@pytest.mark.parametrize("m", [1, 4, 40])
+def test_request_delay_is_the_full_batch_service_time(m):
+    """``request_scalars(...)["delay_s"]`` (what the schedulers and the stage-2 learner count):
+    upload + prefill + the LLM step decoded with M_t sequences per step + download, against the
+    NumPy reference's token-by-token sum."""
+    params = _params(num_servers=m)
+    key = jax.random.key(5)
+    _, state = edge.reset(key, params)
+    noise = edge.draw_noise(key, params)
+    req = jax.device_get(edge.request_scalars(state, params, noise.fading))
+    ref = EdgeEnvNumPy(TRACES, dict(FULL_DEFAULTS, num_servers=m, scheduler="threshold"),
+                       consts_from_jax(params.latency))
+    ref.reset(vars(jax.device_get(noise)))
+    for i, u in enumerate(ref.users):
+        u.srv_kv = 0
+        r = ref._request(u, float(noise.fading[i]))
+        np.testing.assert_allclose(req["delay_s"][i], r["delay"], rtol=1e-4)
+        np.testing.assert_allclose(req["prefill_s"][i], r["pf"], rtol=1e-4)
+    # A fuller batch never serves a job faster.
+    req1 = jax.device_get(edge.request_scalars(state, _params(num_servers=1), noise.fading))
+    assert np.all(req["delay_s"] >= req1["delay_s"] * (1 - 1e-6))
