@@ -49,7 +49,7 @@ from absl import app, flags  # noqa: E402
 from envs import edge  # noqa: E402
 from evals import calibration, stage2, suite, sweep  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
-from prada_jax import cli, config_utils  # noqa: E402
+from prada_jax import cli, config_utils, latency  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import read_json, write_json  # noqa: E402
 from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
@@ -71,8 +71,8 @@ def _define_flags() -> None:
     flags.DEFINE_bool("smoke", False, "Tiny sizes (tests); numbers are meaningless.")
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
     flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
-    flags.DEFINE_string("hardware", "paper", "(edge, server) hardware pair of the clock for "
-                        "every stage (prada_jax.latency.PAIRS or a .json file; "
+    flags.DEFINE_string("hardware", latency.DEFAULT_PAIR, "(edge, server) hardware pair of "
+                        "the clock for every stage (prada_jax.latency.PAIRS or a .json file; "
                         "docs/latency.md); paper = the FLOP-only clock.")
 
 STAGE_FILE = "stage_done.json"
@@ -80,7 +80,8 @@ STAGE_FILE = "stage_done.json"
 
 # ----------------------------------------------------------------------------- settings
 
-def settings_for(mode: str, seeds: int | None = None, hardware: str = "paper") -> dict:
+def settings_for(mode: str, seeds: int | None = None,
+                 hardware: str = latency.DEFAULT_PAIR) -> dict:
     """All sizes of one mode ("smoke", "demo", "full") as a plain dict (JSON, compared on
     rerun to decide whether a stage must be redone). ``hardware``: the clock's pair; another
     than ``paper`` becomes an ``env.hardware`` override of the PPO and dual configs (the
@@ -477,7 +478,7 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
 # ----------------------------------------------------------------------------- main
 
 def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
-                 redo: bool = False, hardware: str = "paper") -> dict:
+                 redo: bool = False, hardware: str = latency.DEFAULT_PAIR) -> dict:
     """Runs (or resumes) every stage; returns a dict of where things are."""
     suite.check_hardware(hardware, "--hardware")   # before anything is written
     s = settings_for(mode, seeds, hardware)
