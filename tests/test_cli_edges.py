@@ -285,6 +285,80 @@ def test_flag_values_are_checked_generically():
 
 # ----------------------------------------------------------------------------- trace folders
 
+@pytest.mark.parametrize("name", ["meta.json", "nodes.safetensors"])
+def test_a_trace_file_that_is_not_a_regular_file_is_named_as_what_it_is(tmp_path, name):
+    """A trace file that is a symlink to the zero device (a character device), a FIFO, a
+    directory or a dangling symlink is refused naming what it is, not as "missing"; a file
+    that is really absent is "missing"."""
+    import stat
+
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    zero = Path(os.devnull).with_name("zero")
+    assert stat.S_ISCHR(zero.stat().st_mode)   # the zero device, a character device
+    fifo = tmp_path / "named_pipe"
+    os.mkfifo(fifo)
+    cases = {"chr": (lambda p: p.symlink_to(zero),
+                     rf"is a character device \(a symlink to {zero}\), not a regular file"),
+             "fifo": (lambda p: p.symlink_to(fifo), r"is a FIFO \(named pipe\) \(a symlink to"),
+             "dir": (lambda p: p.mkdir(), r"is a directory, not a regular file"),
+             "dangling": (lambda p: p.symlink_to(tmp_path / "nowhere"),
+                          r"is a symlink to .*nowhere, which does not exist"),
+             "absent": (lambda p: None, r"missing$")}
+    for label, (make, want) in cases.items():
+        folder = tmp_path / label
+        tf.save(traces, folder, meta)
+        (folder / name).unlink()
+        make(folder / name)
+        with pytest.raises(tf.TraceFormatError, match=rf"{name}: field '<file>': {want}"):
+            tf.load(folder)
+
+
+def test_an_empty_trace_set_is_reported_as_empty(tmp_path):
+    """A meta.json counting 0 problems (with empty splits) is refused as an empty trace set,
+    not through its split check ("splits.train is empty")."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    tf.save(traces, tmp_path / "t", meta)
+    stored = json.loads((tmp_path / "t" / tf.META_FILE).read_text())
+    stored["counts"] = {"problems": 0, "nodes": 0}
+    stored["splits"] = {"train": [], "validation": [], "test": []}
+    (tmp_path / "t" / tf.META_FILE).write_text(json.dumps(stored))
+    with pytest.raises(tf.TraceFormatError,
+                       match=r"meta\.json: field 'counts': empty trace set \(0 problems, 0 nodes\)"):
+        tf.read_meta(tmp_path / "t")
+
+
+def test_a_linked_meta_json_is_not_said_to_be_hash_checked(tmp_path, run_command):
+    """The note on a meta.json symlinked from outside says what is true: its format is checked,
+    no hash pins it (the content hash covers nodes.safetensors only: a changed meta.json
+    behind the link that stays well-formed loads). A linked nodes.safetensors is said to be
+    checked against the content hash (and other bytes are refused: the test below)."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    linked = tmp_path / "linked"
+    tf.save(traces, linked, meta)
+    shared = tmp_path / "shared" / tf.META_FILE
+    shared.parent.mkdir()
+    (linked / tf.META_FILE).rename(shared)
+    (linked / tf.META_FILE).symlink_to(shared)
+    code, stdout, stderr = run_command("prada_jax.traces", "validate", str(linked))
+    assert code == 0 and not stderr.strip(), stderr
+    assert (f"meta.json is a symlink to {shared.resolve()}, outside the folder (followed; its "
+            "format checked, but no hash pins its content)") in stdout
+    assert "content hash checked" not in stdout
+    stored = json.loads(shared.read_text())
+    stored["generator"] = {"edited": True}     # content changed behind the link: still loads
+    shared.write_text(json.dumps(stored))
+    assert tf.load(linked).prm.shape == traces.prm.shape
+
+
 def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path, run_command):
     """A ``nodes.safetensors`` that is a symlink to a file outside the folder is followed and
     named by ``validate`` (with its target); ``meta.json`` keys no reader uses are listed as
@@ -310,7 +384,8 @@ def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path, run_c
     out = stdout.strip().splitlines()
     assert len(out) == 2 and out[0].startswith(f"{plain}: OK (") and out[0].endswith(")")
     assert out[1].startswith(f"{linked}: OK (")
-    assert f"nodes.safetensors is a symlink to {shared.resolve()}, outside the folder" in out[1]
+    assert (f"nodes.safetensors is a symlink to {shared.resolve()}, outside the folder "
+            "(followed; its bytes checked against meta.json's content_hash)") in out[1]
     assert "meta.json keys not read by prada_jax, kept as provenance: notes, zz_note" in out[1]
     assert tf.validate_notes(plain, tf.read_meta(plain)) == []      # nothing to say
     # the link is pinned by the content hash: other bytes behind it are refused
