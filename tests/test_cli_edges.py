@@ -50,8 +50,8 @@ def _tree(root: Path) -> dict:
 
 def test_check_resume_refuses_a_run_without_an_intact_checkpoint(tmp_path):
     """Every step damaged → ``check_resume`` raises one line naming the folder, the steps and the
-    newest damaged file, and touches nothing; one intact step (or none at all, or a step
-    without a manifest) passes."""
+    newest damaged file, and touches nothing; one intact step (or none at all, or an intact
+    step without a manifest) passes."""
     config = {"seed": 0, "lr": 1e-3}
     (tmp_path / "config.json").write_text(json.dumps(config))
     ck_dir = tmp_path / "checkpoints"
@@ -71,9 +71,14 @@ def test_check_resume_refuses_a_run_without_an_intact_checkpoint(tmp_path):
     # the same refusal from the restore path (no warning lines before it)
     with pytest.raises(checkpointing.DamagedCheckpoint, match="no intact checkpoint"):
         checkpointing.Checkpointer(ck_dir).restore_latest({"x": jnp.float32(0)})
-    # a step without a manifest may be intact: only a restore can tell
+    # a step without a manifest is read back in full: step 1's truncated file is still found,
+    # while an intact step without a manifest passes
     (ck_dir / "1" / checkpointing.MANIFEST_FILE).unlink()
-    run_state.check_resume(config, tmp_path, ())
+    with pytest.raises(checkpointing.DamagedCheckpoint, match=r"\(damaged: steps 1, 2\)"):
+        run_state.check_resume(config, tmp_path, ())
+    _save_steps(tmp_path / "other" / "checkpoints", (1,))
+    (tmp_path / "other" / "checkpoints" / "1" / checkpointing.MANIFEST_FILE).unlink()
+    assert run_state.check_resume(config, tmp_path / "other", ()).fresh
     # a fresh run (no checkpoints folder) and skipping the check
     assert run_state.check_resume(config, tmp_path / "new", ()).fresh
     (ck_dir / "1").rename(ck_dir / "1.damaged")
@@ -255,6 +260,21 @@ def test_seed_bound_keeps_every_derived_seed_inside_the_prng_range():
         config_utils.set_field(c, field, bad)
         with pytest.raises(config_utils.ConfigError, match=rf"^--config\.{field}={bad}: must lie"):
             config_utils.check_float32(c, "--config")
+
+
+@pytest.mark.parametrize("field,value", [("dual.kp", float("inf")), ("seed", 2 ** 32),
+                                         ("dual.step_size", 1e300)])
+def test_a_config_built_in_code_is_checked_before_a_trainer_writes(tmp_path, field, value):
+    """Every trainer's first call on a workdir (``run_state.check_resume``) applies the same
+    rule to a config built in code (evals.stage2, train.main), before anything is written."""
+    from prada_jax import config_utils
+    from prada_jax.configs import dual
+
+    cfg = dual.get_config("smoke")
+    config_utils.set_field(cfg, field, value)
+    with pytest.raises(config_utils.ConfigError, match=rf"^config\.{re.escape(field)}="):
+        run_state.check_resume(cfg, tmp_path / "run", ())
+    assert not (tmp_path / "run").exists()
 
 
 def test_flag_values_are_checked_generically():
