@@ -22,7 +22,8 @@ Trust:
   manifest, or a manifest deleted) is read back in full instead: every key of every OCDBT
   database in the step (the merged ``state/`` one and each ``ocdbt.process_<i>/``), and its
   JSON metadata files, so a truncated or missing data file is refused even where a restore
-  would not read it. The same check serves a resume, a finished run rerun (nothing to train,
+  would not read it. (A data file no database references any more, which orbax sometimes
+  leaves in a step, is not read; only a manifest's hash covers it.) The same check serves a resume, a finished run rerun (nothing to train,
   but a damaged newest step is reported, not declared "already finished") and
   ``check_resumable``.
 * Every failure ``restore`` can detect becomes a ``CheckpointError`` (a ``BadInput``, exit 2)
