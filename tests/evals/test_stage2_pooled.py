@@ -145,9 +145,13 @@ def test_pooled_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
     from evals.stage2 import pooled as pl
     from prada_jax.configs import ppo as ppo_cfg
     from prada_jax.rl import trainer
-    from tests.evals.test_stage2 import TINY
-
-    monkeypatch.setitem(stage2.SIZES, "quick", dict(TINY, hindsight=True))
+    tiny = dict(seeds=2, slots=60, warmup=10, scenario_length=60, num_users=8, eval_problems=60,
+                env={"num_servers": 1, "arrival_rate_hz": 12.0}, ppo_variant="smoke",
+                ppo_overrides={}, hindsight=True,
+                dual={"train.num_envs": 2, "train.rollout_len": 10, "train.num_chunks": 1,
+                      "train.sgd_steps": 2, "dual.anneal_steps": 2},
+                grid=dict(lam=(0.0, 0.1), mu_per_mhz=(0.0,), fine=False))
+    monkeypatch.setitem(stage2.SIZES, "quick", tiny)
     pols = []
     for k in (0, 1):
         c = ppo_cfg.get_config("smoke,gsm8k")
