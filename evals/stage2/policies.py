@@ -1,9 +1,10 @@
 """Independent screening-policy samples for a pooled stage-2 verdict (issue 33):
 ``python -m evals.stage2.policies --out=DIR --seeds=0,1,2 [--quick]``.
 
-Each sample ``k`` is what the default pipeline (``train.main``'s demo stages 2) builds, with
-its seeds set to ``k``: a ``train.ppo`` run on the gsm8k synthetic set (trace generator seed
-0, the train split; ``config.seed = k``, the demo's 16 × 64 × 150 env slots), then its critic
+Each sample ``k`` is what ``make demo`` (``train.main``'s ``ppo`` and ``critic`` stages)
+builds, with its seeds set to ``k`` (sample 0 is ``make demo``'s policy): a ``train.ppo``
+run on the gsm8k synthetic set (trace generator seed 0, the train split; ``config.seed = k``,
+the demo's 16 × 64 × 150 env slots), then its critic
 refit on Monte-Carlo action values of the final actor (``prada_jax.rl.critic_refit``, judged
 and early-stopped on the validation split, ``seed = k``; the demo's 20 000 / 2 000 states,
 2 000 steps). Output::
