@@ -299,9 +299,9 @@ def to_markdown(result: dict) -> str:
                          + "; ".join(str(pp["occupancy"].get("margins"))
                                      for pp in sc["per_policy"]))
         for i, pp in enumerate(sc["per_policy"]):
-            lm = "; ".join(
-                f"seed {x['learner_seed']}: λ_s={x['multipliers']['learned_constant']['lambda_s']:.4g}"
-                for x in pp["learned"] if x.get("multipliers"))
+            lm = "; ".join(f"seed {x['learner_seed']}: λ_s="
+                           f"{x['multipliers']['learned_constant']['lambda_s']:.4g}"
+                           for x in pp["learned"] if x.get("multipliers"))
             lines.append(f"\npolicy {i}: learned {lm}; grid best λ_s="
                          f"{(pp['learned'][0].get('grid_best') or {}).get('lambda_s')}")
     return "\n".join(lines) + "\n"

@@ -41,7 +41,8 @@ for split, off in (("validation", 0), ("test", TEST0)):
     p = edge.make_params(tr.traces, **{k: env_kw[k] for k in stage2._ENV_KEYS},
                          **scenarios.latency_overrides(env_kw),
                          scenario=scenarios.preset("slow_server", size["scenario_length"]))
-    p = p.replace(policy_true_reward=jnp.asarray(policy.meta.get("reward_mode", "coarse") == "true"))
+    true_reward = policy.meta.get("reward_mode", "coarse") == "true"
+    p = p.replace(policy_true_reward=jnp.asarray(true_reward))
     r = stage2.Runner(p, S, size["slots"], size["warmup"], policy.apply_fn, policy.params,
                       seed0=s0)
     t0 = time.time()
