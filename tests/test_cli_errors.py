@@ -156,6 +156,12 @@ def _pair_file(**server) -> Callable[[Path], None]:
 
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
 
+
+def _pooled_meta(split: str, trace_seed: int) -> str:
+    return json.dumps({"obs_dim": 18, "traces": {
+        "source": "synthetic:gsm8k", "split": split, "trace_seed": trace_seed,
+        "problems_total": 1319, "feature_dim": 16}})
+
 INPUTS: dict[str, Callable[[Path], None]] = {
     "traces_ok": _valid_traces,
     "traces_corrupt": _corrupt_nodes,
@@ -169,6 +175,14 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "dual_nested": _run_dir({"multipliers.json": _nested_json()}),
     "dual_badjson": _run_dir({"multipliers.json": '{"lambda_s": 0.1, "mu": '}),
     "policy_smoke": _smoke_policy,
+    # policy folders (metadata only) for evals.stage2.pooled's trace-set check, which reads
+    # policy_meta.json before any checkpoint
+    "pol_train": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                           "policy_meta.json": _pooled_meta("train", 0)}),
+    "pol_valsplit": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                              "policy_meta.json": _pooled_meta("validation", 0)}),
+    "pol_traceseed5": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                                "policy_meta.json": _pooled_meta("train", 5)}),
     "dual_m2": _dual_for(2),
     "policy_garbage_meta": _smoke_policy_garbage_metadata,
     "ppo_damaged": _damaged_run(PPO_CFG, "smoke", "truncate"),
@@ -409,6 +423,22 @@ CASES: list[Case] = [
          r"--prm_noise=inf: must be finite"),
     Case("benchmarks.duality_gap", ("--workdir={empty_dir}", "--seed=99999999999"),
          r"--seed=99999999999: must lie"),
+    # evals.stage2.pooled (issue 33): every policy folder is checked before --out is created
+    Case("evals.stage2.pooled", ("--policies={pol_train}", "--out={out}"),
+         r"--policies.*>= 2"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_valsplit}", "--out={out}"),
+         r"--policies.*pol_valsplit.*split 'validation'"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_traceseed5}", "--out={out}"),
+         r"--policies.*pol_traceseed5.*trace_seed 5"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_train}", "--out={out}"),
+         r"--policies.*twice"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{empty_dir}", "--out={out}"),
+         r"--policies.*empty_dir.*policy_meta\.json"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_valsplit}", "--out={out}",
+                                 "--budget=0.3", "--budget_margins=0,1.5"),
+         r"--budget_margins"),
+    Case("evals.stage2.policies", ("--seeds=0,x", "--out={out}"), r"--seeds"),
+    Case("evals.stage2.policies", ("--seeds=1,1", "--out={out}"), r"--seeds"),
     Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),
     Case("benchmarks.env_scaling", ("--envs=a,b", "--json={out}"), r"--envs"),
     Case("benchmarks.trace_load", ("--preset=nope", "--dir={out}"), r"--preset"),
