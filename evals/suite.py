@@ -492,7 +492,14 @@ def headline(per_seed: dict, reference: str = ALL_LLM) -> dict[str, Any]:
         return {}
     r = report.ratios(per_seed, name, reference, ("accuracy", "latency_mean_s"))
     out = {"policy": name, "reference": reference,
-           "accuracy_share": r["accuracy"], "latency_share": r["latency_mean_s"]}
+           "accuracy_share": r["accuracy"], "latency_share": r["latency_mean_s"],
+           "objective_diff": stats.mean_ci(np.asarray(per_seed[name]["objective"])
+                                           - np.asarray(per_seed[reference]["objective"]))}
+    summ = report.summarize({k: per_seed[k] for k in (name, reference)})
+    out["flags"] = {k: report.row_flags(summ[k]) for k in (name, reference)}
+    out["rho"] = {k: summ[k]["rho"].mean for k in (name, reference) if "rho" in summ[k]}
+    if any(report.UNSTABLE in f for f in out["flags"].values()):
+        out["latency_share"] = None   # a latency of an unstable row is not reported
     if "All-SLM" in per_seed:
         # Context: what keeping every draft already retains, and PRADA's paired accuracy gain
         # over it (both on the same seeds).
@@ -509,9 +516,16 @@ def headline_text(h: dict, synthetic: bool) -> str:
         return ""
     tag = " [synthetic traces]" if synthetic else ""
     a, l = h["accuracy_share"], h["latency_share"]
+    lat = ("mean latency withheld (an unstable row, ρ ≥ 1)" if l is None else
+           f"mean latency {l.fmt(1, 100)} %  (95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
     text = (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(1, 100)} %  "
-            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), mean latency {l.fmt(1, 100)} %  "
-            f"(95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
+            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), {lat}")
+    if "objective_diff" in h:
+        o = h["objective_diff"]
+        rho = h.get("rho", {})
+        text += (f"; objective {h['policy']} − {h['reference']} (paired) {o.fmt(3)} "
+                 f"(95% CI [{o.low:.3f}, {o.high:.3f}])"
+                 + "".join(f"; ρ {k} {v:.2f}" for k, v in rho.items()))
     if "slm_accuracy_share" in h:
         g = h["accuracy_gain_over_slm"]
         text += (f"\n  for context, All-SLM / {h['reference']}: accuracy "
@@ -536,7 +550,7 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     htext = headline_text(h, synthetic)
     extra = {"meta": meta}
     if h:
-        extra["headline"] = {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+        extra["headline"] = {k: (v.to_json_dict() if hasattr(v, "to_json_dict") else v)
                              for k, v in h.items()}
     write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
     report.write_csv(out / "results.csv", summary)
@@ -544,13 +558,16 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     names = list(summary)
     figs = {}
     for metric, label in (("accuracy", "accuracy"), ("latency_mean_s", "mean latency (s)")):
-        band = ([summary[n][metric].mean for n in names], [summary[n][metric].low for n in names],
-                [summary[n][metric].high for n in names])
+        nan = float("nan")   # a withheld latency (unstable row) is drawn as no bar
+        cis = [summary[n][metric] if not report.withheld(summary[n], metric)
+               else stats.MeanCI(nan, nan, nan, nan, 0) for n in names]
+        band = ([c.mean for c in cis], [c.low for c in cis], [c.high for c in cis])
         figs[metric] = plots.plot_bars(names, band, ylabel=label,
                                        title=(f"{label} — {title}" if "95% CI" in title
                                               else f"{label} (mean ± 95% CI) — {title}"),
                                        path=out / f"{metric}.png")
-    comps = {c: [summary[n][m].mean for n in names] for c, m in
+    comps = {c: [float("nan") if report.withheld(summary[n], m) else summary[n][m].mean
+                 for n in names] for c, m in
              (("processing", "processing_s"), ("communication", "communication_s"),
               ("queueing", "queueing_s"))}
     figs["delay_split"] = plots.plot_delay_split_bars(names, comps, title=title,
@@ -558,8 +575,10 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     with MetricWriter(out / "tb") as w:
         w.write_scalars(tb_step, report.tb_scalars(summary))
         if h:
-            w.write_scalars(tb_step, {"eval/headline/accuracy_share": h["accuracy_share"].mean,
-                                      "eval/headline/latency_share": h["latency_share"].mean})
+            w.write_scalars(tb_step, {"eval/headline/accuracy_share": h["accuracy_share"].mean})
+            if h["latency_share"] is not None:
+                w.write_scalars(tb_step,
+                                {"eval/headline/latency_share": h["latency_share"].mean})
         w.write_texts(tb_step, {"eval/table": "```\n" + table + "\n\n" + htext + "\n```",
                                 "eval/meta": "```\n" + json.dumps(meta, indent=2, default=str)
                                 + "\n```"})

@@ -329,7 +329,7 @@ def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: 
     h = res["headline"]
     result = {"table": res["table"], "headline_text": res["headline_text"],
               "split": traces.info["split"], "eval_seed_range": info["eval_seed_range"],
-              "headline": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+              "headline": {k: (v.to_json_dict() if hasattr(v, "to_json_dict") else v)
                            for k, v in h.items()},
               "json": str(res["json"]), "csv": str(res["csv"]),
               "figures": [str(p) for p in res["figures"].values()]}
