@@ -425,8 +425,11 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
                   multipliers: tuple[float, float] | None, seeds: int, slots: int,
                   warmup_slots: int, extra_policies: Sequence[LoadedPolicy] = (),
                   random_row: bool = True, seed0: int = 0,
-                  progress=None) -> tuple[dict, dict]:
-    """Evaluates every row over seeds.
+                  progress=None, drain_slots: int = ev.DEFAULT_DRAIN_SLOTS
+                  ) -> tuple[dict, dict]:
+    """Evaluates every row over seeds (``evals.evaluate``'s measurement: empty start, the
+    cohort arriving in ``[warmup_slots, slots)``, ``drain_slots`` after it, timeout
+    ``drain_slots``·τ).
 
     ``seed0`` is an offset inside the split's seed range (``evaluation_seed0``, checked
     against the policy's training seeds before anything runs).
@@ -441,13 +444,16 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
     params = edge.make_params(traces.traces, **env_kw)
     rows: dict[str, dict] = {}
     info: dict = {"env": env_kw, "seeds": seeds, "slots": slots, "warmup_slots": warmup_slots,
+                  "drain_slots": drain_slots,
+                  "timeout_s": drain_slots * float(env_kw.get("tau_s", 0.05)),
                   "split": traces.info.get("split", "all"),
                   "split_label": split_label(traces.info, policy),
                   "eval_seed_range": [seed0, seed0 + seeds]}
     say = progress or (lambda msg: None)
-    base = ev.Evaluator(params, seeds, slots, warmup_slots, seed0=seed0) if policy is None else \
+    base = ev.Evaluator(params, seeds, slots, warmup_slots, seed0=seed0,
+                        drain_slots=drain_slots) if policy is None else \
         ev.Evaluator(params, seeds, slots, warmup_slots, policy.apply_fn, policy.params,
-                     seed0=seed0)
+                     seed0=seed0, drain_slots=drain_slots)
     for spec in baseline_rows():
         say(f"evaluating {spec.name}")
         rows[spec.name] = run_row(base, spec)
@@ -470,7 +476,7 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
     for extra in extra_policies:
         check_policy_traces(extra, traces)
         e2 = ev.Evaluator(params, seeds, slots, warmup_slots, extra.apply_fn, extra.params,
-                          seed0=seed0)
+                          seed0=seed0, drain_slots=drain_slots)
         name = f"ckpt:{Path(extra.workdir).name}"
         say(f"evaluating {name}")
         lam, mu = multipliers if multipliers is not None else (0.0, 0.0)
