@@ -17,7 +17,7 @@ from absl import flags
 from envs import edge
 from evals import evaluate as ev
 from evals import plots, report
-from prada_jax import stats
+from prada_jax import latency, stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 from prada_jax.metric_writer import MetricWriter
@@ -363,6 +363,10 @@ def define_input_flags(env_note: str = "") -> None:
     flags.DEFINE_float("arrival_rate_hz", None, f"λ, Poisson arrival rate [users/s]{env_note}.",
                        **kw)
     flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].", **kw)
+    flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock: "
+                        f"{', '.join(latency.PAIRS)}, or a .json file of two profiles "
+                        "(docs/latency.md). Default: the policy run's (env.hardware), else "
+                        f"{latency.DEFAULT_PAIR}.", **kw)
 
 
 class FlagInputs(NamedTuple):
@@ -380,9 +384,17 @@ def inputs_from_flags(F) -> FlagInputs:
     (``check_scenario``, honouring ``--allow_scenario_mismatch``). Raises ``EvalError``."""
     overrides = {k: getattr(F, k) for k in _ENV_FLAGS}
     check_env_overrides(overrides)
+    hardware = getattr(F, "hardware", None)
+    if hardware is not None:
+        check_hardware(hardware, "--hardware")
+        overrides["hardware"] = hardware
     policy, mult, dual_info, traces = load_inputs(F.policy, F.step, F.dual, F.traces,
                                                   F.problems, F.trace_seed, split=F.split)
     env_kw = env_kwargs_from(policy.config if policy else None, overrides)
+    try:   # the env the flags describe, checked before anything runs (e.g. M vs KV memory)
+        edge.make_params(traces.traces, **env_kw)
+    except BadInput as e:
+        raise EvalError(str(e)) from None
     if mult is not None:
         check_scenario(f"--dual={F.dual}", dual_info, env_kw, traces.info, policy,
                        allow=F.allow_scenario_mismatch)
@@ -401,16 +413,32 @@ def check_env_overrides(overrides: dict) -> None:
                             f"{'>= 0' if key == 'beta' else '> 0'}")
 
 
+def check_hardware(hardware: str, flag: str) -> None:
+    """Refuses an unknown hardware pair or a pair file with a profile out of range:
+    ``EvalError`` naming ``flag``."""
+    try:
+        latency.check_pair(hardware, flag)
+    except BadInput as e:
+        raise EvalError(str(e)) from None
+
+
 def env_kwargs_from(config: Any | None, overrides: dict) -> dict:
     """Env settings for evaluation: the contention env (M, B, λ, outages on) with the policy
-    run's U, β, τ, M, B, λ where it has them, then ``overrides`` (non-None flags)."""
+    run's U, β, τ, M, B, λ and hardware pair where it has them, then ``overrides`` (non-None
+    flags). A ``hardware`` override other than the policy's prints one ``note:`` line on
+    stderr (the policy is evaluated under a clock it was not trained under)."""
     kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0, beta=0.2,
-              tau_s=0.05)
+              tau_s=0.05, hardware=latency.DEFAULT_PAIR)
     if config is not None:
         env = config.env
-        for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s"):
+        for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s",
+                  "hardware"):
             if k in env:
                 kw[k] = type(kw[k])(env[k])
+        hw = overrides.get("hardware")
+        if hw is not None and hw != kw["hardware"]:
+            print(f"note: the policy was trained under hardware {kw['hardware']}; evaluating "
+                  f"under {hw}", file=sys.stderr, flush=True)
         if not bool(env.get("contention", True)):
             # The policy trained on the per-user MDP; evaluate it on the multi-user env with the
             # contention defaults (U = 16 unless overridden).

@@ -56,6 +56,7 @@ REMOVED_FIELDS: dict[str, str] = {
 # behaviour and is refused (naming the field) when it would change it.
 ADDED_FIELDS: dict[str, object] = {
     "env.split": "all",   # before train/validation/test splits every problem was trained on
+    "env.hardware": "paper",   # before hardware pairs every run used the paper's FLOP clock
 }
 
 

@@ -140,6 +140,20 @@ def _damaged_run(cfg: str, variant: str, damage: str) -> Callable[[Path], None]:
     return build
 
 
+def _pair_file(**server) -> Callable[[Path], None]:
+    """A folder holding ``pair.json``, a hardware pair (``prada_jax.latency.pair_profiles``):
+    the A100 server profile with ``server`` fields replaced, the Orin INT4 edge."""
+    def build(path: Path) -> None:
+        from prada_jax import latency
+
+        hw = {f: float(getattr(latency.a100_80gb_bf16(), f))
+              for f in latency.HardwareProfile.__dataclass_fields__}
+        path.mkdir(parents=True)
+        (path / "pair.json").write_text(json.dumps({"edge": "orin_agx_64gb_int4",
+                                                    "server": dict(hw, **server)}))
+    return build
+
+
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
 
 INPUTS: dict[str, Callable[[Path], None]] = {
@@ -161,6 +175,9 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "ppo_garbage_meta": _damaged_run(PPO_CFG, "smoke", "metadata"),
     "dual_damaged": _damaged_run(DUAL_CFG, "smoke", "metadata"),
     "distill_damaged": _damaged_run(DISTILL_CFG, "smoke", "truncate"),
+    "hw_zero_flops": _pair_file(peak_flops=0.0),
+    "hw_zero_bw": _pair_file(mem_bw=-1.0),
+    "hw_zero_mem": _pair_file(mem_bytes=0.0),
 }
 
 
@@ -220,6 +237,27 @@ CASES: list[Case] = [
          r"--config\.dual\.step_size=1e\+300: does not fit float32"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=1e-60"),
          r"--config\.ppo\.lr=1e-60: rounds to 0 in float32", slow=True),
+    # hardware pairs of the clock (docs/latency.md): unknown name, a profile out of range, an
+    # M beyond what the server's KV memory holds
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.hardware=tpu9"), r"config\.env\.hardware=tpu9.*unknown"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.hardware={hw_zero_flops}/pair.json"),
+         r"config\.env\.hardware=.*pair\.json: server\.peak_flops must be"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.hardware=a100_orin_int4", "--config.env.contention=True",
+                       "--config.env.num_servers=100000"),
+         r"num_servers \(M\) = 100000 .*KV memory"),
+    Case("evals.run", ("--hardware=tpu9", "--out={out}"), r"--hardware=tpu9.*unknown"),
+    Case("evals.run", ("--hardware={hw_zero_bw}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.mem_bw must be"),
+    Case("evals.run", ("--hardware={hw_zero_mem}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.mem_bytes must be"),
+    Case("evals.run", ("--hardware=a100_orin_int4", "--num_servers=100000", "--out={out}",
+                       "--slots=20", "--warmup_slots=2", "--seeds=1"),
+         r"num_servers \(M\) = 100000 .*KV memory"),
+    Case("evals.stage2", ("--hardware=tpu9", "--out={out}"), r"--hardware=tpu9.*unknown"),
+    Case("train.main", ("--workdir={out}", "--hardware=tpu9"), r"--hardware=tpu9.*unknown"),
     # train.dual
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
          r"--config\.dual\.lrr"),

@@ -78,15 +78,21 @@ def _define_flags() -> None:
     flags.DEFINE_bool("smoke", False, "Tiny sizes (tests); numbers are meaningless.")
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
     flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
+    flags.DEFINE_string("hardware", "paper", "(edge, server) hardware pair of the clock for "
+                        "every stage (prada_jax.latency.PAIRS or a .json file; "
+                        "docs/latency.md); paper = the FLOP-only clock.")
 
 STAGE_FILE = "stage_done.json"
 
 
 # ----------------------------------------------------------------------------- settings
 
-def settings_for(mode: str, seeds: int | None = None) -> dict:
+def settings_for(mode: str, seeds: int | None = None, hardware: str = "paper") -> dict:
     """All sizes of one mode ("smoke", "demo", "full") as a plain dict (JSON, compared on
-    rerun to decide whether a stage must be redone)."""
+    rerun to decide whether a stage must be redone). ``hardware``: the clock's pair; another
+    than ``paper`` becomes an ``env.hardware`` override of the PPO and dual configs (the
+    later stages read it from the policy's config), so a paper run's stage keys are those
+    of runs stored before pairs existed."""
     if mode not in ("smoke", "demo", "full"):
         raise ValueError(f"mode must be smoke, demo or full, got {mode!r}")
     s = {
@@ -154,6 +160,9 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         s["stage2"] = {"size": "full", "scenarios": ["nominal", "heavy", "burst", "diurnal",
                                                      "degraded"], "seeds": max(seeds or 8, 8)}
         s["calibration"] = {"problems": None, "stress_miscalibration": 1.0}
+    if hardware != "paper":
+        s["ppo_overrides"] = dict(s["ppo_overrides"], **{"env.hardware": hardware})
+        s["dual_overrides"] = dict(s["dual_overrides"], **{"env.hardware": hardware})
     return s
 
 
@@ -597,10 +606,11 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
 # ----------------------------------------------------------------------------- main
 
 def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
-                 redo: bool = False) -> dict:
+                 redo: bool = False, hardware: str = "paper") -> dict:
     """Runs (or resumes) every stage; returns a dict of where things are."""
+    suite.check_hardware(hardware, "--hardware")   # before anything is written
+    s = settings_for(mode, seeds, hardware)
     workdir = config_utils.prepare_workdir(workdir)
-    s = settings_for(mode, seeds)
     (workdir / "main_settings.json").write_text(json.dumps(s, indent=2) + "\n")
     log = _Log()
     log(f"train.main ({mode}) in {workdir}; all data below is SYNTHETIC")
@@ -662,7 +672,7 @@ def main(argv):
     # unless --verbosity is given (--verbosity=0 brings them back).
     print(config_utils.runtime_info(), flush=True)
     mode = "full" if FLAGS.full else ("smoke" if FLAGS.smoke else "demo")
-    run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo)
+    run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo, FLAGS.hardware)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ import numpy as np  # noqa: E402
 from envs import edge, scenarios  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
 from evals import grid, plots, suite  # noqa: E402
-from prada_jax import stats  # noqa: E402
+from prada_jax import latency, stats  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import write_json  # noqa: E402
 from prada_jax.rl import trainer as ppo_trainer  # noqa: E402
@@ -435,12 +435,15 @@ def _set(config, field, value):
     node[parts[-1]] = value
 
 
-def train_policy(out: Path, size: dict, log=print) -> Path:
-    """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it."""
+def train_policy(out: Path, size: dict, log=print, hardware: str | None = None) -> Path:
+    """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it
+    (``hardware``: its clock's pair, ``env.hardware``; None = the config's default)."""
     d = out / "ppo"
     c = ppo_cfg.get_config(",".join(v for v in (size["ppo_variant"], "gsm8k") if v))
     for k, v in size["ppo_overrides"].items():
         _set(c, k, v)
+    if hardware is not None:
+        c.env.hardware = str(hardware)
     c.env.trace_seed = 0
     c.log.progress = False
     log(f"  ppo: training the screening policy ({c.ppo.total_env_steps} env slots) in {d}")
@@ -491,6 +494,7 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     for k in _ENV_KEYS:
         c.env[k] = type(c.env[k])(env_kw[k])
     c.env.server_speed = float(env_kw.get("server_speed", 1.0))
+    c.env.hardware = str(env_kw.get("hardware", c.env.hardware))
     c.env.scenario = scenario
     c.env.scenario_length = int(size["scenario_length"])
     c.env.problems = int(env_kw.get("train_problems", 0))
@@ -523,7 +527,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         size: str | None = None, nominate_by: str = "actor",
         dual_overrides: dict | None = None, split: str = suite.DEFAULT_SPLIT,
         choice_split: str = "validation", budget: float | None = None,
-        seed0: int = 0) -> dict:
+        seed0: int = 0, hardware: str | None = None) -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
     ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
@@ -554,11 +558,12 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     # A given policy is validated before anything is written (bad input: exit 2, no --out).
     policy = suite.load_policy(str(policy_dir)) if policy_dir else None
     out.mkdir(parents=True, exist_ok=True)
-    pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log)
+    pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log, hardware)
     if policy is None:
         policy = suite.load_policy(str(pol_dir))
     env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
-                                                       num_users=size["num_users"]))
+                                                       num_users=size["num_users"],
+                                                       hardware=hardware))
     env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
     env_kw["choice_split"] = choice_split
     # The same generated set the policy trained on (its problem count), restricted to a part.
@@ -580,6 +585,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         out = []
         for tr, s0 in ((traces, seed0), (choice_traces, choice_seed0)):
             p = edge.make_params(tr.traces, **args, **scenarios.latency_overrides(kw),
+                                 hardware=kw.get("hardware", latency.DEFAULT_PAIR),
                                  scenario=scenarios.preset(scenario, size["scenario_length"]))
             out.append(Runner(p, size["seeds"], size["slots"], size["warmup"],
                               policy.apply_fn, policy.params, seed0=s0,
@@ -592,7 +598,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         "eval_seed_range": [seed0, seed0 + size["seeds"]],
         "choice_split": choice_traces.info["split"],
         "choice_seed_range": [choice_seed0, choice_seed0 + size["seeds"]],
-        "env": {k: env_kw[k] for k in _ENV_KEYS},
+        "env": {k: env_kw[k] for k in _ENV_KEYS + ("hardware",) if k in env_kw},
         "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
         "scenario_length": size["scenario_length"], "size": size_name,
         "nominate_by": nominate_by,

@@ -52,6 +52,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.arrival_rate_hz = 4.0     # λ [users / s]
     c.env.beta = 0.2                # β [PRM units / s]
     c.env.tau_s = 0.05              # slot length τ [s]
+    c.env.hardware = "paper"        # (edge, server) hardware pair of the clock
+                                    # (prada_jax.latency.PAIRS or a .json file; docs/latency.md)
     c.env.max_wait_slots = 20       # a request that waited this many slots is kept local
     c.env.reward_mode = "true"      # "coarse" or "true" (the env's reward; logged only; the
                                     # policy's training reward is read from its metadata)

@@ -51,6 +51,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.arrival_rate_hz = 4.0     # λ [users / s] (contention only)
     c.env.beta = 0.2                # β [PRM units / s], quality-latency trade-off
     c.env.tau_s = 0.05              # slot length τ [s]
+    c.env.hardware = "paper"        # (edge, server) hardware pair of the clock
+                                    # (prada_jax.latency.PAIRS or a .json file; docs/latency.md):
+                                    # "paper" = the FLOP-only clock, fixed-slot server jobs
     c.env.pass_gain = True          # nominations carry the critic's ΔQ (EdgeAction)
     c.env.toy_threshold = 0.3       # toy env: nominate pays feat[0] − threshold
 

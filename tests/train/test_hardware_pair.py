@@ -1,0 +1,51 @@
+"""The clock's hardware pair travels from the config to the env, the run's records and the
+evaluation env (docs/latency.md); ``paper`` stays the default and leaves the records as before."""
+import pytest
+
+from evals import suite
+from prada_jax import latency
+from prada_jax.configs import dual as dual_cfg
+from prada_jax.configs import ppo as ppo_cfg
+from prada_jax.errors import BadInput
+from prada_jax.rl import policy, trainer
+from prada_jax.stage2 import trainer as stage2_trainer
+
+
+def test_default_is_paper_and_records_nothing_new():
+    c = ppo_cfg.get_config("smoke")
+    assert c.env.hardware == latency.DEFAULT_PAIR == "paper"
+    assert dual_cfg.get_config("smoke").env.hardware == "paper"
+    setup = trainer.build_setup(c)
+    assert not setup.env_params.latency.roofline
+    assert "hardware" not in policy.policy_meta(c, setup)
+    assert suite.env_kwargs_from(c, {})["hardware"] == "paper"
+
+
+def test_a_roofline_pair_reaches_env_meta_and_evaluation(capsys):
+    c = ppo_cfg.get_config("smoke")
+    c.env.hardware = "a100_phone_int4"
+    setup = trainer.build_setup(c)
+    lp = setup.env_params.latency
+    assert lp.roofline
+    assert float(lp.edge_hw.mem_bw) == pytest.approx(76.8e9)
+    assert float(lp.server_hw.peak_flops) == pytest.approx(312e12)
+    assert policy.policy_meta(c, setup)["hardware"] == "a100_phone_int4"
+    kw = suite.env_kwargs_from(c, {})
+    assert kw["hardware"] == "a100_phone_int4"
+    assert capsys.readouterr().err == ""
+    kw = suite.env_kwargs_from(c, {"hardware": "a100_orin_bf16"})
+    assert kw["hardware"] == "a100_orin_bf16"
+    assert "trained under hardware a100_phone_int4" in capsys.readouterr().err
+
+
+def test_dual_config_builds_the_pair_env():
+    from prada_jax.traces import synthetic
+
+    c = dual_cfg.get_config("smoke")
+    c.env.hardware = "a100_orin_int4"
+    stage2_trainer.validate_config(c)
+    traces, _ = synthetic.generate("gsm8k", seed=0, problems=20)
+    assert stage2_trainer.build_env_params(c, traces).latency.roofline
+    c.env.hardware = "tpu9"
+    with pytest.raises(BadInput, match=r"config\.env\.hardware=tpu9"):
+        stage2_trainer.validate_config(c)
