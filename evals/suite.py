@@ -365,8 +365,8 @@ def define_input_flags(env_note: str = "") -> None:
     flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].", **kw)
     flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock: "
                         f"{', '.join(latency.PAIRS)}, or a .json file of two profiles "
-                        "(docs/latency.md). Default: the policy run's (env.hardware), else "
-                        f"{latency.DEFAULT_PAIR}.", **kw)
+                        "(docs/latency.md). Default: the policy run's (env.hardware; paper "
+                        f"for runs stored without one), else {latency.CONFIG_PAIR}.", **kw)
 
 
 class FlagInputs(NamedTuple):
@@ -427,10 +427,11 @@ def env_kwargs_from(config: Any | None, overrides: dict) -> dict:
     run's U, β, τ, M, B, λ and hardware pair where it has them, then ``overrides`` (non-None
     flags). A ``hardware`` override other than the policy's prints one ``note:`` line on
     stderr (the policy is evaluated under a clock it was not trained under)."""
-    kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0, beta=0.2,
-              tau_s=0.05, hardware=latency.DEFAULT_PAIR)
+    kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0, beta=0.02,
+              tau_s=0.05, hardware=latency.CONFIG_PAIR)   # β, pair: the configs' defaults
     if config is not None:
         env = config.env
+        kw["hardware"] = latency.DEFAULT_PAIR   # a run stored without a pair ran the paper clock
         for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s",
                   "hardware"):
             if k in env:

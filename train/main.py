@@ -56,7 +56,7 @@ from absl import app, flags  # noqa: E402
 from envs import edge  # noqa: E402
 from evals import calibration, curve, stage2, suite, sweep  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
-from prada_jax import cli, config_utils  # noqa: E402
+from prada_jax import cli, config_utils, latency  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import read_json, write_json  # noqa: E402
 from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
@@ -78,8 +78,8 @@ def _define_flags() -> None:
     flags.DEFINE_bool("smoke", False, "Tiny sizes (tests); numbers are meaningless.")
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
     flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
-    flags.DEFINE_string("hardware", "paper", "(edge, server) hardware pair of the clock for "
-                        "every stage (prada_jax.latency.PAIRS or a .json file; "
+    flags.DEFINE_string("hardware", latency.CONFIG_PAIR, "(edge, server) hardware pair of the "
+                        "clock for every stage (prada_jax.latency.PAIRS or a .json file; "
                         "docs/latency.md); paper = the FLOP-only clock.")
 
 STAGE_FILE = "stage_done.json"
@@ -87,12 +87,13 @@ STAGE_FILE = "stage_done.json"
 
 # ----------------------------------------------------------------------------- settings
 
-def settings_for(mode: str, seeds: int | None = None, hardware: str = "paper") -> dict:
+def settings_for(mode: str, seeds: int | None = None,
+                 hardware: str = latency.CONFIG_PAIR) -> dict:
     """All sizes of one mode ("smoke", "demo", "full") as a plain dict (JSON, compared on
     rerun to decide whether a stage must be redone). ``hardware``: the clock's pair; another
-    than ``paper`` becomes an ``env.hardware`` override of the PPO and dual configs (the
-    later stages read it from the policy's config), so a paper run's stage keys are those
-    of runs stored before pairs existed."""
+    than the configs' default (``prada_jax.latency.CONFIG_PAIR``) becomes an
+    ``env.hardware`` override of the PPO and dual configs (the later stages read it from the
+    policy's config)."""
     if mode not in ("smoke", "demo", "full"):
         raise ValueError(f"mode must be smoke, demo or full, got {mode!r}")
     s = {
@@ -160,7 +161,7 @@ def settings_for(mode: str, seeds: int | None = None, hardware: str = "paper") -
         s["stage2"] = {"size": "full", "scenarios": ["nominal", "heavy", "burst", "diurnal",
                                                      "degraded"], "seeds": max(seeds or 8, 8)}
         s["calibration"] = {"problems": None, "stress_miscalibration": 1.0}
-    if hardware != "paper":
+    if hardware != latency.CONFIG_PAIR:
         s["ppo_overrides"] = dict(s["ppo_overrides"], **{"env.hardware": hardware})
         s["dual_overrides"] = dict(s["dual_overrides"], **{"env.hardware": hardware})
     return s
@@ -363,7 +364,7 @@ def stage_curve(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
     e = ev.Evaluator(params, c["seeds"], c["slots"], c["warmup_slots"], policy.apply_fn,
                      policy.params, seed0=seed0, drain_slots=c["drain_slots"])
     rows = curve.curve_rows(mult)
-    pair = env_kw.get("hardware", "paper")
+    pair = env_kw["hardware"]
     log(f"curve [{preset}]: {len(rows)} rows x {len(c['loads'])} loads λ/M {c['loads']} x "
         f"{c['seeds']} seeds, one evaluation (U={env_kw['num_users']} M="
         f"{env_kw['num_servers']}, hardware {pair}, {traces.info['split']} split)")
@@ -606,7 +607,7 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
 # ----------------------------------------------------------------------------- main
 
 def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
-                 redo: bool = False, hardware: str = "paper") -> dict:
+                 redo: bool = False, hardware: str = latency.CONFIG_PAIR) -> dict:
     """Runs (or resumes) every stage; returns a dict of where things are."""
     suite.check_hardware(hardware, "--hardware")   # before anything is written
     s = settings_for(mode, seeds, hardware)

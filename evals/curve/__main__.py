@@ -32,8 +32,8 @@ def _define_flags():
     suite.define_input_flags(env_note=" (the curve varies λ = load · M)")
     flags.DEFINE_string("out", None, "output folder (default: <policy>/curve, else "
                         "checkpoints/curve).")
-    flags.DEFINE_list("pairs", [lat.DEFAULT_PAIR] if hasattr(lat, "DEFAULT_PAIR") else
-                      ["paper"], "hardware pairs (edge, server) to draw a curve for.")
+    flags.DEFINE_list("pairs", [lat.CONFIG_PAIR], "hardware pairs (edge, server) to draw a "
+                      "curve for (prada_jax.latency.PAIRS or .json files; docs/latency.md).")
     flags.DEFINE_list("loads", [f"{x:g}" for x in DEFAULT_LOADS],
                       "loads λ/M in arrivals/s per server sequence slot.")
     flags.DEFINE_integer("seeds", 8, "seeds per point (a crossover needs >= 8).",
@@ -46,10 +46,7 @@ def _define_flags():
 
 def _pair_params(traces, env_kw: dict, pair: str):
     """Env params of one hardware pair (``env_kw['hardware']`` set to it)."""
-    kw = dict(env_kw)
-    if pair != "paper" or "hardware" in kw:
-        kw["hardware"] = pair
-    return edge.make_params(traces, **kw)
+    return edge.make_params(traces, **dict(env_kw, hardware=pair))
 
 
 def main(argv):
@@ -63,10 +60,7 @@ def main(argv):
     if not pairs:
         raise BadInput("--pairs: empty list")
     for pair in pairs:
-        if hasattr(lat, "check_pair"):
-            lat.check_pair(pair, "--pairs")
-        elif pair != "paper":
-            raise BadInput(f"--pairs: unknown hardware pair {pair!r}; known: paper")
+        suite.check_hardware(pair, "--pairs")
     policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
     if policy is None:
         raise BadInput("--policy: the curve's PRADA row needs a train.ppo run directory")
