@@ -128,6 +128,10 @@ def plot_panels(x: Sequence[float], panels: Mapping[str, Mapping[str, Band]], *,
             hi = np.where(np.isfinite(hi), hi, m)
             ax.fill_between(xs, lo, hi, color=colors[pol], alpha=0.18, linewidth=0)
         _setup_x(ax, np.asarray(x, dtype=np.float64), xlabel)
+        xs = np.unique(np.asarray(x, dtype=np.float64))
+        step = max(1, -(-xs.size // 7))   # at most about 7 labelled ticks
+        ax.set_xticklabels([f"{v:.3g}" if i % step == 0 else "" for i, v in enumerate(xs)],
+                           fontsize=7)
         if vline is not None:
             ax.axvline(vline, color="k", ls="--", lw=1)
         if hlines and ylabel in hlines:

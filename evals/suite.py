@@ -540,7 +540,8 @@ def headline(per_seed: dict, reference: str = ALL_LLM) -> dict[str, Any]:
         # over it (both on the same seeds).
         s = report.ratios(per_seed, "All-SLM", reference, ("accuracy", "latency_mean_s"))
         out["slm_accuracy_share"] = s["accuracy"]
-        out["slm_latency_share"] = s["latency_mean_s"]
+        out["slm_latency_share"] = (None if report.UNSTABLE in out["flags"][reference]
+                                    else s["latency_mean_s"])
         out["accuracy_gain_over_slm"] = stats.mean_ci(
             np.asarray(per_seed[name]["accuracy"]) - np.asarray(per_seed["All-SLM"]["accuracy"]))
     return out
@@ -563,10 +564,11 @@ def headline_text(h: dict, synthetic: bool) -> str:
                  + "".join(f"; ρ {k} {v:.2f}" for k, v in rho.items()))
     if "slm_accuracy_share" in h:
         g = h["accuracy_gain_over_slm"]
+        sl = h["slm_latency_share"]
         text += (f"\n  for context, All-SLM / {h['reference']}: accuracy "
                  f"{h['slm_accuracy_share'].fmt(1, 100)} %, mean latency "
-                 f"{h['slm_latency_share'].fmt(1, 100)} %; {h['policy']} − All-SLM accuracy "
-                 f"(paired): {g.fmt(1, 100)} points")
+                 + ("withheld (unstable reference)" if sl is None else f"{sl.fmt(1, 100)} %")
+                 + f"; {h['policy']} − All-SLM accuracy (paired): {g.fmt(1, 100)} points")
     return text
 
 

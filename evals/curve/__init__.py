@@ -169,6 +169,21 @@ def table_text(summ, loads: Sequence[float], pair: str) -> str:
     return "\n".join(lines)
 
 
+def results_from_json(data: Mapping, pair: str) -> dict[float, dict[str, dict[str, np.ndarray]]]:
+    """The per-seed results of one pair back from a ``curve.json`` (``write_curve_outputs``'s
+    ``data``): ``{load: {row: {metric: [S]}}}``, withheld latencies from their censored
+    per-seed values (so the outputs can be redrawn without rerunning)."""
+    out = {}
+    for x, point in data["pairs"][pair]["points"].items():
+        out[float(x)] = {
+            row: {m: np.asarray([np.nan if v is None else v for v in
+                                 (d.get("per_seed") if "per_seed" in d
+                                  else d["per_seed_censored"])], np.float64)
+                  for m, d in metrics.items()}
+            for row, metrics in point["policies"].items()}
+    return out
+
+
 def write_curve_outputs(results_by_pair: Mapping[str, Mapping], out_dir: Path, *, title: str,
                         meta: dict) -> dict:
     """``curve.json`` (per pair: every load, row and metric with its summary and per-seed

@@ -273,3 +273,13 @@ def test_unstable_row_is_flagged_and_shows_no_latency(evaluator, tmp_path):
     assert "eval/hot/latency_mean_s" not in tags and "eval/calm/latency_mean_s" in tags
     assert acc.Scalars("eval/hot/unstable")[0].value == 1.0
     assert acc.Scalars("eval/calm/unstable")[0].value == 0.0
+    # The headline withholds every latency ratio against an unstable reference.
+    h = suite.headline({"PRADA": per_seed["calm"], suite.ALL_LLM: per_seed["hot"],
+                        "All-SLM": per_seed["calm"]})
+    assert h["latency_share"] is None and h["slm_latency_share"] is None
+    assert h["flags"][suite.ALL_LLM] == [report.UNSTABLE] or \
+        report.UNSTABLE in h["flags"][suite.ALL_LLM]
+    text = suite.headline_text(h, synthetic=True)
+    assert "withheld" in text and "latency 100" not in text
+    h2 = suite.headline({"PRADA": per_seed["calm"], suite.ALL_LLM: per_seed["calm"]})
+    assert h2["latency_share"].mean == pytest.approx(1.0)
