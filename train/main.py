@@ -352,8 +352,8 @@ def stage_curve(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
            "dual": str(dual_dir), "split": s["split"]}
     done = None if redo else stage_done(d, key)
     if done:
-        log(f"curve [{preset}]: reusing the finished curve in {d}")
-        for line in done["result"]["lines"]:
+        log(f"curve [{preset}]: reusing the finished curve in {d} (curve.txt: every point)")
+        for line in done["result"]["lines"][-2:]:
             print(line)
         return done["result"]
     policy, mult, _ = _load_pd(policy_dir, dual_dir)
@@ -384,6 +384,7 @@ def stage_curve(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
                  f"{CONTENDED_RHO}): " + ", ".join(
                      f"{k} load {v:g} (ρ {rho[v]:.2f})" if v is not None else f"{k}: none"
                      for k, v in points.items()))
+    print(f"load curve: {d / 'curve.txt'} (every point), {d}/curve_{pair}.png")
     for line in lines[-2:]:
         print(line)
     result = {"lines": lines, "points": points, "rho_llm_alone": {str(k): v
