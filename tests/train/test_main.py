@@ -27,7 +27,11 @@ def test_settings_modes():
     # the headline, with the 8 seeds a crossover needs, and reaches the LLM alone's saturation.
     assert "nominal" in demo["stage2"]["scenarios"] and "burst" in demo["stage2"]["scenarios"]
     assert demo["curve"]["seeds"] >= 8 and full["curve"]["seeds"] >= 8
-    assert max(demo["curve"]["loads"]) >= 4 and demo["sweep"]["axes"] == ["M", "B"]
+    # The pre-registered grids (docs/results/load_curve.md): 2^(k/2), k = -8..2 (demo) and
+    # k = -10..6 (full), geometric so one grid spans clocks whose capacities differ by 10x.
+    assert demo["curve"]["loads"] == pytest.approx([2 ** (k / 2) for k in range(-8, 3)], rel=1e-5)
+    assert full["curve"]["loads"] == pytest.approx([2 ** (k / 2) for k in range(-10, 7)], rel=1e-5)
+    assert demo["sweep"]["axes"] == ["M", "B"] and demo["curve"]["num_users"] == 32
     assert smoke["stage2"] is None
     # Issue 23: tables on test, choices (critic refit, dual learner) on validation.
     for s in (demo, smoke, full):
