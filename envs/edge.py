@@ -330,15 +330,9 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
     if latency.roofline:
         # M sequences must fit the server's KV memory at the longest server sequence (the
         # context plus the LLM step) of the trace set, at the scenario's largest M_t.
-        longest = float(np.max(np.asarray(traces.ctx_tokens)
-                               + np.asarray(traces.cand_tokens)[:, 1]))
         m_max = int(math.floor(float(num_servers) * float(np.max(np.asarray(scn.servers)))
                                + 0.5))
-        cap = lat.max_sequences(latency, longest)
-        if m_max > cap:
-            raise BadInput(f"num_servers (M) = {m_max} concurrent sequences exceeds the {cap} "
-                           f"the server's KV memory holds under hardware {hardware} "
-                           f"(sequences up to {longest:.0f} tokens)")
+        check_num_servers(latency, traces, m_max, hardware)
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return EnvParams(
@@ -353,6 +347,27 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers),
         num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"),
         llm_only=jnp.asarray(bool(llm_only)))
+
+
+def max_num_servers(latency: lat.LatencyParams, traces: TraceSet) -> int:
+    """The largest M (concurrent server sequences) the server profile's KV memory holds at
+    the trace set's longest server sequence (context + LLM step); host-side. Unbounded (a
+    very large int) under ``paper``."""
+    longest = float(np.max(np.asarray(traces.ctx_tokens) + np.asarray(traces.cand_tokens)[:, 1]))
+    return lat.max_sequences(latency, longest)
+
+
+def check_num_servers(latency: lat.LatencyParams, traces: TraceSet, num_servers: int,
+                      hardware: str = "") -> None:
+    """Raises ``errors.BadInput`` if ``num_servers`` (M, e.g. a sweep's grid value set with
+    ``params.replace``) exceeds ``max_num_servers``; ``make_params`` calls it."""
+    cap = max_num_servers(latency, traces)
+    if int(num_servers) > cap:
+        longest = float(np.max(np.asarray(traces.ctx_tokens)
+                               + np.asarray(traces.cand_tokens)[:, 1]))
+        raise BadInput(f"num_servers (M) = {int(num_servers)} concurrent sequences exceeds the "
+                       f"{cap} the server's KV memory holds under hardware {hardware} "
+                       f"(sequences up to {longest:.0f} tokens)")
 
 
 def with_scenario(params: EnvParams, scenario) -> EnvParams:

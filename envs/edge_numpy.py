@@ -4,6 +4,11 @@ Same rules as the module docstring of ``envs.edge``, transcribed as loops over u
 one Python object per user and float64 arithmetic. It takes the same pre-drawn randomness
 (``envs.edge.Noise`` converted to NumPy) so equivalence tests can compare per-user outcomes, and
 it is the baseline of ``benchmarks.env_throughput``. Not for training.
+
+The roofline clock (a ``LatencyConsts.clock`` of "roofline", read from a hardware pair by
+``consts_from_jax``) is transcribed too: the decode time of a step is summed token by token
+(``roofline_decode``; the JAX clock uses a closed form) and the batching server runs job by
+job (``EdgeEnvNumPy._serve``).
 """
 from __future__ import annotations
 

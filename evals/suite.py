@@ -220,7 +220,8 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
 
     Compared: U, M, B, λ, β, τ, the arrival schedule (``envs.scenarios`` preset name, and its
     length unless nominal; ``env_kw["scenario"]`` / ``["scenario_length"]``, absent = a
-    stationary "nominal" evaluation), the benchmark of the traces and the policy run directory.
+    stationary "nominal" evaluation), the clock's hardware pair (absent = ``paper``), the
+    benchmark of the traces and the policy run directory.
     A ``multipliers.json`` without a ``scenario`` record (older runs) is not compared.
     """
     sc = dual_info.get("scenario")
@@ -235,6 +236,13 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
         ours.append(f"{sym}={b * scale:g}{unit}")
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0):
             differ.append(sym)
+    theirs_hw = str(sc.get("hardware", latency.PAPER))   # absent: learned before pairs existed
+    mine_hw = str(env_kw.get("hardware", latency.PAPER))
+    if theirs_hw != mine_hw or mine_hw != latency.PAPER:
+        theirs.append(f"hardware {theirs_hw}")
+        ours.append(f"hardware {mine_hw}")
+        if theirs_hw != mine_hw:
+            differ.append("hardware")
     if sc.get("scenario") is not None:   # the schedule (envs.scenarios preset) learned on
         mine_sc = str(env_kw.get("scenario", "nominal"))
         theirs_len = sc.get("scenario_length")

@@ -258,6 +258,28 @@ CASES: list[Case] = [
          r"num_servers \(M\) = 100000 .*KV memory"),
     Case("evals.stage2", ("--hardware=tpu9", "--out={out}"), r"--hardware=tpu9.*unknown"),
     Case("train.main", ("--workdir={out}", "--hardware=tpu9"), r"--hardware=tpu9.*unknown"),
+    # inf or NaN in any float field of any config: refused before the run (it trained for
+    # 100 s, wrote files, then exited 3); every field the issue found, and ppo/distill ones
+    *[Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                          f"--config.{field}={bad}"),
+           rf"--config\.{re.escape(field)}={bad}: must be finite")
+      for field, bad in (("dual.step_size", "inf"), ("dual.learning_rate", "inf"),
+                         ("dual.init_lambda_s", "inf"), ("dual.temperature", "inf"),
+                         ("dual.kp", "inf"), ("dual.decay_steps", "inf"),
+                         ("dual.bw_scale_hz", "inf"), ("policy.rule_threshold", "inf"),
+                         ("env.bandwidth_hz", "-inf"))],
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.dual.step_size=nan"), r"--config\.dual\.step_size=nan: NaN"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=inf"),
+         r"--config\.ppo\.lr=inf: must be finite"),
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}",
+                           "--config.loss.temperature=inf"),
+         r"--config\.loss\.temperature=inf: must be finite"),
+    # seeds outside the PRNG's range (jax.random.key keeps 32 bits: 2**32 is seed 0 again)
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.seed=4294967296"), r"--config\.seed=4294967296: must lie in"),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.env.trace_seed=-1"), r"--config\.env\.trace_seed=-1: must lie"),
     # train.dual
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
          r"--config\.dual\.lrr"),
@@ -294,6 +316,16 @@ CASES: list[Case] = [
     Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers"),
     Case("evals.run", ("--bandwidth_hz=-1", "--out={out}"), r"--bandwidth_hz"),
     Case("evals.run", ("--seeds=0", "--out={out}"), r"--seeds"),
+    Case("evals.run", ("--seed0=9223372036854775807", "--out={out}"),
+         r"--seed0=9223372036854775807: must lie in \[0, "),
+    Case("evals.run", ("--seeds=100000000", "--out={out}"), r"--seeds=100000000: must lie in"),
+    Case("evals.run", ("--beta=inf", "--out={out}"), r"--beta=inf: must be finite"),
+    Case("evals.sweep", ("--seeds=99999999999", "--out={out}"), r"--seeds=99999999999"),
+    Case("evals.calibration", ("--prm_miscalibration=nan", "--out={out}"),
+         r"--prm_miscalibration=nan: NaN"),
+    Case("evals.clairvoyant", ("--lambda_s=1e39",), r"--lambda_s=1e\+39: does not fit float32"),
+    Case("evals.clairvoyant", ("--seed=-5",), r"--seed=-5: must lie"),
+    Case("evals.distill_report", ("--margin=inf", "--out={out}"), r"--margin=inf"),
     Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
                        "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
          r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
@@ -364,6 +396,19 @@ CASES: list[Case] = [
     Case("benchmarks.binding", ("--policy={empty_dir}", "--split=train", "--out={out}"),
          r"--split"),
     Case("evals.stage2", ("--out={out}", "--budget=1.5"), r"--budget"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--budget=1e-320"),
+         r"--budget=1e-320: rounds to 0 in float32"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--dual_overrides=step_size=1e300"),
+         r"--dual_overrides: dual\.step_size=1e\+300: does not fit float32"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--dual_overrides=kp=inf"),
+         r"--dual_overrides: dual\.kp=inf: must be finite"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--seed0=2147483647"), r"--seed0=2147483647"),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--seed=-1", "--out={out}"),
+         r"--seed=-1: must lie"),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--prm_noise=inf", "--out={out}"),
+         r"--prm_noise=inf: must be finite"),
+    Case("benchmarks.duality_gap", ("--workdir={empty_dir}", "--seed=99999999999"),
+         r"--seed=99999999999: must lie"),
     Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),
     Case("benchmarks.env_scaling", ("--envs=a,b", "--json={out}"), r"--envs"),
     Case("benchmarks.trace_load", ("--preset=nope", "--dir={out}"), r"--preset"),
@@ -558,10 +603,26 @@ def test_help_exits_zero(command, tmp_path, run_help):
     shown = f"python -m {command} --help -> {proc.returncode}\nstderr:\n{proc.stderr[-2000:]}"
     assert proc.returncode == 0, shown
     assert "--" in proc.stdout and not proc.stderr.strip(), shown
+    for spelling in ("-h", "--helpshort", "--helpfull"):   # every spelling, every command
+        proc = _run_help(command, [spelling], tmp_path, run_help)
+        assert proc.returncode == 0 and "--" in proc.stdout and not proc.stderr.strip(), \
+            (command, spelling, proc.returncode, proc.stderr[-2000:])
     if command in _config_commands():
         proc = _run_help(command, ["--helpconfig"], tmp_path, run_help)
         assert proc.returncode == 0 and proc.stdout.strip() and not proc.stderr.strip(), \
             (proc.returncode, proc.stdout[:300], proc.stderr)
+
+
+@pytest.mark.parametrize("command,sub", [("prada_jax.traces", "synth"),
+                                         ("prada_jax.distill.pool", "validate")])
+def test_help_of_a_subcommand_exits_zero(command, sub, tmp_path, run_help):
+    """Commands with subcommands answer every help spelling before the subcommand and after
+    it (``--helpshort``/``--helpfull`` were taken for unknown subcommands, exit 2)."""
+    for args in (["--helpshort"], ["--helpfull"], ["-h"], [sub, "--helpshort"],
+                 [sub, "--helpfull"], [sub, "-h"]):
+        proc = _run_help(command, args, tmp_path, run_help)
+        assert proc.returncode == 0 and proc.stdout.strip() and not proc.stderr.strip(), \
+            (command, args, proc.returncode, proc.stderr[-2000:])
 
 
 def test_helpconfig_prints_the_resolved_config(tmp_path, run_help):

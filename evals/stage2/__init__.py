@@ -71,7 +71,7 @@ import numpy as np  # noqa: E402
 from envs import edge, scenarios  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
 from evals import grid, plots, suite  # noqa: E402
-from prada_jax import latency, stats  # noqa: E402
+from prada_jax import config_utils, latency, stats  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import write_json  # noqa: E402
 from prada_jax.rl import trainer as ppo_trainer  # noqa: E402
@@ -468,6 +468,11 @@ def parse_dual_overrides(text: str) -> dict:
             out[f"dual.{key}"] = float(val)
         except ValueError:
             out[f"dual.{key}"] = val.strip()
+    # finite and float32-representable, like every --config field (config_utils.check_float32)
+    try:
+        config_utils.check_float32(out, "")
+    except BadInput as e:
+        raise BadInput(f"--dual_overrides: {e}") from None
     try:  # range checks before anything is written (the learner checks again)
         learner.config_from({k.split(".", 1)[1]: v for k, v in out.items()})
     except (ValueError, TypeError) as e:

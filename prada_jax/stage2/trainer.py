@@ -235,6 +235,9 @@ def build_setup(config) -> Setup:
                 "beta": float(e.beta), "tau_s": float(e.tau_s),
                 "scenario": str(e.get("scenario", "nominal")),
                 "scenario_length": int(e.get("scenario_length", scenarios.DEFAULT_LENGTH))}
+    hw = str(e.get("hardware", latency.DEFAULT_PAIR))
+    if hw != latency.PAPER:   # absent = paper (multipliers learned before pairs existed)
+        scenario["hardware"] = hw
     t = config.train
     return Setup(dcfg=dcfg, traces=traces, trace_info=trace_info, env_params=env_params,
                  policy_fn=policy_fn, policy_info=policy_info, scenario=scenario,

@@ -57,3 +57,16 @@ def test_dual_config_builds_the_pair_env():
     c.env.hardware = "tpu9"
     with pytest.raises(BadInput, match=r"config\.env\.hardware=tpu9"):
         stage2_trainer.validate_config(c)
+
+
+def test_multipliers_learned_under_another_pair_are_a_scenario_mismatch():
+    base = {"num_users": 16, "num_servers": 4, "bandwidth_hz": 20e6, "arrival_rate_hz": 4.0,
+            "beta": 0.2, "tau_s": 0.05}
+    env = dict(base, hardware="paper")
+    # a multipliers.json from before pairs existed: paper, no mismatch
+    assert suite.scenario_mismatch({"scenario": dict(base)}, env, {}, None) is None
+    line = suite.scenario_mismatch({"scenario": dict(base)}, dict(base, hardware="a100_orin_int4"),
+                                   {}, None)
+    assert line is not None and "hardware paper" in line and "hardware a100_orin_int4" in line
+    same = {"scenario": dict(base, hardware="a100_orin_int4")}
+    assert suite.scenario_mismatch(same, dict(base, hardware="a100_orin_int4"), {}, None) is None
