@@ -28,7 +28,7 @@ from envs import edge
 from evals import curve
 from evals import evaluate as ev
 from evals.testing import oracle_apply
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.traces.loader import load_trace_set
 
 
@@ -80,7 +80,7 @@ def _define_flags():
 
 
 def main(argv):
-    del argv
+    config_utils.reject_extra_argv(argv)
     F = flags.FLAGS
     r = run(F.loads, F.seeds, F.slots, F.warmup, F.drain, F.num_users, F.repeats)
     for name in ("point", "curve"):
