@@ -685,7 +685,9 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
       user_communication_s, user_queueing_s, user_offloads, user_outages, user_steps,
       user_fallbacks; per slot scalars: server_in_use, bandwidth_in_use_hz, queue_len,
       arrivals, blocked, active_users, num_servers_t and bandwidth_t_hz (M_t, B_t of the
-      scenario at this slot); cumulative scalars: arrived, finished, blocked_total,
+      scenario at this slot), offered_jobs and offered_job_s (new nominations this slot that
+      asked for the server, and the server-unit seconds they would hold,
+      Σ ``phase_slots(delay_s)``·τ [s]); cumulative scalars: arrived, finished, blocked_total,
       in_flight.
     """
     t = state.t
@@ -700,12 +702,18 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
                                t)
     decision = jnp.where(cs.x.candidate | cs.deciding, dec, -1)
     decision = jnp.where(cs.deciding & ~cs.nominated, LOCAL, decision)
+    # Offered server work (evals' load ρ): new nominations that asked for the server (queued,
+    # admitted, or lost to an outage), each at the slots it would hold a unit.
+    offered = cs.nominated & ((dec != LOCAL) | out_hit)
+    offered_s = jnp.where(offered, _slots(cs.req["delay_s"], params.tau_s), 0).astype(
+        jnp.float32) * params.tau_s
     info = dict(
         decision_mask=cs.deciding, nominated=cs.nominated, decision=decision, outage=out_hit,
         at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
         **info_user,
         **slot_use,
         arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
+        offered_jobs=jnp.sum(offered.astype(jnp.int32)), offered_job_s=jnp.sum(offered_s),
         bandwidth_t_hz=cond["bandwidth_hz"],
         active_users=jnp.sum(s.active.astype(jnp.int32)),
         arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,

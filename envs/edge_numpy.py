@@ -155,12 +155,14 @@ def schedule(name, cands, free_units, free_bw, cfg):
 
     if name == "keep_local":
         return {i: LOCAL for i in idx}
+    oldest = sorted(idx, key=lambda i: (-by[i]["wait"], i))  # arrival order, ties by slot
     if name == "offload_all":
-        return finish(_fill(idx, {i: True for i in idx}, bw, free_units, free_bw),
+        return finish(_fill(oldest, {i: True for i in idx}, bw, free_units, free_bw),
                       {i: True for i in idx})
     if name == "random":
         choice = {i: min(int(3.0 * by[i]["u"]), 2) for i in idx}
-        admitted = _fill(idx, {i: choice[i] == IMMEDIATE for i in idx}, bw, free_units, free_bw)
+        admitted = _fill(oldest, {i: choice[i] == IMMEDIATE for i in idx}, bw, free_units,
+                         free_bw)
         return finish(admitted, {i: choice[i] != LOCAL for i in idx})
     if name == "fifo_greedy":
         order = sorted(idx, key=lambda i: (-by[i]["wait"], i))
@@ -168,7 +170,7 @@ def schedule(name, cands, free_units, free_bw, cfg):
                       {i: True for i in idx})
     if name == "rsd":
         wants = {i: by[i]["draft_prm"] < cfg["rsd_threshold"] for i in idx}
-        return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
+        return finish(_fill(oldest, wants, bw, free_units, free_bw), wants)
     if name in ("threshold", "threshold_fifo"):
         # Admission-price rule with each cost charged once (prada_jax.sched.threshold).
         # Expected wait over the units available this slot (M_t, at least 1), not the nominal M.

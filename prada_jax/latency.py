@@ -201,8 +201,14 @@ PAIRS = {PAPER: None,
          "a100_phone_int4": ("snapdragon_8g3_int4", "a100_80gb_bf16"),
          "h100_orin_int4": ("orin_agx_64gb_int4", "h100_sxm_bf16")}
 
-#: The pair every command uses unless told otherwise (``env.hardware`` / ``--hardware``).
+#: The library's default pair (``envs.edge.make_params``) and what a config or a stored run
+#: without a pair means (runs from before pairs existed ran the paper clock).
 DEFAULT_PAIR = PAPER
+#: The pair the launchers' configs (``prada_jax/configs/ppo.py``, ``dual.py``), ``train.main``
+#: and the evaluation commands without a policy use unless told otherwise (``env.hardware`` /
+#: ``--hardware``): an NVIDIA A100 80GB bf16 server with a Jetson AGX Orin 64GB INT4 edge
+#: (issue 32; the choice and its reasons: docs/results/load_curve.md).
+CONFIG_PAIR = "a100_orin_int4"
 
 
 @struct.dataclass

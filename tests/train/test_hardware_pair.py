@@ -1,5 +1,6 @@
 """The clock's hardware pair travels from the config to the env, the run's records and the
-evaluation env (docs/latency.md); ``paper`` stays the default and leaves the records as before."""
+evaluation env (docs/latency.md); the configs default to ``a100_orin_int4`` (issue 32), ``paper``
+leaves the records as before."""
 import pytest
 
 from evals import suite
@@ -11,13 +12,20 @@ from prada_jax.rl import policy, trainer
 from prada_jax.stage2 import trainer as stage2_trainer
 
 
-def test_default_is_paper_and_records_nothing_new():
+def test_defaults_and_paper_records_nothing_new():
+    """The configs default to the A100 + Orin INT4 pair (issue 32); the library's default and
+    a run stored without a pair are the paper clock, which leaves the records as before."""
+    assert latency.DEFAULT_PAIR == "paper" and latency.CONFIG_PAIR == "a100_orin_int4"
+    assert ppo_cfg.get_config("smoke").env.hardware == latency.CONFIG_PAIR
+    assert dual_cfg.get_config("smoke").env.hardware == latency.CONFIG_PAIR
+    assert suite.env_kwargs_from(None, {})["hardware"] == latency.CONFIG_PAIR
     c = ppo_cfg.get_config("smoke")
-    assert c.env.hardware == latency.DEFAULT_PAIR == "paper"
-    assert dual_cfg.get_config("smoke").env.hardware == "paper"
+    c.env.hardware = "paper"
     setup = trainer.build_setup(c)
     assert not setup.env_params.latency.roofline
     assert "hardware" not in policy.policy_meta(c, setup)
+    assert suite.env_kwargs_from(c, {})["hardware"] == "paper"
+    del c.env["hardware"]   # a run stored before pairs existed
     assert suite.env_kwargs_from(c, {})["hardware"] == "paper"
 
 
