@@ -59,8 +59,11 @@ def depth_curve(clusters: Sequence, depths: Sequence[int], values: Sequence[floa
     """
     clusters, depths = np.asarray(clusters), np.asarray(depths, np.int64)
     values = np.asarray(values, np.float64)
-    if not (len(clusters) == len(depths) == len(values)) or len(values) == 0:
-        raise ValueError("clusters, depths and values must be equal-length and non-empty")
+    if not (len(clusters) == len(depths) == len(values)):
+        raise ValueError("clusters, depths and values must be equal-length")
+    if len(values) == 0:
+        return {"depth": [], "n_rows": 0, "n_clusters": 0, "min_rows": int(min_rows),
+                "fit": None}
     ids, cidx = np.unique(clusters, return_inverse=True)
     D = int(depths.max()) + 1
     S = np.zeros((len(ids), D))
@@ -156,8 +159,13 @@ def teacher_rows(pool, score_fn: Callable, n: int) -> dict:
 
 
 def add_batch(rows: dict, batch: dict, clusters: np.ndarray) -> None:
-    """Appends an on-policy / OPD batch's supervised rows (``clusters``: one id per kept row)."""
+    """Appends an on-policy / OPD batch's supervised rows (``clusters``: one id per batch row,
+    kept where the row carries a supervised token)."""
     t, lp, g = batch_rows(batch)
+    keep = (np.asarray(batch["action_mask"]) > 0).sum(-1) > 0
+    clusters = np.asarray(clusters)[keep]
+    if (clusters < 0).any():
+        raise ValueError("a supervised row without a cluster id")
     rows["cluster"] += [int(c) for c in clusters]
     rows["t"] += [int(x) for x in t]
     rows["logp_turn"] += [float(x) for x in lp]

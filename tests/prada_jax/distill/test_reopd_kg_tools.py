@@ -265,3 +265,15 @@ def test_trainer_counts_tool_rounds_once_per_turn_across_seeds(tmp_path):
         assert rec["tool_rounds"] == len(union)
         assert rec["tool_rounds"] <= rec["tool_calls"]
     assert any(per_call), "the random student made no tool call: the test would be vacuous"
+
+
+def test_add_batch_keeps_the_cluster_of_each_supervised_row():
+    batch = {"action_mask": np.array([[1, 0], [0, 0], [1, 1], [0, 0]]),
+             "teacher_logp": np.array([[-1., 0.], [0., 0.], [-1., -1.], [0., 0.]]),
+             "turn": np.array([0, 0, 1, 0])}
+    rows = {"cluster": [], "t": [], "logp_turn": [], "tokens": []}
+    rel.add_batch(rows, batch, np.array([7, -1, 7, -1]))   # padding rows carry no id
+    assert rows == {"cluster": [7, 7], "t": [0, 1], "logp_turn": [-1.0, -2.0], "tokens": [1, 2]}
+    with pytest.raises(ValueError):
+        rel.add_batch(rows, batch, np.array([-1, -1, 7, -1]))
+    assert rel.depth_curve([], [], [])["fit"] is None
