@@ -27,7 +27,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 
-# ---------------------------------------------------------------------------- statistics
 def _fit(depths: np.ndarray, means: np.ndarray, weights: np.ndarray, degree: int = 1
          ) -> np.ndarray:
     """Weighted least-squares polynomial coefficients, highest degree first (np.polyfit's
@@ -102,8 +101,9 @@ def depth_curve(clusters: Sequence, depths: Sequence[int], values: Sequence[floa
             slopes.append(_fit(t[ok], m[ok], w[ok])[0])
         if ok.sum() >= 3:
             quads.append(_fit(t[ok], m[ok], w[ok], 2)[0])
-    pct = lambda xs: ([float(np.percentile(xs, 100 * a)), float(np.percentile(xs, 100 * (1 - a)))]   # noqa: E731
-                      if xs else [None, None])
+    def pct(xs):
+        return ([float(np.percentile(xs, 100 * a)), float(np.percentile(xs, 100 * (1 - a)))]
+                if xs else [None, None])
     s_ci = pct(slopes)
     out["fit"] = {"depths": [int(x) for x in use], "intercept": float(b0), "slope": float(b1),
                   "slope_ci": s_ci, "kappa": kappa_of_slope(float(b1)),
@@ -115,7 +115,6 @@ def depth_curve(clusters: Sequence, depths: Sequence[int], values: Sequence[floa
     return out
 
 
-# ---------------------------------------------------------------------------- rows
 def turn_logp(score: dict, spans: Sequence[tuple[int, int]]) -> list[tuple[float, int]]:
     """(sum of the teacher's log-probs over the turn's tokens [nats], tokens) per agent turn of
     one scored sequence (``score["logp_actual"][i]`` = log p of token i + 1)."""

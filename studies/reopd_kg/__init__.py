@@ -324,7 +324,8 @@ class Study:
         costs = {k: [dict(c) for c in run.costs] for k, run in built.items()}
         rep = fairclock.report(costs[names[0]], costs[names[1]], rows,
                                latencies=tuple(x / 1000 for x in s.latencies_ms))
-        rep.update(runs=names, seeds=len(seeds), B=pil["B"], pilot_used=not pil.get("default"), rounds=s.timing_rounds, events=events,
+        rep.update(runs=names, seeds=len(seeds), B=pil["B"], pilot_used=not pil.get("default"),
+                   rounds=s.timing_rounds, events=events,
                    per_update=costs, load_avg_1min=[load0, os.getloadavg()[0]],
                    wall_s=time.perf_counter() - t0)
         m = rep["median"]
@@ -419,6 +420,7 @@ def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
             res["reliability"] = r
         else:
             res["clock"] = st.clock(_need(res, "cold"), res.get("pilot"))
+        res[part]["sizes"] = dataclasses.asdict(sizes)   # a part may run with other flags
         res[part]["started_utc"] = started
         res[part]["part_wall_s"] = time.perf_counter() - t0
         res["log"] = res.get("log", []) + st.b.log

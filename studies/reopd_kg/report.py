@@ -65,8 +65,8 @@ def markdown(res: dict) -> str:
             for scope in [k for k in v if k.startswith(("pooled", "set"))]:
                 if key in v[scope]:
                     x = v[scope][key]
-                    L.append(f"| {label} | {scope} | {_d(x)} | {_f(x['mde'])} | "
-                             f"{'**' + x['verdict'] + '**' if scope == 'pooled' else x['verdict']} |")
+                    vd = f"**{x['verdict']}**" if scope == "pooled" else x["verdict"]
+                    L.append(f"| {label} | {scope} | {_d(x)} | {_f(x['mde'])} | {vd} |")
         e = v["e_tool_calls"]
         L += [f"| (e) 0 tool calls in ReOPD | — | ReOPD {sorted(set(e['reopd'].values()))}, OPD "
               f"{e['opd']} | — | **{e['verdict']}** |", "",
@@ -113,7 +113,8 @@ def markdown(res: dict) -> str:
                          f"{_f(m['reopd_s_per_turn'], 5)} | {_f(m['ratio'][L_], 2)}× | "
                          f"{_f(m['serial_per_call_ratio_old_clock'][L_], 2)}× |")
         L += ["", f"Break-even tool latency for 4× (median / sum statistic): "
-              f"{_ms(c['median']['break_even_latency_s'])} / {_ms(c['sum']['break_even_latency_s'])}. "
+              f"{_ms(c['median']['break_even_latency_s'])} / "
+              f"{_ms(c['sum']['break_even_latency_s'])}. "
               f"Teacher tokens forwarded per supervised turn: OPD "
               f"{_f(c['opd_teacher_tokens_per_turn'], 1)}, ReOPD "
               f"{_f(c['reopd_teacher_tokens_per_turn'], 1)} (ratio in teacher compute "

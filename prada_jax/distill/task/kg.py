@@ -307,7 +307,6 @@ def evaluate_model(model, problems: Sequence[Problem], batch: int = 64,
     return summarize(run_episodes(problems, flax_generate_fn(model, batch=batch), max_turns))
 
 
-# ---------------------------------------------------------------------------- solution paths
 def num_valid_paths(p: Problem) -> int:
     """Distinct token sequences of a solved shortest episode of ``p`` (closed form): each of the
     h1 + h2 + 2 calls in either argument order, and the answer's two values in either order
