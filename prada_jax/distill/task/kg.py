@@ -358,9 +358,9 @@ def path_stats(pool, problems: Sequence[Problem]) -> dict:
         succ += ok
         if ok:
             msgs = tokens_to_messages(list(toks), _spans(pool, i))
-            forms = {m["content"][6] in ENTITIES for m in msgs
+            forms = {m["content"][6] in ENTITIES for m in msgs   # entity first?
                      if m["role"] == "assistant" and m["content"].startswith("<call>")
-                     and len(m["content"]) == 13}
+                     and len(m["content"]) == len("<call>Kc</call>")}
             mixed += len(forms) == 2
             v1, v2 = p.values()
             eq_valid += (len(msgs) == 2 * (len(p.paths[0]) + len(p.paths[1]) + 2) + 2

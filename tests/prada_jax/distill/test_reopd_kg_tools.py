@@ -37,11 +37,23 @@ def test_valid_paths_enumeration_matches_closed_form_and_all_replay():
 
 def test_path_stats_against_hand_counts(tmp_path):
     from prada_jax.distill.task.kg_teacher import save_episodes
-    probs = kg.make_problems(11, 9)
+    probs = kg.make_problems(11, 12)
     rng = np.random.default_rng(0)
     eps, want_ref, want_valid, want_succ = [], 0, 0, 0
+    want_mixed = 0
     for i, p in enumerate(probs):
-        if i % 3 == 0:     # the reference chain itself
+        if i >= 9:         # a valid path, call forms alternating (both forms used)
+            msgs = kg.solved_messages(p)
+            k = 0
+            for m in msgs:
+                if m["role"] == "assistant" and m["content"].startswith("<call>"):
+                    if k % 2:
+                        m["content"] = "<call>" + m["content"][7] + m["content"][6] + "</call>"
+                    k += 1
+            ok = True
+            want_valid += 1
+            want_mixed += 1
+        elif i % 3 == 0:   # the reference chain itself
             msgs, ok = kg.solved_messages(p), True
             want_ref += 1
             want_valid += 1
@@ -63,11 +75,11 @@ def test_path_stats_against_hand_counts(tmp_path):
     calls0 = kg.TOOL_CALLS.calls
     st = kg.path_stats(pool, probs)
     assert kg.TOOL_CALLS.calls == calls0
-    assert st["trajectories"] == 9
-    assert st["share_equal_reference"] == pytest.approx(want_ref / 9)
-    assert st["share_valid_shortest_path"] == pytest.approx(want_valid / 9)
-    assert st["success"] == pytest.approx(want_succ / 9)
-    assert st["share_successful_mixing_forms"] == 0.0   # each success uses one form only
+    assert st["trajectories"] == 12
+    assert st["share_equal_reference"] == pytest.approx(want_ref / 12)
+    assert st["share_valid_shortest_path"] == pytest.approx(want_valid / 12)
+    assert st["success"] == pytest.approx(want_succ / 12)
+    assert st["share_successful_mixing_forms"] == pytest.approx(want_mixed / want_succ)
     assert st["valid_paths_per_problem_mean"] == pytest.approx(
         np.mean([len(kg.valid_paths(p)) for p in probs]))
 
