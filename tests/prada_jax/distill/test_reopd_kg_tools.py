@@ -235,6 +235,44 @@ def test_rows_from_scores_and_batches():
     assert rel.episode_ids(np.array([0, 1, 2, 0, 1, 0]), 5).tolist() == [5, 5, 5, 6, 6, 7]
 
 
+def coin_student(tmp_path):
+    """A saved CausalLM whose next token depends only on the current one: it calls the
+    calculator at turn 0 (``<calc>2+3</calc>``) and after each tool reply calls again or
+    answers (``<ans>5</ans>``) with probability 1/2 each, so episodes end at random turns."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from prada_jax.distill.task import arith
+    from prada_jax.lm.config import LMConfig
+    from prada_jax.lm.hf import save_hf
+    from prada_jax.lm.model import CausalLM
+    V, D = len(arith.VOCAB), 32
+    cfg = LMConfig(vocab_size=V, hidden_size=D, intermediate_size=16, num_layers=1, num_heads=2,
+                   num_kv_heads=1, head_dim=16, tie_word_embeddings=False,
+                   pad_token_id=arith.PAD_ID, eos_token_id=arith.EOS_ID, arch="qwen2")
+    model = CausalLM(cfg, rngs=nnx.Rngs(params=0))
+    tid = arith.TOKEN_ID
+    nxt = {}
+    for script in ("<calc>2+3</calc>", "<ans>5</ans>"):
+        ids = arith.encode(script)
+        nxt.update({a: [b] for a, b in zip(ids[:-1], ids[1:])})
+    nxt[tid["</q>"]] = [tid["<calc>"]]
+    nxt[tid["</res>"]] = [tid["<calc>"], tid["<ans>"]]
+    emb = np.zeros((V, D), np.float32)
+    emb[np.arange(V), np.arange(V)] = 1.0
+    head = np.zeros((D, V), np.float32)
+    for v in range(V):
+        for w in nxt.get(v, [arith.EOS_ID]):
+            head[v, w] = 60.0
+    model.embed_tokens.embedding.value = jnp.asarray(emb)
+    model.lm_head.kernel.value = jnp.asarray(head)
+    for layer in model.layers:
+        layer.self_attn.o_proj.kernel.value = jnp.zeros_like(layer.self_attn.o_proj.kernel.value)
+        layer.mlp.down_proj.kernel.value = jnp.zeros_like(layer.mlp.down_proj.kernel.value)
+    save_hf(model, cfg, tmp_path / "coin", arch="qwen2")
+    return tmp_path / "coin"
+
+
 def test_trainer_counts_tool_rounds_once_per_turn_across_seeds(tmp_path):
     """A two-seed OPD run: each update's ``tool_rounds`` is the number of agent turns at which
     any episode of either seed was answered by the tool, counted from the episodes' messages
@@ -266,7 +304,8 @@ def test_trainer_counts_tool_rounds_once_per_turn_across_seeds(tmp_path):
 
     c = get_config("smoke,opd")
     c.data.cache = str(cache)
-    for k, v in {"eval.n_problems": 0, "opd.episodes": 3, "train.num_seeds": 2,
+    for k, v in {"student.init": str(coin_student(tmp_path)), "eval.n_problems": 0,
+                 "opd.episodes": 3, "train.num_seeds": 2,
                  "train.steps": 3, "onpolicy.temperature": 1.0}.items():
         cu.set_field(c, k, v)
     res = train_and_evaluate(c, tmp_path / "run", task=base._replace(run_episodes=counted))
@@ -276,7 +315,9 @@ def test_trainer_counts_tool_rounds_once_per_turn_across_seeds(tmp_path):
         union = per_call[2 * u] | per_call[2 * u + 1]
         assert rec["tool_rounds"] == len(union)
         assert rec["tool_rounds"] <= rec["tool_calls"]
-    assert any(per_call), "the random student made no tool call: the test would be vacuous"
+    assert any(per_call), "the student made no tool call: the test would be vacuous"
+    # the seeds' episodes end at different turns: the union is not always one seed's set
+    assert any(per_call[2 * u] != per_call[2 * u + 1] for u in range(3))
 
 
 def test_add_batch_keeps_the_cluster_of_each_supervised_row():
