@@ -464,6 +464,17 @@ CASES: list[Case] = [
                                             "--generator_cache={empty_dir}", "--out={out}"),
          r"--teacher_cache"),
     Case("benchmarks.reopd_prefix_source", ("--updates=0", "--out={out}"), r"--updates"),
+    # studies (issue 35: κ outside (0, 1], a negative latency, seeds overlapping the pilot's)
+    Case("studies.reopd_kg", ("--kappas=0.6,1.5", "--cache={empty_dir}", "--out={out}"),
+         r"--kappas"),
+    Case("studies.reopd_kg", ("--kappas=0", "--quick", "--out={out}"), r"--kappas"),
+    Case("studies.reopd_kg", ("--latencies_ms=10,-1", "--cache={empty_dir}", "--out={out}"),
+         r"--latencies_ms"),
+    Case("studies.reopd_kg", ("--seeds=0-19", "--pilot_seeds=19-21", "--cache={empty_dir}",
+                              "--out={out}"), r"--seeds.*--pilot_seeds"),
+    Case("studies.reopd_kg", ("--parts=compare", "--cache={empty_dir}", "--out={out}"),
+         r"--parts"),
+    Case("studies.reopd_kg", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
 ]
 
 
