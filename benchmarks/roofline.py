@@ -1,6 +1,17 @@
-"""How far the edge env is from this machine's limit: user-slot steps/s vs a simple roofline.
+"""Two rooflines: the latency clock's per hardware pair, and this machine's for the edge env.
 
+    python -m benchmarks.roofline --clock_only            # the clock table (instant)
     python -m benchmarks.roofline [--num_envs=4096] [--num_users=16] [--slots=16]
+
+The clock table (``clock_table``; docs/latency.md) prints, per hardware pair of
+``prada_jax.latency.PAIRS``: the server LLM's (Qwen2.5-7B) per-token decode time at batch
+1, 8, 32 and M (M = the most sequences the server's KV memory holds at ``CONTEXT`` tokens),
+the edge SLM's (Qwen2.5-1.5B) per-token decode at batch 1, the prefill time of ``CONTEXT``
+tokens on each side, and the server/edge per-token ratio at batch 1. Every sequence holds
+``CONTEXT`` tokens of context. ``paper`` is the FLOP-only clock (no batching: its per-token
+time is the same at every batch). Computed from the profiles, not measured.
+
+The machine part:
 
 Measures in one process (medians over ``--repeats`` after a warm-up):
 
@@ -29,6 +40,64 @@ from absl import flags
 
 from envs import edge
 from prada_jax import cli
+from prada_jax import latency as lat
+
+
+CONTEXT = 512          # tokens of context of every sequence in the clock table
+BATCHES = (1, 8, 32)   # server batch sizes of the table (and M)
+
+
+def clock_table(context: int = CONTEXT) -> list[dict]:
+    """One row per hardware pair: per-token decode times [ms] of the server LLM at batch 1, 8,
+    32 and M, of the edge SLM at batch 1, prefill times [ms] of ``context`` tokens, and the
+    server/edge per-token ratio at batch 1 (< 1: the server decodes a token faster)."""
+    rows = []
+    for pair in lat.PAIRS:
+        p = lat.pair_latency_params(pair)
+        c = float(context)
+        if p.roofline:
+            m = lat.max_sequences(p, context)
+            srv = {b: float(lat.decode_step_s(p.llm, p.server_hw, b, b * c))
+                   for b in BATCHES + (m,)}
+            edge_tok = float(lat.decode_step_s(p.slm, p.edge_hw, 1, c))
+            pre_srv = float(lat.prefill_s(p.llm, p.server_hw, c, 0.0))
+            pre_edge = float(lat.prefill_s(p.slm, p.edge_hw, c, 0.0))
+        else:
+            m = None
+            one = float(lat.compute_delay_s(lat.decode_token_flops(p.llm, c),
+                                            p.server_peak_flops, p.server_eta))
+            srv = {b: one for b in BATCHES}
+            edge_tok = float(lat.compute_delay_s(lat.decode_token_flops(p.slm, c),
+                                                 p.edge_peak_flops, p.edge_eta))
+            pre_srv = float(lat.compute_delay_s(lat.prefill_flops(p.llm, c), p.server_peak_flops,
+                                                p.server_eta))
+            pre_edge = float(lat.compute_delay_s(lat.prefill_flops(p.slm, c), p.edge_peak_flops,
+                                                 p.edge_eta))
+        names = lat.PAIRS[pair] or ("paper edge (4 TFLOP/s, η 0.3)",
+                                    "paper server (312 TFLOP/s, η 0.3)")
+        rows.append({"pair": pair, "edge": names[0], "server": names[1], "context": context,
+                     "M": m, "server_ms": {str(b): 1e3 * t for b, t in srv.items()},
+                     "edge_ms": 1e3 * edge_tok, "server_prefill_ms": 1e3 * pre_srv,
+                     "edge_prefill_ms": 1e3 * pre_edge,
+                     "server_over_edge_b1": srv[1] / edge_tok})
+    return rows
+
+
+def clock_markdown(rows: list[dict]) -> str:
+    """The clock table as markdown (docs/latency.md)."""
+    head = ("| pair | edge / server | M | server ms/token b=1 | b=8 | b=32 | b=M | "
+            f"edge ms/token | server / edge (b=1) | prefill {rows[0]['context']} tok server / "
+            "edge ms |")
+    out = [head, "|" + "---|" * 10]
+    for r in rows:
+        s = r["server_ms"]
+        m = "—" if r["M"] is None else str(r["M"])
+        bm = "—" if r["M"] is None else f"{s[str(r['M'])]:.3g}"
+        out.append(f"| {r['pair']} | {r['edge']} / {r['server']} | {m} | {s['1']:.3g} | "
+                   f"{s['8']:.3g} | {s['32']:.3g} | {bm} | {r['edge_ms']:.3g} | "
+                   f"{r['server_over_edge_b1']:.3g} | {r['server_prefill_ms']:.3g} / "
+                   f"{r['edge_prefill_ms']:.3g} |")
+    return "\n".join(out)
 
 
 def _median_time(fn, *args, repeats=5):
@@ -119,12 +188,24 @@ def _define(fv) -> None:
     flags.DEFINE_integer("slots", 16, "slots per timed call", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("repeats", 5, "timed calls (median)", lower_bound=1, flag_values=fv)
     flags.DEFINE_string("json", "", "also write the result to this file", flag_values=fv)
+    flags.DEFINE_bool("clock_only", False, "print the latency clock's table per hardware pair "
+                      "and stop (no machine measurement)", flag_values=fv)
 
 
 def main(argv=None):
     """``argv``: absl flags (``--num_envs=4096``); None = the command line."""
     a = cli.parse_local(_define, argv, "benchmarks.roofline", __doc__)
+    rows = clock_table()
+    print(f"latency clock per hardware pair (context {CONTEXT} tokens; per-token decode, "
+          "prefill of the context; computed from the profiles, not measured):")
+    print(clock_markdown(rows))
+    if a.clock_only:
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"clock": rows}, f, indent=2)
+        return
     r = run(a.num_envs, a.num_users, a.slots, a.repeats)
+    r["clock"] = rows
     print(json.dumps(r, indent=2))
     print(f"edge env E={r['num_envs']} U={r['num_users']}: {r['user_slot_steps_per_s']:.3g} "
           f"user-slot steps/s = {100 * r['fraction_of_roofline']:.1f}% of the roofline "

@@ -36,6 +36,12 @@ Model (every choice below is an assumption where the PRADA paper is silent):
   and processing in proportion to (upload + download) : server compute.
 * ``server_kv_cache`` (off by default): the server keeps each user's context, so an upload sends
   and prefills only the tokens it has not seen. The edge SLM always keeps its own KV cache.
+* Clock (``make_params(hardware=...)``, docs/latency.md): ``paper`` (default) prices phases by
+  FLOPs and a job holds its unit for ``max(1, ceil(D/τ))`` slots, as above. A roofline pair
+  prices them by ``prada_jax.latency``'s roofline, M is the most concurrent server sequences
+  (bounded by the server's KV memory), and a job progresses each slot at the rate the current
+  batch allows (``_serve_slot``): upload, prefill (all prefills of a slot stall the batch),
+  decode at ``decode_step_s(b, Σ contexts)``, download; it ends when its work is done.
 
 With ``U = 1``, ``arrival_rate_hz = 0``, ``initial_users = 1``, unlimited M and B, no outage
 (``snr_threshold_db = -inf``) and the ``offload_all`` scheduler, one episode is the single-user
@@ -146,7 +152,8 @@ class EnvState:
     ``edge_cached`` / ``server_cached``: tokens in the SLM / server KV cache; ``arrival_slot``;
     accumulated ``proc_s``, ``comm_s``, ``queue_s`` [s], ``offloads``, ``outages``, ``steps``,
     ``fallbacks``; scalars ``t`` (next slot index), ``arrived`` (incl. blocked), ``finished``,
-    ``blocked``.
+    ``blocked``; ``job``: the running jobs' remaining work under a roofline clock
+    (``ServiceJob``; None under ``paper``, whose jobs count down ``remaining`` slots).
     """
 
     phase: Any
@@ -171,10 +178,25 @@ class EnvState:
     arrived: Any
     finished: Any
     blocked: Any
+    job: Any = None
 
     @property
     def active(self):
         return self.phase != EMPTY
+
+
+@struct.dataclass
+class ServiceJob:
+    """Remaining work of each user's server job under the batching server ([U] float32; valid
+    where the phase is SERVICE). ``up_s``: upload seconds; ``prefill_s``: server prefill
+    seconds; ``dec_tok``: LLM-step tokens still to decode; ``ctx``: tokens in the job's server
+    sequence (its KV cache, read by every decode step); ``down_s``: download seconds."""
+
+    up_s: Any
+    prefill_s: Any
+    dec_tok: Any
+    ctx: Any
+    down_s: Any
 
 
 @struct.dataclass
@@ -226,7 +248,7 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 policy_reward_mode: str = "coarse",
                 server_kv_cache: bool = False, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
-                scenario=None, llm_only: bool = False,
+                scenario=None, llm_only: bool = False, hardware: str = lat.DEFAULT_PAIR,
                 latency: lat.LatencyParams | None = None, **latency_overrides) -> EnvParams:
     """Builds validated env params from a trace set.
 
@@ -245,11 +267,17 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
       llm_only: the server LLM alone, no edge draft (``EnvParams.llm_only``); pair it with the
         ``offload_all`` scheduler, every step nominated, ``server_kv_cache`` (the server keeps
         the context it generated) and a ``max_wait_slots`` no queue reaches.
-      latency: latency constants (default ``prada_jax.latency.default_latency_params()``);
+      hardware: the (edge, server) hardware pair of the clock (``prada_jax.latency.PAIRS``
+        name or a JSON file, ``latency.pair_profiles``): ``paper`` (default) is the FLOP-only
+        clock with fixed-slot jobs; any other pair the roofline clock with a batching server
+        (docs/latency.md). Ignored when ``latency`` is given (its own ``clock`` holds).
+      latency: latency constants (default ``prada_jax.latency.pair_latency_params(hardware)``);
         extra keyword arguments override its fields by name (e.g. ``snr_threshold_db=-inf``).
 
     Raises:
-      ValueError: naming the field that is out of range.
+      ValueError: naming the field that is out of range. ``errors.BadInput`` (a ValueError)
+        for an unknown pair, a profile out of range, or an M beyond what the server
+        profile's KV memory holds at the trace set's longest server sequence.
     """
     if int(num_users) < 1:
         raise ValueError(f"num_users (U) must be >= 1, got {num_users}")
@@ -292,11 +320,19 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         raise ValueError("traces.root: the trace set has no problems")
     sched = scheduler_index(scheduler)
     if latency is None:
-        latency = lat.default_latency_params(**latency_overrides)
-    elif latency_overrides:
-        latency = latency.replace(**latency_overrides)
-    lat.validate_latency_params(latency)
+        latency = lat.pair_latency_params(hardware, **latency_overrides)
+    else:
+        hardware = "(the given latency params)"
+        if latency_overrides:
+            latency = latency.replace(**latency_overrides)
+    lat.validate_latency_params(latency, hardware=hardware)
     scn = scenarios.validate(scenarios.static() if scenario is None else scenario)
+    if latency.roofline:
+        # M sequences must fit the server's KV memory at the longest server sequence (the
+        # context plus the LLM step) of the trace set, at the scenario's largest M_t.
+        m_max = int(math.floor(float(num_servers) * float(np.max(np.asarray(scn.servers)))
+                               + 0.5))
+        check_num_servers(latency, traces, m_max, hardware)
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return EnvParams(
@@ -311,6 +347,27 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers),
         num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"),
         llm_only=jnp.asarray(bool(llm_only)))
+
+
+def max_num_servers(latency: lat.LatencyParams, traces: TraceSet) -> int:
+    """The largest M (concurrent server sequences) the server profile's KV memory holds at
+    the trace set's longest server sequence (context + LLM step); host-side. Unbounded (a
+    very large int) under ``paper``."""
+    longest = float(np.max(np.asarray(traces.ctx_tokens) + np.asarray(traces.cand_tokens)[:, 1]))
+    return lat.max_sequences(latency, longest)
+
+
+def check_num_servers(latency: lat.LatencyParams, traces: TraceSet, num_servers: int,
+                      hardware: str = "") -> None:
+    """Raises ``errors.BadInput`` if ``num_servers`` (M, e.g. a sweep's grid value set with
+    ``params.replace``) exceeds ``max_num_servers``; ``make_params`` calls it."""
+    cap = max_num_servers(latency, traces)
+    if int(num_servers) > cap:
+        longest = float(np.max(np.asarray(traces.ctx_tokens)
+                               + np.asarray(traces.cand_tokens)[:, 1]))
+        raise BadInput(f"num_servers (M) = {int(num_servers)} concurrent sequences exceeds the "
+                       f"{cap} the server's KV memory holds under hardware {hardware} "
+                       f"(sequences up to {longest:.0f} tokens)")
 
 
 def with_scenario(params: EnvParams, scenario) -> EnvParams:
@@ -488,14 +545,15 @@ def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot, draft=
     return state, n_arrivals - n_admit, admit
 
 
-def _empty_state(u: int) -> EnvState:
+def _empty_state(u: int, roofline: bool = False) -> EnvState:
     zi = jnp.zeros((u,), jnp.int32)
     zf = jnp.zeros((u,), jnp.float32)
     s0 = jnp.asarray(0, jnp.int32)
+    job = ServiceJob(up_s=zf, prefill_s=zf, dec_tok=zf, ctx=zf, down_s=zf) if roofline else None
     return EnvState(phase=zi, node=zi, remaining=zi, wait=zi, gain=zf, draft_s=zf, svc_bw_hz=zf,
                     svc_comm_frac=zf, edge_cached=zi, server_cached=zi, arrival_slot=zi,
                     proc_s=zf, comm_s=zf, queue_s=zf, offloads=zi, outages=zi, steps=zi,
-                    fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0)
+                    fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0, job=job)
 
 
 # ----------------------------------------------------------------------------- reset / step
@@ -507,8 +565,8 @@ def reset(key, params: EnvParams):
       obs [U, F+2] float32, state ``EnvState``.
     """
     noise = draw_noise(key, params)
-    state, _, _ = _admit(_empty_state(params.num_users), params, params.initial_users,
-                      noise.problem, jnp.asarray(0, jnp.int32))
+    state, _, _ = _admit(_empty_state(params.num_users, params.latency.roofline), params,
+                         params.initial_users, noise.problem, jnp.asarray(0, jnp.int32))
     return _observe(state, params), state
 
 
@@ -519,7 +577,13 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
     request's bandwidth is capped at B_t.
 
     Returns a dict of [U] arrays: ``snr`` (linear), ``outage`` (bool), ``bandwidth_hz``,
-    ``upload_s``, ``server_s``, ``download_s``, ``delay_s`` (D = their sum), ``upload_tokens``.
+    ``upload_s``, ``server_s``, ``download_s``, ``delay_s`` (D = their sum), ``upload_tokens``;
+    under a roofline clock also ``prefill_s`` (the server prefill part of ``server_s``).
+
+    ``delay_s`` is the seconds the job holds one of the M server sequence slots when the server
+    runs a full batch: under ``paper`` the job's fixed service time; under a roofline clock
+    upload + prefill + the LLM step decoded with M_t sequences in every step + download (the
+    batching server usually serves it faster, with fewer sequences in the batch).
     """
     tr, lp = params.traces, params.latency
     n = state.node
@@ -534,10 +598,18 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
     t_up = lat.transfer_delay_s(up_bits, bw, snr)
     t_down = jnp.where(params.downlink, lat.transfer_delay_s(
         llm_tok.astype(jnp.float32) * lp.bits_per_token, bw, snr), 0.0)
-    t_srv = lat.server_delay_s(lp, up_tokens, srv_cached, llm_tok)
+    if lp.roofline:
+        # Service time on a full server: M_t sequences share every decode step.
+        full = jnp.maximum(cond["num_servers"], 1).astype(jnp.float32)
+        t_pre = lat.server_prefill_s(lp, up_tokens, srv_cached)
+        t_srv = lat.server_delay_s(lp, up_tokens, srv_cached, llm_tok, batch=full)
+        extra = dict(prefill_s=t_pre)
+    else:
+        t_srv = lat.server_delay_s(lp, up_tokens, srv_cached, llm_tok)
+        extra = {}
     return dict(snr=snr, outage=lat.in_outage(lp, snr), bandwidth_hz=bw, upload_s=t_up,
                 server_s=t_srv, download_s=t_down, delay_s=t_up + t_srv + t_down,
-                upload_tokens=up_tokens)
+                upload_tokens=up_tokens, **extra)
 
 
 class CandidateSet(NamedTuple):
@@ -613,7 +685,9 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
       user_communication_s, user_queueing_s, user_offloads, user_outages, user_steps,
       user_fallbacks; per slot scalars: server_in_use, bandwidth_in_use_hz, queue_len,
       arrivals, blocked, active_users, num_servers_t and bandwidth_t_hz (M_t, B_t of the
-      scenario at this slot); cumulative scalars: arrived, finished, blocked_total,
+      scenario at this slot), offered_jobs and offered_job_s (new nominations this slot that
+      asked for the server, and the server-unit seconds they would hold,
+      Σ ``phase_slots(delay_s)``·τ [s]); cumulative scalars: arrived, finished, blocked_total,
       in_flight.
     """
     t = state.t
@@ -628,12 +702,18 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
                                t)
     decision = jnp.where(cs.x.candidate | cs.deciding, dec, -1)
     decision = jnp.where(cs.deciding & ~cs.nominated, LOCAL, decision)
+    # Offered server work (evals' load ρ): new nominations that asked for the server (queued,
+    # admitted, or lost to an outage), each at the slots it would hold a unit.
+    offered = cs.nominated & ((dec != LOCAL) | out_hit)
+    offered_s = jnp.where(offered, _slots(cs.req["delay_s"], params.tau_s), 0).astype(
+        jnp.float32) * params.tau_s
     info = dict(
         decision_mask=cs.deciding, nominated=cs.nominated, decision=decision, outage=out_hit,
         at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
         **info_user,
         **slot_use,
         arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
+        offered_jobs=jnp.sum(offered.astype(jnp.int32)), offered_job_s=jnp.sum(offered_s),
         bandwidth_t_hz=cond["bandwidth_hz"],
         active_users=jnp.sum(s.active.astype(jnp.int32)),
         arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
@@ -725,6 +805,14 @@ def _resolve(state: EnvState, params: EnvParams, cs: CandidateSet, dec, out_hit)
         steps=state.steps + resolved.astype(jnp.int32),
         fallbacks=state.fallbacks + (res_local & fb0 | res_imm & fb1).astype(jnp.int32),
     )
+    if params.latency.roofline:
+        j = state.job
+        w = lambda new, old: jnp.where(res_imm, new, old)  # noqa: E731
+        s = s.replace(job=ServiceJob(
+            up_s=w(req["upload_s"], j.up_s), prefill_s=w(req["prefill_s"], j.prefill_s),
+            dec_tok=w(tr.cand_tokens[n, 1].astype(jnp.float32), j.dec_tok),
+            ctx=w(tr.ctx_tokens[n].astype(jnp.float32), j.ctx),
+            down_s=w(req["download_s"], j.down_s)))
     return s, reward, _Resolution(fin_local=fin_local, cont_local=cont_local, corr_local=corr0)
 
 
@@ -732,7 +820,9 @@ def _charge_slot(s: EnvState, params: EnvParams):
     """This slot's time, by the phase each user occupies.
 
     Returns ``(state, in_draft [U], in_svc [U], slot_use)``, ``slot_use`` the scalars
-    ``server_in_use``, ``bandwidth_in_use_hz`` [Hz] and ``queue_len`` of the slot.
+    ``server_in_use``, ``bandwidth_in_use_hz`` [Hz] and ``queue_len`` of the slot. Under a
+    roofline clock the running jobs progress by ``_serve_slot`` and ``remaining`` is 0 for a job
+    whose work is done, 1 otherwise.
     """
     tau = params.tau_s
     in_draft = s.phase == DRAFT
@@ -741,14 +831,75 @@ def _charge_slot(s: EnvState, params: EnvParams):
     slot_use = dict(server_in_use=jnp.sum(in_svc.astype(jnp.int32)),
                     bandwidth_in_use_hz=jnp.sum(jnp.where(in_svc, s.svc_bw_hz, 0.0)),
                     queue_len=jnp.sum(in_q.astype(jnp.int32)))
-    comm_part = jnp.where(in_svc, tau * s.svc_comm_frac, 0.0)
+    if params.latency.roofline:
+        job, comm_svc, left = _serve_slot(s.job, in_svc, params)
+        comm_part = jnp.where(in_svc, comm_svc, 0.0)
+        remaining = jnp.where(in_svc, left.astype(jnp.int32),
+                              s.remaining - in_draft.astype(jnp.int32))
+        s = s.replace(job=job)
+    else:
+        comm_part = jnp.where(in_svc, tau * s.svc_comm_frac, 0.0)
+        remaining = s.remaining - (in_draft | in_svc).astype(jnp.int32)
     s = s.replace(
         proc_s=s.proc_s + jnp.where(in_draft, tau, 0.0) + jnp.where(in_svc, tau, 0.0) - comm_part,
         comm_s=s.comm_s + comm_part,
         queue_s=s.queue_s + jnp.where(in_q, tau, 0.0),
         wait=s.wait + in_q.astype(jnp.int32),
-        remaining=s.remaining - (in_draft | in_svc).astype(jnp.int32))
+        remaining=remaining)
     return s, in_draft, in_svc, slot_use
+
+
+def _serve_slot(job: ServiceJob, in_svc, params: EnvParams):
+    """One slot of the batching server (roofline clocks; docs/latency.md "batching server").
+
+    Each running job spends its τ in order: upload (its own channel), server prefill, decode,
+    download. The server first runs every prefill of the slot (they stall decoding: a job's
+    decode window is what its τ leaves after its upload and ALL of the slot's prefill time),
+    then decodes the batch: ``b`` = running jobs with LLM tokens left at the start of the slot
+    (each holds one of the M sequence slots), every step costs
+    ``latency.decode_step_s(llm, server, b, Σ contexts)`` with the contexts at the start of the
+    slot, and each job decodes ``min(tokens left, window / step)`` tokens. A job whose decode
+    ends this slot downloads in the time its decoding left; a job past decoding downloads from
+    the start of its τ (no stall).
+
+    Args:
+      job: ``ServiceJob`` [U]; in_svc: [U] bool, the users in SERVICE this slot.
+
+    Returns:
+      ``(job, comm_s [U], left [U] bool)``: the remaining work, the seconds of this slot spent
+      on upload + download (the rest of τ counts as processing), and whether work remains.
+    """
+    lp = params.latency
+    tau = params.tau_s
+    zero = jnp.zeros_like(job.up_s)
+    up = jnp.where(in_svc, job.up_s, 0.0)
+    pf = jnp.where(in_svc, job.prefill_s, 0.0)
+    dec = jnp.where(in_svc, job.dec_tok, 0.0)
+    down = jnp.where(in_svc, job.down_s, 0.0)
+    u = jnp.minimum(up, tau)                       # upload this slot
+    a = tau - u
+    p = jnp.minimum(pf, a)                         # own prefill this slot
+    pf_left = pf - p
+    p_all = jnp.sum(p)                             # every prefill of the slot stalls decoding
+    decoding = dec > 0
+    b = jnp.sum(decoding.astype(jnp.float32))
+    step_s = lat.decode_step_s(lp.llm, lp.server_hw, jnp.maximum(b, 1.0),
+                               jnp.sum(jnp.where(decoding, job.ctx, 0.0)))
+    window = jnp.where(decoding & (pf_left <= 0) & (up - u <= 0),
+                       jnp.maximum(a - p_all, 0.0), 0.0)
+    n_tok = jnp.minimum(dec, window / step_s)
+    dec_left = dec - n_tok
+    after_dec = jnp.where(decoding, window - n_tok * step_s, a - p)
+    can_down = (up - u <= 0) & (pf_left <= 0) & (dec_left <= 0)
+    d = jnp.where(can_down, jnp.minimum(down, jnp.maximum(after_dec, 0.0)), 0.0)
+    down_left = down - d
+    new = ServiceJob(up_s=jnp.where(in_svc, up - u, job.up_s),
+                     prefill_s=jnp.where(in_svc, pf_left, job.prefill_s),
+                     dec_tok=jnp.where(in_svc, dec_left, job.dec_tok),
+                     ctx=jnp.where(in_svc, job.ctx + n_tok, job.ctx),
+                     down_s=jnp.where(in_svc, down_left, job.down_s))
+    left = (up - u > 0) | (pf_left > 0) | (dec_left > 0) | (down_left > 0)
+    return new, jnp.where(in_svc, u + d, zero), in_svc & left
 
 
 def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_svc, t):

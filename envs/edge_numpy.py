@@ -4,6 +4,11 @@ Same rules as the module docstring of ``envs.edge``, transcribed as loops over u
 one Python object per user and float64 arithmetic. It takes the same pre-drawn randomness
 (``envs.edge.Noise`` converted to NumPy) so equivalence tests can compare per-user outcomes, and
 it is the baseline of ``benchmarks.env_throughput``. Not for training.
+
+The roofline clock (a ``LatencyConsts.clock`` of "roofline", read from a hardware pair by
+``consts_from_jax``) is transcribed too: the decode time of a step is summed token by token
+(``roofline_decode``; the JAX clock uses a closed form) and the batching server runs job by
+job (``EdgeEnvNumPy._serve``).
 """
 from __future__ import annotations
 
@@ -24,13 +29,19 @@ class Arch:
     p: float
     layers: float
     d: float
+    kv_heads: float = 0.0
+    head_dim: float = 128.0
+    weights: float = 0.0       # weights read per forward pass (non-embedding + lm_head)
 
 
 @dataclass
 class LatencyConsts:
-    slm: Arch = field(default_factory=lambda: Arch(1.31e9, 28, 1536))
-    llm: Arch = field(default_factory=lambda: Arch(6.53e9, 28, 3584))
-    prm: Arch = field(default_factory=lambda: Arch(6.53e9, 28, 3584))
+    slm: Arch = field(default_factory=lambda: Arch(1.31e9, 28, 1536, 2, 128,
+                                                   1.31e9 + 151936 * 1536))
+    llm: Arch = field(default_factory=lambda: Arch(6.53e9, 28, 3584, 4, 128,
+                                                   6.53e9 + 152064 * 3584))
+    prm: Arch = field(default_factory=lambda: Arch(6.53e9, 28, 3584, 4, 128,
+                                                   6.53e9 + 152064 * 3584))
     edge_peak_flops: float = 4e12
     edge_eta: float = 0.3
     server_peak_flops: float = 3.12e14
@@ -45,14 +56,54 @@ class LatencyConsts:
     snr_threshold_db: float = 0.0
     uplink_target_s: float = 1e-3
     min_request_hz: float = 1e4
+    # Roofline clock (``prada_jax.latency`` pairs other than "paper"): each profile a dict with
+    # peak_flops, mem_bw, mem_bytes, eta, eta_mem, weight_bytes, kv_bytes.
+    clock: str = "paper"
+    edge_hw: dict | None = None
+    server_hw: dict | None = None
+
+
+_HW_FIELDS = ("peak_flops", "mem_bw", "mem_bytes", "eta", "eta_mem", "weight_bytes", "kv_bytes")
 
 
 def consts_from_jax(lp) -> LatencyConsts:
     """Reads a ``prada_jax.latency.LatencyParams`` into plain floats."""
-    arch = lambda m: Arch(float(m.params), float(m.layers), float(m.d_model))  # noqa: E731
-    names = [f for f in LatencyConsts.__dataclass_fields__ if f not in ("slm", "llm", "prm")]
+    arch = lambda m: Arch(float(m.params), float(m.layers), float(m.d_model),  # noqa: E731
+                          float(m.n_kv_heads), float(m.head_dim), float(m.weight_params))
+    hw = lambda h: None if h is None else {f: float(getattr(h, f)) for f in _HW_FIELDS}  # noqa
+    names = [f for f in LatencyConsts.__dataclass_fields__
+             if f not in ("slm", "llm", "prm", "clock", "edge_hw", "server_hw")]
     return LatencyConsts(slm=arch(lp.slm), llm=arch(lp.llm), prm=arch(lp.prm),
+                         clock=str(lp.clock), edge_hw=hw(lp.edge_hw),
+                         server_hw=hw(lp.server_hw),
                          **{f: float(getattr(lp, f)) for f in names})
+
+
+# Roofline, written token by token (the JAX clock sums the same maxima in closed form).
+
+def kv_token_bytes(a: Arch, hw: dict) -> float:
+    return 2.0 * a.layers * a.kv_heads * a.head_dim * hw["kv_bytes"]
+
+
+def roofline_step(a: Arch, hw: dict, contexts) -> float:
+    """Seconds of one decode step of a batch whose sequences hold ``contexts`` tokens."""
+    flops = sum(2.0 * a.p + 4.0 * a.layers * a.d * c for c in contexts)
+    byts = a.weights * hw["weight_bytes"] + sum(kv_token_bytes(a, hw) * c for c in contexts)
+    return max(flops / (hw["peak_flops"] * hw["eta"]), byts / (hw["mem_bw"] * hw["eta_mem"]))
+
+
+def roofline_decode(a: Arch, hw: dict, m: int, start: int, batch: int = 1) -> float:
+    """Seconds to decode ``m`` tokens from context ``start`` with ``batch`` equal sequences."""
+    return sum(roofline_step(a, hw, [j] * batch) for j in range(int(start), int(start) + int(m)))
+
+
+def roofline_prefill(a: Arch, hw: dict, new: float, cached: float) -> float:
+    if new <= 0:
+        return 0.0
+    t_flop = flops_prefill(a, new, cached) / (hw["peak_flops"] * hw["eta"])
+    t_mem = (a.weights * hw["weight_bytes"] + kv_token_bytes(a, hw) * cached) / (
+        hw["mem_bw"] * hw["eta_mem"])
+    return max(t_flop, t_mem)
 
 
 def flops_prefill(a: Arch, new: float, cached: float) -> float:
@@ -104,12 +155,14 @@ def schedule(name, cands, free_units, free_bw, cfg):
 
     if name == "keep_local":
         return {i: LOCAL for i in idx}
+    oldest = sorted(idx, key=lambda i: (-by[i]["wait"], i))  # arrival order, ties by slot
     if name == "offload_all":
-        return finish(_fill(idx, {i: True for i in idx}, bw, free_units, free_bw),
+        return finish(_fill(oldest, {i: True for i in idx}, bw, free_units, free_bw),
                       {i: True for i in idx})
     if name == "random":
         choice = {i: min(int(3.0 * by[i]["u"]), 2) for i in idx}
-        admitted = _fill(idx, {i: choice[i] == IMMEDIATE for i in idx}, bw, free_units, free_bw)
+        admitted = _fill(oldest, {i: choice[i] == IMMEDIATE for i in idx}, bw, free_units,
+                         free_bw)
         return finish(admitted, {i: choice[i] != LOCAL for i in idx})
     if name == "fifo_greedy":
         order = sorted(idx, key=lambda i: (-by[i]["wait"], i))
@@ -117,7 +170,7 @@ def schedule(name, cands, free_units, free_bw, cfg):
                       {i: True for i in idx})
     if name == "rsd":
         wants = {i: by[i]["draft_prm"] < cfg["rsd_threshold"] for i in idx}
-        return finish(_fill(idx, wants, bw, free_units, free_bw), wants)
+        return finish(_fill(oldest, wants, bw, free_units, free_bw), wants)
     if name in ("threshold", "threshold_fifo"):
         # Admission-price rule with each cost charged once (prada_jax.sched.threshold).
         # Expected wait over the units available this slot (M_t, at least 1), not the nominal M.
@@ -146,7 +199,7 @@ def schedule(name, cands, free_units, free_bw, cfg):
 class _User:
     __slots__ = ("phase", "node", "left", "wait", "gain", "draft_s", "bw", "frac", "slm_kv",
                  "srv_kv", "t0", "proc", "comm", "queue", "offloads", "outages", "steps",
-                 "fallbacks")
+                 "fallbacks", "job")
 
     def __init__(self):
         self.phase = "empty"
@@ -166,6 +219,7 @@ class EdgeEnvNumPy:
         self.users = [_User() for _ in range(self.U)]
         self.t = 0
         self.arrived = self.finished = self.blocked = 0
+        self.roof = self.c.clock != "paper"
         self.snr_bar = mean_snr(self.c)
         self.snr_th = 10.0 ** (self.c.snr_threshold_db / 10.0) if \
             self.c.snr_threshold_db != -math.inf else 0.0
@@ -188,10 +242,16 @@ class EdgeEnvNumPy:
         c = self.c
         ctx, dtok = self.ctx[node], self.tok[node][0]
         kv = min(slm_kv, ctx)
-        fl = flops_prefill(c.slm, ctx - kv, kv) + flops_decode(c.slm, dtok, ctx)
-        sec = fl / (c.edge_peak_flops * c.edge_eta)
-        if self.sched == "rsd":
-            sec += flops_prefill(c.prm, ctx + dtok, 0) / (c.server_peak_flops * c.server_eta)
+        if self.roof:
+            sec = roofline_prefill(c.slm, c.edge_hw, ctx - kv, kv) + roofline_decode(
+                c.slm, c.edge_hw, dtok, ctx, 1)
+            if self.sched == "rsd":
+                sec += roofline_prefill(c.prm, c.server_hw, ctx + dtok, 0)
+        else:
+            fl = flops_prefill(c.slm, ctx - kv, kv) + flops_decode(c.slm, dtok, ctx)
+            sec = fl / (c.edge_peak_flops * c.edge_eta)
+            if self.sched == "rsd":
+                sec += flops_prefill(c.prm, ctx + dtok, 0) / (c.server_peak_flops * c.server_eta)
         u.phase, u.node, u.draft_s, u.left, u.slm_kv = "draft", node, sec, self._nslots(sec), \
             ctx + dtok
 
@@ -223,7 +283,7 @@ class EdgeEnvNumPy:
 
     def _request(self, u: _User, fading: float):
         c, cfg = self.c, self.cfg
-        _, bw_t, _, gain_t = self._cond(self.t)
+        _, bw_t, m_t, gain_t = self._cond(self.t)
         ctx = self.ctx[u.node]
         ltok = self.tok[u.node][1]
         cached = min(u.srv_kv, ctx) if cfg.get("server_kv_cache", False) else 0
@@ -234,10 +294,15 @@ class EdgeEnvNumPy:
         bw = min(max(bw, c.min_request_hz), bw_t)
         t_up = up * c.bits_per_token / (bw * se)
         t_dn = ltok * c.bits_per_token / (bw * se) if cfg.get("downlink", True) else 0.0
-        fl = flops_prefill(c.llm, up, cached) + flops_decode(c.llm, ltok, ctx)
-        t_srv = fl / (c.server_peak_flops * c.server_eta)
+        if self.roof:   # a full batch of M_t sequences (at least 1) shares every decode step
+            pf = roofline_prefill(c.llm, c.server_hw, up, cached)
+            t_srv = pf + roofline_decode(c.llm, c.server_hw, ltok, ctx, max(m_t, 1))
+        else:
+            pf = 0.0
+            fl = flops_prefill(c.llm, up, cached) + flops_decode(c.llm, ltok, ctx)
+            t_srv = fl / (c.server_peak_flops * c.server_eta)
         return dict(snr=snr, outage=snr < self.snr_th, bw=bw, up=t_up, dn=t_dn, srv=t_srv,
-                    delay=t_up + t_srv + t_dn)
+                    pf=pf, delay=t_up + t_srv + t_dn)
 
     def _next(self, node, b):
         """(next node or None if the solution ends, correct, used fallback)."""
@@ -378,11 +443,16 @@ class EdgeEnvNumPy:
                 u.frac = (r["up"] + r["dn"]) / max(r["delay"], 1e-30)
                 u.srv_kv = self.ctx[n] + self.tok[n][1]
                 u.offloads += 1
+                # Batching server: remaining upload s, prefill s, tokens, context, download s.
+                u.job = dict(up=r["up"], pf=r["pf"], dec=float(self.tok[n][1]),
+                             ctx=float(self.ctx[n]), dn=r["dn"])
 
         # Slot time by phase, then end-of-slot transitions.
         in_use = sum(1 for u in users if u.phase == "service")
         bw_use = sum(u.bw for u in users if u.phase == "service")
         qlen = sum(1 for u in users if u.phase == "queue")
+        if self.roof:
+            self._serve(users, tau)
         for i, u in enumerate(users):
             if u.phase == "draft":
                 u.proc += tau
@@ -393,9 +463,14 @@ class EdgeEnvNumPy:
                 u.queue += tau
                 u.wait += 1
             elif u.phase == "service":
-                u.comm += tau * u.frac
-                u.proc += tau - tau * u.frac
-                u.left -= 1
+                if self.roof:
+                    u.comm += u.job["comm"]
+                    u.proc += tau - u.job["comm"]
+                    u.left = 1 if any(u.job[k] > 0 for k in ("up", "pf", "dec", "dn")) else 0
+                else:
+                    u.comm += tau * u.frac
+                    u.proc += tau - tau * u.frac
+                    u.left -= 1
                 if u.left <= 0:
                     u.bw = 0.0
                     nxt, corr, _ = self._next(u.node, 1)
@@ -432,3 +507,32 @@ class EdgeEnvNumPy:
                     blocked_total=self.blocked,
                     in_flight=sum(1 for u in users if u.phase != "empty"), **info_user)
         return self.observe(), reward, done, info
+
+    def _serve(self, users, tau: float):
+        """One slot of the batching server (rules in ``envs.edge._serve_slot``), job by job:
+        every job's τ goes to upload, then prefill; all prefills of the slot run before the
+        batch decodes; then decode, then download."""
+        c = self.c
+        jobs = [u.job for u in users if u.phase == "service"]
+        for j in jobs:
+            j["u"] = min(j["up"], tau)
+            j["p"] = min(j["pf"], tau - j["u"]) if j["up"] - j["u"] <= 0 else 0.0
+        stall = sum(j["p"] for j in jobs)
+        batch = [j["ctx"] for j in jobs if j["dec"] > 0]
+        step = roofline_step(c.llm, c.server_hw, batch) if batch else 0.0
+        for j in jobs:
+            free = tau - j["u"] - j["p"]          # this job's own time after upload + prefill
+            ready = j["up"] - j["u"] <= 0 and j["pf"] - j["p"] <= 0
+            j["up"] -= j["u"]
+            j["pf"] -= j["p"]
+            d = 0.0
+            if j["dec"] > 0:
+                window = max(tau - j["u"] - stall, 0.0) if ready else 0.0
+                n = min(j["dec"], window / step)
+                j["dec"] -= n
+                j["ctx"] += n
+                free = window - n * step
+            if ready and j["dec"] <= 0:
+                d = min(j["dn"], max(free, 0.0))
+                j["dn"] -= d
+            j["comm"] = j["u"] + d

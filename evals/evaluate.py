@@ -23,19 +23,43 @@ Policies (``PolicySpec``; docs/design.md §8):
 * ``Policy + FIFO-greedy``: the same nominations served first come first served while M and B
   last (docs/design.md §6: the scheduler baseline).
 
-Measurement window: the first ``warmup_slots`` slots are discarded (the env starts with a burst
-of ``initial_users``); per-user metrics count users that finish inside the window.
+Measurement (docs/design.md §8, "measurement under load"); one rule for every row:
 
-Metrics per seed (units in ``evals.report.METRICS``): accuracy, mean and p95 latency (exact:
-latencies are whole slots, histogrammed per slot), processing / communication / queueing delay
-per finished user, offload rate (offloaded steps / steps of finished users), nomination rate,
-server utilisation (mean busy units / M per slot), mean queue length (requests per slot),
-outage rate (outages / upload attempts), blocked rate (blocked / arrivals), fallback share
-(steps that used a trace fallback / steps), the share of slots in which capacity binds (a
-request waits while all M_t available units are busy) and in which bandwidth binds (a request
-waits while a unit is free: its bandwidth does not fit in what is left of B_t), and the env
-objective
-``accuracy − β · mean latency`` (docs/design.md §6; β in PRM units per second).
+* **Empty start.** Every rollout starts from an empty system (``initial_users = 0`` whatever
+  the params say): a start with U users at slot 0 is a backlog, not a load.
+* **The cohort.** The measured users are the cohort that ARRIVES in the window, slots
+  ``[W, T)`` (``warmup_slots`` W, ``num_slots`` T), blocked arrivals included. After the window
+  the env runs ``drain_slots`` D more slots (arrivals continue, so the cohort's tail still
+  meets steady-state contention; the drain's own arrivals are not measured). Each cohort user
+  is watched for the same D slots after it arrived: the **timeout** is ``D·τ`` seconds.
+* **Every arrival counted.** A cohort user that finishes within the timeout counts with its
+  answer and its latency. A blocked arrival, or one still unfinished at the timeout, counts as
+  a failure: accuracy 0 and latency = the timeout (censored). So ``accuracy`` = correct answers
+  / cohort arrivals, ``latency_mean_s`` / ``latency_p95_s`` are over every cohort arrival with
+  failures at the timeout, and ``objective`` = ``accuracy − β · latency_mean_s``. No
+  survivor-only mean is reported. ``goodput_hz`` = correct answers of the cohort per second
+  of window, ``(T − W)·τ``. The delay split (processing / communication / queueing), offload
+  and outage rates are over the cohort users that finished within the timeout.
+* **Steady state.** ``steady_drift`` = (mean censored latency of the cohort arriving in the
+  second half of the window − that of the first half) / the whole cohort's, per seed.
+  ``evals.report`` flags a row ``not steady`` when the mean drift over seeds exceeds
+  ``evals.report.STEADY_TOL`` (10 %) in size and its 95 % CI excludes 0.
+* **Offered server load ρ.** ``rho`` = Σ over the window of the server-unit seconds requested
+  by new nominations that asked for the server (``envs.edge`` info ``offered_job_s``: each at
+  ``phase_slots(delay_s)·τ``, the slots it holds one of the M units, at a full batch) ÷ Σ over
+  the window of ``M_t·τ``, scaled by arrivals / admitted arrivals (a blocked arrival would have
+  asked for as much as an admitted one). ρ ≥ 1: the row is unstable, ``evals.report`` flags it
+  and withholds its latencies.
+
+Metrics per seed (units in ``evals.report.METRICS``): the above; processing / communication /
+queueing delay per finished user, offload rate (offloaded steps / steps of finished users),
+nomination rate, server utilisation (mean busy units / M per slot), mean queue length (requests
+per slot), outage rate (outages / upload attempts), blocked rate (blocked / arrivals), timeout
+rate (admitted cohort users unfinished at the timeout / arrivals), fallback share (steps that
+used a trace fallback / steps), the share of slots in which capacity binds (a request waits
+while all M_t available units are busy) and in which bandwidth binds (a request waits while a
+unit is free: its bandwidth does not fit in what is left of B_t); per-slot shares are over the
+window's slots. β is in PRM units per second.
 """
 from __future__ import annotations
 
@@ -119,41 +143,59 @@ def _zero_apply(params, obs):
     return z, z
 
 
+#: Default drain D after the window, in slots: the timeout of a cohort user is D·τ (20 s at
+#: τ = 50 ms, about ten times the slowest stable row's mean latency in docs/evals.md).
+DEFAULT_DRAIN_SLOTS = 400
+#: Window sums of the cohort kept per half of the window ([2]: first, second).
+_HALF_KEYS = ("arrivals", "blocked", "finished", "correct", "latency_s")
+
+
 @functools.lru_cache(maxsize=16)
 def make_evaluator(num_slots: int, warmup_slots: int,
-                   apply_fn: Callable | None = None, mult_fn: Callable | None = None) -> Callable:
+                   apply_fn: Callable | None = None, mult_fn: Callable | None = None,
+                   drain_slots: int = DEFAULT_DRAIN_SLOTS) -> Callable:
     """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random[, mult_params])
     -> totals``.
 
     Args:
-      num_slots: T, slots simulated per seed (static).
-      warmup_slots: W < T, slots discarded before measuring (static).
+      num_slots: T, the window ends at slot T (static).
+      warmup_slots: W < T, the window starts at slot W (static).
       apply_fn: ``apply_fn(net_params, obs [U, D]) -> (logits [U, 2], q [U, 2])`` of the
         screening policy; None for the baselines (net_params is then ignored).
       mult_fn: optional ``mult_fn(mult_params, state, params, action, env_key) -> (lambda_s,
         mu)`` giving the multipliers of each slot from what the server sees before it
         (``env_key`` is the key ``edge.step`` draws the slot's noise from; load-conditioned
         multipliers, ``evals.stage2``); None: the constant ``params.lambda_s`` / ``params.mu``.
+      drain_slots: D ≥ 1, slots run after the window; the cohort's timeout is D·τ (static).
     Returns:
-      a jitted function; ``totals`` is a dict of [S] sums over the window plus
-      ``latency_hist`` [S, T + 1] (finished users per latency in slots). Cached per
-      (T, W, apply_fn), so evaluators of the same sizes share one compilation.
+      a jitted function; ``totals`` is a dict of [S] sums (cohort sums per half [S, 2] under
+      ``half_<key>``, per-slot sums over the window) plus ``latency_hist`` [S, D + 1] (cohort
+      users per censored latency in slots; failures at D). Cached per (T, W, apply_fn,
+      mult_fn, D), so evaluators of the same sizes share one compilation. The module
+      docstring states the measurement rule.
     """
     if not 0 <= warmup_slots < num_slots:
         raise ValueError(f"warmup_slots must be in [0, slots={num_slots}), got {warmup_slots}")
+    if int(drain_slots) < 1:
+        raise ValueError(f"drain_slots must be >= 1, got {drain_slots}")
     apply_fn = apply_fn or _zero_apply
-    n_bins = num_slots + 1
+    drain = int(drain_slots)
+    n_bins = drain + 1
+    half_len = (num_slots - warmup_slots + 1) // 2   # first half: slots [W, W + half_len)
 
     def _one(key, params, net_params, screen_mode, p_random, mult_params):
         reset_key, run_key = jax.random.split(key)
+        params = params.replace(initial_users=jnp.zeros_like(params.initial_users))
         obs, state = edge.reset(reset_key, params)
         u = params.num_users
         zf = jnp.zeros((), jnp.float32)
-        acc0 = dict(finished=zf, correct=zf, latency_s=zf, processing_s=zf, communication_s=zf,
-                    queueing_s=zf, offloads=zf, outages=zf, steps=zf, fallbacks=zf,
-                    server_busy=zf, queue_len=zf, slots=zf, arrivals=zf, blocked=zf, decisions=zf,
-                    nominations=zf, capacity_bound=zf, bandwidth_bound=zf,
-                    latency_hist=jnp.zeros((n_bins,), jnp.float32))
+        z2 = jnp.zeros((2,), jnp.float32)
+        acc0 = dict(processing_s=zf, communication_s=zf, queueing_s=zf, offloads=zf,
+                    outages=zf, steps=zf, fallbacks=zf, server_busy=zf, queue_len=zf,
+                    slots=zf, decisions=zf, nominations=zf, capacity_bound=zf,
+                    bandwidth_bound=zf, offered_job_s=zf, capacity_s=zf,
+                    latency_hist=jnp.zeros((n_bins,), jnp.float32),
+                    **{f"half_{k}": z2 for k in _HALF_KEYS})
 
         def _slot(carry, t):
             obs, state, acc = carry
@@ -173,21 +215,29 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                 lam, mu = mult_fn(mult_params, state, params, edge.EdgeAction(screen, gain),
                                   env_key)
                 p_t = params.replace(lambda_s=lam, mu=mu)
+            arrival_slot = state.arrival_slot   # of the users present before the step
             obs, state, _, done, info = edge.step(env_key, state, edge.EdgeAction(screen, gain),
                                                   p_t)
-            w = (t >= warmup_slots).astype(jnp.float32)
-            d = done.astype(jnp.float32) * w
-            lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
-            hist = acc["latency_hist"].at[jnp.clip(lat_slots, 0, n_bins - 1)].add(d)
             f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+            in_window = (t >= warmup_slots) & (t < num_slots)
+            w = f32(in_window)
+            # The cohort: users whose arrival was counted in a window slot s (arrival slot
+            # s + 1); half 1 from slot W + half_len on.
+            a_slot = arrival_slot - 1
+            cohort = (a_slot >= warmup_slots) & (a_slot < num_slots)
+            lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
+            d = f32(done & cohort & (lat_slots <= drain))
+            half = (a_slot >= warmup_slots + half_len).astype(jnp.int32)
+            arr_half = (t >= warmup_slots + half_len).astype(jnp.int32)
+            onehot = jax.nn.one_hot(half, 2, dtype=jnp.float32)          # [U, 2]
+            arr_hot = jax.nn.one_hot(arr_half, 2, dtype=jnp.float32) * w  # [2]
+            hist = acc["latency_hist"].at[jnp.clip(lat_slots, 0, n_bins - 1)].add(d)
             # A resource binds in a slot where a request is made to wait: capacity if every
             # available unit (M_t) is busy, else bandwidth (a unit is free but the request's
             # bandwidth does not fit in what is left of B_t).
             waits = jnp.any(info["decision"] == edge.QUEUE)
             full = info["server_in_use"] >= info["num_servers_t"]
             upd = dict(
-                finished=jnp.sum(d), correct=jnp.sum(d * f32(info["user_correct"])),
-                latency_s=jnp.sum(d * info["user_latency_s"]),
                 processing_s=jnp.sum(d * info["user_processing_s"]),
                 communication_s=jnp.sum(d * info["user_communication_s"]),
                 queueing_s=jnp.sum(d * info["user_queueing_s"]),
@@ -197,15 +247,25 @@ def make_evaluator(num_slots: int, warmup_slots: int,
                 fallbacks=jnp.sum(d * f32(info["user_fallbacks"])),
                 server_busy=w * f32(info["server_in_use"]) / f32(params.num_servers),
                 queue_len=w * f32(info["queue_len"]),
-                slots=w, arrivals=w * f32(info["arrivals"]), blocked=w * f32(info["blocked"]),
-                decisions=w * jnp.sum(f32(info["decision_mask"])),
+                slots=w, decisions=w * jnp.sum(f32(info["decision_mask"])),
                 nominations=w * jnp.sum(f32(info["nominated"])),
-                capacity_bound=w * f32(waits & full), bandwidth_bound=w * f32(waits & ~full))
+                capacity_bound=w * f32(waits & full), bandwidth_bound=w * f32(waits & ~full),
+                offered_job_s=w * info["offered_job_s"],
+                capacity_s=w * f32(info["num_servers_t"]) * params.tau_s,
+                half_arrivals=arr_hot * f32(info["arrivals"]),
+                half_blocked=arr_hot * f32(info["blocked"]),
+                half_finished=d @ onehot,
+                half_correct=(d * f32(info["user_correct"])) @ onehot,
+                half_latency_s=(d * info["user_latency_s"]) @ onehot)
             acc = {k: (hist if k == "latency_hist" else acc[k] + upd[k]) for k in acc}
             return (obs, state, acc), None
 
         (_, _, acc), _ = jax.lax.scan(_slot, (obs, state, acc0),
-                                      jnp.arange(num_slots, dtype=jnp.int32))
+                                      jnp.arange(num_slots + drain, dtype=jnp.int32))
+        # Failures (blocked or unfinished at the timeout) sit at the timeout bin.
+        failed = jnp.sum(acc["half_arrivals"] - acc["half_finished"])
+        acc["latency_hist"] = acc["latency_hist"].at[n_bins - 1].add(failed)
+        acc["timeout_s"] = drain * params.tau_s
         return acc
 
     def batched(keys, params, net_params, screen_mode, p_random, mult_params=None):
@@ -216,7 +276,7 @@ def make_evaluator(num_slots: int, warmup_slots: int,
 
 
 def _p95_from_hist(hist: np.ndarray, tau_s: float) -> float:
-    """Smallest latency L (s) with at least 95% of finished users at latency ≤ L."""
+    """Smallest latency L (s) with at least 95% of the counted users at latency ≤ L."""
     total = hist.sum()
     if total <= 0:
         return float("nan")
@@ -225,18 +285,31 @@ def _p95_from_hist(hist: np.ndarray, tau_s: float) -> float:
 
 
 def per_seed_metrics(totals: dict, tau_s: float) -> dict[str, np.ndarray]:
-    """Reduces the window sums of ``make_evaluator`` ([S] each) to per-seed metrics [S]."""
+    """Reduces the sums of ``make_evaluator`` ([S] each; ``half_*`` [S, 2]) to per-seed
+    metrics [S] by the rule of the module docstring (failures at the timeout)."""
     t = {k: np.asarray(v, np.float64) for k, v in totals.items()}
 
     def ratio(a, b):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(b > 0, a / np.maximum(b, 1e-300), np.nan)
 
-    fin = t["finished"]
+    timeout = t["timeout_s"] if t["timeout_s"].ndim == 1 else t["timeout_s"].reshape(-1)
+    arr_h = t["half_arrivals"]                          # [S, 2]
+    fin_h = t["half_finished"]
+    lat_h = t["half_latency_s"] + (arr_h - fin_h) * timeout[:, None]   # censored sums
+    arrivals, blocked = arr_h.sum(1), t["half_blocked"].sum(1)
+    fin, correct, lat = fin_h.sum(1), t["half_correct"].sum(1), lat_h.sum(1)
+    latency = ratio(lat, arrivals)
+    half_lat = ratio(lat_h, arr_h)
+    admitted = arrivals - blocked
+    rho = ratio(t["offered_job_s"], t["capacity_s"]) * ratio(arrivals, admitted)
     return {
-        "accuracy": ratio(t["correct"], fin),
-        "latency_mean_s": ratio(t["latency_s"], fin),
+        "accuracy": ratio(correct, arrivals),
+        "latency_mean_s": latency,
         "latency_p95_s": np.array([_p95_from_hist(h, tau_s) for h in t["latency_hist"]]),
+        "goodput_hz": ratio(correct, t["slots"] * tau_s),
+        "rho": rho,
+        "steady_drift": ratio(half_lat[:, 1] - half_lat[:, 0], latency),
         "processing_s": ratio(t["processing_s"], fin),
         "communication_s": ratio(t["communication_s"], fin),
         "queueing_s": ratio(t["queueing_s"], fin),
@@ -245,11 +318,13 @@ def per_seed_metrics(totals: dict, tau_s: float) -> dict[str, np.ndarray]:
         "server_util": ratio(t["server_busy"], t["slots"]),
         "queue_len": ratio(t["queue_len"], t["slots"]),
         "outage_rate": ratio(t["outages"], t["offloads"] + t["outages"]),
-        "blocked_rate": ratio(t["blocked"], t["arrivals"]),
+        "blocked_rate": ratio(blocked, arrivals),
+        "timeout_rate": ratio(admitted - fin, arrivals),
         "fallback_share": ratio(t["fallbacks"], t["steps"]),
         "capacity_bound_share": ratio(t["capacity_bound"], t["slots"]),
         "bandwidth_bound_share": ratio(t["bandwidth_bound"], t["slots"]),
         "finished": fin,
+        "arrivals": arrivals,
     }
 
 
@@ -260,7 +335,7 @@ class Evaluator:
       base_params: env params (trace set, U, latency, M, B, λ, β, ...); may be replaced
         between runs (same shapes: no recompilation).
       seeds: number of seeds S; seed s uses ``jax.random.key(seed0 + s)``.
-      num_slots, warmup_slots, mult_fn: see ``make_evaluator``.
+      num_slots, warmup_slots, mult_fn, drain_slots: see ``make_evaluator``.
       apply_fn, net_params: the screening policy (None: only rows with screen != "policy").
 
     Attributes:
@@ -270,14 +345,17 @@ class Evaluator:
 
     def __init__(self, base_params: edge.EnvParams, seeds: int, num_slots: int,
                  warmup_slots: int, apply_fn: Callable | None = None, net_params: Any = None,
-                 seed0: int = 0, mult_fn: Callable | None = None):
+                 seed0: int = 0, mult_fn: Callable | None = None,
+                 drain_slots: int = DEFAULT_DRAIN_SLOTS):
         if seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {seeds}")
         self.base_params = base_params
         self.keys = jax.vmap(jax.random.key)(jnp.arange(seed0, seed0 + seeds, dtype=jnp.uint32))
         self.has_policy = apply_fn is not None
         self.net_params = net_params if net_params is not None else jnp.zeros(())
-        self.evaluate_fn = make_evaluator(num_slots, warmup_slots, apply_fn, mult_fn)
+        self.evaluate_fn = make_evaluator(num_slots, warmup_slots, apply_fn, mult_fn,
+                                          int(drain_slots))
+        self.timeout_s = int(drain_slots) * float(base_params.tau_s)
 
     def metrics(self, totals: dict, params: edge.EnvParams) -> dict[str, np.ndarray]:
         """Per-seed metrics [S] of ``evaluate_fn`` window sums (one row's), with the env

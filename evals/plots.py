@@ -102,6 +102,54 @@ def plot_curves(x: Sequence[float], series: Mapping[str, Band], *, xlabel: str, 
     return _save(fig, path)
 
 
+def plot_panels(x: Sequence[float], panels: Mapping[str, Mapping[str, Band]], *, xlabel: str,
+                title: str, path: os.PathLike | str, vline: float | None = None,
+                vline_label: str = "", hlines: Mapping[str, float] | None = None,
+                ncols: int = 3) -> Path:
+    """A grid of curve panels sharing one x grid and one legend (the load curve).
+
+    Args:
+      x: [G] grid values.
+      panels: y label -> {policy: (mean [G], low [G], high [G])}; NaN means are gaps (e.g. a
+        withheld latency).
+      vline: optional x of a dashed vertical line in every panel (e.g. the crossover).
+      hlines: optional y label -> y of a dotted horizontal line in that panel (e.g. ρ = 1).
+    """
+    names = list(panels)
+    nrows = -(-len(names) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.1 * nrows), squeeze=False)
+    policies = list(dict.fromkeys(p for ser in panels.values() for p in ser))
+    colors = {p: _COLORS[i % len(_COLORS)] for i, p in enumerate(policies)}
+    for ax, ylabel in zip(axes.flat, names):
+        for pol, (m, lo, hi) in panels[ylabel].items():
+            xs, m, lo, hi = _sorted(x, m, lo, hi)
+            ax.plot(xs, m, marker="o", ms=3, color=colors[pol], label=pol)
+            lo = np.where(np.isfinite(lo), lo, m)
+            hi = np.where(np.isfinite(hi), hi, m)
+            ax.fill_between(xs, lo, hi, color=colors[pol], alpha=0.18, linewidth=0)
+        _setup_x(ax, np.asarray(x, dtype=np.float64), xlabel)
+        xs = np.unique(np.asarray(x, dtype=np.float64))
+        step = max(1, -(-xs.size // 7))   # at most about 7 labelled ticks
+        ax.set_xticklabels([f"{v:.3g}" if i % step == 0 else "" for i, v in enumerate(xs)],
+                           fontsize=7)
+        if vline is not None:
+            ax.axvline(vline, color="k", ls="--", lw=1)
+        if hlines and ylabel in hlines:
+            ax.axhline(hlines[ylabel], color="k", ls=":", lw=1)
+        ax.set_ylabel(ylabel, fontsize=8)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if vline is not None and vline_label:
+        handles.append(plt.Line2D([], [], color="k", ls="--", lw=1))
+        labels.append(vline_label)
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(len(labels), 5),
+               bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle("\n".join(textwrap.wrap(title, 110)), fontsize=9)
+    fig.subplots_adjust(bottom=0.15)
+    return _save(fig, path)
+
+
 def plot_stacked_delays(x: Sequence[float], components: Mapping[str, Band], *, xlabel: str,
                         title: str, path: os.PathLike | str, total: Band | None = None,
                         knee: float | None = None) -> Path:

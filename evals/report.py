@@ -3,6 +3,13 @@ TensorBoard scalars.
 
 Input everywhere: ``per_seed = {policy: {metric: [value per seed]}}`` (S seeds, the same seeds
 for every policy so ratios can be paired). Metric names and units are listed in ``METRICS``.
+
+Row flags (``row_flags``, from the summary; the measurement rule is ``evals.evaluate``'s):
+``unstable`` when the mean offered server load ρ over seeds is ≥ 1 (the queue has no steady
+state: the row's latencies, which then measure the window and the timeout, are withheld
+everywhere: the table prints ``unstable``, JSON and CSV carry no mean, TensorBoard no tag);
+``not steady`` when the mean relative drift between the two halves of the window exceeds
+``STEADY_TOL`` in size and its 95 % CI excludes 0.
 """
 from __future__ import annotations
 
@@ -18,9 +25,20 @@ from prada_jax import stats
 
 # name -> (column header, unit, digits, scale for display)
 METRICS: dict[str, tuple[str, str, int, float]] = {
-    "accuracy": ("acc", "fraction of finished problems answered correctly", 3, 1.0),
-    "latency_mean_s": ("lat mean s", "mean end-to-end latency per finished problem (s)", 2, 1.0),
-    "latency_p95_s": ("lat p95 s", "95th percentile end-to-end latency (s)", 2, 1.0),
+    "accuracy": ("acc", "correct answers / arrivals (blocked and timed-out users count as "
+                 "wrong)", 3, 1.0),
+    "latency_mean_s": ("lat mean s", "mean end-to-end latency per arrival, blocked and timed-out "
+                       "users at the timeout (s)", 2, 1.0),
+    "latency_p95_s": ("lat p95 s", "95th percentile end-to-end latency per arrival, censored at "
+                      "the timeout (s)", 2, 1.0),
+    "goodput_hz": ("goodput/s", "correct answers per second of window", 2, 1.0),
+    "rho": ("ρ", "offered server load: requested server-unit seconds / available (M·τ per "
+            "slot), scaled up for blocked arrivals", 2, 1.0),
+    "steady_drift": ("drift", "(second-half − first-half cohort mean latency) / mean latency",
+                     2, 1.0),
+    "timeout_rate": ("timeout", "share of arrivals admitted but unfinished at the timeout", 3,
+                     1.0),
+    "arrivals": ("arrivals", "arrivals in the window (the measured cohort)", 0, 1.0),
     "processing_s": ("proc s", "mean processing (SLM + LLM compute) delay per problem (s)", 2,
                      1.0),
     "communication_s": ("comm s", "mean communication (uplink + downlink) delay per problem (s)",
@@ -32,8 +50,9 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
     "outage_rate": ("outage", "share of upload attempts lost to outage", 3, 1.0),
     "blocked_rate": ("blocked", "share of arrivals blocked (env full)", 3, 1.0),
     "fallback_share": ("fallback", "share of steps that used a trace fallback", 3, 1.0),
-    "finished": ("finished", "problems finished per run", 0, 1.0),
-    "objective": ("objective", "accuracy − β · mean latency (PRM units)", 3, 1.0),
+    "finished": ("finished", "cohort users finished within the timeout per run", 0, 1.0),
+    "objective": ("objective", "accuracy − β · mean latency, over every arrival (PRM units)", 3,
+                  1.0),
     "nomination_rate": ("nominate", "share of decision points nominated", 3, 1.0),
     "capacity_bound_share": ("cap binds", "share of slots where a request waits with all M_t "
                              "units busy", 3, 1.0),
@@ -42,7 +61,34 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
 }
 TABLE_METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
                  "queueing_s", "offload_rate", "server_util", "outage_rate", "blocked_rate",
-                 "fallback_share", "objective")
+                 "timeout_rate", "fallback_share", "objective", "goodput_hz", "rho")
+#: Metrics a row with ρ ≥ 1 does not report (they would read as a stable latency).
+LATENCY_METRICS = ("latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
+                   "queueing_s")
+#: Largest relative drift between the window's halves a steady row may show (when its 95 % CI
+#: excludes 0): 10 %.
+STEADY_TOL = 0.10
+UNSTABLE, NOT_STEADY = "unstable", "not steady"
+
+
+def row_flags(row: Mapping[str, stats.MeanCI]) -> list[str]:
+    """Flags of one summarised row (see the module docstring): ``unstable`` if mean ρ ≥ 1,
+    ``not steady`` if |mean drift| > ``STEADY_TOL`` and its CI excludes 0 (with one seed,
+    no CI: the size alone). Rows without ρ / drift (older results) get none."""
+    out = []
+    rho = row.get("rho")
+    if rho is not None and math.isfinite(rho.mean) and rho.mean >= 1.0:
+        out.append(UNSTABLE)
+    dr = row.get("steady_drift")
+    if dr is not None and math.isfinite(dr.mean) and abs(dr.mean) > STEADY_TOL:
+        if not math.isfinite(dr.half_width) or dr.low > 0 or dr.high < 0:
+            out.append(NOT_STEADY)
+    return out
+
+
+def withheld(row: Mapping[str, stats.MeanCI], metric: str) -> bool:
+    """True where ``metric`` of this row is not reported: a latency of an unstable row."""
+    return metric in LATENCY_METRICS and UNSTABLE in row_flags(row)
 
 
 def summarize(per_seed: Mapping[str, Mapping[str, Sequence[float]]],
@@ -67,13 +113,20 @@ def format_table(summary: Mapping[str, Mapping[str, stats.MeanCI]],
                  metrics: Sequence[str] = TABLE_METRICS, title: str | None = None) -> str:
     """Fixed-width text table: one row per policy, ``mean ± half-width`` per metric."""
     cols = [m for m in metrics if any(m in row for row in summary.values())]
-    header = ["policy"] + [METRICS[m][0] if m in METRICS else m for m in cols]
+    flagged = any("rho" in row for row in summary.values())
+    header = ["policy"] + [METRICS[m][0] if m in METRICS else m for m in cols] \
+        + (["flags"] if flagged else [])
     rows = []
     for pol, row in summary.items():
         cells = [pol]
         for m in cols:
             digits = METRICS[m][2] if m in METRICS else 3
-            cells.append(row[m].fmt(digits) if m in row else "-")
+            if withheld(row, m):
+                cells.append(UNSTABLE)
+            else:
+                cells.append(row[m].fmt(digits) if m in row else "-")
+        if flagged:
+            cells.append(", ".join(row_flags(row)) or "-")
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = []
@@ -88,12 +141,18 @@ def format_table(summary: Mapping[str, Mapping[str, stats.MeanCI]],
 
 def to_json_dict(per_seed, summary, extra: Mapping | None = None) -> dict:
     """JSON-ready dict: per policy, per metric, the summary and the per-seed values."""
-    out = {"policies": {}}
+    out = {"policies": {}, "flags": {}}
     for pol, row in summary.items():
-        out["policies"][pol] = {
-            m: {**ci.to_json_dict(),
-                "per_seed": [stats.finite_or_none(float(x)) for x in per_seed[pol][m]]}
-            for m, ci in row.items()}
+        entry = {}
+        for m, ci in row.items():
+            values = [stats.finite_or_none(float(x)) for x in per_seed[pol][m]]
+            if withheld(row, m):   # no mean to misread; the censored values stay, labelled
+                entry[m] = {"mean": None, "withheld": "unstable (rho >= 1)",
+                            "per_seed_censored": values}
+            else:
+                entry[m] = {**ci.to_json_dict(), "per_seed": values}
+        out["policies"][pol] = entry
+        out["flags"][pol] = row_flags(row)
     out["metric_units"] = {m: METRICS[m][1] for m in METRICS}
     if extra:
         out.update(extra)
@@ -102,16 +161,21 @@ def to_json_dict(per_seed, summary, extra: Mapping | None = None) -> dict:
 
 def csv_text(summary: Mapping[str, Mapping[str, stats.MeanCI]], extra_cols: Mapping | None = None
              ) -> str:
-    """Long-format CSV: ``[extra...,] policy, metric, mean, ci_low, ci_high, ci_half_width, n``."""
+    """Long-format CSV: ``[extra...,] policy, metric, mean, ci_low, ci_high, ci_half_width, n,
+    flags`` (a withheld latency has empty mean and bounds)."""
     buf = io.StringIO()
     w = csv.writer(buf)
     extra_cols = dict(extra_cols or {})
     w.writerow(list(extra_cols) + ["policy", "metric", "mean", "ci_low", "ci_high",
-                                   "ci_half_width", "n_seeds"])
+                                   "ci_half_width", "n_seeds", "flags"])
     for pol, row in summary.items():
+        fl = ";".join(row_flags(row))
         for m, ci in row.items():
-            w.writerow(list(extra_cols.values()) + [pol, m, ci.mean, ci.low, ci.high,
-                                                    ci.half_width, ci.n])
+            if withheld(row, m):
+                w.writerow(list(extra_cols.values()) + [pol, m, "", "", "", "", ci.n, fl])
+            else:
+                w.writerow(list(extra_cols.values()) + [pol, m, ci.mean, ci.low, ci.high,
+                                                        ci.half_width, ci.n, fl])
     return buf.getvalue()
 
 
@@ -135,11 +199,16 @@ def tb_scalars(summary: Mapping[str, Mapping[str, stats.MeanCI]], prefix: str = 
     """TensorBoard tags ``<prefix>/<policy>/<metric>`` (mean) and ``.../<metric>_ci`` (half).
 
     Undefined values (NaN/inf, e.g. the latency of a policy under which nobody finished, or a
-    CI from a single seed) are left out of TensorBoard; results.json keeps them."""
+    CI from a single seed) and the withheld latencies of an unstable row are left out of
+    TensorBoard; ``<prefix>/<policy>/unstable`` is 1 for an unstable row, 0 otherwise."""
     out = {}
     for pol, row in summary.items():
         tag_pol = tag_name(pol)
+        if "rho" in row:
+            out[f"{prefix}/{tag_pol}/unstable"] = float(UNSTABLE in row_flags(row))
         for m, ci in row.items():
+            if withheld(row, m):
+                continue
             for tag, v in ((f"{prefix}/{tag_pol}/{m}", ci.mean),
                            (f"{prefix}/{tag_pol}/{m}_ci95", ci.half_width)):
                 if math.isfinite(v):

@@ -38,7 +38,11 @@ def _define_flags() -> None:
     flags.DEFINE_integer("seed0", 0, "first seed, an offset inside the split's seed range "
                          "(prada_jax.traces.splits).", lower_bound=0)
     flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2)
-    flags.DEFINE_integer("warmup_slots", 200, "slots discarded before measuring.", lower_bound=0)
+    flags.DEFINE_integer("warmup_slots", 200, "the measured window starts here: the users "
+                         "arriving in [warmup_slots, slots) are measured.", lower_bound=0)
+    flags.DEFINE_integer("drain_slots", 400, "slots run after the window; a measured user "
+                         "unfinished drain_slots·τ after arriving counts as a failure.",
+                         lower_bound=1)
     flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
                       "rows (same multipliers).")
 
@@ -60,12 +64,14 @@ def main(argv):
     per_seed, info = suite.evaluate_rows(
         traces, env_kw, policy=policy, multipliers=mult, seeds=FLAGS.seeds,
         slots=FLAGS.slots, warmup_slots=FLAGS.warmup_slots, extra_policies=extras,
-        seed0=FLAGS.seed0, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        seed0=FLAGS.seed0, progress=lambda m: print(m, file=sys.stderr, flush=True),
+        drain_slots=FLAGS.drain_slots)
     synthetic = traces.info.get("synthetic", False)
     title = (f"{traces.info['benchmark']}{' (SYNTHETIC traces)' if synthetic else ''}: "
              f"U={env_kw['num_users']} M={env_kw['num_servers']} "
              f"B={env_kw['bandwidth_hz'] / 1e6:g} MHz λ={env_kw['arrival_rate_hz']:g}/s, "
-             f"{FLAGS.seeds} seeds, mean ± 95% CI; {info['split_label']}")
+             f"{FLAGS.seeds} seeds, mean ± 95% CI, timeout {info['timeout_s']:g} s; "
+             f"{info['split_label']}")
     meta = {"traces": traces.info, "policy": FLAGS.policy, "dual": FLAGS.dual,
             "policy_step": policy.meta.get("step") if policy else None,   # checkpoint evaluated
             "checkpoint_steps": {p.workdir: p.meta.get("step") for p in extras},

@@ -17,7 +17,7 @@ from absl import flags
 from envs import edge
 from evals import evaluate as ev
 from evals import plots, report
-from prada_jax import stats
+from prada_jax import latency, stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 from prada_jax.metric_writer import MetricWriter
@@ -220,7 +220,8 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
 
     Compared: U, M, B, λ, β, τ, the arrival schedule (``envs.scenarios`` preset name, and its
     length unless nominal; ``env_kw["scenario"]`` / ``["scenario_length"]``, absent = a
-    stationary "nominal" evaluation), the benchmark of the traces and the policy run directory.
+    stationary "nominal" evaluation), the clock's hardware pair (absent = ``paper``), the
+    benchmark of the traces and the policy run directory.
     A ``multipliers.json`` without a ``scenario`` record (older runs) is not compared.
     """
     sc = dual_info.get("scenario")
@@ -235,6 +236,13 @@ def scenario_mismatch(dual_info: dict, env_kw: dict, traces_info: dict,
         ours.append(f"{sym}={b * scale:g}{unit}")
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0):
             differ.append(sym)
+    theirs_hw = str(sc.get("hardware", latency.PAPER))   # absent: learned before pairs existed
+    mine_hw = str(env_kw.get("hardware", latency.PAPER))
+    if theirs_hw != mine_hw or mine_hw != latency.PAPER:
+        theirs.append(f"hardware {theirs_hw}")
+        ours.append(f"hardware {mine_hw}")
+        if theirs_hw != mine_hw:
+            differ.append("hardware")
     if sc.get("scenario") is not None:   # the schedule (envs.scenarios preset) learned on
         mine_sc = str(env_kw.get("scenario", "nominal"))
         theirs_len = sc.get("scenario_length")
@@ -363,6 +371,10 @@ def define_input_flags(env_note: str = "") -> None:
     flags.DEFINE_float("arrival_rate_hz", None, f"λ, Poisson arrival rate [users/s]{env_note}.",
                        **kw)
     flags.DEFINE_float("beta", None, "β, quality-latency trade-off [PRM units/s].", **kw)
+    flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock: "
+                        f"{', '.join(latency.PAIRS)}, or a .json file of two profiles "
+                        "(docs/latency.md). Default: the policy run's (env.hardware; paper "
+                        f"for runs stored without one), else {latency.CONFIG_PAIR}.", **kw)
 
 
 class FlagInputs(NamedTuple):
@@ -380,9 +392,17 @@ def inputs_from_flags(F) -> FlagInputs:
     (``check_scenario``, honouring ``--allow_scenario_mismatch``). Raises ``EvalError``."""
     overrides = {k: getattr(F, k) for k in _ENV_FLAGS}
     check_env_overrides(overrides)
+    hardware = getattr(F, "hardware", None)
+    if hardware is not None:
+        check_hardware(hardware, "--hardware")
+        overrides["hardware"] = hardware
     policy, mult, dual_info, traces = load_inputs(F.policy, F.step, F.dual, F.traces,
                                                   F.problems, F.trace_seed, split=F.split)
     env_kw = env_kwargs_from(policy.config if policy else None, overrides)
+    try:   # the env the flags describe, checked before anything runs (e.g. M vs KV memory)
+        edge.make_params(traces.traces, **env_kw)
+    except BadInput as e:
+        raise EvalError(str(e)) from None
     if mult is not None:
         check_scenario(f"--dual={F.dual}", dual_info, env_kw, traces.info, policy,
                        allow=F.allow_scenario_mismatch)
@@ -401,16 +421,33 @@ def check_env_overrides(overrides: dict) -> None:
                             f"{'>= 0' if key == 'beta' else '> 0'}")
 
 
+def check_hardware(hardware: str, flag: str) -> None:
+    """Refuses an unknown hardware pair or a pair file with a profile out of range:
+    ``EvalError`` naming ``flag``."""
+    try:
+        latency.check_pair(hardware, flag)
+    except BadInput as e:
+        raise EvalError(str(e)) from None
+
+
 def env_kwargs_from(config: Any | None, overrides: dict) -> dict:
     """Env settings for evaluation: the contention env (M, B, λ, outages on) with the policy
-    run's U, β, τ, M, B, λ where it has them, then ``overrides`` (non-None flags)."""
-    kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0, beta=0.2,
-              tau_s=0.05)
+    run's U, β, τ, M, B, λ and hardware pair where it has them, then ``overrides`` (non-None
+    flags). A ``hardware`` override other than the policy's prints one ``note:`` line on
+    stderr (the policy is evaluated under a clock it was not trained under)."""
+    kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0, beta=0.02,
+              tau_s=0.05, hardware=latency.CONFIG_PAIR)   # β, pair: the configs' defaults
     if config is not None:
         env = config.env
-        for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s"):
+        kw["hardware"] = latency.DEFAULT_PAIR   # a run stored without a pair ran the paper clock
+        for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s",
+                  "hardware"):
             if k in env:
                 kw[k] = type(kw[k])(env[k])
+        hw = overrides.get("hardware")
+        if hw is not None and hw != kw["hardware"]:
+            print(f"note: the policy was trained under hardware {kw['hardware']}; evaluating "
+                  f"under {hw}", file=sys.stderr, flush=True)
         if not bool(env.get("contention", True)):
             # The policy trained on the per-user MDP; evaluate it on the multi-user env with the
             # contention defaults (U = 16 unless overridden).
@@ -425,8 +462,11 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
                   multipliers: tuple[float, float] | None, seeds: int, slots: int,
                   warmup_slots: int, extra_policies: Sequence[LoadedPolicy] = (),
                   random_row: bool = True, seed0: int = 0,
-                  progress=None) -> tuple[dict, dict]:
-    """Evaluates every row over seeds.
+                  progress=None, drain_slots: int = ev.DEFAULT_DRAIN_SLOTS
+                  ) -> tuple[dict, dict]:
+    """Evaluates every row over seeds (``evals.evaluate``'s measurement: empty start, the
+    cohort arriving in ``[warmup_slots, slots)``, ``drain_slots`` after it, timeout
+    ``drain_slots``·τ).
 
     ``seed0`` is an offset inside the split's seed range (``evaluation_seed0``, checked
     against the policy's training seeds before anything runs).
@@ -441,13 +481,16 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
     params = edge.make_params(traces.traces, **env_kw)
     rows: dict[str, dict] = {}
     info: dict = {"env": env_kw, "seeds": seeds, "slots": slots, "warmup_slots": warmup_slots,
+                  "drain_slots": drain_slots,
+                  "timeout_s": drain_slots * float(env_kw.get("tau_s", 0.05)),
                   "split": traces.info.get("split", "all"),
                   "split_label": split_label(traces.info, policy),
                   "eval_seed_range": [seed0, seed0 + seeds]}
     say = progress or (lambda msg: None)
-    base = ev.Evaluator(params, seeds, slots, warmup_slots, seed0=seed0) if policy is None else \
+    base = ev.Evaluator(params, seeds, slots, warmup_slots, seed0=seed0,
+                        drain_slots=drain_slots) if policy is None else \
         ev.Evaluator(params, seeds, slots, warmup_slots, policy.apply_fn, policy.params,
-                     seed0=seed0)
+                     seed0=seed0, drain_slots=drain_slots)
     for spec in baseline_rows():
         say(f"evaluating {spec.name}")
         rows[spec.name] = run_row(base, spec)
@@ -470,7 +513,7 @@ def evaluate_rows(traces: LoadedTraces, env_kw: dict, *, policy: LoadedPolicy | 
     for extra in extra_policies:
         check_policy_traces(extra, traces)
         e2 = ev.Evaluator(params, seeds, slots, warmup_slots, extra.apply_fn, extra.params,
-                          seed0=seed0)
+                          seed0=seed0, drain_slots=drain_slots)
         name = f"ckpt:{Path(extra.workdir).name}"
         say(f"evaluating {name}")
         lam, mu = multipliers if multipliers is not None else (0.0, 0.0)
@@ -492,13 +535,21 @@ def headline(per_seed: dict, reference: str = ALL_LLM) -> dict[str, Any]:
         return {}
     r = report.ratios(per_seed, name, reference, ("accuracy", "latency_mean_s"))
     out = {"policy": name, "reference": reference,
-           "accuracy_share": r["accuracy"], "latency_share": r["latency_mean_s"]}
+           "accuracy_share": r["accuracy"], "latency_share": r["latency_mean_s"],
+           "objective_diff": stats.mean_ci(np.asarray(per_seed[name]["objective"])
+                                           - np.asarray(per_seed[reference]["objective"]))}
+    summ = report.summarize({k: per_seed[k] for k in (name, reference)})
+    out["flags"] = {k: report.row_flags(summ[k]) for k in (name, reference)}
+    out["rho"] = {k: summ[k]["rho"].mean for k in (name, reference) if "rho" in summ[k]}
+    if any(report.UNSTABLE in f for f in out["flags"].values()):
+        out["latency_share"] = None   # a latency of an unstable row is not reported
     if "All-SLM" in per_seed:
         # Context: what keeping every draft already retains, and PRADA's paired accuracy gain
         # over it (both on the same seeds).
         s = report.ratios(per_seed, "All-SLM", reference, ("accuracy", "latency_mean_s"))
         out["slm_accuracy_share"] = s["accuracy"]
-        out["slm_latency_share"] = s["latency_mean_s"]
+        out["slm_latency_share"] = (None if report.UNSTABLE in out["flags"][reference]
+                                    else s["latency_mean_s"])
         out["accuracy_gain_over_slm"] = stats.mean_ci(
             np.asarray(per_seed[name]["accuracy"]) - np.asarray(per_seed["All-SLM"]["accuracy"]))
     return out
@@ -509,15 +560,23 @@ def headline_text(h: dict, synthetic: bool) -> str:
         return ""
     tag = " [synthetic traces]" if synthetic else ""
     a, l = h["accuracy_share"], h["latency_share"]
+    lat = ("mean latency withheld (an unstable row, ρ ≥ 1)" if l is None else
+           f"mean latency {l.fmt(1, 100)} %  (95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
     text = (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(1, 100)} %  "
-            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), mean latency {l.fmt(1, 100)} %  "
-            f"(95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
+            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), {lat}")
+    if "objective_diff" in h:
+        o = h["objective_diff"]
+        rho = h.get("rho", {})
+        text += (f"; objective {h['policy']} − {h['reference']} (paired) {o.fmt(3)} "
+                 f"(95% CI [{o.low:.3f}, {o.high:.3f}])"
+                 + "".join(f"; ρ {k} {v:.2f}" for k, v in rho.items()))
     if "slm_accuracy_share" in h:
         g = h["accuracy_gain_over_slm"]
+        sl = h["slm_latency_share"]
         text += (f"\n  for context, All-SLM / {h['reference']}: accuracy "
                  f"{h['slm_accuracy_share'].fmt(1, 100)} %, mean latency "
-                 f"{h['slm_latency_share'].fmt(1, 100)} %; {h['policy']} − All-SLM accuracy "
-                 f"(paired): {g.fmt(1, 100)} points")
+                 + ("withheld (unstable reference)" if sl is None else f"{sl.fmt(1, 100)} %")
+                 + f"; {h['policy']} − All-SLM accuracy (paired): {g.fmt(1, 100)} points")
     return text
 
 
@@ -536,7 +595,7 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     htext = headline_text(h, synthetic)
     extra = {"meta": meta}
     if h:
-        extra["headline"] = {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+        extra["headline"] = {k: (v.to_json_dict() if hasattr(v, "to_json_dict") else v)
                              for k, v in h.items()}
     write_json(out / "results.json", report.to_json_dict(per_seed, summary, extra))
     report.write_csv(out / "results.csv", summary)
@@ -544,13 +603,16 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     names = list(summary)
     figs = {}
     for metric, label in (("accuracy", "accuracy"), ("latency_mean_s", "mean latency (s)")):
-        band = ([summary[n][metric].mean for n in names], [summary[n][metric].low for n in names],
-                [summary[n][metric].high for n in names])
+        nan = float("nan")   # a withheld latency (unstable row) is drawn as no bar
+        cis = [summary[n][metric] if not report.withheld(summary[n], metric)
+               else stats.MeanCI(nan, nan, nan, nan, 0) for n in names]
+        band = ([c.mean for c in cis], [c.low for c in cis], [c.high for c in cis])
         figs[metric] = plots.plot_bars(names, band, ylabel=label,
                                        title=(f"{label} — {title}" if "95% CI" in title
                                               else f"{label} (mean ± 95% CI) — {title}"),
                                        path=out / f"{metric}.png")
-    comps = {c: [summary[n][m].mean for n in names] for c, m in
+    comps = {c: [float("nan") if report.withheld(summary[n], m) else summary[n][m].mean
+                 for n in names] for c, m in
              (("processing", "processing_s"), ("communication", "communication_s"),
               ("queueing", "queueing_s"))}
     figs["delay_split"] = plots.plot_delay_split_bars(names, comps, title=title,
@@ -558,8 +620,10 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     with MetricWriter(out / "tb") as w:
         w.write_scalars(tb_step, report.tb_scalars(summary))
         if h:
-            w.write_scalars(tb_step, {"eval/headline/accuracy_share": h["accuracy_share"].mean,
-                                      "eval/headline/latency_share": h["latency_share"].mean})
+            w.write_scalars(tb_step, {"eval/headline/accuracy_share": h["accuracy_share"].mean})
+            if h["latency_share"] is not None:
+                w.write_scalars(tb_step,
+                                {"eval/headline/latency_share": h["latency_share"].mean})
         w.write_texts(tb_step, {"eval/table": "```\n" + table + "\n\n" + htext + "\n```",
                                 "eval/meta": "```\n" + json.dumps(meta, indent=2, default=str)
                                 + "\n```"})

@@ -18,8 +18,14 @@ Trust:
   leaf): a checkpoint on disk is always finite.
 * After orbax commits a step, process 0 writes ``prada_manifest.json`` (size and SHA-256 of
   every file of the step). ``verify(step)`` checks it and names the first missing, truncated or
-  changed file; a step without a manifest (an older run, or a kill between the commit and the
-  manifest) is verified by restoring it.
+  changed file; a step without a manifest (an older run, a kill between the commit and the
+  manifest, or a manifest deleted) is read back in full instead: every key of every OCDBT
+  database in the step (the merged ``state/`` one and each ``ocdbt.process_<i>/``), and its
+  JSON metadata files, so a truncated or missing data file is refused even where a restore
+  would not read it. (A data file no database references any more, which orbax sometimes
+  leaves in a step, is not read; only a manifest's hash covers it.) The same check serves a resume, a finished run rerun (nothing to train,
+  but a damaged newest step is reported, not declared "already finished") and
+  ``check_resumable``.
 * Every failure ``restore`` can detect becomes a ``CheckpointError`` (a ``BadInput``, exit 2)
   whose one-line message names the step and the file: ``DamagedCheckpoint`` (a file missing,
   truncated or changed, unreadable metadata) or a template mismatch (the saved tree has other
@@ -140,11 +146,43 @@ def data_to_keys(data_tree: Any, template: Any) -> Any:
     return jax.tree.map(_wrap, data_tree, template)
 
 
+def _read_back(root: Path, step: int) -> None:
+    """A step without a manifest, checked as far as the files allow: its JSON metadata files
+    parse, and every value of every OCDBT database under it (each folder holding a
+    ``manifest.ocdbt``: the merged one and the per-process ones) reads back, which opens every
+    referenced data file over the byte range the database says it holds.
+
+    Raises:
+      DamagedCheckpoint: naming the step and the file (or database) that failed.
+    """
+    import tensorstore as ts   # orbax's own storage layer (installed with it)
+
+    for rel in ("_CHECKPOINT_METADATA", "state/_METADATA", "meta/metadata"):
+        path = root / rel
+        if path.is_file():
+            try:
+                json.loads(path.read_bytes())
+            except (ValueError, RecursionError) as e:
+                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} is not "
+                                        f"valid JSON ({_first_line(e)})") from None
+    for man in sorted(root.rglob("manifest.ocdbt")):
+        db = man.parent
+        try:
+            kv = ts.KvStore.open({"driver": "ocdbt",
+                                  "base": f"file://{db.absolute()}/"}).result()
+            for key in kv.list().result():
+                kv.read(key).result()
+        except Exception as e:  # noqa: BLE001  (tensorstore raises ValueError & co.)
+            raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {db} does not read "
+                                    f"back ({_first_line(e)[:300]})") from None
+
+
 def _verify_step(directory: Path, step: int) -> bool:
     """``Checkpointer.verify`` on a folder, without orbax (see there)."""
     root = Path(directory) / str(int(step))
     man = root / MANIFEST_FILE
     if not man.is_file():
+        _read_back(root, int(step))
         return False
     try:
         files = json.loads(man.read_text())["files"]
@@ -186,9 +224,9 @@ def step_folders(directory: os.PathLike | str) -> list[int]:
 
 def check_resumable(directory: os.PathLike | str) -> None:
     """Refuses, before a resume writes anything, a checkpoint folder that holds steps but no
-    intact one: every step fails its manifest check (``prada_manifest.json``). Read-only (orbax
-    is not opened). A step without a manifest may be intact (only a restore can tell) and
-    passes; a missing or empty folder passes (a fresh run).
+    intact one: every step fails its manifest check (``prada_manifest.json``) or, without a
+    manifest, does not read back in full (``_read_back``). Read-only (no orbax manager is
+    opened). A missing or empty folder passes (a fresh run).
 
     Raises:
       DamagedCheckpoint: one line naming the folder, the damaged steps and the newest one's
@@ -302,11 +340,13 @@ class Checkpointer:
     def verify(self, step: int) -> bool:
         """Checks step ``step`` against its manifest.
 
-        Returns True if it was verified, False if the step has no manifest (nothing to check).
+        Returns True if it was verified against its manifest, False if the step has no
+        manifest (then every OCDBT database and JSON metadata file of the step was read back
+        in full instead: see the module docstring).
 
         Raises:
           DamagedCheckpoint: naming the first missing, truncated or changed file (or an
-            unreadable manifest).
+            unreadable manifest, or a manifest-less step whose data does not read back).
         """
         return _verify_step(self.directory, step)
 

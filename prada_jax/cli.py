@@ -20,8 +20,10 @@ A command module is thin::
   subclasses (ConfigError, TraceFormatError, EvalError, ...), ``app.UsageError``, every absl
   flag error (unknown flag, bad value, missing value), every ml_collections config error (an
   unknown config field ``--config.ppo.lrr``, an unknown variant ``ppo.py:smok``, a missing
-  config file, a value of the wrong type), a float config field that float32 cannot hold
-  (``config_utils.check_float32``: ``--config.dual.step_size=1e300``);
+  config file, a value of the wrong type), a float config field or float flag that is not
+  finite or that float32 cannot hold, a seed outside the PRNG's range
+  (``config_utils.check_float32``, ``check_flag_values``: ``--config.dual.step_size=1e300``,
+  ``--config.dual.step_size=inf``, ``--budget=1e-320``, ``--seed0=9223372036854775807``);
 * ``errors.NonFiniteTraining`` → one line, exit 3;
 * anything else → the traceback, exit 1 (a bug).
 
@@ -54,11 +56,24 @@ from prada_jax import config_utils  # noqa: E402
 from prada_jax.errors import (  # noqa: E402
     EXIT_BAD_INPUT, EXIT_NON_FINITE, BadInput, NonFiniteTraining)
 
-__all__ = ["run", "run_local", "parse_local", "one_line", "fail", "EXIT_BAD_INPUT",
-           "EXIT_NON_FINITE"]
+__all__ = ["run", "run_local", "parse_local", "one_line", "fail", "is_help", "HELP_ARGS",
+           "check_flag_values",
+           "EXIT_BAD_INPUT", "EXIT_NON_FINITE"]
 
 FLAGS = flags.FLAGS
 _TRACEBACK = "Traceback (most recent call last)"
+
+
+# Every spelling of "print the help and exit 0" that any command accepts: absl's own four and
+# the conventional short ``-h`` (absl knows only ``-?``). Commands with subcommands and
+# ``parse_local`` commands test their argv with ``is_help``, so all commands agree.
+HELP_ARGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+
+def is_help(arg: str) -> bool:
+    """Whether one argv item asks for the help (``HELP_ARGS``, also as ``--help=true``)."""
+    return arg in HELP_ARGS or arg.split("=")[0] in HELP_ARGS[2:] and \
+        arg.split("=", 1)[1].lower() in ("true", "1")
 
 
 def one_line(e: BaseException | str) -> str:
@@ -159,13 +174,18 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
                 fail(f"--{name}={path.split(':')[0]}: config file not found")
             fail(f"--{name}: cannot load the config file ({one_line(err)})")
     _check_config_floats()
+    try:
+        check_flag_values(FLAGS)
+    except BadInput as e:
+        fail(one_line(e))
     return rest
 
 
 def _check_config_floats() -> None:
-    """Every config flag's float fields fit float32 (``config_utils.check_float32``), checked
-    before ``main`` runs: a value like ``--config.dual.step_size=1e300`` is one line, exit 2,
-    instead of a run that overflows."""
+    """Every config flag's float fields are finite and fit float32, and its seed fields fit the
+    PRNG's range (``config_utils.check_float32``), checked before ``main`` runs: a value like
+    ``--config.dual.step_size=1e300`` or ``=inf`` is one line, exit 2, instead of a run that
+    writes files and then stops non-finite."""
     for name in _config_flag_names():
         value = FLAGS[name].value
         if value is None or type(value).__name__ == "_ErrorConfig":
@@ -174,6 +194,28 @@ def _check_config_floats() -> None:
             config_utils.check_float32(value, f"--{name}")
         except BadInput as e:
             fail(one_line(e))
+
+
+def check_flag_values(fv: flags.FlagValues) -> None:
+    """The same rule for plain flags: every float flag (and each item of a multi-float flag)
+    finite and representable in float32, every seed flag (``seed``, ``seed0``, ``*_seed``) and
+    seed count (``seeds``, ``*_seeds``) inside the PRNG's range (``config_utils.SEED_MAX``).
+    Generic over the flags defined, so a new float flag of any command is covered.
+
+    Raises:
+      BadInput: ``--<flag>=<value>: <why>`` for the first such flag.
+    """
+    for name, fl in sorted(fv._flags().items()):
+        if name != fl.name or fl.value is None or config_flags.is_config_flag(fl):
+            continue
+        values = fl.value if isinstance(fl.value, list) else [fl.value]
+        for v in values:
+            if isinstance(v, float):
+                why = config_utils.float32_problem(v)
+            else:
+                why = config_utils.seed_problem(name, v)
+            if why:
+                raise BadInput(f"--{name}={v!r}: {why}")
 
 
 _OWN_DIRS = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep
@@ -261,12 +303,15 @@ def run(main: Callable[[list[str]], object], *,
     """
     if define_flags is not None:
         define_flags()
+    argv = list(sys.argv if argv is None else argv)
+    # absl's short help flag is ``-?``; ``-h`` (which absl rejects as an unknown flag) means
+    # the same here, as in every other command of the project
+    argv = [argv[0], *("--help" if a == "-h" else a for a in argv[1:])]
     if _config_flag_names() and "helpconfig" not in FLAGS:
         flags.DEFINE_flag(flags.BooleanFlag(
             "helpconfig", False, "print the resolved config (fields with their default or "
             "overridden values) and exit"), module_name=sys.argv[0])   # listed by --help
-    app.run(_wrap(main), argv=list(argv) if argv is not None else None,
-            flags_parser=_parse_flags)
+    app.run(_wrap(main), argv=argv, flags_parser=_parse_flags)
 
 
 # ----------------------------------------------------------------------------- local flags
@@ -282,7 +327,7 @@ def parse_local(define: Callable[[flags.FlagValues], None], argv: Sequence[str] 
     fv = flags.FlagValues()
     define(fv)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help", "--helpshort", "--helpfull") for a in argv):
+    if any(is_help(a) for a in argv):
         print(f"{doc.strip()}\n" if doc else f"python -m {prog}\n")
         print(fv.get_help() or "(no flags)")
         sys.exit(0)
@@ -292,6 +337,7 @@ def parse_local(define: Callable[[flags.FlagValues], None], argv: Sequence[str] 
         raise BadInput(re.sub(r"^flag (--)", r"\1", one_line(e))) from None
     if rest:
         raise BadInput(f"unexpected command-line arguments: {' '.join(rest)}")
+    check_flag_values(fv)
     return fv
 
 

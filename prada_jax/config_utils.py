@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import re
 import struct
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -37,7 +38,8 @@ __all__ = [
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
     "reject_extra_argv",
-    "runtime_info", "REMOVED_FIELDS", "ADDED_FIELDS", "is_removed", "drop_removed_fields", "check_float32",
+    "runtime_info", "host_cpu", "REMOVED_FIELDS", "ADDED_FIELDS", "is_removed", "drop_removed_fields", "check_float32",
+    "float32_problem", "seed_problem", "INFINITE_OK", "SEED_MAX", "SEED_COUNT_MAX",
 ]
 
 # Config fields that no longer exist: dotted name (or a whole section) -> why it went. A stored
@@ -56,6 +58,7 @@ REMOVED_FIELDS: dict[str, str] = {
 # behaviour and is refused (naming the field) when it would change it.
 ADDED_FIELDS: dict[str, object] = {
     "env.split": "all",   # before train/validation/test splits every problem was trained on
+    "env.hardware": "paper",   # before hardware pairs every run used the paper's FLOP clock
 }
 
 
@@ -239,16 +242,74 @@ def reject_extra_argv(argv: Sequence[str]) -> None:
 
 
 def runtime_info() -> str:
-    """One line: Python, JAX version, backend, devices and process index."""
+    """One line: Python, JAX version, backend, devices, process index and the host CPU
+    (:func:`host_cpu`: what XLA's CPU arithmetic depends on, docs/reproducibility.md)."""
     import jax   # here, not at the top: a command's flag checks and --help need no JAX
 
     devices = jax.devices()
     return (f"python {platform.python_version()}, jax {jax.__version__}, backend "
             f"{jax.default_backend()}, {len(devices)} device(s) [{devices[0].device_kind}], "
-            f"process {jax.process_index()}/{jax.process_count()}")
+            f"process {jax.process_index()}/{jax.process_count()}; host {host_cpu()}")
+
+
+_ISA_FLAGS = ("avx512f", "avx2", "fma")   # the ones that change XLA's CPU bits
+
+
+def host_cpu(cpuinfo: str | None = None, usable_cores: int | None = None,
+             xla_flags: str | None = None) -> str:
+    """The CPU facts that decide the low bits of a CPU run: model, usable cores, which of
+    AVX-512F / AVX2 / FMA it has, and ``XLA_FLAGS`` if set. Two runs that print the same
+    line and the same packages give the same bits (tested on one machine); runs that print
+    different ones need not (docs/reproducibility.md). The arguments replace what is read
+    from ``/proc/cpuinfo``, the process's CPU affinity and the environment (tests)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:   # not Linux: no flag list
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or platform.processor() or platform.machine() or "?"
+    if usable_cores is None:
+        usable_cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else os.cpu_count() or 0)
+    if "flags" in fields:
+        present = set(fields["flags"].split())
+        isa = "/".join(f for f in _ISA_FLAGS if f in present) or "no avx2/fma"
+    else:
+        isa = "isa unknown"
+    if xla_flags is None:
+        xla_flags = os.environ.get("XLA_FLAGS", "")
+    out = f"{model}, {usable_cores} usable core(s), {isa}"
+    return out + (f", XLA_FLAGS={xla_flags.strip()}" if xla_flags.strip() else "")
 
 
 # ----------------------------------------------------------------------------- float32 range
+
+# Float fields whose documented values include ±inf (dotted name as typed after ``--config.``,
+# -> what inf means). Every other float field of every config must be finite: the runs compute
+# in float32, where inf turns the first update (or a delay, a price) non-finite and the run
+# stops with exit 3 after writing files. A field absent here is refused at ``inf``; register a
+# field here only when inf is documented in its config comment.
+INFINITE_OK: dict[str, str] = {
+    "sampler.auto_gap_max": "inf = never hold the configured kappa (prada_jax/configs/distill.py)",
+}
+
+#: Largest value a seed field (``seed``, ``seed0``, ``*_seed``) may hold, and largest seed
+#: count (``seeds``, ``num_seeds``, ``*_seeds``). ``jax.random.key`` keeps only the low 32 bits
+#: of a seed (``2**32`` gives the key of 0), and some paths hold seeds as int32, so every
+#: seed a run derives must lie in ``[0, 2**31 - 1]``. The derived seeds are ``base + seed +
+#: offset`` with a split base below ``2**22`` (``prada_jax.traces.splits``: 0, 1e6, 2e6) and an
+#: offset below a seed count (``seed0 + s``, ``seed + i``, the learner's ``seed + 1``):
+#: ``SEED_MAX + 2**22 + SEED_COUNT_MAX <= 2**31 - 1``.
+SEED_COUNT_MAX = 2 ** 23
+SEED_MAX = 2 ** 31 - 1 - 2 ** 24
+_SEED_NAME = r"(^|_)seed0?$"
+_SEED_COUNT_NAME = r"(^|_)seeds$"
+
 
 def _float32(value: float) -> float:
     """``value`` rounded to float32 (IEEE round-to-nearest); ``±inf`` past its range."""
@@ -258,39 +319,71 @@ def _float32(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
-def _float_leaves(tree: Any, prefix: str):
-    """``(dotted name, value)`` of every float leaf of a nested dict / list (bools and ints
-    are not floats); list items are named ``name[i]``."""
+def _leaves(tree: Any, path: str = ""):
+    """``(dotted path, value)`` of every leaf of a nested dict / list; list items are named
+    ``path[i]``."""
     if isinstance(tree, dict):
         for k, v in tree.items():
-            yield from _float_leaves(v, f"{prefix}.{k}")
+            yield from _leaves(v, f"{path}.{k}" if path else str(k))
     elif isinstance(tree, (list, tuple)):
         for i, v in enumerate(tree):
-            yield from _float_leaves(v, f"{prefix}[{i}]")
-    elif isinstance(tree, float):
-        yield prefix, tree
+            yield from _leaves(v, f"{path}[{i}]")
+    else:
+        yield path, tree
+
+
+def float32_problem(value: float, *, allow_inf: bool = False) -> str | None:
+    """Why the float ``value`` cannot be used by a float32 computation, or None: NaN, ±inf
+    (unless ``allow_inf``), a finite value beyond float32's range (``|x| > 3.4028235e38``: it
+    becomes inf), or a non-zero value that rounds to 0 in float32 (``|x| < 7.0e-46``)."""
+    if math.isnan(value):
+        return "NaN is not a valid value"
+    if math.isinf(value):
+        return None if allow_inf else "must be finite"
+    f32 = _float32(value)
+    if math.isinf(f32):
+        return "does not fit float32 (|value| <= 3.4028235e+38); the run computes in float32"
+    if value != 0.0 and f32 == 0.0:
+        return ("rounds to 0 in float32 (smallest non-zero |value| 1.4e-45); the run computes "
+                "in float32")
+    return None
+
+
+def seed_problem(name: str, value: Any) -> str | None:
+    """Why the int ``value`` of a field or flag called ``name`` (its last dotted part decides)
+    is not a usable seed or seed count, or None: a seed (``seed``, ``seed0``, ``*_seed``) must
+    lie in ``[0, SEED_MAX]``, a seed count (``seeds``, ``*_seeds``) in ``[0, SEED_COUNT_MAX]``,
+    so every seed derived from them fits ``jax.random.key``'s range (see ``SEED_MAX``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    leaf = name.rsplit(".", 1)[-1].lstrip("-")
+    if re.search(_SEED_NAME, leaf) and not 0 <= value <= SEED_MAX:
+        return (f"must lie in [0, {SEED_MAX}] (every derived seed, base + seed + offset, "
+                "must fit the PRNG's 31-bit range)")
+    if re.search(_SEED_COUNT_NAME, leaf) and not 0 <= value <= SEED_COUNT_MAX:
+        return f"must lie in [0, {SEED_COUNT_MAX}] (seed + count must fit the PRNG's range)"
+    return None
 
 
 def check_float32(config: Any, name: str = "config") -> None:
-    """Refuses a float field that the float32 computation cannot hold: NaN, a finite value
-    beyond float32's range (``|x| > 3.4028235e38``: it would become inf, and the first update
-    non-finite, e.g. ``dual.step_size=1e300``), or a non-zero value that rounds to 0 in float32
-    (``|x| < 1.4e-45``). ``inf`` itself is allowed (some fields use it for "never"). Applies
-    to every field of any config; ``name`` is how the user reaches the config
-    (``--config``), so the message names the field as typed: ``--config.dual.step_size``.
+    """Refuses a float field that the float32 computation cannot hold: NaN, ±inf (except the
+    fields in :data:`INFINITE_OK`), a finite value beyond float32's range (``|x| >
+    3.4028235e38``: it would become inf, and the first update non-finite, e.g.
+    ``dual.step_size=1e300``), or a non-zero value that rounds to 0 in float32 (``|x| <
+    1.4e-45``); and a seed field or seed count outside the PRNG's range (:func:`seed_problem`).
+    Walks every leaf, so a field added to any config is covered without a list to update.
+    ``name`` is how the user reaches the config (``--config``), so the message names the field
+    as typed: ``--config.dual.step_size``.
 
     Raises:
       ConfigError: naming the first such field and its value.
     """
-    for field, v in _float_leaves(config_to_dict(config), name):
-        if math.isnan(v):
-            raise ConfigError(f"{field}={v!r}: NaN is not a valid value")
-        if math.isinf(v):
-            continue
-        f32 = _float32(v)
-        if math.isinf(f32):
-            raise ConfigError(f"{field}={v!r}: does not fit float32 (|value| <= 3.4028235e+38); "
-                              "the run computes in float32")
-        if v != 0.0 and f32 == 0.0:
-            raise ConfigError(f"{field}={v!r}: rounds to 0 in float32 (smallest non-zero "
-                              "|value| 1.4e-45); the run computes in float32")
+    for field, v in _leaves(config_to_dict(config) if not isinstance(config, dict)
+                            else config):
+        shown = f"{name}.{field}" if name else field
+        if isinstance(v, float):
+            why = float32_problem(v, allow_inf=field in INFINITE_OK)
+        else:
+            why = seed_problem(field, v)
+        if why:
+            raise ConfigError(f"{shown}={v!r}: {why}")

@@ -103,14 +103,19 @@ def check_resume(config: Any, workdir, observational: Iterable[str],
     a stored config without a field of ``config_utils.ADDED_FIELDS`` is read with the value
     the run had before the field existed), then checks that ``<workdir>/<checkpoints>``
     (None: skip) is empty or holds an intact step
-    (``checkpointing.check_resumable``); writes nothing.
+    (``checkpointing.check_resumable``); writes nothing. First, every float field of ``config``
+    must be finite and fit float32, every seed field the PRNG's range
+    (``config_utils.check_float32``: the rule the commands apply to their flags, here also for
+    a config built in code, e.g. by ``evals.stage2`` or ``train.main``).
 
     Raises:
+      ConfigError: a float or seed field ``check_float32`` refuses (named ``config.<field>``).
       ConfigMismatch: a non-observational field differs (lists all of them, old → new).
       BadInput: the stored config is unreadable (names the file).
       checkpointing.DamagedCheckpoint: the run has checkpoints but none intact (a resume that
         would be refused after the trainer rewrote config.json and run.json).
     """
+    config_utils.check_float32(config, "config")
     path = Path(workdir) / filename
     check = _check_config(config, path, workdir, observational)
     if checkpoints is not None:

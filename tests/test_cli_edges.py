@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -49,16 +50,18 @@ def _tree(root: Path) -> dict:
 
 def test_check_resume_refuses_a_run_without_an_intact_checkpoint(tmp_path):
     """Every step damaged → ``check_resume`` raises one line naming the folder, the steps and the
-    newest damaged file, and touches nothing; one intact step (or none at all, or a step
-    without a manifest) passes."""
+    newest damaged file, and touches nothing; one intact step (or none at all, or an intact
+    step without a manifest) passes."""
     config = {"seed": 0, "lr": 1e-3}
     (tmp_path / "config.json").write_text(json.dumps(config))
     ck_dir = tmp_path / "checkpoints"
     _save_steps(ck_dir)
     bad = _garbage_metadata(ck_dir, 2)
     assert not run_state.check_resume(config, tmp_path, ()).fresh        # step 1 intact
-    data = [p for p in (ck_dir / "1" / "state").rglob("*") if p.parent.name == "d"]
-    data[0].write_bytes(data[0].read_bytes()[:3])
+    # (every data file: orbax leaves some a step no longer references, whose damage only the
+    # manifest's hash can see; the read back of a manifest-less step below sees the rest)
+    for p in [p for p in (ck_dir / "1" / "state").rglob("*") if p.parent.name == "d"]:
+        p.write_bytes(p.read_bytes()[:3])
     before = _tree(tmp_path)
     with pytest.raises(checkpointing.DamagedCheckpoint) as e:
         run_state.check_resume(config, tmp_path, ())
@@ -70,9 +73,14 @@ def test_check_resume_refuses_a_run_without_an_intact_checkpoint(tmp_path):
     # the same refusal from the restore path (no warning lines before it)
     with pytest.raises(checkpointing.DamagedCheckpoint, match="no intact checkpoint"):
         checkpointing.Checkpointer(ck_dir).restore_latest({"x": jnp.float32(0)})
-    # a step without a manifest may be intact: only a restore can tell
+    # a step without a manifest is read back in full: step 1's truncated file is still found,
+    # while an intact step without a manifest passes
     (ck_dir / "1" / checkpointing.MANIFEST_FILE).unlink()
-    run_state.check_resume(config, tmp_path, ())
+    with pytest.raises(checkpointing.DamagedCheckpoint, match=r"\(damaged: steps 1, 2\)"):
+        run_state.check_resume(config, tmp_path, ())
+    _save_steps(tmp_path / "other" / "checkpoints", (1,))
+    (tmp_path / "other" / "checkpoints" / "1" / checkpointing.MANIFEST_FILE).unlink()
+    assert run_state.check_resume(config, tmp_path / "other", ()).fresh
     # a fresh run (no checkpoints folder) and skipping the check
     assert run_state.check_resume(config, tmp_path / "new", ()).fresh
     (ck_dir / "1").rename(ck_dir / "1.damaged")
@@ -150,9 +158,10 @@ def test_garbage_checkpoint_metadata_is_one_line(tmp_path, run_command):
 # ----------------------------------------------------------------------------- float32 range
 
 def test_check_float32_matches_numpy_rounding():
-    """A float field is refused iff NumPy's float32 rounding turns it into inf (from a finite
-    value) or 0 (from a non-zero one), or it is NaN; inf, ints and bools pass. The message
-    names the field as typed (``--config.a.b``, list items ``[i]``)."""
+    """A float field is refused iff it is not finite (NaN, ±inf), or NumPy's float32 rounding
+    turns it into inf or a non-zero value into 0; ints (not named as seeds) and bools pass. inf
+    passes only in a field of ``INFINITE_OK``. The message names the field as typed
+    (``--config.a.b``, list items ``[i]``)."""
     from ml_collections import ConfigDict
 
     from prada_jax import config_utils
@@ -165,18 +174,212 @@ def test_check_float32_matches_numpy_rounding():
         v = float(v)
         with np.errstate(over="ignore", under="ignore"):
             r = np.float32(v)
-        refused = bool(np.isnan(v) or (np.isfinite(v) and np.isinf(r)) or (v != 0 and r == 0))
+        refused = bool(not np.isfinite(v) or np.isinf(r) or (v != 0 and r == 0))
         cfg = ConfigDict({"a": {"b": v, "n": 10 ** 40, "flag": True}, "c": [1.0, 2]})
         if refused:
             with pytest.raises(config_utils.ConfigError, match=r"^--config\.a\.b="):
                 config_utils.check_float32(cfg, "--config")
         else:
             config_utils.check_float32(cfg, "--config")
+        # a field documented to take inf accepts ±inf, nothing else that is refused above
+        ok_inf = ConfigDict({"sampler": {"auto_gap_max": v}})
+        if refused and not np.isinf(v):
+            with pytest.raises(config_utils.ConfigError, match=r"auto_gap_max="):
+                config_utils.check_float32(ok_inf, "--config")
+        else:
+            config_utils.check_float32(ok_inf, "--config")
     with pytest.raises(config_utils.ConfigError, match=r"^--x\.c\[1\]=1e\+39: does not fit"):
         config_utils.check_float32({"c": [1.0, 1e39]}, "--x")
 
 
+def test_infinite_ok_fields_exist_and_document_inf():
+    """Every field allowed to be inf exists in a config whose comment says what inf means."""
+    from prada_jax import config_utils
+
+    cfg_dir = Path(__file__).resolve().parents[1] / "prada_jax" / "configs"
+    texts = {p.stem: p.read_text() for p in cfg_dir.glob("*.py")}
+    for field in config_utils.INFINITE_OK:
+        leaf = field.rsplit(".", 1)[-1]
+        hits = [name for name, text in texts.items()
+                if re.search(rf"c\.{re.escape(field)}\s*=.*", text)]
+        assert hits, f"{field} is in no config"
+        text = texts[hits[0]]
+        after = text[text.index(f"c.{field}"):].split("\n    c.", 1)[0]
+        assert "inf" in after.replace("info", ""), (field, leaf, after)
+
+
+def test_every_config_field_passes_and_every_float_field_refuses_inf():
+    """Generic over the configs: each config's defaults (every variant) pass; each of its float
+    fields, set to inf, nan or 1e300, is refused naming that field, whatever section it is in
+    (a field added later is covered without a list)."""
+    import importlib
+
+    from prada_jax import config_utils
+
+    for name in ("ppo", "dual", "distill"):
+        mod = importlib.import_module(f"prada_jax.configs.{name}")
+        variants = [None] + [v for v in getattr(mod, "VARIANTS", ())]
+        for variant in variants:
+            config_utils.check_float32(mod.get_config(variant), "--config")
+        cfg = mod.get_config()
+        floats = [f for f, v in config_utils._leaves(cfg.to_dict()) if isinstance(v, float)]
+        assert len(floats) >= 5, (name, floats)
+        for field in floats:
+            for bad in (float("inf"), float("nan"), 1e300, 1e-320):
+                if bad == float("inf") and field in config_utils.INFINITE_OK:
+                    continue
+                c = mod.get_config()
+                config_utils.set_field(c, field, bad)
+                with pytest.raises(config_utils.ConfigError,
+                                   match=rf"^--config\.{re.escape(field)}="):
+                    config_utils.check_float32(c, "--config")
+
+
+def test_seed_bound_keeps_every_derived_seed_inside_the_prng_range():
+    """The seed bound against the PRNG itself: ``jax.random.key`` keeps 32 bits (2**32 gives the
+    key of seed 0, so an unbounded seed silently repeats another run); the largest seed a run
+    can derive from accepted flags (test-split base + SEED_MAX + SEED_COUNT_MAX) is a distinct,
+    unwrapped int32 key. Seeds and counts outside the bound are refused, naming the field."""
+    import jax
+
+    from prada_jax import config_utils
+    from prada_jax.traces import splits
+
+    assert (jax.random.key_data(jax.random.key(2 ** 32)) ==
+            jax.random.key_data(jax.random.key(0))).all()
+    top = splits.TEST_SEED_BASE + splits.SEED_RANGE + config_utils.SEED_MAX + \
+        config_utils.SEED_COUNT_MAX
+    assert top <= np.iinfo(np.int32).max
+    assert int(jax.random.key_data(jax.random.key(top))[-1]) == top
+    assert int(np.asarray(top, np.int32)) == top
+    ok = {"seed": config_utils.SEED_MAX, "env": {"trace_seed": 0, "seed0": 5},
+          "num_seeds": config_utils.SEED_COUNT_MAX, "n": 2 ** 40}
+    config_utils.check_float32(ok, "--config")
+    for field, bad in (("seed", config_utils.SEED_MAX + 1), ("seed", -1),
+                       ("env.trace_seed", 2 ** 63 - 1), ("env.seed0", 2 ** 32),
+                       ("num_seeds", config_utils.SEED_COUNT_MAX + 1)):
+        c = json.loads(json.dumps(ok))
+        config_utils.set_field(c, field, bad)
+        with pytest.raises(config_utils.ConfigError, match=rf"^--config\.{field}={bad}: must lie"):
+            config_utils.check_float32(c, "--config")
+
+
+@pytest.mark.parametrize("field,value", [("dual.kp", float("inf")), ("seed", 2 ** 32),
+                                         ("dual.step_size", 1e300)])
+def test_a_config_built_in_code_is_checked_before_a_trainer_writes(tmp_path, field, value):
+    """Every trainer's first call on a workdir (``run_state.check_resume``) applies the same
+    rule to a config built in code (evals.stage2, train.main), before anything is written."""
+    from prada_jax import config_utils
+    from prada_jax.configs import dual
+
+    cfg = dual.get_config("smoke")
+    config_utils.set_field(cfg, field, value)
+    with pytest.raises(config_utils.ConfigError, match=rf"^config\.{re.escape(field)}="):
+        run_state.check_resume(cfg, tmp_path / "run", ())
+    assert not (tmp_path / "run").exists()
+
+
+def test_flag_values_are_checked_generically():
+    """Any float flag (a multi-float flag item by item) and any seed flag of a command,
+    defined or not yet defined when this was written, goes through the same rule."""
+    from absl import flags
+
+    from prada_jax import cli
+    from prada_jax.errors import BadInput
+
+    fv = flags.FlagValues()
+    flags.DEFINE_float("new_profile_peak_flops", 1.0, "", flag_values=fv)
+    flags.DEFINE_multi_float("grid", [1.0], "", flag_values=fv)
+    flags.DEFINE_integer("judge_seed", 0, "", flag_values=fv)
+    flags.DEFINE_integer("steps", 0, "", flag_values=fv)
+    fv(["prog", "--steps=99999999999999"])
+    cli.check_flag_values(fv)
+    for arg, names in (("--new_profile_peak_flops=inf", "--new_profile_peak_flops=inf"),
+                       ("--new_profile_peak_flops=1e39", "--new_profile_peak_flops=1e+39"),
+                       ("--grid=1e-320", "--grid=1e-320"),
+                       ("--judge_seed=4294967296", "--judge_seed=4294967296")):
+        fv.unparse_flags()
+        fv(["prog", arg])
+        with pytest.raises(BadInput, match=rf"^{re.escape(names)}: "):
+            cli.check_flag_values(fv)
+        fv.unparse_flags()
+
+
 # ----------------------------------------------------------------------------- trace folders
+
+@pytest.mark.parametrize("name", ["meta.json", "nodes.safetensors"])
+def test_a_trace_file_that_is_not_a_regular_file_is_named_as_what_it_is(tmp_path, name):
+    """A trace file that is a symlink to the zero device (a character device), a FIFO, a
+    directory or a dangling symlink is refused naming what it is, not as "missing"; a file
+    that is really absent is "missing"."""
+    import stat
+
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    zero = Path(os.devnull).with_name("zero")
+    assert stat.S_ISCHR(zero.stat().st_mode)   # the zero device, a character device
+    fifo = tmp_path / "named_pipe"
+    os.mkfifo(fifo)
+    cases = {"chr": (lambda p: p.symlink_to(zero),
+                     rf"is a character device \(a symlink to {zero}\), not a regular file"),
+             "fifo": (lambda p: p.symlink_to(fifo), r"is a FIFO \(named pipe\) \(a symlink to"),
+             "dir": (lambda p: p.mkdir(), r"is a directory, not a regular file"),
+             "dangling": (lambda p: p.symlink_to(tmp_path / "nowhere"),
+                          r"is a symlink to .*nowhere, which does not exist"),
+             "absent": (lambda p: None, r"missing$")}
+    for label, (make, want) in cases.items():
+        folder = tmp_path / label
+        tf.save(traces, folder, meta)
+        (folder / name).unlink()
+        make(folder / name)
+        with pytest.raises(tf.TraceFormatError, match=rf"{name}: field '<file>': {want}"):
+            tf.load(folder)
+
+
+def test_an_empty_trace_set_is_reported_as_empty(tmp_path):
+    """A meta.json counting 0 problems (with empty splits) is refused as an empty trace set,
+    not through its split check ("splits.train is empty")."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    tf.save(traces, tmp_path / "t", meta)
+    stored = json.loads((tmp_path / "t" / tf.META_FILE).read_text())
+    stored["counts"] = {"problems": 0, "nodes": 0}
+    stored["splits"] = {"train": [], "validation": [], "test": []}
+    (tmp_path / "t" / tf.META_FILE).write_text(json.dumps(stored))
+    with pytest.raises(tf.TraceFormatError,
+                       match=r"meta\.json: field 'counts': empty trace set \(0 problems, 0 nodes\)"):
+        tf.read_meta(tmp_path / "t")
+
+
+def test_a_linked_meta_json_is_not_said_to_be_hash_checked(tmp_path, run_command):
+    """The note on a meta.json symlinked from outside says what is true: its format is checked,
+    no hash pins it (the content hash covers nodes.safetensors only: a changed meta.json
+    behind the link that stays well-formed loads). A linked nodes.safetensors is said to be
+    checked against the content hash (and other bytes are refused: the test below)."""
+    from prada_jax.traces import format as tf
+    from prada_jax.traces import synthetic
+
+    traces, meta = synthetic.generate("gsm8k", seed=0, problems=4)
+    linked = tmp_path / "linked"
+    tf.save(traces, linked, meta)
+    shared = tmp_path / "shared" / tf.META_FILE
+    shared.parent.mkdir()
+    (linked / tf.META_FILE).rename(shared)
+    (linked / tf.META_FILE).symlink_to(shared)
+    code, stdout, stderr = run_command("prada_jax.traces", "validate", str(linked))
+    assert code == 0 and not stderr.strip(), stderr
+    assert (f"meta.json is a symlink to {shared.resolve()}, outside the folder (followed; its "
+            "format checked, but no hash pins its content)") in stdout
+    assert "content hash checked" not in stdout
+    stored = json.loads(shared.read_text())
+    stored["generator"] = {"edited": True}     # content changed behind the link: still loads
+    shared.write_text(json.dumps(stored))
+    assert tf.load(linked).prm.shape == traces.prm.shape
+
 
 def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path, run_command):
     """A ``nodes.safetensors`` that is a symlink to a file outside the folder is followed and
@@ -203,7 +406,8 @@ def test_validate_reports_outside_symlinks_and_unknown_meta_keys(tmp_path, run_c
     out = stdout.strip().splitlines()
     assert len(out) == 2 and out[0].startswith(f"{plain}: OK (") and out[0].endswith(")")
     assert out[1].startswith(f"{linked}: OK (")
-    assert f"nodes.safetensors is a symlink to {shared.resolve()}, outside the folder" in out[1]
+    assert (f"nodes.safetensors is a symlink to {shared.resolve()}, outside the folder "
+            "(followed; its bytes checked against meta.json's content_hash)") in out[1]
     assert "meta.json keys not read by prada_jax, kept as provenance: notes, zz_note" in out[1]
     assert tf.validate_notes(plain, tf.read_meta(plain)) == []      # nothing to say
     # the link is pinned by the content hash: other bytes behind it are refused

@@ -140,7 +140,27 @@ def _damaged_run(cfg: str, variant: str, damage: str) -> Callable[[Path], None]:
     return build
 
 
+def _pair_file(**server) -> Callable[[Path], None]:
+    """A folder holding ``pair.json``, a hardware pair (``prada_jax.latency.pair_profiles``):
+    the A100 server profile with ``server`` fields replaced, the Orin INT4 edge."""
+    def build(path: Path) -> None:
+        from prada_jax import latency
+
+        hw = {f: float(getattr(latency.a100_80gb_bf16(), f))
+              for f in latency.HardwareProfile.__dataclass_fields__}
+        path.mkdir(parents=True)
+        (path / "pair.json").write_text(json.dumps({"edge": "orin_agx_64gb_int4",
+                                                    "server": dict(hw, **server)}))
+    return build
+
+
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
+
+
+def _pooled_meta(split: str, trace_seed: int) -> str:
+    return json.dumps({"obs_dim": 18, "traces": {
+        "source": "synthetic:gsm8k", "split": split, "trace_seed": trace_seed,
+        "problems_total": 1319, "feature_dim": 16}})
 
 INPUTS: dict[str, Callable[[Path], None]] = {
     "traces_ok": _valid_traces,
@@ -155,12 +175,23 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "dual_nested": _run_dir({"multipliers.json": _nested_json()}),
     "dual_badjson": _run_dir({"multipliers.json": '{"lambda_s": 0.1, "mu": '}),
     "policy_smoke": _smoke_policy,
+    # policy folders (metadata only) for evals.stage2.pooled's trace-set check, which reads
+    # policy_meta.json before any checkpoint
+    "pol_train": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                           "policy_meta.json": _pooled_meta("train", 0)}),
+    "pol_valsplit": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                              "policy_meta.json": _pooled_meta("validation", 0)}),
+    "pol_traceseed5": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                                "policy_meta.json": _pooled_meta("train", 5)}),
     "dual_m2": _dual_for(2),
     "policy_garbage_meta": _smoke_policy_garbage_metadata,
     "ppo_damaged": _damaged_run(PPO_CFG, "smoke", "truncate"),
     "ppo_garbage_meta": _damaged_run(PPO_CFG, "smoke", "metadata"),
     "dual_damaged": _damaged_run(DUAL_CFG, "smoke", "metadata"),
     "distill_damaged": _damaged_run(DISTILL_CFG, "smoke", "truncate"),
+    "hw_zero_flops": _pair_file(peak_flops=0.0),
+    "hw_zero_bw": _pair_file(mem_bw=-1.0),
+    "hw_zero_mem": _pair_file(mem_bytes=0.0),
 }
 
 
@@ -220,6 +251,49 @@ CASES: list[Case] = [
          r"--config\.dual\.step_size=1e\+300: does not fit float32"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=1e-60"),
          r"--config\.ppo\.lr=1e-60: rounds to 0 in float32", slow=True),
+    # hardware pairs of the clock (docs/latency.md): unknown name, a profile out of range, an
+    # M beyond what the server's KV memory holds
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.hardware=tpu9"), r"config\.env\.hardware=tpu9.*unknown"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.hardware={hw_zero_flops}/pair.json"),
+         r"config\.env\.hardware=.*pair\.json: server\.peak_flops must be"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.hardware=a100_orin_int4", "--config.env.contention=True",
+                       "--config.env.num_servers=100000"),
+         r"num_servers \(M\) = 100000 .*KV memory"),
+    Case("evals.run", ("--hardware=tpu9", "--out={out}"), r"--hardware=tpu9.*unknown"),
+    Case("evals.run", ("--hardware={hw_zero_bw}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.mem_bw must be"),
+    Case("evals.run", ("--hardware={hw_zero_mem}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.mem_bytes must be"),
+    Case("evals.run", ("--hardware=a100_orin_int4", "--num_servers=100000", "--out={out}",
+                       "--slots=20", "--warmup_slots=2", "--seeds=1"),
+         r"num_servers \(M\) = 100000 .*KV memory"),
+    Case("evals.stage2", ("--hardware=tpu9", "--out={out}"), r"--hardware=tpu9.*unknown"),
+    Case("train.main", ("--workdir={out}", "--hardware=tpu9"), r"--hardware=tpu9.*unknown"),
+    # inf or NaN in any float field of any config: refused before the run (it trained for
+    # 100 s, wrote files, then exited 3); every field the issue found, and ppo/distill ones
+    *[Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                          f"--config.{field}={bad}"),
+           rf"--config\.{re.escape(field)}={bad}: must be finite")
+      for field, bad in (("dual.step_size", "inf"), ("dual.learning_rate", "inf"),
+                         ("dual.init_lambda_s", "inf"), ("dual.temperature", "inf"),
+                         ("dual.kp", "inf"), ("dual.decay_steps", "inf"),
+                         ("dual.bw_scale_hz", "inf"), ("policy.rule_threshold", "inf"),
+                         ("env.bandwidth_hz", "-inf"))],
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.dual.step_size=nan"), r"--config\.dual\.step_size=nan: NaN"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=inf"),
+         r"--config\.ppo\.lr=inf: must be finite"),
+    Case("train.distill", (f"--config={DISTILL_CFG}:smoke", "--workdir={out}",
+                           "--config.loss.temperature=inf"),
+         r"--config\.loss\.temperature=inf: must be finite"),
+    # seeds outside the PRNG's range (jax.random.key keeps 32 bits: 2**32 is seed 0 again)
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.seed=4294967296"), r"--config\.seed=4294967296: must lie in"),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.env.trace_seed=-1"), r"--config\.env\.trace_seed=-1: must lie"),
     # train.dual
     Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}", "--config.dual.lrr=1"),
          r"--config\.dual\.lrr"),
@@ -256,6 +330,16 @@ CASES: list[Case] = [
     Case("evals.run", ("--num_servers=0", "--out={out}"), r"--num_servers"),
     Case("evals.run", ("--bandwidth_hz=-1", "--out={out}"), r"--bandwidth_hz"),
     Case("evals.run", ("--seeds=0", "--out={out}"), r"--seeds"),
+    Case("evals.run", ("--seed0=9223372036854775807", "--out={out}"),
+         r"--seed0=9223372036854775807: must lie in \[0, "),
+    Case("evals.run", ("--seeds=100000000", "--out={out}"), r"--seeds=100000000: must lie in"),
+    Case("evals.run", ("--beta=inf", "--out={out}"), r"--beta=inf: must be finite"),
+    Case("evals.sweep", ("--seeds=99999999999", "--out={out}"), r"--seeds=99999999999"),
+    Case("evals.calibration", ("--prm_miscalibration=nan", "--out={out}"),
+         r"--prm_miscalibration=nan: NaN"),
+    Case("evals.clairvoyant", ("--lambda_s=1e39",), r"--lambda_s=1e\+39: does not fit float32"),
+    Case("evals.clairvoyant", ("--seed=-5",), r"--seed=-5: must lie"),
+    Case("evals.distill_report", ("--margin=inf", "--out={out}"), r"--margin=inf"),
     Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
                        "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
          r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
@@ -326,8 +410,40 @@ CASES: list[Case] = [
     Case("benchmarks.binding", ("--policy={empty_dir}", "--split=train", "--out={out}"),
          r"--split"),
     Case("evals.stage2", ("--out={out}", "--budget=1.5"), r"--budget"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--budget=1e-320"),
+         r"--budget=1e-320: rounds to 0 in float32"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--dual_overrides=step_size=1e300"),
+         r"--dual_overrides: dual\.step_size=1e\+300: does not fit float32"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--dual_overrides=kp=inf"),
+         r"--dual_overrides: dual\.kp=inf: must be finite"),
+    Case("evals.stage2", ("--out={out}", "--quick", "--seed0=2147483647"), r"--seed0=2147483647"),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--seed=-1", "--out={out}"),
+         r"--seed=-1: must lie"),
+    Case("prada_jax.traces", ("synth", "--preset=gsm8k", "--prm_noise=inf", "--out={out}"),
+         r"--prm_noise=inf: must be finite"),
+    Case("benchmarks.duality_gap", ("--workdir={empty_dir}", "--seed=99999999999"),
+         r"--seed=99999999999: must lie"),
+    # evals.stage2.pooled (issue 33): every policy folder is checked before --out is created
+    Case("evals.stage2.pooled", ("--policies={pol_train}", "--out={out}"),
+         r"--policies.*>= 2"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_valsplit}", "--out={out}"),
+         r"--policies.*pol_valsplit.*split 'validation'"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_traceseed5}", "--out={out}"),
+         r"--policies.*pol_traceseed5.*trace_seed 5"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_train}", "--out={out}"),
+         r"--policies.*twice"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{empty_dir}", "--out={out}"),
+         r"--policies.*empty_dir.*policy_meta\.json"),
+    Case("evals.stage2.pooled", ("--policies={pol_train},{pol_valsplit}", "--out={out}",
+                                 "--budget=0.3", "--budget_margins=0,1.5"),
+         r"--budget_margins"),
+    Case("evals.stage2.policies", ("--seeds=0,x", "--out={out}"), r"--seeds"),
+    Case("evals.stage2.policies", ("--seeds=1,1", "--out={out}"), r"--seeds"),
     Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),
     Case("benchmarks.env_scaling", ("--envs=a,b", "--json={out}"), r"--envs"),
+    Case("benchmarks.load_curve", ("--loads=0", "--json={out}"), r"--loads"),
+    Case("evals.curve", ("--loads=0,1", "--out={out}"), r"--loads"),
+    Case("evals.curve", ("--pairs=tpu9", "--out={out}"), r"--pairs"),
     Case("benchmarks.trace_load", ("--preset=nope", "--dir={out}"), r"--preset"),
     Case("benchmarks.lm_forward", ("--batch=0", "--json={out}"), r"--batch"),
     Case("benchmarks.ppo_learning", ("--workdir={policy_nockpt}",), r"policy_nockpt"),
@@ -348,6 +464,17 @@ CASES: list[Case] = [
                                             "--generator_cache={empty_dir}", "--out={out}"),
          r"--teacher_cache"),
     Case("benchmarks.reopd_prefix_source", ("--updates=0", "--out={out}"), r"--updates"),
+    # studies (issue 35: κ outside (0, 1], a negative latency, seeds overlapping the pilot's)
+    Case("studies.reopd_kg", ("--kappas=0.6,1.5", "--cache={empty_dir}", "--out={out}"),
+         r"--kappas"),
+    Case("studies.reopd_kg", ("--kappas=0", "--quick", "--out={out}"), r"--kappas"),
+    Case("studies.reopd_kg", ("--latencies_ms=10,-1", "--cache={empty_dir}", "--out={out}"),
+         r"--latencies_ms"),
+    Case("studies.reopd_kg", ("--seeds=0-19", "--pilot_seeds=19-21", "--cache={empty_dir}",
+                              "--out={out}"), r"--seeds.*--pilot_seeds"),
+    Case("studies.reopd_kg", ("--parts=compare", "--cache={empty_dir}", "--out={out}"),
+         r"--parts"),
+    Case("studies.reopd_kg", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
 ]
 
 
@@ -520,10 +647,26 @@ def test_help_exits_zero(command, tmp_path, run_help):
     shown = f"python -m {command} --help -> {proc.returncode}\nstderr:\n{proc.stderr[-2000:]}"
     assert proc.returncode == 0, shown
     assert "--" in proc.stdout and not proc.stderr.strip(), shown
+    for spelling in ("-h", "--helpshort", "--helpfull"):   # every spelling, every command
+        proc = _run_help(command, [spelling], tmp_path, run_help)
+        assert proc.returncode == 0 and "--" in proc.stdout and not proc.stderr.strip(), \
+            (command, spelling, proc.returncode, proc.stderr[-2000:])
     if command in _config_commands():
         proc = _run_help(command, ["--helpconfig"], tmp_path, run_help)
         assert proc.returncode == 0 and proc.stdout.strip() and not proc.stderr.strip(), \
             (proc.returncode, proc.stdout[:300], proc.stderr)
+
+
+@pytest.mark.parametrize("command,sub", [("prada_jax.traces", "synth"),
+                                         ("prada_jax.distill.pool", "validate")])
+def test_help_of_a_subcommand_exits_zero(command, sub, tmp_path, run_help):
+    """Commands with subcommands answer every help spelling before the subcommand and after
+    it (``--helpshort``/``--helpfull`` were taken for unknown subcommands, exit 2)."""
+    for args in (["--helpshort"], ["--helpfull"], ["-h"], [sub, "--helpshort"],
+                 [sub, "--helpfull"], [sub, "-h"]):
+        proc = _run_help(command, args, tmp_path, run_help)
+        assert proc.returncode == 0 and proc.stdout.strip() and not proc.stderr.strip(), \
+            (command, args, proc.returncode, proc.stderr[-2000:])
 
 
 def test_helpconfig_prints_the_resolved_config(tmp_path, run_help):

@@ -12,12 +12,18 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
                     policy every later stage uses (docs/ppo.md, "Critic calibration");
 3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.stage2.trainer``, what
                     ``python -m train.dual`` runs, in this process);
-4. ``eval/``        the benchmark table on the **test split** (problems of the same generated
+4. ``curve/``       the load curve, the headline (``evals.curve``): latency, accuracy,
+                    objective, goodput and ρ of the server LLM alone, All-SLM, RSD and PRADA
+                    against load λ/M on the test split, 8 seeds, with the crossover; it picks
+                    the two table points by the rule of ``table_points``;
+   ``eval/``        the benchmark table at those two points (``uncontended/``,
+                    ``contended/``) on the **test split** (problems of the same generated
                     set the policy never trained on, evaluation seeds of the test range; mean
-                    ± 95% CI over seeds), with the paper's All-LLM row (the server LLM alone)
-                    and the headline ratios against it; results.json / .csv, figures, TB;
-5. ``sweep/``       accuracy / latency / delay components against M, B and λ, with the knees
-                    and the blocked-arrival share (the U cap) along λ (test split);
+                    ± 95% CI over seeds), with the paper's All-LLM row (the server LLM alone),
+                    ρ and flags per row, and the headline ratios against it; results.json /
+                    .csv, figures, TB;
+5. ``sweep/``       accuracy / latency / delay components against M and B (``--full``: and
+                    λ), with the knees (test split);
 6. ``stage2/``      stage 2 judged on the nominal and a contended (burst) scenario
                     (``evals.stage2``: learned vs λ_s = µ = 0, FIFO-greedy, grid best pair);
 7. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
@@ -44,12 +50,13 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from envs import edge  # noqa: E402
-from evals import calibration, stage2, suite, sweep  # noqa: E402
+from evals import calibration, curve, stage2, suite, sweep  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
-from prada_jax import cli, config_utils  # noqa: E402
+from prada_jax import cli, config_utils, latency  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import read_json, write_json  # noqa: E402
 from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
@@ -71,15 +78,22 @@ def _define_flags() -> None:
     flags.DEFINE_bool("smoke", False, "Tiny sizes (tests); numbers are meaningless.")
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: 5; smoke: 2).", lower_bound=2)
     flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
+    flags.DEFINE_string("hardware", latency.CONFIG_PAIR, "(edge, server) hardware pair of the "
+                        "clock for every stage (prada_jax.latency.PAIRS or a .json file; "
+                        "docs/latency.md); paper = the FLOP-only clock.")
 
 STAGE_FILE = "stage_done.json"
 
 
 # ----------------------------------------------------------------------------- settings
 
-def settings_for(mode: str, seeds: int | None = None) -> dict:
+def settings_for(mode: str, seeds: int | None = None,
+                 hardware: str = latency.CONFIG_PAIR) -> dict:
     """All sizes of one mode ("smoke", "demo", "full") as a plain dict (JSON, compared on
-    rerun to decide whether a stage must be redone)."""
+    rerun to decide whether a stage must be redone). ``hardware``: the clock's pair; another
+    than the configs' default (``prada_jax.latency.CONFIG_PAIR``) becomes an
+    ``env.hardware`` override of the PPO and dual configs (the later stages read it from the
+    policy's config)."""
     if mode not in ("smoke", "demo", "full"):
         raise ValueError(f"mode must be smoke, demo or full, got {mode!r}")
     s = {
@@ -100,10 +114,20 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         "critic_refit": {"fit_states": 20000, "eval_states": 2000, "steps": 2000, "seed": 0},
         "dual_variant": "",
         "dual_overrides": {},
-        "eval": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200},
-        # Same seeds/slots as "eval". U = 48 user slots so the λ sweep reaches the load where
-        # All-LLM saturates the server before the U cap blocks arrivals (blocked share printed).
-        "sweep": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200, "num_users": 48,
+        # Every evaluation: empty start, the cohort arriving in [warmup, slots), a drain of
+        # drain_slots after it (the timeout of a measured user: drain_slots·τ = 20 s).
+        "eval": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200, "drain_slots": 400},
+        # The load curve (evals.curve): 8 seeds (a crossover needs >= 8), loads λ/M in
+        # arrivals/s per server sequence slot, 2^(k/2) for k = -8..2 (docs/results/
+        # load_curve.md, pre-registered); U = 32 so the U cap blocks little below ρ = 1.
+        "curve": {"seeds": max(seeds or 8, 8), "slots": 1600, "warmup_slots": 200,
+                  "drain_slots": 400, "num_users": 32,
+                  "loads": [round(2.0 ** (k / 2), 6) for k in range(-8, 3)]},
+        # The two table points are evaluated with the curve's U (the nominal one elsewhere).
+        "table_num_users": 32,
+        # The λ axis is the load curve's; the sweep varies M and B around the nominal scenario.
+        "sweep": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200, "drain_slots": 400,
+                  "num_users": None, "axes": ["M", "B"],
                   "M": [1, 2, 3, 4, 6, 8], "B": [0.25e6, 0.5e6, 1e6, 2e6, 5e6, 10e6, 20e6],
                   "lam": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0]},
         # Stage 2 on the nominal scenario and a contended one (evals.stage2, demo sizes).
@@ -114,22 +138,32 @@ def settings_for(mode: str, seeds: int | None = None) -> dict:
         s.update(summary_problems=40, train_problems=60, ppo_variant="smoke",
                  ppo_overrides={}, dual_variant="smoke",
                  critic_refit={"fit_states": 200, "eval_states": 100, "steps": 50, "seed": 0})
-        s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20}
-        s["sweep"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "M": [1, 4],
-                      "B": [1e6, 20e6], "lam": [2.0, 8.0], "num_users": None}
+        s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40}
+        s["curve"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40,
+                      "num_users": 16, "loads": [0.5, 2.0, 8.0]}
+        s["table_num_users"] = None
+        s["sweep"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40,
+                      "M": [1, 4], "B": [1e6, 20e6], "lam": [2.0, 8.0], "num_users": None,
+                      "axes": ["M", "B", "lam"]}
         s["stage2"] = None  # tests run evals.stage2 on their own
         s["calibration"] = {"problems": 40, "stress_miscalibration": None}
     elif mode == "full":
         s.update(ppo_overrides={}, dual_overrides={},
                  critic_refit={"fit_states": 40000, "eval_states": 6000, "steps": 4000,
                                "seed": 0})
-        s["eval"] = {"seeds": seeds or 5, "slots": 4000, "warmup_slots": 400}
+        s["eval"] = {"seeds": seeds or 5, "slots": 4000, "warmup_slots": 400,
+                     "drain_slots": 400}
+        s["curve"].update(seeds=max(seeds or 8, 8), slots=2000, warmup_slots=200,
+                          loads=[round(2.0 ** (k / 2), 6) for k in range(-10, 7)])
         s["sweep"].update(seeds=seeds or 5, slots=4000, warmup_slots=400, num_users=64,
-                          M=[1, 2, 3, 4, 5, 6, 8, 12],
+                          M=[1, 2, 3, 4, 5, 6, 8, 12], axes=["M", "B", "lam"],
                           lam=[1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0])
         s["stage2"] = {"size": "full", "scenarios": ["nominal", "heavy", "burst", "diurnal",
                                                      "degraded"], "seeds": max(seeds or 8, 8)}
         s["calibration"] = {"problems": None, "stress_miscalibration": 1.0}
+    if hardware != latency.CONFIG_PAIR:
+        s["ppo_overrides"] = dict(s["ppo_overrides"], **{"env.hardware": hardware})
+        s["dual_overrides"] = dict(s["dual_overrides"], **{"env.hardware": hardware})
     return s
 
 
@@ -280,61 +314,164 @@ def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo:
     return d
 
 
-def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
-               log, redo: bool) -> dict:
-    d = workdir / "eval" / preset
-    key = {"eval": s["eval"], "problems": s["train_problems"], "policy": str(policy_dir),
-           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET,
-           "split": s["split"]}
-    done = None if redo else stage_done(d, key)
-    if done:
-        log(f"eval [{preset}]: reusing the finished evaluation in {d}")
-        print(done["result"]["table"])
-        print(done["result"]["headline_text"])
-        return done["result"]
+#: The pre-registered rule for the main table's two points (docs/results/load_curve.md),
+#: applied to the load curve's server-LLM-alone row (mean ρ over seeds): ``uncontended`` is
+#: the largest load with ρ ≤ UNCONTENDED_RHO (nothing queues; the smallest load if none),
+#: ``contended`` the stable load (ρ < 1) whose ρ is nearest CONTENDED_RHO.
+UNCONTENDED_RHO = 0.3
+CONTENDED_RHO = 0.9
+
+
+def table_points(rho_by_load: dict) -> dict:
+    """``{"uncontended": load, "contended": load | None}`` from ``{load: mean ρ of the server
+    LLM alone}`` by the rule above (None: no stable load on the curve)."""
+    loads = sorted(rho_by_load)
+    calm = [x for x in loads if rho_by_load[x] <= UNCONTENDED_RHO]
+    stable = [x for x in loads if rho_by_load[x] < 1.0]
+    return {"uncontended": calm[-1] if calm else loads[0],
+            "contended": (min(stable, key=lambda x: abs(rho_by_load[x] - CONTENDED_RHO))
+                          if stable else None)}
+
+
+def _load_pd(policy_dir: Path, dual_dir: Path | None):
     policy = suite.load_policy(str(policy_dir))
     mult, dual_info = None, {}
     if dual_dir is not None:
         lam, mu, dual_info = suite.load_multipliers(str(dual_dir))
         mult = (lam, mu)
+    return policy, mult, dual_info
+
+
+def stage_curve(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
+                log, redo: bool) -> dict:
+    """The load curve (``evals.curve``) on the test split under the policy's hardware pair;
+    returns the crossover and the two table points (``table_points``)."""
+    d = workdir / "curve" / preset
+    c = s["curve"]
+    key = {"curve": c, "problems": s["train_problems"], "policy": str(policy_dir),
+           "dual": str(dual_dir), "split": s["split"]}
+    done = None if redo else stage_done(d, key)
+    if done:
+        log(f"curve [{preset}]: reusing the finished curve in {d} (curve.txt: every point)")
+        for line in done["result"]["lines"][-2:]:
+            print(line)
+        return done["result"]
+    policy, mult, _ = _load_pd(policy_dir, dual_dir)
     traces = _table_traces(s, preset, policy)
-    suite.check_policy_traces(policy, traces)
-    env_kw = suite.env_kwargs_from(policy.config, {})
-    if mult is not None:   # learned by stage_dual on this scenario: a mismatch is refused
-        suite.check_scenario(f"dual run {dual_dir}", dual_info, env_kw, traces.info, policy,
-                             allow_flag=None)
-    e = s["eval"]
-    log(f"eval [{preset}]: {e['seeds']} seeds x {e['slots']} slots, U={env_kw['num_users']} "
-        f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
-        f"λ={env_kw['arrival_rate_hz']:g}/s on the {suite.split_label(traces.info, policy)} "
-        f"(synthetic, generator seed {traces.info.get('trace_seed')})")
-    per_seed, info = suite.evaluate_rows(traces, env_kw, policy=policy, multipliers=mult,
-                                         seeds=e["seeds"], slots=e["slots"],
-                                         warmup_slots=e["warmup_slots"], progress=log)
-    title = (f"{preset} (SYNTHETIC traces, seed {traces.info.get('trace_seed')}): "
-             f"U={env_kw['num_users']} "
-             f"M={env_kw['num_servers']} B={env_kw['bandwidth_hz'] / 1e6:g} MHz "
-             f"λ={env_kw['arrival_rate_hz']:g}/s, {e['seeds']} seeds, mean ± 95% CI; "
-             f"{suite.split_label(traces.info, policy)}")
-    meta = {"traces": traces.info, "policy": str(policy_dir), "dual": str(dual_dir),
-            "multipliers": {"lambda_s": mult[0], "mu_per_hz": mult[1]} if mult else None,
-            "dual_info": dual_info, **info}
-    res = suite.write_outputs(per_seed, d, title=title, meta=meta)
-    print(f"Benchmark table on the {traces.info['split']} split "
-          f"(evaluation seeds {info['eval_seed_range'][0]}..{info['eval_seed_range'][1] - 1}); "
-          f"All-LLM = the server LLM alone (the paper's baseline), "
-          f"'{suite.DRAFT_RECOMPUTE}' = draft then recompute:")
-    print(res["table"])
-    print(res["headline_text"])
-    h = res["headline"]
-    result = {"table": res["table"], "headline_text": res["headline_text"],
-              "split": traces.info["split"], "eval_seed_range": info["eval_seed_range"],
-              "headline": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
-                           for k, v in h.items()},
-              "json": str(res["json"]), "csv": str(res["csv"]),
-              "figures": [str(p) for p in res["figures"].values()]}
+    seed0 = suite.evaluation_seed0(traces.info, policy, c["seeds"])
+    env_kw = suite.env_kwargs_from(policy.config, {"num_users": c.get("num_users")})
+    params = edge.make_params(traces.traces, **env_kw)
+    e = ev.Evaluator(params, c["seeds"], c["slots"], c["warmup_slots"], policy.apply_fn,
+                     policy.params, seed0=seed0, drain_slots=c["drain_slots"])
+    rows = curve.curve_rows(mult)
+    pair = env_kw["hardware"]
+    log(f"curve [{preset}]: {len(rows)} rows x {len(c['loads'])} loads λ/M {c['loads']} x "
+        f"{c['seeds']} seeds, one evaluation (U={env_kw['num_users']} M="
+        f"{env_kw['num_servers']}, hardware {pair}, {traces.info['split']} split)")
+    results = {pair: curve.run_curve(e, rows, c["loads"])}
+    timeout = c["drain_slots"] * env_kw["tau_s"]
+    title = (f"{preset} (SYNTHETIC), U={env_kw['num_users']} M={env_kw['num_servers']} "
+             f"B={env_kw['bandwidth_hz'] / 1e6:g} MHz β={env_kw['beta']:g}, {c['seeds']} "
+             f"seeds, timeout {timeout:g} s, {traces.info['split']} split")
+    meta = {"traces": traces.info, "env": env_kw, "multipliers": mult, **c,
+            "split": traces.info["split"], "eval_seed_range": [seed0, seed0 + c["seeds"]]}
+    res = curve.write_curve_outputs(results, d, title=title, meta=meta)
+    rho = {x: float(np.mean(results[pair][x][curve.LLM_ALONE]["rho"])) for x in c["loads"]}
+    points = table_points(rho)
+    lines = [ln + " [synthetic traces]" for ln in res["lines"]]
+    lines.append(f"table points (rule: uncontended = largest load with the server LLM alone's "
+                 f"ρ ≤ {UNCONTENDED_RHO}, contended = stable load with ρ nearest "
+                 f"{CONTENDED_RHO}): " + ", ".join(
+                     f"{k} load {v:g} (ρ {rho[v]:.2f})" if v is not None else f"{k}: none"
+                     for k, v in points.items()))
+    print(f"load curve: {d / 'curve.txt'} (every point), {d}/curve_{pair}.png")
+    for line in lines[-2:]:
+        print(line)
+    result = {"lines": lines, "points": points, "rho_llm_alone": {str(k): v
+                                                                   for k, v in rho.items()},
+              "crossover": res["crossovers"][pair], "pair": pair,
+              "figures": [str(p) for p in res["figures"].values()], "json": str(res["json"])}
     mark_done(d, key, result)
     return result
+
+
+def stage_eval(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
+               log, redo: bool, points: dict | None = None) -> dict:
+    """The benchmark table at each table point (``{name: load λ/M}``; None: the policy's own
+    scenario only, under the name ``nominal``) in ``eval/<preset>/<name>/``."""
+    points = {k: v for k, v in (points or {"nominal": None}).items() if v is not None}
+    d = workdir / "eval" / preset
+    key = {"eval": s["eval"], "problems": s["train_problems"], "policy": str(policy_dir),
+           "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET,
+           "split": s["split"], "points": points, "num_users": s.get("table_num_users")}
+    done = None if redo else stage_done(d, key)
+    if done:
+        log(f"eval [{preset}]: reusing the finished evaluation in {d}")
+        for r in done["result"]["points"].values():
+            print(r["table"])
+            print(r["headline_text"])
+        return done["result"]
+    policy, mult, dual_info = _load_pd(policy_dir, dual_dir)
+    traces = _table_traces(s, preset, policy)
+    suite.check_policy_traces(policy, traces)
+    nominal = suite.env_kwargs_from(policy.config, {})
+    if mult is not None:   # learned by stage_dual on the nominal scenario: a mismatch is refused
+        suite.check_scenario(f"dual run {dual_dir}", dual_info, nominal, traces.info, policy,
+                             allow_flag=None)
+    if s.get("table_num_users"):
+        nominal["num_users"] = int(s["table_num_users"])
+    e = s["eval"]
+    out = {"points": {}}
+    for name, load in points.items():
+        env_kw = dict(nominal)
+        if load is not None:
+            env_kw["arrival_rate_hz"] = float(load) * env_kw["num_servers"]
+        lam = env_kw["arrival_rate_hz"]
+        learned = suite.env_kwargs_from(policy.config, {})
+        note = ("" if load is None or (lam == learned["arrival_rate_hz"]
+                                       and env_kw["num_users"] == learned["num_users"]) else
+                f"; PRADA's multipliers were learned at U={learned['num_users']}, "
+                f"λ={learned['arrival_rate_hz']:g}/s")
+        log(f"eval [{preset}] {name}: {e['seeds']} seeds x {e['slots']} slots, U="
+            f"{env_kw['num_users']} M={env_kw['num_servers']} B="
+            f"{env_kw['bandwidth_hz'] / 1e6:g} MHz λ={lam:g}/s on the "
+            f"{suite.split_label(traces.info, policy)} (synthetic, generator seed "
+            f"{traces.info.get('trace_seed')}){note}")
+        per_seed, info = suite.evaluate_rows(traces, env_kw, policy=policy, multipliers=mult,
+                                             seeds=e["seeds"], slots=e["slots"],
+                                             warmup_slots=e["warmup_slots"],
+                                             drain_slots=e["drain_slots"], progress=log)
+        timeout = e["drain_slots"] * env_kw["tau_s"]
+        title = (f"{preset} (SYNTHETIC traces, seed {traces.info.get('trace_seed')}) {name} "
+                 f"point: U={env_kw['num_users']} M={env_kw['num_servers']} "
+                 f"B={env_kw['bandwidth_hz'] / 1e6:g} MHz λ={lam:g}/s"
+                 + (f" (load λ/M {load:g})" if load is not None else "")
+                 + f", {e['seeds']} seeds, mean ± 95% CI, timeout {timeout:g} s; "
+                 f"{suite.split_label(traces.info, policy)}")
+        meta = {"traces": traces.info, "policy": str(policy_dir), "dual": str(dual_dir),
+                "multipliers": {"lambda_s": mult[0], "mu_per_hz": mult[1]} if mult else None,
+                "dual_info": dual_info, "point": name, "load": load, **info}
+        res = suite.write_outputs(per_seed, d / name, title=title, meta=meta)
+        print(f"Benchmark table, {name} point, on the {traces.info['split']} split "
+              f"(evaluation seeds {info['eval_seed_range'][0]}.."
+              f"{info['eval_seed_range'][1] - 1}); All-LLM = the server LLM alone (the paper's "
+              f"baseline), '{suite.DRAFT_RECOMPUTE}' = draft then recompute{note}:")
+        print(res["table"])
+        print(res["headline_text"])
+        h = res["headline"]
+        out["points"][name] = {
+            "table": res["table"], "headline_text": res["headline_text"], "load": load,
+            "arrival_rate_hz": lam, "split": traces.info["split"],
+            "eval_seed_range": info["eval_seed_range"],
+            "headline": {k: (v.to_json_dict() if hasattr(v, "to_json_dict") else v)
+                         for k, v in h.items()},
+            "json": str(res["json"]), "csv": str(res["csv"]),
+            "figures": [str(p) for p in res["figures"].values()]}
+    first = next(iter(out["points"].values()))
+    out.update(split=first["split"], headline_text="\n".join(
+        f"{k}: {v['headline_text']}" for k, v in out["points"].items()))
+    mark_done(d, key, out)
+    return out
 
 
 def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir: Path | None,
@@ -363,11 +500,14 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
     env_kw = suite.env_kwargs_from(policy.config, {"num_users": sw.get("num_users")})
     params = edge.make_params(traces.traces, **env_kw)
     evaluator = ev.Evaluator(params, sw["seeds"], sw["slots"], sw["warmup_slots"],
-                             policy.apply_fn, policy.params, seed0=seed0)
+                             policy.apply_fn, policy.params, seed0=seed0,
+                             drain_slots=sw["drain_slots"])
     rows = sweep.sweep_rows(True, mult)
-    log(f"sweep [{preset}]: M {sw['M']}, B {[b / 1e6 for b in sw['B']]} MHz, λ {sw['lam']}/s; "
-        f"{sw['seeds']} seeds x {sw['slots']} slots per point")
-    results = {a: sweep.run_sweep(evaluator, rows, a, sw[a]) for a in ("M", "B", "lam")}
+    axes = sw.get("axes", ["M", "B", "lam"])
+    log(f"sweep [{preset}]: " + ", ".join(
+        f"{a} {[b / 1e6 for b in sw[a]] if a == 'B' else sw[a]}" for a in axes)
+        + f"; {sw['seeds']} seeds x {sw['slots']} slots per point")
+    results = {a: sweep.run_sweep(evaluator, rows, a, sw[a]) for a in axes}
     title = (f"{preset} (SYNTHETIC), U={env_kw['num_users']}, {sw['seeds']} seeds, 95% CI, "
              f"{traces.info['split']} split")
     meta = {"traces": traces.info, "env": env_kw, "multipliers": mult, **sw,
@@ -468,10 +608,11 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
 # ----------------------------------------------------------------------------- main
 
 def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
-                 redo: bool = False) -> dict:
+                 redo: bool = False, hardware: str = latency.CONFIG_PAIR) -> dict:
     """Runs (or resumes) every stage; returns a dict of where things are."""
+    suite.check_hardware(hardware, "--hardware")   # before anything is written
+    s = settings_for(mode, seeds, hardware)
     workdir = config_utils.prepare_workdir(workdir)
-    s = settings_for(mode, seeds)
     (workdir / "main_settings.json").write_text(json.dumps(s, indent=2) + "\n")
     log = _Log()
     log(f"train.main ({mode}) in {workdir}; all data below is SYNTHETIC")
@@ -483,12 +624,14 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         pol = stage_critic(workdir, s, preset, ppo_dir, log, redo)
         policy_dirs[preset] = pol
         dual = stage_dual(workdir, s, preset, pol, log, redo)
-        ev_res = stage_eval(workdir, s, preset, pol, dual, log, redo)
+        cv_res = stage_curve(workdir, s, preset, pol, dual, log, redo)
+        ev_res = stage_eval(workdir, s, preset, pol, dual, log, redo, cv_res["points"])
         sw_res = stage_sweep(workdir, s, preset, pol, dual, log, redo)
         s2_res = stage_stage2(workdir, s, preset, pol, log, redo)
         out["benchmarks"][preset] = {"ppo": str(ppo_dir), "policy": str(pol),
                                      "dual": str(dual) if dual else None,
-                                     "eval": ev_res, "sweep": sw_res, "stage2": s2_res}
+                                     "curve": cv_res, "eval": ev_res, "sweep": sw_res,
+                                     "stage2": s2_res}
     out["calibration"] = stage_calibration(workdir, s, policy_dirs, log, redo)
     log("done")
     print()
@@ -501,15 +644,21 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
                   "the policy the later stages use)")
         if b["dual"]:
             print(f"  [{preset}] multipliers:        {b['dual']}")
-        print(f"  [{preset}] results table:      {workdir / 'eval' / preset / 'table.txt'} "
-              f"(+ results.json, results.csv, *.png; {b['eval'].get('split', '?')} split)")
+        print(f"  [{preset}] load curve:         {workdir / 'curve' / preset}/curve_*.png "
+              f"(+ curve.json per seed, curve.txt)")
+        for name in b["eval"]["points"]:
+            print(f"  [{preset}] results table:      "
+                  f"{workdir / 'eval' / preset / name / 'table.txt'} (+ results.json, "
+                  f"results.csv, *.png; {b['eval'].get('split', '?')} split)")
         print(f"  [{preset}] sweep figures:      {workdir / 'sweep' / preset}/*.png "
               f"(knees in knees.txt)")
         if b.get("stage2"):
             print(f"  [{preset}] stage-2 verdict:    {workdir / 'stage2' / preset}/stage2.md "
                   f"(+ stage2.json, stage2.png)")
-        if b["eval"].get("headline_text"):
-            print(f"  [{preset}] {b['eval']['headline_text']}")
+        for line in b["curve"]["lines"][-2:]:
+            print(f"  [{preset}] {line}")
+        for name, r in b["eval"]["points"].items():
+            print(f"  [{preset}] {name}: {r['headline_text']}")
     print(f"  calibration:       {workdir / 'calibration'}")
     print(f"tensorboard --logdir {workdir}")
     return out
@@ -525,7 +674,7 @@ def main(argv):
     # unless --verbosity is given (--verbosity=0 brings them back).
     print(config_utils.runtime_info(), flush=True)
     mode = "full" if FLAGS.full else ("smoke" if FLAGS.smoke else "demo")
-    run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo)
+    run_pipeline(FLAGS.workdir, mode, FLAGS.seeds, FLAGS.redo, FLAGS.hardware)
 
 
 if __name__ == "__main__":

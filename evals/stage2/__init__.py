@@ -71,7 +71,7 @@ import numpy as np  # noqa: E402
 from envs import edge, scenarios  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
 from evals import grid, plots, suite  # noqa: E402
-from prada_jax import stats  # noqa: E402
+from prada_jax import config_utils, latency, stats  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import write_json  # noqa: E402
 from prada_jax.rl import trainer as ppo_trainer  # noqa: E402
@@ -287,14 +287,18 @@ def _baseline_specs(screen: str = "policy"):
 
 def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_cond,
                       grid_kw: dict, log=print, choice_runner: Runner | None = None,
-                      hindsight: bool = True, budget: float | None = None) -> dict:
+                      hindsight: bool = True, budget: float | None = None,
+                      best_grid: dict | None = None) -> dict:
     """Per-seed metrics of every row plus the grid reports on one scenario.
 
     The reference constant pair is chosen by the grid on ``choice_runner`` (validation
     problems and seeds; ``runner`` itself if None) and evaluated on ``runner``; with
     ``hindsight`` the grid is also searched on ``runner``'s own seeds (an optimistic,
     labelled row). With an occupancy ``budget`` the grids keep only budget-feasible pairs
-    (mean server utilisation ≤ budget on the seeds they are searched on)."""
+    (mean server utilisation ≤ budget on the seeds they are searched on). ``best_grid``: the
+    validation grid's report from an earlier call with the same policy, scenario, choice
+    seeds and budget (it does not depend on the learner; ``run``'s ``grid_cache``), reused
+    instead of searched again."""
     per_seed = {}
     per_seed[ROW_CONST] = runner.run_prada(sched_index, const[0], const[1])
     if cond_state is not None:
@@ -303,6 +307,14 @@ def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_
     grids = {}
     for row, r in ((ROW_BEST, chooser), (ROW_HINDSIGHT, runner if hindsight else None)):
         if r is None:
+            continue
+        if row == ROW_BEST and best_grid is not None:
+            g = best_grid
+            log(f"    grid ({row}): reused ({g['evaluated']} pairs), best "
+                f"λ_s={g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
+            per_seed[row] = runner.run_prada(sched_index, g["best"]["lambda_s"],
+                                             g["best"]["mu_per_mhz"] / 1e6)
+            grids[row] = g
             continue
         t0 = time.perf_counter()
         g = grid.search(lambda lams, mus, r=r: r.run_grid(sched_index, lams, mus,
@@ -410,12 +422,16 @@ def budget_report(per_seed: dict, budget: float) -> dict:
     """Every row's mean occupancy (server utilisation, busy units / M) against the cap (not
     Policy (no limits): its M is U):
     ``{"cap", "tolerance", "occupancy": {row: mean}, "meets": {row: occupancy <= cap·(1 +
+    tolerance)}, "exceed_share": {row: share of seeds whose occupancy is above cap·(1 +
     tolerance)}}``."""
     occ = {r: stats.finite_or_none(float(np.nanmean(m["server_util"])))
            for r, m in per_seed.items() if "server_util" in m and r != ROW_NOLIM}
+    limit = budget * (1 + BUDGET_TOLERANCE)
+    over = {r: float(np.mean(~(np.asarray(per_seed[r]["server_util"], np.float64) <= limit)))
+            for r in occ}
     return {"cap": float(budget), "tolerance": BUDGET_TOLERANCE, "occupancy": occ,
-            "meets": {r: (v is not None and v <= budget * (1 + BUDGET_TOLERANCE))
-                      for r, v in occ.items()}}
+            "meets": {r: (v is not None and v <= limit) for r, v in occ.items()},
+            "exceed_share": over}
 
 
 def scenario_report(per_seed: dict) -> dict:
@@ -435,12 +451,15 @@ def _set(config, field, value):
     node[parts[-1]] = value
 
 
-def train_policy(out: Path, size: dict, log=print) -> Path:
-    """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it."""
+def train_policy(out: Path, size: dict, log=print, hardware: str | None = None) -> Path:
+    """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it
+    (``hardware``: its clock's pair, ``env.hardware``; None = the config's default)."""
     d = out / "ppo"
     c = ppo_cfg.get_config(",".join(v for v in (size["ppo_variant"], "gsm8k") if v))
     for k, v in size["ppo_overrides"].items():
         _set(c, k, v)
+    if hardware is not None:
+        c.env.hardware = str(hardware)
     c.env.trace_seed = 0
     c.log.progress = False
     log(f"  ppo: training the screening policy ({c.ppo.total_env_steps} env slots) in {d}")
@@ -465,6 +484,11 @@ def parse_dual_overrides(text: str) -> dict:
             out[f"dual.{key}"] = float(val)
         except ValueError:
             out[f"dual.{key}"] = val.strip()
+    # finite and float32-representable, like every --config field (config_utils.check_float32)
+    try:
+        config_utils.check_float32(out, "")
+    except BadInput as e:
+        raise BadInput(f"--dual_overrides: {e}") from None
     try:  # range checks before anything is written (the learner checks again)
         learner.config_from({k.split(".", 1)[1]: v for k, v in out.items()})
     except (ValueError, TypeError) as e:
@@ -479,10 +503,12 @@ def _default_dual():
 
 def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
                       conditioned: bool, seed: int = 0, nominate_by: str = "actor",
-                      dual_overrides: dict | None = None):
+                      dual_overrides: dict | None = None, tag: str = ""):
     """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
-    env params it trained on: their scheduler and value accounting are what PRADA rows run)."""
-    d = out / "dual" / scenario / ("conditioned" if conditioned else "constant")
+    env params it trained on: their scheduler and value accounting are what PRADA rows run).
+    ``seed``: the learner's ``config.seed`` (its rollouts' seeds in the validation range);
+    ``tag``: a suffix of the run folder (one run per setting, e.g. a budget margin)."""
+    d = out / "dual" / scenario / (("conditioned" if conditioned else "constant") + tag)
     if nominate_by != "actor":
         d = d.parent / f"{d.name}_{nominate_by}"
     c = dual_cfg.get_config("gsm8k")
@@ -491,6 +517,7 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     for k in _ENV_KEYS:
         c.env[k] = type(c.env[k])(env_kw[k])
     c.env.server_speed = float(env_kw.get("server_speed", 1.0))
+    c.env.hardware = str(env_kw.get("hardware", c.env.hardware))
     c.env.scenario = scenario
     c.env.scenario_length = int(size["scenario_length"])
     c.env.problems = int(env_kw.get("train_problems", 0))
@@ -518,12 +545,70 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     return d, result, dcfg, env_params
 
 
+def _value_accounting(dual_env, *runners_):
+    """Every PRADA row runs the value accounting of the policy the dual run trained with."""
+    for r in runners_:
+        if hasattr(dual_env, "policy_true_reward"):
+            r.params = r.params.replace(policy_true_reward=dual_env.policy_true_reward)
+
+
+def margin_tag(margin: float) -> str:
+    """Run-folder suffix of the learners at budget margin δ (``_margin0.05``)."""
+    return f"_margin{float(margin):g}"
+
+
+#: Budget tightening (issue 33 item 2): the margins tried, ascending, and the share of
+#: validation seeds on which the learned constant must keep the cap (within the tolerance).
+TIGHTEN_DEFAULT = {"confidence": 0.9, "margins": (0.0, 0.05, 0.1, 0.2)}
+
+
+def choose_margin(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
+                  budget: float, tighten: dict, choice_runner: "Runner", runner: "Runner",
+                  nominate_by: str = "actor", dual_overrides: dict | None = None,
+                  seed: int = 0, log=print) -> dict:
+    """The smallest margin δ of ``tighten["margins"]`` (ascending, each in [0, 1)) such that
+    the constant pair learned with cap ``budget·(1 − δ)`` (validation split and seeds, learner
+    ``seed``) keeps the per-seed occupancy ≤ ``budget·(1 + BUDGET_TOLERANCE)`` on at least a
+    share ``tighten["confidence"]`` of the validation seeds (``choice_runner``). If none does,
+    the largest δ, with ``met`` False. Returns ``{"margin", "met", "confidence", "limit",
+    "tried": [{"margin", "lambda_s", "mu_per_mhz", "share_within", "occupancy_mean",
+    "occupancy_per_seed"}]}`` (occupancy = busy units / M on validation seeds)."""
+    q = float(tighten.get("confidence", TIGHTEN_DEFAULT["confidence"]))
+    margins = sorted(float(m) for m in tighten.get("margins", TIGHTEN_DEFAULT["margins"]))
+    if not (0.0 < q <= 1.0) or not margins or margins[0] < 0.0 or margins[-1] >= 1.0:
+        raise BadInput(f"budget tightening: confidence must be in (0, 1] and margins in [0, 1), "
+                       f"got {q}, {margins}")
+    limit = budget * (1.0 + BUDGET_TOLERANCE)
+    tried = []
+    for m in margins:
+        over = dict(dual_overrides or {}, **{"dual.utilisation": budget * (1.0 - m)})
+        _, r, _, dual_env = learn_multipliers(out, scenario, policy_dir, env_kw, size, False,
+                                              seed=seed, nominate_by=nominate_by,
+                                              dual_overrides=over, tag=margin_tag(m))
+        _value_accounting(dual_env, choice_runner, runner)
+        lam, mu = float(r["multipliers"].lambda_s), float(r["multipliers"].mu)
+        occ = np.asarray(choice_runner.run_prada(int(dual_env.scheduler), lam, mu)
+                         ["server_util"], np.float64)
+        share = float(np.mean(occ <= limit))
+        tried.append({"margin": m, "lambda_s": lam, "mu_per_mhz": mu * 1e6,
+                      "share_within": share, "occupancy_mean": float(np.nanmean(occ)),
+                      "occupancy_per_seed": [float(v) for v in occ]})
+        log(f"    margin {m:g}: learned λ_s={lam:.4g}; validation occupancy "
+            f"{np.nanmean(occ):.3f}, within {limit:.4f} on {100 * share:.0f}% of seeds")
+        if share >= q:
+            return {"margin": m, "met": True, "confidence": q, "limit": limit, "tried": tried}
+    return {"margin": margins[-1], "met": False, "confidence": q, "limit": limit,
+            "tried": tried}
+
+
 def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         policy_dir: str | None = None, num_users: int | None = None, log=print,
         size: str | None = None, nominate_by: str = "actor",
         dual_overrides: dict | None = None, split: str = suite.DEFAULT_SPLIT,
         choice_split: str = "validation", budget: float | None = None,
-        seed0: int = 0) -> dict:
+        seed0: int = 0, hardware: str | None = None, learner_seed: int = 0,
+        grid_cache: dict | None = None, hindsight: bool | None = None,
+        tighten: dict | None = None) -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
     ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
@@ -539,7 +624,15 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     measured occupancy, ``prada_jax.stage2.problem``), the grid reference is the best
     budget-feasible constant pair, and each scenario reports every row's occupancy against the cap.
     ``seed0``: the first evaluation seed as an offset into ``split``'s seed range (fresh seeds
-    for a confirmation run; the validation seeds of the choices stay the same)."""
+    for a confirmation run; the validation seeds of the choices stay the same).
+    ``learner_seed``: the learners' ``config.seed`` (a learner sample; issue 33).
+    ``grid_cache``: a dict shared by calls with the same policy: the validation grid of a
+    (policy, scenario, budget) is searched once and reused (it does not depend on the learner).
+    ``hindsight``: overrides the size's hindsight row (False skips its per-call grid).
+    ``tighten`` (with ``budget``): ``{"confidence": q, "margins": (δ, ...)}``: the learners'
+    cap is ``budget·(1 − δ)`` with the smallest δ (ascending) whose learned constant keeps the
+    occupancy ≤ budget·(1 + BUDGET_TOLERANCE) on at least a share q of the validation seeds
+    (:func:`choose_margin`); the report's ``budget.margin`` says which and why."""
     if budget is not None:
         check_budget(budget)
         dual_overrides = dict(dual_overrides or {}, **{"dual.utilisation": float(budget)})
@@ -554,11 +647,12 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     # A given policy is validated before anything is written (bad input: exit 2, no --out).
     policy = suite.load_policy(str(policy_dir)) if policy_dir else None
     out.mkdir(parents=True, exist_ok=True)
-    pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log)
+    pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log, hardware)
     if policy is None:
         policy = suite.load_policy(str(pol_dir))
     env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
-                                                       num_users=size["num_users"]))
+                                                       num_users=size["num_users"],
+                                                       hardware=hardware))
     env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
     env_kw["choice_split"] = choice_split
     # The same generated set the policy trained on (its problem count), restricted to a part.
@@ -580,6 +674,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         out = []
         for tr, s0 in ((traces, seed0), (choice_traces, choice_seed0)):
             p = edge.make_params(tr.traces, **args, **scenarios.latency_overrides(kw),
+                                 hardware=kw.get("hardware", latency.DEFAULT_PAIR),
                                  scenario=scenarios.preset(scenario, size["scenario_length"]))
             out.append(Runner(p, size["seeds"], size["slots"], size["warmup"],
                               policy.apply_fn, policy.params, seed0=s0,
@@ -592,37 +687,57 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         "eval_seed_range": [seed0, seed0 + size["seeds"]],
         "choice_split": choice_traces.info["split"],
         "choice_seed_range": [choice_seed0, choice_seed0 + size["seeds"]],
-        "env": {k: env_kw[k] for k in _ENV_KEYS},
+        "env": {k: env_kw[k] for k in _ENV_KEYS + ("hardware",) if k in env_kw},
         "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
         "scenario_length": size["scenario_length"], "size": size_name,
         "nominate_by": nominate_by,
         "dual_overrides": dict(size["dual"], **(dual_overrides or {})),
         "constant_mode": (dual_overrides or {}).get("dual.mode", _default_dual().mode),
-        "budget": budget,
+        "budget": budget, "learner_seed": int(learner_seed), "tighten": tighten,
         "ci95": "half-width of the 95% Student-t interval"}}
+    if hindsight is None:
+        hindsight = bool(size.get("hindsight", True))
     for name in scenario_names:
         env_s = dict(env_kw, **scenarios.preset_env(name))   # the preset's own M, B, speed
+        runner, choice_runner = runners(env_s, name)
+        margin = None
+        over = dual_overrides
+        if budget is not None and tighten:
+            log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: choosing the "
+                "budget margin on validation")
+            margin = choose_margin(out, name, pol_dir, env_s, size, budget, tighten,
+                                   choice_runner, runner, nominate_by=nominate_by,
+                                   dual_overrides=dual_overrides, seed=learner_seed, log=log)
+            over = dict(dual_overrides or {},
+                        **{"dual.utilisation": budget * (1.0 - margin["margin"])})
+        tag = "" if margin is None else margin_tag(margin["margin"])
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
         _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_s, size, False,
-                                                    nominate_by=nominate_by,
-                                                    dual_overrides=dual_overrides)
+                                                    seed=learner_seed, nominate_by=nominate_by,
+                                                    dual_overrides=over, tag=tag)
         _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_s, size, True,
-                                                    nominate_by=nominate_by,
-                                                    dual_overrides=dual_overrides)
-        runner, choice_runner = runners(env_s, name)
+                                                    seed=learner_seed, nominate_by=nominate_by,
+                                                    dual_overrides=over, tag=tag)
         const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
         sched = int(dual_env.scheduler)
-        for r in (runner, choice_runner):
-            if hasattr(dual_env, "policy_true_reward"):  # value accounting of the policy
-                r.params = r.params.replace(policy_true_reward=dual_env.policy_true_reward)
+        _value_accounting(dual_env, runner, choice_runner)
         log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: evaluating (learned "
             f"λ_s={const[0]:.4g}, µ={const[1] * 1e6:.4g}/MHz)")
+        gkey = (str(Path(pol_dir).resolve()), name, budget, choice_seed0, size["seeds"],
+                nominate_by, size_name)
+        cached_grid = None if grid_cache is None else grid_cache.get(gkey)
         ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,
                                    grid_kw, log, choice_runner=choice_runner,
-                                   hindsight=bool(size.get("hindsight", True)), budget=budget)
+                                   hindsight=hindsight, budget=budget,
+                                   best_grid=cached_grid)
+        if grid_cache is not None:
+            grid_cache[gkey] = {k: v for k, v in ev_res["grid"].items()
+                                if k not in ("chosen_on", "hindsight")}
         rep = scenario_report(ev_res["per_seed"])
         if budget is not None:
             rep["budget"] = budget_report(ev_res["per_seed"], budget)
+            if margin is not None:
+                rep["budget"]["margin"] = margin
         rep["multipliers"] = {"learned_constant": {"lambda_s": const[0],
                                                    "mu_per_mhz": const[1] * 1e6},
                               "learned_conditioned_at_mean_load": {

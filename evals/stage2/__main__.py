@@ -41,6 +41,10 @@ def _define_flags():
                        "reference is the best budget-feasible constant pair.")
     flags.DEFINE_integer("num_users", None, "User slots U of the evaluated env (default 32; "
                          "--quick 16).")
+    flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock "
+                        "(prada_jax.latency.PAIRS or a .json file; docs/latency.md). Default: "
+                        "the --policy run's env.hardware, else paper (also for the policy "
+                        "trained here).")
 
 
 def main(argv):
@@ -72,10 +76,13 @@ def main(argv):
     if F.budget is not None:
         from evals.stage2 import check_budget
         check_budget(F.budget)
+    if F.hardware is not None:
+        from evals import suite
+        suite.check_hardware(F.hardware, "--hardware")
     overrides = parse_dual_overrides(F.dual_overrides)
     result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
                  nominate_by=F.nominate_by, dual_overrides=overrides, split=F.split,
-                 budget=F.budget, seed0=F.seed0)
+                 budget=F.budget, seed0=F.seed0, hardware=F.hardware)
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")
 

@@ -74,15 +74,36 @@ def summarize_sweep(results: Mapping[float, Mapping[str, Mapping[str, np.ndarray
 
 
 def _band(summ, row: str, metric: str, grid: Sequence[float]):
-    cis = [summ[v][row][metric] for v in grid]
+    """(mean, low, high) over the grid; a withheld latency (an unstable point) is NaN."""
+    nan = float("nan")
+    cis = [summ[v][row][metric] if not report.withheld(summ[v][row], metric)
+           else stats.MeanCI(nan, nan, nan, nan, 0) for v in grid]
     return ([c.mean for c in cis], [c.low for c in cis], [c.high for c in cis])
 
 
 def knees(summ, axis: str, grid: Sequence[float], metric: str = "latency_mean_s",
           tol: float = KNEE_TOL) -> dict[str, float | None]:
-    """Knee per row of the mean ``metric`` (lower is better) along the grid."""
+    """Knee per row of the mean ``metric`` (lower is better) along the grid, over the grid
+    points where the row is stable (ρ < 1; an unstable point reports no latency); None with
+    fewer than two stable points."""
     rows = next(iter(summ.values())).keys()
-    return {r: stats.find_knee(grid, [summ[v][r][metric].mean for v in grid], tol) for r in rows}
+    out = {}
+    for r in rows:
+        ok = [v for v in grid if not report.withheld(summ[v][r], metric)]
+        out[r] = (stats.find_knee(ok, [summ[v][r][metric].mean for v in ok], tol)
+                  if len(ok) >= 2 else None)
+    return out
+
+
+def unstable_text(axis: str, summ, grid: Sequence[float]) -> str:
+    """One line: per row, the grid values where it is unstable (mean ρ ≥ 1)."""
+    _, _, scale, unit = AXES[axis]
+    rows = next(iter(summ.values())).keys()
+    parts = []
+    for r in rows:
+        bad = [v for v in grid if report.UNSTABLE in report.row_flags(summ[v][r])]
+        parts.append(f"{r}: {', '.join(f'{v * scale:g}{unit}' for v in bad) or 'none'}")
+    return f"unstable (ρ ≥ 1, latency withheld) along {axis}: " + "; ".join(parts)
 
 
 def main_row(rows: Sequence[str]) -> str:
@@ -136,12 +157,17 @@ def sweep_csv(all_summ: Mapping[str, Mapping[float, Mapping]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["axis", "value", "policy", "metric", "mean", "ci_low", "ci_high",
-                "ci_half_width", "n_seeds"])
+                "ci_half_width", "n_seeds", "flags"])
     for axis, summ in all_summ.items():
         for v, rows in summ.items():
             for r, metrics in rows.items():
+                fl = ";".join(report.row_flags(metrics))
                 for m, ci in metrics.items():
-                    w.writerow([axis, v, r, m, ci.mean, ci.low, ci.high, ci.half_width, ci.n])
+                    if report.withheld(metrics, m):
+                        w.writerow([axis, v, r, m, "", "", "", "", ci.n, fl])
+                    else:
+                        w.writerow([axis, v, r, m, ci.mean, ci.low, ci.high, ci.half_width,
+                                    ci.n, fl])
     return buf.getvalue()
 
 
@@ -159,7 +185,7 @@ def knee_text(axis: str, kn: Mapping[str, float | None]) -> str:
     parts = []
     for r, k in kn.items():
         parts.append(f"{r}: {'none in grid' if k is None else f'{k * scale:g}{unit}'}")
-    return (f"knee in {axis} (smallest {axis} beyond which mean latency improves by < "
+    return (f"knee in {axis} (smallest stable {axis} beyond which mean latency improves by < "
             f"{100 * KNEE_TOL:.0f}%): " + "; ".join(parts))
 
 
@@ -178,6 +204,7 @@ def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *
         if kn:
             all_knees[axis] = {r: (None if k is None else float(k)) for r, k in kn.items()}
             lines.append(knee_text(axis, kn))
+        lines.append(unstable_text(axis, summ, grid))
         if axis == "lam":
             lines.append(blocked_text(summ, grid))
     data = {"meta": meta, "knees": all_knees, "knee_tolerance": KNEE_TOL, "axes": {}}
@@ -185,11 +212,7 @@ def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *
         data["axes"][axis] = {
             "param": AXES[axis][0],
             "grid": sorted(summ),
-            "results": {str(v): {r: {m: {**ci.to_dict(),
-                                         "per_seed": [float(x) for x in
-                                                      results_by_axis[axis][v][r][m]]}
-                                     for m, ci in metrics.items()}
-                                 for r, metrics in rows.items()}
+            "results": {str(v): report.to_json_dict(results_by_axis[axis][v], rows)
                         for v, rows in summ.items()}}
     write_json(out_dir / "sweep.json", data)
     (out_dir / "sweep.csv").write_text(sweep_csv(all_summ))

@@ -26,7 +26,9 @@ def _define_flags():
                         "checkpoints/sweep).")
     flags.DEFINE_integer("seeds", 3, "seeds per grid point.", lower_bound=1)
     flags.DEFINE_integer("slots", 1500, "slots simulated per seed.", lower_bound=2)
-    flags.DEFINE_integer("warmup_slots", 150, "slots discarded before measuring.", lower_bound=0)
+    flags.DEFINE_integer("warmup_slots", 150, "the measured window starts here.", lower_bound=0)
+    flags.DEFINE_integer("drain_slots", ev.DEFAULT_DRAIN_SLOTS, "slots run after the window "
+                         "(timeout of a measured user: drain_slots·τ).", lower_bound=1)
     flags.DEFINE_list("axes", ["M", "B", "lam"], "axes to sweep (M, B, lam).")
     flags.DEFINE_list("m_grid", [str(x) for x in DEFAULT_GRIDS["M"]], "M values (integers).")
     flags.DEFINE_list("b_grid_mhz", [f"{x / 1e6:g}" for x in DEFAULT_GRIDS["B"]],
@@ -55,7 +57,8 @@ def main(argv):
     params = edge.make_params(traces.traces, **env_kw)
     evaluator = ev.Evaluator(params, FLAGS.seeds, FLAGS.slots, FLAGS.warmup_slots,
                              policy.apply_fn if policy else None,
-                             policy.params if policy else None, seed0=seed0)
+                             policy.params if policy else None, seed0=seed0,
+                             drain_slots=FLAGS.drain_slots)
     rows = sweep_rows(policy is not None, mult)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results = {a: run_sweep(evaluator, rows, a, grids[a], say) for a in FLAGS.axes}
@@ -67,7 +70,8 @@ def main(argv):
              f"{env_kw['num_users']}, {FLAGS.seeds} seeds, mean ± 95% CI; {label}")
     meta = {"traces": traces.info, "env": env_kw, "policy": FLAGS.policy, "dual": FLAGS.dual,
             "multipliers": mult, "seeds": FLAGS.seeds, "slots": FLAGS.slots,
-            "warmup_slots": FLAGS.warmup_slots, "split": traces.info.get("split"),
+            "warmup_slots": FLAGS.warmup_slots, "drain_slots": FLAGS.drain_slots,
+            "split": traces.info.get("split"),
             "split_label": label, "eval_seed_range": [seed0, seed0 + FLAGS.seeds]}
     res = write_sweep_outputs(results, out, title=title, meta=meta)
     for line in res["knee_lines"]:

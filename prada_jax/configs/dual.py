@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from prada_jax import latency
+
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "differentiable", "conditioned",
             "admission", "dual_wait", "capacity", "last_iterate", "legacy") + PRESETS
@@ -50,8 +52,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.num_servers = 4           # M, server jobs at once
     c.env.bandwidth_hz = 20e6       # B [Hz]
     c.env.arrival_rate_hz = 4.0     # λ [users / s]
-    c.env.beta = 0.2                # β [PRM units / s]
+    c.env.beta = 0.02               # β [PRM units / s], quality-latency trade-off; 0.02 for
+                                    # the roofline clock's latency scale by the rule of
+                                    # docs/results/load_curve.md (0.2 under the paper clock)
     c.env.tau_s = 0.05              # slot length τ [s]
+    c.env.hardware = latency.CONFIG_PAIR  # (edge, server) pair of the clock: A100 + Orin INT4
+                                    # (prada_jax.latency.PAIRS or a .json file; docs/latency.md)
     c.env.max_wait_slots = 20       # a request that waited this many slots is kept local
     c.env.reward_mode = "true"      # "coarse" or "true" (the env's reward; logged only; the
                                     # policy's training reward is read from its metadata)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from prada_jax import parallel
+from prada_jax import latency, parallel
 
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = PRESETS + ("true", "smoke", "toy", "gymnax")
@@ -49,8 +49,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.num_servers = 4           # M, server jobs at once (contention only)
     c.env.bandwidth_hz = 20e6       # B [Hz] (contention only)
     c.env.arrival_rate_hz = 4.0     # λ [users / s] (contention only)
-    c.env.beta = 0.2                # β [PRM units / s], quality-latency trade-off
+    c.env.beta = 0.02               # β [PRM units / s], quality-latency trade-off; 0.02 for
+                                    # the roofline clock's latency scale by the rule of
+                                    # docs/results/load_curve.md (0.2 under the paper clock)
     c.env.tau_s = 0.05              # slot length τ [s]
+    c.env.hardware = latency.CONFIG_PAIR  # (edge, server) pair of the clock: A100 + Orin INT4
+                                    # (prada_jax.latency.PAIRS or a .json file; docs/latency.md):
+                                    # "paper" = the FLOP-only clock, fixed-slot server jobs
     c.env.pass_gain = True          # nominations carry the critic's ΔQ (EdgeAction)
     c.env.toy_threshold = 0.3       # toy env: nominate pays feat[0] − threshold
 

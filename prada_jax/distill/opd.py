@@ -47,6 +47,11 @@ class RoundStats:
     student generated; ``teacher_tokens_scored``: student tokens whose teacher log-prob enters
     the loss; ``teacher_tokens_forwarded``: tokens the teacher ran a forward pass over
     (prefixes included); ``tool_calls``: environment calls; ``episodes``: OPD episodes played;
+    ``tool_turn_mask``: bit t set iff some episode called the tool at agent turn t (OR-ed over
+    the seeds of an update: tool calls of one turn can run concurrently across episodes and
+    seeds); ``tool_rounds``: the number of such turn rounds (per update: the set bits of each
+    micro-step's mask, summed; the fair clock charges the tool latency once per round,
+    :mod:`prada_jax.distill.fairclock`);
     ``rollout_s``: student generation + tool calls (offline: building the batch);
     ``scoring_s``: the teacher's scoring; ``update_s``: the jitted step (set by the trainer).
     """
@@ -57,6 +62,8 @@ class RoundStats:
     teacher_tokens_forwarded: int = 0
     tool_calls: int = 0
     episodes: int = 0
+    tool_turn_mask: int = 0
+    tool_rounds: int = 0
     rollout_s: float = 0.0
     scoring_s: float = 0.0
     update_s: float = 0.0
@@ -159,7 +166,25 @@ def opd_round(task, problems, generate_fn: Callable, teacher_score_fn: Callable,
                              context_len=context_len, action_len=action_len,
                              pad_id=task.pad_id)
     st.tool_calls, st.rollout_s, st.scoring_s = int(calls), t1 - t0, t2 - t1
+    st.tool_turn_mask = tool_turn_mask(episodes)
+    st.tool_rounds = bin(st.tool_turn_mask).count("1")
     return batch, st, episodes
+
+
+def tool_turn_mask(episodes) -> int:
+    """Bit t set iff some episode's agent turn t (from 0) was answered by the tool (an
+    assistant message followed by a tool message)."""
+    mask = 0
+    for ep in episodes:
+        t = 0
+        msgs = ep.messages
+        for j, m in enumerate(msgs):
+            if m["role"] != "assistant":
+                continue
+            if j + 1 < len(msgs) and msgs[j + 1]["role"] == "tool":
+                mask |= 1 << t
+            t += 1
+    return mask
 
 
 def cost_summary(costs: list[dict]) -> dict:

@@ -652,9 +652,13 @@ def optimizer_step(run: DistillRun, opt_step: int) -> None:
         s = opt_step * config.optim.grad_accum + micro
         got = [_seed_batch(run, i, s) for i in range(run.num_seeds)]
         ntok = sum(g[1] for g in got)
+        mask = 0
         for g in got:
             for f in opd_lib.COUNTS + opd_lib.TIMES:
                 setattr(cost, f, getattr(cost, f) + getattr(g[2], f))
+            mask |= g[2].tool_turn_mask
+        cost.tool_turn_mask |= mask
+        cost.tool_rounds += bin(mask).count("1")   # one round per turn, across seeds
         if run.stacked:   # [N, B, ...]; bucketed prompts padded to the seeds' widest
             w = max(g[0]["prompt"].shape[1] for g in got)
             parts = [_widen(g[0], w) for g in got]

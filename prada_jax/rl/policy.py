@@ -44,7 +44,10 @@ def policy_meta(config, setup) -> dict:
             "separate_critic": bool(config.net.separate_critic),
             "num_actions": setup.num_actions, "critic": setup.critic,
             "num_seeds": int(config.num_seeds), "seeds": [int(config.seed) + i
-                                                          for i in range(int(config.num_seeds))]}
+                                                          for i in range(int(config.num_seeds))],
+            # the clock's hardware pair; absent = "paper" (runs stored before pairs existed)
+            **({"hardware": str(config.env.hardware)}
+               if str(config.env.get("hardware", "paper")) != "paper" else {})}
 
 
 def check_policy_meta(workdir: Path, meta: dict) -> None:

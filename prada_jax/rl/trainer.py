@@ -30,7 +30,7 @@ import numpy as np
 
 from envs import registry
 from envs.edge import EdgeAction
-from prada_jax import checkpointing, config_utils, parallel, run_state, runloop
+from prada_jax import checkpointing, config_utils, latency, parallel, run_state, runloop
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import learner, losses, networks, policy, toy_env
 from prada_jax.traces import synthetic
@@ -73,6 +73,7 @@ def validate_config(config, env_given: bool = False) -> None:
         cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
         if config.env.name == "edge" and not config.env.trace_dir:
             cu.check_choice(config, "env.preset", sorted(synthetic.PRESETS))
+        latency.check_pair(hardware_of(config), "config.env.hardware")
         if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
             raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a "
                                  "directory")
@@ -134,6 +135,12 @@ def load_traces(config):
     return load_config_traces(config)
 
 
+def hardware_of(config) -> str:
+    """The config's hardware pair (``env.hardware``; ``paper`` for a config stored before the
+    field existed)."""
+    return str(config.env.get("hardware", latency.DEFAULT_PAIR))
+
+
 def build_env(config, traces=None):
     """``(env, env_params, trace_info)`` for the config (traces loaded if not given)."""
     if config.env.name == "toy":
@@ -144,7 +151,8 @@ def build_env(config, traces=None):
     if traces is None:
         traces, info = load_traces(config)
     kw = dict(num_users=int(config.env.num_users), reward_mode=config.env.reward_mode,
-              beta=float(config.env.beta), tau_s=float(config.env.tau_s))
+              beta=float(config.env.beta), tau_s=float(config.env.tau_s),
+              hardware=hardware_of(config))
     if config.env.contention:
         kw.update(scheduler=config.env.scheduler, num_servers=int(config.env.num_servers),
                   bandwidth_hz=float(config.env.bandwidth_hz),

@@ -82,19 +82,36 @@ class SlotBatch:
     capacity_bw: jax.Array
 
 
+def finite_candidates(w, w_bar, valid):
+    """``(w, w̄, valid)`` with candidates of non-finite value dropped and every masked entry's
+    values set to 0 ([..., N] each).
+
+    A request with a zero upload rate this slot (log2(1 + SNR) = 0 in float32: a fading draw at
+    the env's floor) has an infinite communication delay, so w = w̄ = −∞ (coarse accounting):
+    it can never run (the env's rule keeps it local, worth max(0, −∞) = 0 at any price), so it
+    is no candidate of the learner's problem. Left in, its wait cost w − w̄ = −∞ + ∞ was NaN,
+    and even masked by ``jnp.where`` it made the dual's gradient NaN (0 · NaN): issue 33's
+    diverged conditioned learner (docs/dual.md, "The conditioned learner's NaN").
+    """
+    w = jnp.asarray(w, jnp.float32)
+    w_bar = jnp.asarray(w_bar, jnp.float32)
+    valid = jnp.asarray(valid, bool) & jnp.isfinite(w) & jnp.isfinite(w_bar)
+    return jnp.where(valid, w, 0.0), jnp.where(valid, w_bar, 0.0), valid
+
+
 def make_batch(w, w_bar, b, valid, free_units, free_bw, load=None, load_features: int = 3,
                work=None, fresh=None, capacity_units=None, capacity_bw=None) -> SlotBatch:
-    """SlotBatch from arrays (casts dtypes). Defaults: ``load`` zeros [..., load_features],
+    """SlotBatch from arrays (casts dtypes; candidates of non-finite value are dropped,
+    :func:`finite_candidates`). Defaults: ``load`` zeros [..., load_features],
     ``work`` 1, ``fresh`` = ``valid``, capacities = the free units / bandwidth (with these
     defaults the long-run dual is the per-slot admission dual)."""
-    w = jnp.asarray(w, jnp.float32)
-    valid = jnp.asarray(valid, bool)
+    w, w_bar, valid = finite_candidates(w, w_bar, valid)
     free_units = jnp.asarray(free_units, jnp.float32)
     free_bw = jnp.asarray(free_bw, jnp.float32)
     if load is None:
         load = jnp.zeros(w.shape[:-1] + (load_features,), jnp.float32)
     return SlotBatch(
-        w=w, w_bar=jnp.asarray(w_bar, jnp.float32), b=jnp.asarray(b, jnp.float32), valid=valid,
+        w=w, w_bar=w_bar, b=jnp.asarray(b, jnp.float32), valid=valid,
         free_units=free_units, free_bw=free_bw, load=jnp.asarray(load, jnp.float32),
         work=jnp.ones_like(w) if work is None else jnp.asarray(work, jnp.float32),
         fresh=valid if fresh is None else jnp.asarray(fresh, bool) & valid,
@@ -179,6 +196,9 @@ def slot_dual(batch: SlotBatch, b_s, cap_bw_s, m, kbar, temp, utilisation=1.0):
     utilisation: ρ, the unit capacity counted is ρ·M_t.
     """
     vals = _choice_values(*priced(batch.w, batch.w_bar, b_s, m[..., 0], m[..., 1]))
+    # Entries that are not new nominations count 0; zero them before the max as well, so a
+    # non-finite value there cannot reach the gradient (jnp.where passes 0 · NaN = NaN).
+    vals = jnp.where(batch.fresh[..., None], vals, 0.0)
     if temp is None:
         best = vals.max(axis=-1)
     else:
@@ -246,7 +266,7 @@ def slot_from_sched(x, free_units, free_bw_hz, sp, load, capacity_units=None,
     load: [K].
     """
     w, w_bar, _ = advantages(x, sp)
-    valid = x.candidate & ~expired(x, sp)
+    w, w_bar, valid = finite_candidates(w, w_bar, x.candidate & ~expired(x, sp))
     tau = jnp.asarray(sp.tau_s, jnp.float32)
     # The env's own count of the slots a job holds (capped, so an infinite delay is finite);
     # 1 for the slots that are not candidates, whose delay may be anything (inf · 0 would

@@ -36,7 +36,7 @@ import numpy as np
 
 from envs import registry, scenarios
 from envs.edge import REWARD_MODES
-from prada_jax import config_utils, run_state, runloop
+from prada_jax import config_utils, latency, run_state, runloop
 from prada_jax.checkpointing import Checkpointer
 from prada_jax.errors import BadInput
 from prada_jax.metric_writer import MetricWriter
@@ -79,6 +79,8 @@ def validate_config(config) -> DualConfig:
         cu.check_int(config, "env.scenario_length", minimum=1)
     if "server_speed" in config.env:  # absent from config.json files written before it
         cu.check_positive(config, "env.server_speed")
+    hw = str(config.env.get("hardware", latency.DEFAULT_PAIR))  # absent before pairs existed
+    latency.check_pair(hw, "config.env.hardware")
     if "nominate_by" in config.policy:  # absent from config.json files written before it
         cu.check_choice(config, "policy.nominate_by", NOMINATE_BY)
     if not config.env.trace_dir:
@@ -153,6 +155,7 @@ def build_env_params(config, traces):
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
         max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
         policy_reward_mode=policy_reward_mode(config), scenario=scn,
+        hardware=str(e.get("hardware", latency.DEFAULT_PAIR)),
         **scenarios.latency_overrides({"server_speed": e.get("server_speed", 1.0)}))
     return params
 
@@ -232,6 +235,9 @@ def build_setup(config) -> Setup:
                 "beta": float(e.beta), "tau_s": float(e.tau_s),
                 "scenario": str(e.get("scenario", "nominal")),
                 "scenario_length": int(e.get("scenario_length", scenarios.DEFAULT_LENGTH))}
+    hw = str(e.get("hardware", latency.DEFAULT_PAIR))
+    if hw != latency.PAPER:   # absent = paper (multipliers learned before pairs existed)
+        scenario["hardware"] = hw
     t = config.train
     return Setup(dcfg=dcfg, traces=traces, trace_info=trace_info, env_params=env_params,
                  policy_fn=policy_fn, policy_info=policy_info, scenario=scenario,

@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from absl import flags  # noqa: E402
 
-from prada_jax.cli import one_line  # noqa: E402
+from prada_jax.cli import check_flag_values, is_help, one_line  # noqa: E402
 from prada_jax.errors import EXIT_BAD_INPUT, BadInput  # noqa: E402
 from prada_jax.presets import BENCHMARKS  # noqa: E402
 from prada_jax.traces import stats, synthetic  # noqa: E402
@@ -195,7 +195,7 @@ def _error(msg: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the exit code (0 ok, 2 bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv or argv[0] == "help" or is_help(argv[0]):
         print(__doc__)
         return 0 if argv else EXIT_BAD_DATA
     cmd, rest = argv[0], argv[1:]
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         return _error(f"build: cannot import the real trace builder ({e}); install the [torch] "
                       "extra: pip install -e '.[torch]'")
-    if any(a in ("-h", "--help", "--helpfull") for a in rest):
+    if any(is_help(a) for a in rest):
         print(f"python -m prada_jax.traces {cmd} ...\n")
         print(fv.get_help() or "(no flags)")
         return 0
@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         positional = fv([f"prada_jax.traces {cmd}", *_normalise(rest)])[1:]
     except flags.Error as e:
         return _error(re.sub(r"^flag (--)", r"\1", str(e)))
+    try:
+        check_flag_values(fv)
+    except BadInput as e:
+        return _error(str(e))
     try:
         return int(_RUN[cmd](fv, positional) or 0)
     except BadInput as e:

@@ -32,8 +32,12 @@ A trace set is one folder with two files (docs/design.md §2):
   together every problem; ``prada_jax.traces.splits``) and ``split_rule``. Other keys are
   allowed and ignored (kept as provenance; ``validate`` lists them).
 
-Either file may be a symlink, also to a file outside the folder: it is followed (the content
-hash pins the bytes) and ``validate`` names the link and its target.
+Either file may be a symlink, also to a file outside the folder: it is followed and
+``validate`` names the link and its target. The content hash pins the bytes of
+``nodes.safetensors`` only: a linked ``meta.json`` is checked for its format, like any
+``meta.json``, but nothing pins its content. A file that is not a regular file (a directory,
+a device such as the zero device, a FIFO, a socket; also through a symlink) is refused, naming
+what it is.
 
 Edges (child and fallback) always go from depth k to depth k + 1, so the graph is acyclic
 and every path ends within ``max_depth`` + 1 steps; the validator checks this.
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -169,14 +174,36 @@ def save(traces: TraceSet, out_dir: os.PathLike | str, meta: dict) -> Path:
     return out
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _check_regular_file(path: Path) -> None:
+    """Refuses ``path`` unless it is (or links to) a regular file, saying what it is instead:
+    missing, a symlink to nothing, a directory, a character device (e.g. a link to the zero
+    device), a block device, a FIFO or a socket (``TraceFormatError``, field ``<file>``)."""
+    if path.is_file():
+        return
+    link = path.is_symlink()
+    target = os.path.realpath(path) if link else None
+    if not path.exists():
+        problem = f"is a symlink to {target}, which does not exist" if link else "missing"
+    else:
+        mode = path.stat().st_mode
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        via = f" (a symlink to {target})" if link else ""
+        problem = f"is {kind}{via}, not a regular file"
+    raise TraceFormatError(path, "<file>", problem)
+
+
 def read_meta(path: os.PathLike | str) -> dict:
     """Reads and checks ``meta.json`` of a trace folder."""
     path = Path(path)
     meta_path = path / META_FILE
     if not path.is_dir():
         raise TraceFormatError(path, "<folder>", "not a directory")
-    if not meta_path.is_file():
-        raise TraceFormatError(meta_path, "<file>", "missing")
+    _check_regular_file(meta_path)
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -221,6 +248,10 @@ def read_meta(path: os.PathLike | str) -> dict:
     if not (isinstance(counts, dict) and _is_int(counts.get("problems"))
             and _is_int(counts.get("nodes"))):
         raise TraceFormatError(meta_path, "counts", "must hold integer 'problems' and 'nodes'")
+    if counts["problems"] < 1 or counts["nodes"] < 1:   # before the splits: say what it is
+        raise TraceFormatError(meta_path, "counts",
+                               f"empty trace set ({counts['problems']} problems, "
+                               f"{counts['nodes']} nodes)")
     if not isinstance(meta["content_hash"], str) or not meta["content_hash"].startswith("sha256:"):
         raise TraceFormatError(meta_path, "content_hash", "must be 'sha256:<hex>'")
     if "splits" in meta:
@@ -236,8 +267,7 @@ def _is_int(x) -> bool:
 
 
 def _read_arrays(nodes_path: Path) -> dict[str, np.ndarray]:
-    if not nodes_path.is_file():
-        raise TraceFormatError(nodes_path, "<file>", "missing")
+    _check_regular_file(nodes_path)
     try:
         # safetensors parses a JSON header and copies raw buffers: it cannot run code.
         return load_file(str(nodes_path))
@@ -289,8 +319,9 @@ def unknown_meta_keys(meta: dict) -> list[str]:
 def outside_links(path: os.PathLike | str) -> dict[str, str]:
     """``{file name: resolved target}`` of the folder's files (``nodes.safetensors``,
     ``meta.json``) that are symlinks to a file outside the folder. Such links are followed
-    (sharing one large nodes file between folders is legitimate); the content hash in
-    ``meta.json`` still pins the bytes, and ``validate`` reports the link."""
+    (sharing one large nodes file between folders is legitimate) and ``validate`` reports
+    them; ``meta.json``'s content hash pins the bytes of ``nodes.safetensors``, not of
+    ``meta.json`` itself."""
     folder = Path(path).resolve()
     out = {}
     for name in (NODES_FILE, META_FILE):
@@ -305,8 +336,10 @@ def outside_links(path: os.PathLike | str) -> dict[str, str]:
 def validate_notes(path: os.PathLike | str, meta: dict) -> list[str]:
     """What ``validate`` says about a valid folder besides "OK": files that are symlinks to
     outside the folder, and ``meta.json`` keys no reader uses."""
-    notes = [f"{name} is a symlink to {target}, outside the folder (followed; content hash "
-             "checked)" for name, target in outside_links(path).items()]
+    pinned = {NODES_FILE: "followed; its bytes checked against meta.json's content_hash",
+              META_FILE: "followed; its format checked, but no hash pins its content"}
+    notes = [f"{name} is a symlink to {target}, outside the folder ({pinned[name]})"
+             for name, target in outside_links(path).items()]
     extra = unknown_meta_keys(meta)
     if extra:
         notes.append(f"{META_FILE} keys not read by prada_jax, kept as provenance: "

@@ -51,12 +51,18 @@ def test_contention_shrinks_with_capacity(sweep_out):
     # All-SLM never touches the server: M changes nothing (same seeds, same arrivals).
     np.testing.assert_array_equal(results["M"][1]["All-SLM"]["accuracy"],
                                   results["M"][8]["All-SLM"]["accuracy"])
-    # The knee is a grid value (or None) and at least the point where latency stops improving.
+    # The knee is a stable grid value (or None) and at least the point where latency stops
+    # improving; an unstable point (ρ ≥ 1) reports no latency and is left out of the knee.
     k = res["knees"]["M"]["All-LLM"]
-    assert k in (1, 2, 8)
-    lat = [np.mean(results["M"][m]["All-LLM"]["latency_mean_s"]) for m in (1, 2, 8)]
-    i = [1, 2, 8].index(k)
+    rho = {m: np.mean(results["M"][m]["All-LLM"]["rho"]) for m in (1, 2, 8)}
+    assert rho[1] >= 1.0 > rho[8]      # 40 users/s: one unit cannot carry it
+    stable = [m for m in (1, 2, 8) if rho[m] < 1.0]
+    assert k in stable
+    lat = [np.mean(results["M"][m]["All-LLM"]["latency_mean_s"]) for m in stable]
+    i = stable.index(k)
     assert all((lat[i] - later) / lat[i] < sweep.KNEE_TOL for later in lat[i + 1:])
+    text = (sweep_out[0] / "knees.txt").read_text()
+    assert "unstable (ρ ≥ 1, latency withheld) along M: All-SLM: none; All-LLM: 1" in text
 
 
 def test_parse_grid_errors():

@@ -73,6 +73,52 @@ def test_interrupted_save_is_ignored(tmp_path):
         _same(state, _state(3))
 
 
+def _strip_manifests(d):
+    for m in d.glob(f"*/{checkpointing.MANIFEST_FILE}"):
+        m.unlink()
+
+
+@pytest.mark.parametrize("damage", ["process_data", "merged_data", "meta_json"])
+def test_a_step_without_manifest_is_read_back_in_full(tmp_path, damage):
+    """Without ``prada_manifest.json`` a step is checked by reading back every key of every
+    OCDBT database in it (the per-process ones too: orbax's restore reads only the merged one,
+    so a truncated per-process data file was restored without a word) and its JSON metadata.
+    An intact manifest-less step still restores exactly; a damaged one is refused by
+    ``verify``, ``restore``, ``restore_latest`` (all steps damaged) and ``check_resumable``."""
+    d = tmp_path / "ck"
+    with checkpointing.Checkpointer(d, max_to_keep=5) as ckpt:
+        for step in (1, 2):
+            ckpt.save(step, _state(step), meta={"step": step}, force=True)
+    _strip_manifests(d)
+    checkpointing.check_resumable(d)            # intact: passes, and restores exactly
+    with checkpointing.Checkpointer(d) as ckpt:
+        assert ckpt.verify(2) is False
+        state, meta, step = ckpt.restore_latest(_state(0))
+    _same(state, _state(2))
+    assert (meta, step) == ({"step": 2}, 2)
+    for step in (1, 2):
+        root = d / str(step)
+        if damage == "meta_json":
+            targets = [root / "meta" / "metadata"]
+        else:
+            want = "d" if damage == "merged_data" else "ocdbt.process_0"
+            targets = [f for f in (root / "state").rglob("*") if f.is_file() and
+                       f.parent.name == "d" and (f.parent.parent.name == "state") ==
+                       (damage == "merged_data") and want in str(f.relative_to(root))]
+        assert targets, damage
+        for f in targets:
+            f.write_bytes(f.read_bytes()[:5])
+    with pytest.raises(checkpointing.DamagedCheckpoint, match=r"no intact checkpoint .*step"):
+        checkpointing.check_resumable(d)
+    with checkpointing.Checkpointer(d) as ckpt:
+        with pytest.raises(checkpointing.DamagedCheckpoint, match=r"step 2 is damaged"):
+            ckpt.verify(2)
+        with pytest.raises(checkpointing.DamagedCheckpoint, match=r"step 2 is damaged"):
+            ckpt.restore(_state(0), step=2)
+        with pytest.raises(checkpointing.DamagedCheckpoint, match=r"no intact checkpoint"):
+            ckpt.restore_latest(_state(0))
+
+
 def test_mismatched_template_raises(tmp_path):
     with checkpointing.Checkpointer(tmp_path / "ck") as ckpt:
         ckpt.save(1, {"a": jnp.zeros(3)})

@@ -64,6 +64,59 @@ def test_curves_are_flushed_before_each_checkpoint(tmp_path):
                                        rtol=1e-6)
 
 
+def test_sigkill_right_after_a_checkpoint_keeps_every_point_up_to_it(tmp_path):
+    """The exact-resume claim end to end: the host loop is killed with SIGKILL (no exit
+    handler, no final flush) right after its step-4 checkpoint is on disk; the event file then
+    holds every point of steps 1..4 (plain-Python values), and step 4 is the checkpoint a
+    resume starts from (the resume itself: test_runloop.py's SIGKILL/SIGTERM tests). Without the
+    flush before each checkpoint the points sat in the writer's buffer and the kill lost
+    them."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent("""
+        import os, signal, sys
+        from pathlib import Path
+        import jax.numpy as jnp
+        from prada_jax import checkpointing, runloop
+        from prada_jax.metric_writer import MetricWriter
+        out, kill_at = Path(sys.argv[1]), int(sys.argv[2])
+        ckpt = checkpointing.Checkpointer(out / "ck", save_every=2, max_to_keep=10)
+        state, _, start = runloop.restore_or_init(ckpt, {"x": jnp.float32(0.0)})
+
+        def step(s, i):
+            x = s["x"] + (i + 1)
+            return {"x": x}, {"loss": x / 10.0}
+
+        def after_save(s, step, meta):
+            if step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        w = MetricWriter(out / "tb", enabled=True)
+        runloop.run(state, step, start=start, total=6, writers=[w], ckpt=ckpt,
+                    scalars_fn=lambda m, st, wall: {"train/loss": float(m["loss"])},
+                    after_save=after_save, handle_signals=False)
+        ckpt.close()
+        w.close()
+    """)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+               JAX_PLATFORMS="cpu")
+    killed = subprocess.run([sys.executable, "-c", code, str(tmp_path), "4"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    x = np.cumsum(np.arange(1, 7, dtype=np.float64))    # x after each step, plain Python
+    got = _curves(tmp_path / "tb").get("train/loss", [])
+    assert [st for st, _ in got] == [1, 2, 3, 4], got
+    np.testing.assert_allclose([v for _, v in got], x[:4] / 10, rtol=1e-6)
+    ck = checkpointing.Checkpointer(tmp_path / "ck")
+    try:
+        state, _, start = runloop.restore_or_init(ck, {"x": jnp.float32(0.0)})
+    finally:
+        ck.close()
+    assert start == 4 and float(state["x"]) == x[3]
+
+
 @pytest.mark.parametrize("bad_seed", [0, 2])
 def test_non_finite_metric_of_any_seed_stops_the_run(tmp_path, bad_seed):
     """Seed ``bad_seed`` alone turns NaN at step 5: the run stops there naming that seed, the

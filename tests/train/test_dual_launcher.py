@@ -76,6 +76,26 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
         assert bench[k] == gap[k], k
     assert bench["env"] == gap["env"] and bench["fifo_env"] == gap["fifo_env"]
 
+    # The finished run, its steps without prada_manifest.json and their per-process data files
+    # truncated (orbax's restore reads only the merged database, so this went unnoticed): the
+    # rerun refuses it as a resume does (exit 2, one line), instead of "already finished",
+    # and writes nothing (no run.json entry, no new TensorBoard file).
+    import shutil
+
+    from prada_jax import checkpointing
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tmp_path / "split", damaged)
+    for step_dir in (damaged / "checkpoints").iterdir():
+        (step_dir / checkpointing.MANIFEST_FILE).unlink()
+        for f in step_dir.glob("state/ocdbt.process_*/d/*"):
+            f.write_bytes(f.read_bytes()[:10])
+    before = {p: p.stat().st_mtime_ns for p in damaged.rglob("*")}
+    with pytest.raises(checkpointing.DamagedCheckpoint,
+                       match=r"no intact checkpoint .*ocdbt\.process_0 does not read back"):
+        trainer.train_and_evaluate(cfg, damaged)
+    assert {p: p.stat().st_mtime_ns for p in damaged.rglob("*")} == before
+
 
 def test_load_multipliers_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="multipliers.json"):

@@ -21,18 +21,32 @@ def test_settings_modes():
     assert full["calibration"]["stress_miscalibration"] == 1.0
     # The sweep reuses the table's compiled rollout only if the static sizes match.
     for s in (demo, smoke):
-        assert (s["sweep"]["seeds"], s["sweep"]["slots"], s["sweep"]["warmup_slots"]) == \
-            (s["eval"]["seeds"], s["eval"]["slots"], s["eval"]["warmup_slots"])
-    # Issue 14: the demo shows stage 2 on a contended scenario, and its λ sweep has enough
-    # user slots to reach All-LLM's saturation (≈ 13 users/s at M = 4) before the U cap.
+        keys = ("seeds", "slots", "warmup_slots", "drain_slots")
+        assert [s["sweep"][k] for k in keys] == [s["eval"][k] for k in keys]
+    # Issue 14: the demo shows stage 2 on a contended scenario. Issue 32: the load curve is
+    # the headline, with the 8 seeds a crossover needs, and reaches the LLM alone's saturation.
     assert "nominal" in demo["stage2"]["scenarios"] and "burst" in demo["stage2"]["scenarios"]
-    assert max(demo["sweep"]["lam"]) >= 16 and demo["sweep"]["num_users"] >= 48
+    assert demo["curve"]["seeds"] >= 8 and full["curve"]["seeds"] >= 8
+    # The pre-registered grids (docs/results/load_curve.md): 2^(k/2), k = -8..2 (demo) and
+    # k = -10..6 (full), geometric so one grid spans clocks whose capacities differ by 10x.
+    assert demo["curve"]["loads"] == pytest.approx([2 ** (k / 2) for k in range(-8, 3)], rel=1e-5)
+    assert full["curve"]["loads"] == pytest.approx([2 ** (k / 2) for k in range(-10, 7)], rel=1e-5)
+    assert demo["sweep"]["axes"] == ["M", "B"] and demo["curve"]["num_users"] == 32
     assert smoke["stage2"] is None
     # Issue 23: tables on test, choices (critic refit, dual learner) on validation.
     for s in (demo, smoke, full):
         assert s["split"] == "test" and s["choice_split"] == "validation"
     with pytest.raises(ValueError, match="mode"):
         tm.settings_for("huge")
+
+
+def test_table_points_rule():
+    """Uncontended: the largest load with the LLM alone's ρ ≤ 0.3; contended: the stable load
+    (ρ < 1) with ρ nearest 0.9 (here 0.95 beats 0.8; 1.2 is unstable)."""
+    rho = {0.125: 0.05, 0.25: 0.12, 0.5: 0.28, 1.0: 0.55, 1.5: 0.8, 2.0: 0.95, 3.0: 1.2}
+    assert tm.table_points(rho) == {"uncontended": 0.5, "contended": 2.0}
+    assert tm.table_points({1.0: 0.5, 2.0: 1.4}) == {"uncontended": 1.0, "contended": 1.0}
+    assert tm.table_points({1.0: 1.5}) == {"uncontended": 1.0, "contended": None}
 
 
 def test_stage_cache(tmp_path):
@@ -93,7 +107,9 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
     out = p.stdout
     assert "SYNTHETIC" in out and f"tensorboard --logdir {work}" in out
     assert "knee in M" in out and "All-LLM" in out
-    table = work / "eval" / "gsm8k"
+    assert "crossover" in out and "table points" in out
+    assert (work / "curve" / "gsm8k" / "curve.json").is_file()
+    table = work / "eval" / "gsm8k" / "uncontended"
     for f in ("results.json", "results.csv", "table.txt", "accuracy.png"):
         assert (table / f).is_file(), f
     res = json.loads((table / "results.json").read_text())
@@ -108,7 +124,8 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
     assert meta["eval_seed_range"][0] == splits.TEST_SEED_BASE
     assert meta["traces"]["problems"] < meta["traces"]["problems_total"] == 60
     assert res["headline"]["reference"] == "All-LLM"
-    assert "Benchmark table on the test split" in out and "test split (" in out
+    assert "Benchmark table, uncontended point, on the test split" in out
+    assert "test split (" in out
     # Choices on validation: the dual learner's traces and the critic refit's judged split.
     dual = json.loads((work / "dual" / "gsm8k" / "multipliers.json").read_text())
     assert dual["scenario"]["traces"]["split"] == "validation"

@@ -1,16 +1,23 @@
 """Post-verdict diagnostic (issue 23 budget): at the learned constant price, on the learner's own
 env (validation split, learner seeds), compare the learner's surrogate (admissions x kbar)
-with sum of admitted work and with measured occupancy."""
+with sum of admitted work and with measured occupancy.
+
+Usage (README.md here): python diag.py POLICY_DIR DUAL_RUN_DIR [lambda_s]
+POLICY_DIR: the verdict's policy folder; DUAL_RUN_DIR: the budget learner's run folder
+(OUT/dual/nominal/constant of the budget run), whose config.json is reused with its
+policy_dir replaced by POLICY_DIR."""
 import json, sys
 import jax, numpy as np
 from prada_jax import config_utils
 from prada_jax.stage2 import trainer, rollout, problem
 from prada_jax.sched.base import LOCAL
 
-c = config_utils.read_config_json("/work/keep/v23_policy/s2/budget/dual/nominal/constant")
-c.policy_dir = "/work/keep/v23_policy/critic/gsm8k"
+if len(sys.argv) < 3:
+    sys.exit("usage: diag.py POLICY_DIR DUAL_RUN_DIR [lambda_s]")
+c = config_utils.read_config_json(sys.argv[2])
+c.policy_dir = sys.argv[1]
 setup = trainer.build_setup(c)
-lam = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0405118390917778
+lam = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0405118390917778
 E, T, W = 16, 1200, 150
 ro = jax.jit(rollout.make_rollout(setup.policy_fn, T))
 carry = rollout.init_rollout(jax.random.key(trainer.learner_seed(c)), setup.env_params, E,

@@ -1,8 +1,12 @@
-"""Post-verdict diagnostic: occupancy and objective vs lambda on validation, 64 eval seeds."""
+"""Post-verdict diagnostic: occupancy and objective vs lambda on validation, 64 eval seeds.
+
+Usage (README.md here): python diag_eval64.py POLICY_DIR lambda1,lambda2,..."""
 import sys, numpy as np
 from envs import edge, scenarios
 from evals import stage2, suite
-P = "/work/keep/v23_policy/critic/gsm8k"
+if len(sys.argv) < 3:
+    sys.exit("usage: diag_eval64.py POLICY_DIR lambda1,lambda2,...")
+P = sys.argv[1]
 size = dict(stage2.SIZES["full"])
 policy = suite.load_policy(P)
 env_kw = suite.env_kwargs_from(policy.config, dict(size["env"], num_users=size["num_users"]))
@@ -16,7 +20,7 @@ p = edge.make_params(tr.traces, **{k: env_kw[k] for k in stage2._ENV_KEYS},
 r = stage2.Runner(p, S, size["slots"], size["warmup"], policy.apply_fn, policy.params, seed0=s0)
 base = None
 out = {}
-for lam in [float(v) for v in sys.argv[1].split(",")]:
+for lam in [float(v) for v in sys.argv[2].split(",")]:
     m = r.run_prada(4, lam, 0.0)
     u, o = np.asarray(m["server_util"]), np.asarray(m["objective"])
     if base is None:

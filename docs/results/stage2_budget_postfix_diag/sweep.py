@@ -1,18 +1,22 @@
 """Post-verdict diagnostic: lambda sweep on the budget learner's env (validation, learner seed):
-measured occupancy vs learner surrogates; breakdown of admissions that never run."""
+measured occupancy vs learner surrogates; breakdown of admissions that never run.
+
+Usage (README.md here): python sweep.py POLICY_DIR DUAL_RUN_DIR lambda1,lambda2,... [OUT_JSON]"""
 import json, sys
 import jax, numpy as np
 from prada_jax import config_utils
 from prada_jax.stage2 import trainer, rollout, problem
 from prada_jax.sched.base import LOCAL
 
-c = config_utils.read_config_json("/work/keep/v23_policy/s2/budget/dual/nominal/constant")
-c.policy_dir = "/work/keep/v23_policy/critic/gsm8k"
+if len(sys.argv) < 4:
+    sys.exit("usage: sweep.py POLICY_DIR DUAL_RUN_DIR lambda1,lambda2,... [OUT_JSON]")
+c = config_utils.read_config_json(sys.argv[2])
+c.policy_dir = sys.argv[1]
 setup = trainer.build_setup(c)
 E, T, W, rho = 32, 1200, 150, 0.27
 ro = jax.jit(rollout.make_rollout(setup.policy_fn, T))
 rows = []
-for lam in [float(v) for v in sys.argv[1].split(",")]:
+for lam in [float(v) for v in sys.argv[3].split(",")]:
     carry = rollout.init_rollout(jax.random.key(trainer.learner_seed(c)), setup.env_params, E,
                                  lambda k: rollout.fixed_prices(problem.Multipliers(lam, 0.0)))
     _, out = ro(carry, setup.env_params)
@@ -35,4 +39,5 @@ for lam in [float(v) for v in sys.argv[1].split(",")]:
              queued_runs=float(((dec == 2) & ~b.fresh & b.valid).sum() / adm.sum()))
     print(json.dumps(r), flush=True)
     rows.append(r)
-json.dump(rows, open("/tmp/a23/sweep.json", "w"), indent=1)
+if len(sys.argv) > 4:
+    json.dump(rows, open(sys.argv[4], "w"), indent=1)

@@ -37,7 +37,7 @@ def _define_validate(fv) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
+    if argv and cli.is_help(argv[0]):
         print(__doc__)
         return 0
     if not argv or argv[0] not in COMMANDS:

@@ -305,3 +305,78 @@ def evaluate_model(model, problems: Sequence[Problem], batch: int = 64,
                    max_turns: int = MAX_TURNS) -> dict:
     """Runs the task with a Flax LM (greedy) and the tool: see :func:`summarize`."""
     return summarize(run_episodes(problems, flax_generate_fn(model, batch=batch), max_turns))
+
+
+def num_valid_paths(p: Problem) -> int:
+    """Distinct token sequences of a solved shortest episode of ``p`` (closed form): each of the
+    h1 + h2 + 2 calls in either argument order, and the answer's two values in either order
+    (one order when they are equal): ``2^(calls) * (2 if v1 != v2 else 1)``."""
+    v1, v2 = p.values()
+    return 2 ** (len(p.paths[0]) + len(p.paths[1]) + 2) * (2 if v1 != v2 else 1)
+
+
+def valid_paths(p: Problem) -> list[tuple[int, ...]]:
+    """Every solved shortest episode of ``p`` as token tuples, by enumeration (for tests and
+    small problems: 2^calls × 2 sequences): each call form combination and answer order."""
+    import itertools
+    calls = []
+    for k in (0, 1):
+        ents = p.chain_entities(k)
+        rels = [LINKS[r] for r in p.paths[k]] + [ATTRS[p.attr[k]]]
+        calls += list(zip(ents, rels))
+    v1, v2 = p.values()
+    answers = {f"<ans>{a}{OPS[p.op]}{b}={p.answer}</ans>" for a, b in ((v1, v2), (v2, v1))}
+    out = set()
+    for forms in itertools.product((False, True), repeat=len(calls)):
+        msgs = [{"role": "user", "content": p.question}]
+        for (e, r), rf in zip(calls, forms):
+            act = call_text(e, r, rf)
+            msgs += [{"role": "assistant", "content": act},
+                     {"role": "tool", "content": lookup(p, act[6:-7])}]
+        for ans in answers:
+            out.add(tuple(messages_to_tokens(msgs + [{"role": "assistant",
+                                                      "content": ans}])[0]))
+    return sorted(out)
+
+
+def path_stats(pool, problems: Sequence[Problem]) -> dict:
+    """How unique the pool's solution paths are (issue 35, item 4): for a pool recorded on
+    ``problems`` (trajectory i on problem i), the share of trajectories token-equal to the
+    reference chain (:func:`solved_messages` with entity-first calls), the share that are *a*
+    solved shortest path (any call forms and answer order), the share that succeed, the mean
+    number of distinct valid paths per problem (:func:`num_valid_paths`), and the share of the
+    pool's successful trajectories that use both call forms. Pure counting, no tool calls
+    counted (the tool counter is restored)."""
+    n = min(pool.num_trajectories, len(problems))
+    calls0 = TOOL_CALLS.calls
+    eq_ref = eq_valid = succ = mixed = 0
+    for i in range(n):
+        p, toks = problems[i], tuple(int(t) for t in pool.trajectory(i))
+        ref = tuple(messages_to_tokens(solved_messages(p))[0])
+        eq_ref += toks == ref
+        ok = bool(pool.success[i])
+        succ += ok
+        if ok:
+            msgs = tokens_to_messages(list(toks), _spans(pool, i))
+            forms = {m["content"][6] in ENTITIES for m in msgs   # entity first?
+                     if m["role"] == "assistant" and m["content"].startswith("<call>")
+                     and len(m["content"]) == len("<call>Kc</call>")}
+            mixed += len(forms) == 2
+            v1, v2 = p.values()
+            eq_valid += (len(msgs) == 2 * (len(p.paths[0]) + len(p.paths[1]) + 2) + 2
+                         and replay(p, msgs) == (True, True))
+    TOOL_CALLS.calls = calls0
+    return {"trajectories": n, "share_equal_reference": eq_ref / max(n, 1),
+            "share_valid_shortest_path": eq_valid / max(n, 1), "success": succ / max(n, 1),
+            "share_successful_mixing_forms": mixed / max(succ, 1),
+            "valid_paths_per_problem_mean": float(np.mean([num_valid_paths(p)
+                                                           for p in problems[:n]])),
+            "valid_paths_per_problem_min": int(min(num_valid_paths(p) for p in problems[:n]))}
+
+
+def _spans(pool, i: int) -> list[tuple[int, int]]:
+    """Agent-turn spans of pool trajectory ``i``, relative to its first token."""
+    a, b = int(pool.turn_offsets[i]), int(pool.turn_offsets[i + 1])
+    base = int(pool.traj_offsets[i])
+    return [(int(s) - base, int(e) - base) for s, e in zip(pool.turn_starts[a:b],
+                                                          pool.turn_ends[a:b])]

@@ -10,7 +10,7 @@ from flax import nnx
 
 from prada_jax.lm import hf
 
-from conftest import padded_batch, torch_logits
+from tests.helpers.hf_lm import padded_batch, torch_logits
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

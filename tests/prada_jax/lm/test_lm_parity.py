@@ -12,7 +12,7 @@ from prada_jax.lm import hf
 from prada_jax.lm.config import LMConfig
 from prada_jax.lm.model import CausalLM, KVCache
 
-from conftest import CASES, build_torch_model, padded_batch, torch_logits
+from tests.helpers.hf_lm import CASES, build_torch_model, padded_batch, torch_logits
 
 jax.config.update("jax_default_matmul_precision", "highest")
 ATOL = 1e-4
@@ -236,7 +236,7 @@ sys.path.insert(0, sys.argv[2])
 import jax, jax.numpy as jnp, numpy as np
 from flax import nnx
 from prada_jax.lm import hf
-from conftest import build_torch_model, padded_batch, torch_logits
+from tests.helpers.hf_lm import build_torch_model, padded_batch, torch_logits
 assert jax.device_count() == 8, jax.devices()
 jax.config.update("jax_default_matmul_precision", "highest")
 tmodel = build_torch_model(arch="qwen2", heads=4, kv=2, tie=False, seed=11)

@@ -7,7 +7,7 @@ from flax import nnx
 
 from prada_jax.lm import hf, sampling
 
-from conftest import padded_batch
+from tests.helpers.hf_lm import padded_batch
 
 jax.config.update("jax_default_matmul_precision", "highest")
 

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from prada_jax.traces import prm as prm_lib  # noqa: E402
-from test_build_fixtures import make_step_tag_prm, make_tokenizer, make_value_head_prm  # noqa: E402
+from tests.helpers.hf_traces import make_step_tag_prm, make_tokenizer, make_value_head_prm  # noqa: E402
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples?"
 STEPS = ["Step 1: add 3 and 4", "that is 7 apples", "so the answer is 7"]

@@ -18,7 +18,7 @@ from prada_jax.traces import format as fmt  # noqa: E402
 from prada_jax.traces.build import cli as cli_lib  # noqa: E402
 from prada_jax.traces.build import pipeline as pipeline_lib  # noqa: E402
 from prada_jax.traces.build import staging as staging_lib  # noqa: E402
-from test_build_fixtures import make_all  # noqa: E402
+from tests.helpers.hf_traces import make_all  # noqa: E402
 
 SMALL = ["--node-budget", "4", "--full-depth", "1", "--max-steps", "3", "--max-step-tokens",
          "6", "--batch-size", "2", "--feature-dim", "8", "--threads", "1", "--limit", "4"]

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.torch
 
 from prada_jax.traces.build import generation as generation_lib  # noqa: E402
 from prada_jax.traces.build import settings as settings_lib  # noqa: E402
-from test_build_fixtures import make_lm, make_tokenizer  # noqa: E402
+from tests.helpers.hf_traces import make_lm, make_tokenizer  # noqa: E402
 
 
 def _settings(**kw):

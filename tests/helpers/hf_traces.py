@@ -1,4 +1,4 @@
-"""Tiny offline fixtures for the trace-builder tests (no test functions here).
+"""Tiny offline fixtures for the trace-builder tests (``from tests.helpers.hf_traces import ...``).
 
 Randomly initialised Qwen2 / Llama causal LMs built from a config (vocab ~400, hidden 32,
 2 layers), a byte-level BPE tokenizer trained here in well under a second, a value-head and a

@@ -1,0 +1,100 @@
+"""Independent screening-policy samples for a pooled stage-2 verdict (issue 33):
+``python -m evals.stage2.policies --out=DIR --seeds=0,1,2 [--quick]``.
+
+Each sample ``k`` is what ``make demo`` (``train.main``'s ``ppo`` and ``critic`` stages)
+builds, with its seeds set to ``k`` (sample 0 is ``make demo``'s policy): a ``train.ppo``
+run on the gsm8k synthetic set (trace generator seed 0, the train split; ``config.seed = k``,
+the demo's 16 × 64 × 150 env slots), then its critic
+refit on Monte-Carlo action values of the final actor (``prada_jax.rl.critic_refit``, judged
+and early-stopped on the validation split, ``seed = k``; the demo's 20 000 / 2 000 states,
+2 000 steps). Output::
+
+    DIR/seed_<k>/ppo/      the train.ppo run
+    DIR/seed_<k>/critic/   the refit policy: what ``evals.stage2.pooled --policies`` takes
+
+Reruns reuse finished parts (``train.ppo``'s config-checked resume; a refit with its report
+``critic_check.json`` present is kept). ``--quick``: the smoke sizes (seconds; for tests). All
+data is SYNTHETIC. Exit codes (``prada_jax.cli``): 2 bad input, 3 non-finite training, 1 a bug.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from prada_jax.errors import BadInput
+
+#: Sizes of one policy sample: (ppo.py variant, ppo overrides, critic refit settings).
+SIZES = {
+    "demo": ("", {"ppo.total_env_steps": 16 * 64 * 150},
+             {"fit_states": 20000, "eval_states": 2000, "steps": 2000}),
+    "quick": ("smoke", {}, {"fit_states": 200, "eval_states": 100, "steps": 50}),
+}
+
+
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+    """``"0,1,2"`` → [0, 1, 2]; BadInput naming ``flag`` unless non-negative distinct ints."""
+    try:
+        seeds = [int(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise BadInput(f"{flag}={text}: not a comma-separated list of integers") from None
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise BadInput(f"{flag}={text}: give distinct integers >= 0")
+    return seeds
+
+
+def train_sample(out: Path, seed: int, size: str = "demo", log=print) -> Path:
+    """Trains (or reuses) policy sample ``seed`` under ``out/seed_<seed>``; returns the refit
+    policy folder."""
+    from evals.stage2 import _set
+    from prada_jax.configs import ppo as ppo_cfg
+    from prada_jax.rl import critic_refit
+    from prada_jax.rl import trainer as ppo_trainer
+
+    variant, overrides, refit = SIZES[size]
+    d = Path(out) / f"seed_{int(seed)}"
+    c = ppo_cfg.get_config(",".join(v for v in (variant, "gsm8k") if v))
+    for k, v in overrides.items():
+        _set(c, k, v)
+    c.seed = int(seed)
+    c.env.trace_seed = 0
+    c.log.progress = False
+    log(f"  policy sample {seed}: train.ppo ({c.ppo.total_env_steps} env slots) in {d / 'ppo'}")
+    ppo_trainer.train_and_evaluate(c, d / "ppo")
+    crit = d / "critic"
+    if (crit / "critic_check.json").is_file() and (crit / "policy_meta.json").is_file():
+        log(f"  policy sample {seed}: reusing the refit critic in {crit}")
+        return crit
+    if crit.exists():
+        shutil.rmtree(crit)
+    log(f"  policy sample {seed}: refitting the critic in {crit}")
+    critic_refit.check_and_refit(str(d / "ppo"), str(crit), seed=int(seed),
+                                 split="validation", log=lambda m: log(f"    {m.strip()}"),
+                                 **refit)
+    return crit
+
+
+def _define_flags():
+    from absl import flags
+    flags.DEFINE_string("out", None, "Folder of the policy samples (seed_<k>/ppo, /critic).")
+    flags.DEFINE_string("seeds", "0,1,2", "Comma-separated PPO / refit seeds, one sample each.")
+    flags.DEFINE_bool("quick", False, "Smoke sizes (seconds; the policies mean nothing).")
+
+
+def main(argv):
+    from absl import flags
+    F = flags.FLAGS
+    if len(argv) > 1:
+        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    if not F.out:
+        raise BadInput("--out is required (a folder for the policy samples)")
+    seeds = parse_seeds(F.seeds)
+    out = Path(F.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out={F.out} exists and is not a folder")
+    dirs = [train_sample(out, k, "quick" if F.quick else "demo") for k in seeds]
+    print("policy samples (SYNTHETIC gsm8k): " + ",".join(str(d) for d in dirs))
+
+
+if __name__ == "__main__":
+    from prada_jax import cli
+    cli.run(main, define_flags=_define_flags)

@@ -1,0 +1,373 @@
+"""Stage-2 verdict over policy samples and learner seeds (issue 33):
+``python -m evals.stage2.pooled --out=DIR --policies=P0,P1,P2 [--learner_seeds=2]
+[--scenarios=slow_server] [--seeds=8] [--budget=0.27] [--quick]``.
+
+The policies are independently trained samples (``python -m evals.stage2.policies``: PPO +
+critic refit, one seed each). For policy ``i`` and learner seed ``j`` it runs the one-policy
+verdict ``evals.stage2.run`` in ``DIR/cells/p<i>_l<j>`` with the learners' ``config.seed = j``
+and its own block of test seeds: cell ``(i, j)`` evaluates test seeds ``seed0 + (i·L + j)·S
+… + S − 1`` (L learner seeds, S evaluation seeds), so no two cells share an evaluation seed.
+The validation grid's reference pair is searched once per (policy, scenario) and reused by the
+policy's learner seeds (it does not depend on the learner). The hindsight row is skipped.
+
+Per claim (a paired per-seed difference of two rows) the per-seed values form ``x[P, L, S]``;
+the pooled interval (``evals.stage2.hier.interval``) is the union of the nested bootstrap
+(policies → learner seeds → eval seeds) and the Student-t interval over the P policy means.
+``DIR/pooled.json`` holds, per scenario: ``claims`` (the intervals), ``per_policy`` (each
+policy's means and its own nested-bootstrap interval over its learner seeds and eval seeds),
+``power``, ``budget`` (with ``--budget``), ``verdict`` (the rules below) and ``per_seed``
+(``[P][L][S]`` per row and metric); every cell's ``stage2.json`` stays under ``cells/``.
+``DIR/pooled.md`` is the same as tables.
+
+Rules (docs/results/stage2_pooled.md, written before its numbers):
+
+* gate: pooled headroom (no limits − λ=µ=0, grand mean) ≥ 0.02 and pooled MDE ≤ headroom/2,
+  the MDE a two-sided t at 5 %, power 80 % over the P policy means (``stats.
+  min_detectable_effect`` of their sd, n = P; the larger for learned − λ=µ=0 and no limits −
+  λ=µ=0);
+* ``learned_beats_zero``: pooled interval of learned − λ=µ=0 above 0;
+* ``learned_near_reference``: pooled mean of learned − validation-chosen constant ≥ −MDE;
+* ``conditioned_beats_constant`` (outage scenarios): pooled interval above 0;
+* ``budget``: every policy sample's mean test occupancy of the learned constant ≤ cap·1.02.
+
+Bad input (exit 2, one stderr line naming the flag or folder, nothing written): fewer than
+two policies, a policy folder listed twice, a policy trained on another split or trace set
+than the verdict's (``--trace_seed``, ``--problems``, the gsm8k synthetic set, train split).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from prada_jax.errors import BadInput
+
+#: Claims judged on each scenario: name → (row a, row b) of the paired difference a − b.
+OUTAGE_PREFIX = "outage"
+
+
+def _claims():
+    from evals import stage2 as s2
+    return {"learned_minus_zero": (s2.ROW_CONST, s2.ROW_ZERO),
+            "learned_minus_best_constant": (s2.ROW_CONST, s2.ROW_BEST),
+            "conditioned_minus_constant": (s2.ROW_COND, s2.ROW_CONST),
+            "conditioned_minus_zero": (s2.ROW_COND, s2.ROW_ZERO),
+            "best_constant_minus_zero": (s2.ROW_BEST, s2.ROW_ZERO),
+            "headroom_nolimits_minus_zero": (s2.ROW_NOLIM, s2.ROW_ZERO)}
+
+
+def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--policies"):
+    """Loads every policy folder and checks that it was trained on the verdict's trace set:
+    the gsm8k synthetic set of generator seed ``trace_seed`` with ``problems`` problems (0: the
+    benchmark's count), its train split. Returns the loaded policies. ``BadInput`` naming the
+    folder (or ``flag``) otherwise; nothing is written."""
+    from evals import suite
+    from prada_jax.rl import policy as rl_policy
+    from prada_jax.traces import synthetic
+
+    dirs = [str(d) for d in dirs]
+    if len(dirs) < 2:
+        raise BadInput(f"{flag}: a pooled verdict needs >= 2 independently trained policy "
+                       f"samples, got {len(dirs)}")
+    res = [str(Path(d).resolve()) for d in dirs]
+    if len(set(res)) != len(res):
+        raise BadInput(f"{flag}: a policy folder is listed twice ({','.join(dirs)})")
+    want_total = int(problems) or int(synthetic.PRESETS["gsm8k"].problems)
+    want = {"source": "synthetic:gsm8k", "split": "train", "trace_seed": int(trace_seed),
+            "problems_total": want_total}
+    for d in dirs:   # the metadata of every folder first (cheap), then the checkpoints
+        if not Path(d).is_dir():
+            raise BadInput(f"{flag}: {d}: no such policy folder")
+        try:
+            meta = rl_policy.read_policy_meta(d)
+        except (FileNotFoundError, ValueError) as e:
+            raise BadInput(f"{flag}: {e}") from None
+        tr = meta.get("traces") if isinstance(meta, dict) else None
+        tr = tr if isinstance(tr, dict) else {}
+        got = {k: tr.get(k) for k in want}
+        bad = [k for k in want if got[k] != want[k]]
+        if bad:
+            k = bad[0]
+            raise BadInput(f"{flag}: {d} was trained on {k} {got[k]!r}, the verdict's is "
+                           f"{want[k]!r} ({Path(d) / rl_policy.POLICY_META_FILE} traces)")
+    out = [suite.load_policy(d, flag=flag) for d in dirs]   # EvalError (BadInput) naming it
+    return out
+
+
+def cell_seed0(seed0: int, i: int, j: int, learner_seeds: int, seeds: int) -> int:
+    """First test seed (offset into the test range) of cell (policy i, learner seed j)."""
+    return int(seed0) + (int(i) * int(learner_seeds) + int(j)) * int(seeds)
+
+
+def stack(cells: list[list[dict]], scenario: str, row: str, metric: str) -> np.ndarray:
+    """``x[P, L, S]`` of one row's per-seed metric from the cells' stage2.json dicts."""
+    return np.asarray([[c["scenarios"][scenario]["per_seed"][row][metric] for c in per_pol]
+                       for per_pol in cells], np.float64)
+
+
+def pooled_mde(diffs: list[np.ndarray], alpha: float = 0.05, power: float = 0.8) -> float:
+    """The largest MDE over ``diffs`` (each ``x[P, L, S]``) of a t-test over the P policy
+    means (``prada_jax.stats.min_detectable_effect``; NaN-free means only)."""
+    from evals.stage2 import hier
+    from prada_jax import stats
+
+    out = []
+    for x in diffs:
+        m = hier.policy_means(x)
+        m = m[np.isfinite(m)]
+        if m.size >= 2:
+            out.append(stats.min_detectable_effect(float(np.std(m, ddof=1)), int(m.size),
+                                                   alpha, power))
+    out = [v for v in out if math.isfinite(v)]
+    return float(max(out)) if out else float("nan")
+
+
+def judge_scenario(cells: list[list[dict]], scenario: str, budget: float | None,
+                   resamples: int, seed: int = 0) -> dict:
+    """Pooled claims, per-policy results, power, budget and verdict of one scenario."""
+    from evals import stage2 as s2
+    from evals.stage2 import hier
+    from evals.stage2.verdict import FAIL, PASS, UNRESOLVED
+
+    rows_present = set(cells[0][0]["scenarios"][scenario]["per_seed"])
+    claims, diffs = {}, {}
+    for name, (a, b) in _claims().items():
+        if a not in rows_present or b not in rows_present:
+            continue
+        x = (stack(cells, scenario, a, "objective") - stack(cells, scenario, b, "objective"))
+        diffs[name] = x
+        claims[name] = hier.interval(x, resamples=resamples, seed=seed)
+    P = len(cells)
+    per_policy = []
+    for i in range(P):
+        pp = {"claims": {}, "learned": [], "occupancy": {}}
+        for name, x in diffs.items():
+            b = hier.hierarchical_bootstrap(x[i:i + 1], resamples=resamples, seed=seed)
+            pp["claims"][name] = {"mean": b["mean"], "lo": b["lo"], "hi": b["hi"]}
+        for c in cells[i]:
+            sc = c["scenarios"][scenario]
+            pp["learned"].append({"learner_seed": c["meta"].get("learner_seed"),
+                                  "multipliers": sc.get("multipliers"),
+                                  "grid_best": sc.get("grid", {}).get("best")})
+        per_policy.append(pp)
+    h = claims.get("headroom_nolimits_minus_zero", {}).get("mean")
+    mde = pooled_mde([diffs[k] for k in ("learned_minus_zero", "headroom_nolimits_minus_zero")
+                      if k in diffs])
+    ok = (h is not None and math.isfinite(h) and math.isfinite(mde)
+          and h >= s2.MIN_HEADROOM and mde <= h / 2)
+    why = ("headroom or MDE undefined" if h is None or not math.isfinite(mde) else
+           f"headroom {h:+.4f} {'>=' if h >= s2.MIN_HEADROOM else '<'} {s2.MIN_HEADROOM}, "
+           f"MDE {mde:.4f} {'<=' if mde <= h / 2 else '>'} headroom/2 {h / 2:.4f}")
+    t = {}
+    if ok:
+        t["learned_beats_zero"] = PASS if claims["learned_minus_zero"]["lo"] > 0 else FAIL
+        t["learned_near_reference"] = (
+            PASS if claims["learned_minus_best_constant"]["mean"] >= -mde else FAIL)
+        if scenario.startswith(OUTAGE_PREFIX) and "conditioned_minus_constant" in claims:
+            t["conditioned_beats_constant"] = (
+                PASS if claims["conditioned_minus_constant"]["lo"] > 0 else FAIL)
+    else:
+        t["learned_beats_zero"] = t["learned_near_reference"] = UNRESOLVED
+        if scenario.startswith(OUTAGE_PREFIX):
+            t["conditioned_beats_constant"] = UNRESOLVED
+    out = {"claims": claims, "per_policy": per_policy,
+           "power": {"headroom": h, "mde": mde, "resolvable": bool(ok), "gate": why,
+                     "mde_test": "two-sided t at 5 %, power 80 %, over the policy means"},
+           "verdict": t}
+    if budget is not None:
+        limit = float(budget) * (1.0 + s2.BUDGET_TOLERANCE)
+        occ = stack(cells, scenario, s2.ROW_CONST, "server_util")      # [P, L, S]
+        zero = stack(cells, scenario, s2.ROW_ZERO, "server_util")
+        pol_mean = np.nanmean(occ.reshape(P, -1), axis=1)
+        margins = [[(c["scenarios"][scenario].get("budget") or {}).get("margin")
+                    for c in per_pol] for per_pol in cells]
+        for i in range(P):
+            per_policy[i]["occupancy"] = {
+                "learned_mean": float(pol_mean[i]),
+                "learned_per_cell": [float(v) for v in np.nanmean(occ[i], axis=1)],
+                "exceed_share": float(np.mean(~(occ[i] <= limit))),
+                "zero_mean": float(np.nanmean(zero[i])),
+                "margins": [None if m is None else m["margin"] for m in margins[i]]}
+        holds = bool(np.all(pol_mean <= limit))
+        out["budget"] = {"cap": float(budget), "limit": limit,
+                         "learned_mean_per_policy": [float(v) for v in pol_mean],
+                         "exceed_share_all_seeds": float(np.mean(~(occ <= limit))),
+                         "holds_for_every_policy": holds}
+        t["budget"] = PASS if holds else FAIL
+    return out
+
+
+def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
+               seeds: int | None = None, size: str = "full", budget: float | None = None,
+               tighten: dict | None = None, seed0: int = 0, trace_seed: int = 0,
+               problems: int = 0, nominate_by: str = "actor",
+               resamples: int | None = None, log=print) -> dict:
+    """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
+    the dict (module docstring). Checks every input before writing anything."""
+    from evals import stage2 as s2
+    from evals.stage2 import hier
+    from prada_jax.jsonio import write_json
+
+    if int(learner_seeds) < 1:
+        raise BadInput(f"--learner_seeds must be >= 1, got {learner_seeds}")
+    check_policies(policy_dirs, trace_seed, problems)
+    sz = s2.SIZES[size]
+    S = int(seeds if seeds is not None else sz["seeds"])
+    if S < 2:
+        raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {S}")
+    if budget is not None:
+        s2.check_budget(budget)
+    resamples = int(resamples or hier.DEFAULT_RESAMPLES)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out={out} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    grid_cache: dict = {}
+    cells, cell_meta = [], []
+    L = int(learner_seeds)
+    for i, pdir in enumerate(policy_dirs):
+        per_pol = []
+        for j in range(L):
+            s0 = cell_seed0(seed0, i, j, L, S)
+            d = out / "cells" / f"p{i}_l{j}"
+            log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i} ({pdir}), learner seed "
+                f"{j}, test seeds +{s0}..+{s0 + S - 1}")
+            r = s2.run(d, scenario_names, S, policy_dir=str(pdir), size=size,
+                       nominate_by=nominate_by, budget=budget, seed0=s0, learner_seed=j,
+                       grid_cache=grid_cache, hindsight=False,
+                       tighten=tighten if budget is not None else None,
+                       log=lambda m: log("    " + m))
+            per_pol.append(r)
+            cell_meta.append({"policy": str(pdir), "policy_index": i, "learner_seed": j,
+                              "eval_seed_range": r["meta"]["eval_seed_range"],
+                              "stage2_json": str(d / "stage2.json")})
+        cells.append(per_pol)
+    result = {"meta": {"synthetic": True, "policies": [str(p) for p in policy_dirs],
+                       "learner_seeds": L, "eval_seeds_per_cell": S, "size": size,
+                       "budget": budget, "tighten": tighten, "seed0": int(seed0),
+                       "trace_seed": int(trace_seed), "problems": int(problems),
+                       "nominate_by": nominate_by, "resamples": resamples,
+                       "interval": "union of the nested bootstrap (policies → learner seeds "
+                                   "→ eval seeds, percentile) and the Student-t interval over "
+                                   "policy means (evals.stage2.hier), 95 %",
+                       "cells": cell_meta}, "scenarios": {}}
+    for name in scenario_names:
+        rep = judge_scenario(cells, name, budget, resamples)
+        rep["per_seed"] = {row: {m: stack(cells, name, row, m).tolist()
+                                 for m in ("objective", "server_util")}
+                           for row in cells[0][0]["scenarios"][name]["per_seed"]}
+        result["scenarios"][name] = rep
+    result["meta"]["wall_s"] = time.perf_counter() - t0
+    write_json(out / "pooled.json", result, allow_nan=False)
+    (out / "pooled.md").write_text(to_markdown(result))
+    return result
+
+
+def _iv(c: dict | None) -> str:
+    if not c:
+        return "n/a"
+    return f"{c['mean']:+.4f} [{c['lo']:+.4f}, {c['hi']:+.4f}]"
+
+
+def to_markdown(result: dict) -> str:
+    m = result["meta"]
+    lines = [f"Pooled stage-2 verdict on SYNTHETIC gsm8k traces: {len(m['policies'])} policy "
+             f"samples × {m['learner_seeds']} learner seeds × {m['eval_seeds_per_cell']} test "
+             f"seeds per cell (disjoint), size {m['size']}. Intervals: {m['interval']}."]
+    for name, sc in result["scenarios"].items():
+        pw = sc["power"]
+        lines += ["", f"### {name}", "", f"gate: {pw['gate']}", "",
+                  "| claim (objective, a − b) | pooled mean [95 % interval] | bootstrap | "
+                  "cluster t | " + " | ".join(f"policy {i}" for i in range(len(sc['per_policy'])))
+                  + " |", "|---|---|---|---|" + "---|" * len(sc["per_policy"])]
+        for cl, iv in sc["claims"].items():
+            lines.append(f"| {cl} | {_iv(iv)} | [{iv['bootstrap']['lo']:+.4f}, "
+                         f"{iv['bootstrap']['hi']:+.4f}] | [{iv['cluster_t']['lo']:+.4f}, "
+                         f"{iv['cluster_t']['hi']:+.4f}] | " + " | ".join(
+                             _iv(pp["claims"].get(cl)) for pp in sc["per_policy"]) + " |")
+        lines.append("\nverdict: " + ", ".join(f"{k} **{v}**" for k, v in sc["verdict"].items()))
+        bd = sc.get("budget")
+        if bd:
+            lines.append(f"\nbudget cap {bd['cap']:g} (limit {bd['limit']:.4f}): learned "
+                         "occupancy per policy " + ", ".join(
+                             f"{v:.3f}" for v in bd["learned_mean_per_policy"])
+                         + f"; share of test seeds above the limit "
+                         f"{100 * bd['exceed_share_all_seeds']:.0f} %; margins "
+                         + "; ".join(str(pp["occupancy"].get("margins"))
+                                     for pp in sc["per_policy"]))
+        for i, pp in enumerate(sc["per_policy"]):
+            lm = "; ".join(f"seed {x['learner_seed']}: λ_s="
+                           f"{x['multipliers']['learned_constant']['lambda_s']:.4g}"
+                           for x in pp["learned"] if x.get("multipliers"))
+            lines.append(f"\npolicy {i}: learned {lm}; grid best λ_s="
+                         f"{(pp['learned'][0].get('grid_best') or {}).get('lambda_s')}")
+    return "\n".join(lines) + "\n"
+
+
+def _define_flags():
+    from absl import flags
+
+    from envs import scenarios
+    flags.DEFINE_string("out", None, "Output folder (pooled.json, pooled.md, cells/).")
+    flags.DEFINE_string("policies", None, "Comma-separated policy folders, >= 2 independently "
+                        "trained samples (python -m evals.stage2.policies).")
+    flags.DEFINE_integer("learner_seeds", 2, "Learner seeds per policy.")
+    flags.DEFINE_string("scenarios", "slow_server", "Comma-separated presets of envs.scenarios: "
+                        f"{', '.join(scenarios.PRESETS)}.")
+    flags.DEFINE_integer("seeds", None, "Test seeds per (policy, learner seed) cell (default: "
+                         "the size's).")
+    flags.DEFINE_integer("seed0", 0, "Offset of the first cell's test seeds in the test range.")
+    flags.DEFINE_bool("quick", False, "Small sizes (numbers mean nothing).")
+    flags.DEFINE_float("budget", None, "Occupancy cap (busy units / M, in (0, 1]).")
+    flags.DEFINE_float("budget_confidence", 0.9, "Share of validation seeds on which the "
+                       "learned constant must keep the cap (within 2 %) for a margin to be "
+                       "chosen.")
+    flags.DEFINE_string("budget_margins", "0,0.05,0.1,0.2", "Margins δ tried (cap·(1 − δ)).")
+    flags.DEFINE_integer("trace_seed", 0, "Generator seed of the verdict's gsm8k synthetic set.")
+    flags.DEFINE_integer("problems", 0, "Problems of that set (0: the benchmark's count).")
+    flags.DEFINE_integer("resamples", 10000, "Bootstrap resamples.")
+
+
+def main(argv):
+    from absl import flags
+
+    from envs import scenarios
+    F = flags.FLAGS
+    if len(argv) > 1:
+        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    if not F.out:
+        raise BadInput("--out is required (a folder for pooled.json)")
+    if not F.policies:
+        raise BadInput("--policies is required (>= 2 policy folders, comma-separated)")
+    names = scenarios.parse_names(F.scenarios)
+    dirs = [p.strip() for p in F.policies.split(",") if p.strip()]
+    if F.seeds is not None and F.seeds < 2:
+        raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
+    if F.seed0 < 0:
+        raise BadInput(f"--seed0 must be >= 0, got {F.seed0}")
+    if F.resamples < 100:
+        raise BadInput(f"--resamples must be >= 100, got {F.resamples}")
+    tighten = None
+    if F.budget is not None:
+        try:
+            margins = tuple(float(t) for t in F.budget_margins.split(",") if t.strip())
+        except ValueError:
+            raise BadInput(f"--budget_margins={F.budget_margins}: not numbers") from None
+        if (not margins or min(margins) < 0 or max(margins) >= 1
+                or not 0 < F.budget_confidence <= 1):
+            raise BadInput(f"--budget_margins={F.budget_margins} / --budget_confidence="
+                           f"{F.budget_confidence}: margins in [0, 1), confidence in (0, 1]")
+        tighten = {"confidence": float(F.budget_confidence), "margins": margins}
+    result = run_pooled(F.out, dirs, names, F.learner_seeds, F.seeds,
+                        "quick" if F.quick else "full", F.budget, tighten, F.seed0,
+                        F.trace_seed, F.problems, resamples=F.resamples)
+    print(to_markdown(result))
+    print(f"wrote {Path(F.out) / 'pooled.json'}, pooled.md")
+
+
+if __name__ == "__main__":
+    from prada_jax import cli
+    cli.run(main, define_flags=_define_flags)

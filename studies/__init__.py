@@ -1,0 +1,1 @@
+"""Pre-registered studies: command, registration, verdict, per-seed JSON (DESIGN.md §1)."""

@@ -1,0 +1,438 @@
+"""ReOPD where its mechanism can appear (issue 35), SYNTHETIC: the pre-registered OPD / ReOPD /
+SFT comparison on the long-horizon knowledge-graph task, the teacher's reliability by depth and
+the fair clock. The registration is docs/results/reopd_kg.md; the command is
+``python -m studies.reopd_kg`` (its docstring lists the parts).
+
+Everything here is wiring: the trainer runs each method (``prada_jax.distill.trainer``), the
+measurements are library functions (``prada_jax.distill.task.kg.path_stats``,
+``prada_jax.distill.reliability``, ``prada_jax.distill.fairclock``,
+``prada_jax.distill.paired``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import reopd_vs_opd as base
+from prada_jax.jsonio import write_json
+
+MARGIN = 0.02           # non-inferiority margin of rules (a) and (d) [task success]
+HEADROOM_MIN = 0.10     # cold-start gate: teacher − cold start on the verdict problems >=
+NEAR_UNIQUE_SHARE = 0.9  # item 4: pool share equal to the reference at or above this = near unique
+CLOCK_LR, CLOCK_B = 3e-4, 64   # the clock without the pilot: issue 24's lr, the kg study's pairs
+PARTS = ("paths", "cold", "pilot", "compare", "reliability", "clock")
+MODES = ("opd", "reopd", "sft")
+
+
+@dataclasses.dataclass
+class Sizes:
+    """Every size of the study (``FULL`` = the registered one; ``QUICK`` for the test)."""
+
+    seeds: tuple = tuple(range(20))          # verdict seeds, paired across methods
+    pilot_seeds: tuple = (100, 101, 102)     # lr pilot seeds (disjoint from the verdict seeds)
+    updates: int = 100                       # N: updates of every method (equal turns)
+    episodes: int = 8                        # E: OPD episodes per update per seed
+    kappas: tuple = (0.6, 1.0)               # ReOPD κ values (the first is the verdict's)
+    n_eval: int = 256                        # problems per verdict set
+    eval_sets: tuple = (1, 5)                # verdict sets A, B: make_problems(s * 1000 + 3)
+    pilot_eval_seed: int = 2                 # pilot problems
+    pilot_n_eval: int = 128
+    gate_eval_seed: int = 3                  # cold-start gate problems
+    gate_n_eval: int = 128
+    cold_success_min: float = 0.30           # cold start: SFT until success >= this ...
+    cold_every: int = 50                     # ... checked every this many updates ...
+    cold_budget: int = 600                   # ... or this many updates
+    sft_batch: int = 64                      # cold start pairs per update
+    lrs: tuple = (1e-4, 3e-4, 1e-3)          # pilot grid, per mode
+    warmup: int = 5                          # warm-up updates of every compared method
+    n_boot: int = 2000                       # two-way bootstrap replicates
+    rel_teacher: int = 1024                  # reliability: teacher pool trajectories
+    rel_pairs: int = 1024                    # reliability: ReOPD rows (uniform over turns)
+    rel_episodes: int = 256                  # reliability: student episodes per student
+    timing_seeds: int = 4                    # clock: students stepped together
+    timing_rounds: int = 12                  # clock: interleaved rounds (the first compiles)
+    latencies_ms: tuple = (0.0, 1.0, 10.0, 100.0)   # clock: tool latency per turn round
+    student: dict = dataclasses.field(default_factory=dict)
+
+
+FULL = Sizes()
+QUICK = Sizes(seeds=(0, 1), pilot_seeds=(100,), updates=2, episodes=2, n_eval=4,
+              pilot_n_eval=4, gate_n_eval=4, cold_success_min=0.0, cold_every=1, cold_budget=2,
+              sft_batch=8, lrs=(1e-3,), warmup=0, n_boot=200, rel_teacher=8, rel_pairs=8,
+              rel_episodes=4, timing_seeds=2, timing_rounds=3,
+              student=dict(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                           intermediate_size=32))
+
+
+def tiny_cache(root: Path) -> Path:
+    """A tiny kg cache (random-ish teacher, 16-trajectory pools) for ``--quick``."""
+    from prada_jax.distill.task import kg_teacher
+    from prada_jax.distill.task.kg_teacher.__main__ import main as build
+    del kg_teacher
+    build([f"--cache={root}", "--seed=0", "--steps=3", "--hidden=16", "--layers=1", "--heads=2",
+           "--kv_heads=1", "--intermediate=32", "--n_train=64", "--n_pool=16", "--n_eval=4",
+           "--top_k=4", "--warmup=1"])
+    return Path(root) / "seed0"
+
+
+class Study:
+    def __init__(self, cache: Path, out: Path, sizes: Sizes):
+        self.b = base.Study(cache, out, base.Sizes(student=sizes.student, n_eval=sizes.n_eval))
+        self.cache, self.out, self.s = Path(cache), Path(out), sizes
+        self.task, self.pool = self.b.task, self.b.pool
+
+    say = property(lambda self: self.b.say)
+
+    # ------------------------------------------------------------------ helpers
+    def problems(self, eval_seed: int, n: int) -> list:
+        from prada_jax.distill.task import kg
+        return kg.make_problems(eval_seed * 1000 + 3, n)
+
+    def outcomes(self, hf_dir: Path) -> dict:
+        """Greedy 0/1 success per problem of each verdict set, as '0'/'1' strings."""
+        import jax.numpy as jnp
+
+        from prada_jax.distill.task import kg
+        from prada_jax.lm.hf import load_hf
+        model, _ = load_hf(hf_dir, dtype=jnp.float32, param_dtype=jnp.float32)
+        out = {}
+        for es in self.s.eval_sets:
+            res = kg.run_episodes(self.problems(es, self.s.n_eval),
+                                  kg.flax_generate_fn(model, batch=64), kg.MAX_TURNS)
+            out[str(es)] = "".join("1" if r.success else "0" for r in res)
+        return out
+
+    def config(self, variant: str, steps: int, seeds, eval_seed: int, **fields):
+        return base._config(self.cache, variant, dataclasses.replace(
+            base.FULL, n_eval=self.s.n_eval, student=self.s.student), steps, seeds, eval_seed,
+            **fields)
+
+    def mode_fields(self, mode: str, init: str, B: int | None, kappa: float = 0.6) -> dict:
+        f = {"student.init": init}
+        if mode == "opd":
+            f.update({"opd.episodes": self.s.episodes, "opd.tool_latency_s": 0.0})
+        elif mode == "reopd":
+            f.update({"train.batch_size": int(B), "sampler.kappa": kappa})
+        else:
+            f["train.batch_size"] = int(B)
+        return f
+
+    VARIANT = {"opd": "kg,opd", "reopd": "kg,onpolicy", "sft": "kg,sft,uniform"}
+
+    # ------------------------------------------------------------------ parts
+    def paths(self) -> dict:
+        """Item 4: how unique the pool's solution paths are, and the regime it puts SFT in."""
+        from prada_jax.distill import tasks as tasks_lib
+        from prada_jax.distill.task import kg
+        st = kg.path_stats(self.pool, tasks_lib.get(kg.TASK_NAME).pool_problems(self.pool))
+        near = (st["share_equal_reference"] >= NEAR_UNIQUE_SHARE
+                or st["valid_paths_per_problem_mean"] < 2)
+        st["near_unique"] = bool(near)
+        st["regime"] = ("near-unique path: SFT's target is (nearly) exact" if near else
+                        "several valid paths per problem and a sampled teacher pool: SFT "
+                        "imitates a distribution")
+        self.say(f"paths: {st}")
+        return st
+
+    def cold(self) -> dict:
+        s = self.s
+        c = self.config("kg,sft,uniform", s.cold_budget, (0,), s.gate_eval_seed,
+                        **{"train.batch_size": s.sft_batch, "gate.every": s.cold_every,
+                           "gate.success_min": s.cold_success_min, "gate.gap_max": 1e9,
+                           "eval.n_problems": s.gate_n_eval})
+        res = self.b.train("cold", c)
+        hf = self.out / "cold" / "student_hf"
+        gate = res.get("gate", {})
+        cold = self.outcomes(hf)
+        teacher = self.outcomes(self.cache / "teacher")
+        rate = lambda o: float(np.mean([int(ch) for v in o.values() for ch in v]))   # noqa: E731
+        out = {"student": str(hf), "reached": bool(gate.get("reached")),
+               "step": gate.get("step"), "outcomes": cold, "teacher_outcomes": teacher,
+               "success": rate(cold), "teacher_success": rate(teacher)}
+        out["headroom"] = out["teacher_success"] - out["success"]
+        out["headroom_ok"] = out["headroom"] >= HEADROOM_MIN
+        self.say(f"cold start: success {out['success']:.3f}, teacher {out['teacher_success']:.3f}"
+                 f", headroom {out['headroom']:.3f} ({'ok' if out['headroom_ok'] else 'BELOW'}"
+                 f" {HEADROOM_MIN})")
+        return out
+
+    def pilot(self, init: str) -> dict:
+        s, rows, choice, B = self.s, [], {}, None
+        for mode in MODES:
+            best = None
+            for lr in s.lrs:
+                name = f"pilot/{mode}_lr{lr:g}"
+                c = self.config(self.VARIANT[mode], s.updates, s.pilot_seeds, s.pilot_eval_seed,
+                                **self.mode_fields(mode, init, B),
+                                **{"optim.lr": lr, "optim.warmup_steps": s.warmup,
+                                   "eval.n_problems": s.pilot_n_eval})
+                sm = base._summary(self.b.train(name, c))
+                if mode == "opd" and B is None:
+                    B = base._turns_per_update(sm)
+                mean = float(np.mean(sm["success"]))
+                rows.append({"mode": mode, "lr": lr, "success": sm["success"], "mean": mean})
+                if best is None or mean > best[0] + 1e-12:
+                    best = (mean, lr)
+            choice[mode] = {"lr": best[1], "warmup": s.warmup, "pilot_mean": best[0]}
+        self.say(f"pilot: B {B}, choice {choice}")
+        return {"rows": rows, "choice": choice, "B": B}
+
+    def methods(self) -> list[tuple[str, str, float]]:
+        """(name, mode, κ) of the compared methods, the verdict's ReOPD first after OPD."""
+        out = [("opd", "opd", 0.0)]
+        out += [(f"reopd_k{k:g}", "reopd", k) for k in self.s.kappas]
+        return out + [("sft_cont", "sft", 0.0)]
+
+    def compare(self, cold: dict, pil: dict) -> dict:
+        s, runs = self.s, {}
+        for name, mode, kappa in self.methods():
+            ch = pil["choice"][mode]
+            c = self.config(self.VARIANT[mode], s.updates, s.seeds, s.eval_sets[0],
+                            **self.mode_fields(mode, cold["student"], pil["B"], kappa),
+                            **{"optim.lr": ch["lr"], "optim.warmup_steps": ch["warmup"],
+                               "eval.n_problems": 0})
+            t0 = time.perf_counter()
+            res = self.b.train(f"compare/{name}", c)
+            secs = time.perf_counter() - t0
+            per = base._per_seed(res)
+            dirs = ([self.out / "compare" / name / f"seed_{r['seed']}" / "student_hf"
+                     for r in per] if len(per) > 1 or "per_seed" in res
+                    else [self.out / "compare" / name / "student_hf"])
+            t1 = time.perf_counter()
+            outc = {str(r["seed"]): self.outcomes(d) for r, d in zip(per, dirs)}
+            cost = per[0]["cost"]
+            runs[name] = {"mode": mode, "kappa": kappa or None, "lr": ch["lr"],
+                          "outcomes": outc, "totals": cost["totals"],
+                          "tool_calls": int(res.get("env_calls_during_training",
+                                                    per[0].get("env_calls_during_training", 0))),
+                          "gap_end": [(r["ratio"][-1].get("mean_gap") if r.get("ratio")
+                                       else None) for r in per],
+                          "train_s": secs, "eval_s": time.perf_counter() - t1}
+            self.say(f"{name}: success {success_matrix(runs[name], s.eval_sets).mean():.3f} "
+                     f"({secs:.0f} s train)")
+        return {"N": s.updates, "B": pil["B"], "runs": runs,
+                "verdicts": verdicts(runs, cold, s)}
+
+    def reliability(self, cold: dict, extra: dict | None = None) -> dict:
+        """Item 2: the teacher's log-prob per depth on its own rows, ReOPD rows (teacher
+        prefix, cold student's action) and each student's own episodes (OPD rows)."""
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from prada_jax.distill import opd as opd_lib
+        from prada_jax.distill import reliability as rel
+        from prada_jax.distill.learner import onpolicy_round
+        from prada_jax.distill.sampler import TurnSampler
+        from prada_jax.lm.hf import load_hf
+        from prada_jax.configs.distill import get_config
+        s, score = self.s, self.b.score_fn
+        dflt = get_config("kg")
+        A, P = int(dflt.onpolicy.max_new_tokens), int(dflt.opd.context_len)
+        out = {"sources": {}}
+        out["sources"]["teacher"] = rel.teacher_rows(self.pool, score, s.rel_teacher)
+        students = {"cold": cold["student"], **(extra or {})}
+        problems = self.task.pool_problems(self.pool)
+        for name, d in students.items():
+            model, _ = load_hf(Path(d), dtype=jnp.float32, param_dtype=jnp.float32)
+            graphdef, params = nnx.split(model, nnx.Param)
+            if name == "cold":   # ReOPD rows: teacher prefix (uniform over turns), student action
+                smp = TurnSampler(self.pool, kappa=1.0)
+                rng = np.random.default_rng(0)
+                rows = {"cluster": [], "t": [], "logp_turn": [], "tokens": []}
+                for j in range(0, s.rel_pairs, 256):
+                    pairs = smp.draw(rng, min(256, s.rel_pairs - j))
+                    tb = smp.batch(pairs)
+                    prompts = [self._prefix(smp, int(k)) for k in pairs]
+                    batch, _, _ = onpolicy_round(
+                        graphdef, params, jax.random.key(j), tb, score, max_new_tokens=A,
+                        temperature=1.0, top_p=1.0, stop_ids=self.task.stop_ids,
+                        pad_id=self.task.pad_id, prompt_tokens=prompts)
+                    rel.add_batch(rows, batch, smp.pair_traj[pairs])
+                out["sources"]["reopd"] = rows
+            rows = {"cluster": [], "t": [], "logp_turn": [], "tokens": []}
+            for j in range(0, s.rel_episodes, 64):
+                probs = problems[j:min(j + 64, s.rel_episodes)]
+                gen = opd_lib.student_generate_fn(
+                    graphdef, params, jax.random.key(1000 + j), batch=len(probs),
+                    context_len=P, max_new_tokens=A, temperature=1.0, top_p=1.0,
+                    stop_ids=self.task.stop_ids, pad_id=self.task.pad_id)
+                R = len(probs) * self.task.max_turns
+                batch, _, eps = opd_lib.opd_round(self.task, probs, gen, score, rows=R,
+                                                  context_len=P, action_len=A)
+                ks = [len(self.task.to_tokens(e.messages)[1]) for e in eps]
+                cl = np.full(R, -1)
+                cl[:sum(ks)] = j + np.repeat(np.arange(len(eps)), ks)
+                rel.add_batch(rows, batch, cl)
+            out["sources"][f"opd_{name}"] = rows
+        out["curves"] = {k: rel.curves(v, n_boot=s.n_boot, seed=1)
+                         for k, v in out["sources"].items()}
+        for k, c in out["curves"].items():
+            f = c["per_turn"]["fit"]
+            self.say(f"reliability {k}: " + ("no fit (fewer than 2 depths)" if f is None else
+                     f"slope {f['slope']:.3f} nats/turn, κ {f['kappa']:.3f}, r2 {f['r2']}"))
+        return out
+
+    def _prefix(self, smp, k: int) -> list[int]:
+        s = int(self.pool.turn_starts[k])
+        a = max(int(self.pool.traj_offsets[smp.pair_traj[k]]), s - smp.P)
+        return np.asarray(self.pool.tokens[a:s]).tolist()
+
+    def clock(self, cold: dict, pil: dict | None) -> dict:
+        """Item 3: OPD (no sleep) and ReOPD κ = first of ``kappas`` built in one process and
+        stepped update by update in turn; the fair clock from their cost records. Without the
+        pilot's results: lr :data:`CLOCK_LR` for both and B = :data:`CLOCK_B` pairs."""
+        from prada_jax.distill import fairclock
+        from prada_jax.distill import trainer
+        s = self.s
+        pil = pil or {"B": CLOCK_B, "choice": {m: {"lr": CLOCK_LR, "warmup": s.warmup}
+                                               for m in MODES}, "default": True}
+        seeds = tuple(range(s.timing_seeds))
+        cfgs = {}
+        for name, mode, kappa in self.methods()[:2]:
+            ch = pil["choice"][mode]
+            cfgs[name] = self.config(self.VARIANT[mode], s.timing_rounds, seeds, s.eval_sets[0],
+                                     **self.mode_fields(mode, cold["student"], pil["B"], kappa),
+                                     **{"optim.lr": ch["lr"], "optim.warmup_steps": ch["warmup"],
+                                        "eval.n_problems": 0})
+        root = self.out / "clock"
+        if root.exists():   # one process's rounds: never resumed
+            import shutil
+            shutil.rmtree(root)
+        built = {k: trainer.build(c, root / k, teacher_score_fn=self.b.score_fn)
+                 for k, c in cfgs.items()}
+        events, t0 = [], time.perf_counter()
+        load0 = os.getloadavg()[0]
+        try:
+            for r in range(s.timing_rounds):
+                for k, run in built.items():
+                    events.append([r, k, time.perf_counter() - t0])
+                    trainer.optimizer_step(run, r)
+        finally:
+            for run in built.values():
+                run.ckpt.close()
+                for w in run.writers:
+                    w.close()
+        names = list(built)
+        opd_run = built[names[0]]
+        rows = (trainer.opd_rows(opd_run.config, opd_run.task) * len(seeds)
+                * int(opd_run.config.optim.grad_accum))
+        costs = {k: [dict(c) for c in run.costs] for k, run in built.items()}
+        rep = fairclock.report(costs[names[0]], costs[names[1]], rows,
+                               latencies=tuple(x / 1000 for x in s.latencies_ms))
+        rep.update(runs=names, seeds=len(seeds), B=pil["B"], pilot_used=not pil.get("default"),
+                   rounds=s.timing_rounds, events=events,
+                   per_update=costs, load_avg_1min=[load0, os.getloadavg()[0]],
+                   wall_s=time.perf_counter() - t0)
+        m = rep["median"]
+        self.say(f"clock: ratio at 0 {m['ratio']['0']}, at 10 ms {m['ratio'].get('0.01')}, "
+                 f"break-even {m['break_even_latency_s']} s, teacher compute "
+                 f"{rep['ratio_teacher_compute']}")
+        return rep
+
+
+# ---------------------------------------------------------------------------- verdicts
+def success_matrix(run: dict, sets) -> np.ndarray:
+    """[seeds, problems of every set side by side] 0/1 from a run's outcome strings."""
+    return np.array([[int(ch) for es in sets for ch in run["outcomes"][sd][str(es)]]
+                     for sd in sorted(run["outcomes"], key=int)], np.float64)
+
+
+def _cold_row(cold: dict, sets) -> np.ndarray:
+    return np.array([[int(ch) for es in sets for ch in cold["outcomes"][str(es)]]], np.float64)
+
+
+def paired_diff(a: np.ndarray, b: np.ndarray, strata, s: Sizes, seed: int) -> dict:
+    from prada_jax.distill.paired import two_way_bootstrap
+    return two_way_bootstrap(a - b, strata, n_boot=s.n_boot, seed=seed)
+
+
+def verdicts(runs: dict, cold: dict, s: Sizes) -> dict:
+    """Rules (a), (c), (d), (e) and each method's change from the cold start, on the pooled
+    sets (the verdict) and on each set alone (reported)."""
+    from prada_jax.distill import paired as pr
+    k0 = f"reopd_k{s.kappas[0]:g}"
+    k1 = f"reopd_k{s.kappas[-1]:g}" if len(s.kappas) > 1 else None
+    out: dict = {}
+    scopes = [("pooled", tuple(s.eval_sets))] + [(f"set{es}", (es,)) for es in s.eval_sets]
+    for scope, sets in scopes:
+        st = [s.n_eval] * len(sets)
+        X = {k: success_matrix(r, sets) for k, r in runs.items()}
+        v = {"a_equal_turns": paired_diff(X[k0], X["opd"], st, s, 1),
+             "c_vs_sft": paired_diff(X[k0], X["sft_cont"], st, s, 2)}
+        v["a_equal_turns"]["verdict"] = pr.noninferior(v["a_equal_turns"], MARGIN)
+        v["c_vs_sft"]["verdict"] = pr.superior(v["c_vs_sft"])
+        if k1:
+            v["d_kappa"] = paired_diff(X[k0], X[k1], st, s, 3)
+            v["d_kappa"]["verdict"] = pr.noninferior(v["d_kappa"], MARGIN)
+        c = _cold_row(cold, sets)
+        v["moved"] = {k: {**paired_diff(x, np.repeat(c, len(x), 0), st, s, 4),
+                          "success": float(x.mean())} for k, x in X.items()}
+        v["cold_success"] = float(c.mean())
+        out[scope] = v
+    if len(next(iter(runs.values()))["outcomes"]) < 2:   # one seed: descriptive only
+        for scope in [k for k in out if k.startswith(("pooled", "set"))]:
+            for rule in ("a_equal_turns", "c_vs_sft", "d_kappa"):
+                if rule in out[scope]:
+                    out[scope][rule]["verdict"] = "no verdict (1 seed)"
+    calls = {k: r["tool_calls"] for k, r in runs.items() if k.startswith("reopd")}
+    out["e_tool_calls"] = {"reopd": calls, "opd": runs["opd"]["tool_calls"],
+                           "verdict": "pass" if all(x == 0 for x in calls.values())
+                           and runs["opd"]["tool_calls"] > 0 else "fail"}
+    p = out["pooled"]
+    out["budget_moved"] = any(m["ci_low"] > 0 or m["ci_high"] < 0 for m in p["moved"].values())
+    return out
+
+
+# ---------------------------------------------------------------------------- run
+def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
+    """Runs ``parts`` in order, merging each into ``<out>/study.json`` and the tables into
+    ``<out>/report.md``; a finished training run under ``out`` is reused."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "study.json"
+    import json
+    res = json.loads(path.read_text()) if path.exists() else {
+        "synthetic": True, "task": "kg_lookup_v1", "cache": str(cache),
+        "sizes": dataclasses.asdict(sizes), "log": []}
+    st = Study(cache, out, sizes)
+    for part in parts:
+        t0 = time.perf_counter()
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+        if part == "paths":
+            res["paths"] = st.paths()
+        elif part == "cold":
+            res["cold"] = st.cold()
+        elif part == "pilot":
+            res["pilot"] = st.pilot(_need(res, "cold")["student"])
+        elif part == "compare":
+            res["compare"] = st.compare(_need(res, "cold"), _need(res, "pilot"))
+        elif part == "reliability":
+            extra = {}
+            d = out / "compare" / "opd" / "seed_0" / "student_hf"
+            if d.is_dir():
+                extra["opd_trained_seed0"] = str(d)
+            r = st.reliability(_need(res, "cold"), extra)
+            r.pop("sources")   # rows are large; the curves carry the numbers
+            res["reliability"] = r
+        else:
+            res["clock"] = st.clock(_need(res, "cold"), res.get("pilot"))
+        res[part]["sizes"] = dataclasses.asdict(sizes)   # a part may run with other flags
+        res[part]["started_utc"] = started
+        res[part]["part_wall_s"] = time.perf_counter() - t0
+        res["log"] = res.get("log", []) + st.b.log
+        st.b.log = []
+        write_json(path, res, indent=1, newline=False)
+        from studies.reopd_kg.report import markdown
+        (out / "report.md").write_text(markdown(res))
+    return res
+
+
+def _need(res: dict, part: str) -> dict:
+    if part not in res:
+        from prada_jax.errors import BadInput
+        raise BadInput(f"--parts: needs the {part} part's results first (run --parts={part})")
+    return res[part]
