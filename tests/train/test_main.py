@@ -23,9 +23,10 @@ def test_settings_modes():
     for s in (demo, smoke):
         keys = ("seeds", "slots", "warmup_slots", "drain_slots")
         assert [s["sweep"][k] for k in keys] == [s["eval"][k] for k in keys]
-    # Issue 14: the demo shows stage 2 on a contended scenario. Issue 32: the load curve is
-    # the headline, with the 8 seeds a crossover needs, and reaches the LLM alone's saturation.
-    assert "nominal" in demo["stage2"]["scenarios"] and "burst" in demo["stage2"]["scenarios"]
+    # Issue 32: the load curve is the headline (contention is shown there, with the 8 seeds a
+    # crossover needs, up to the LLM alone's saturation); the stage-2 verdict runs in --full
+    # only (and as its own command), which keeps the demo near 5 CPU minutes.
+    assert demo["stage2"] is None and "burst" in full["stage2"]["scenarios"]
     assert demo["curve"]["seeds"] >= 8 and full["curve"]["seeds"] >= 8
     # The pre-registered grids (docs/results/load_curve.md): 2^(k/2), k = -8..2 (demo) and
     # k = -10..6 (full), geometric so one grid spans clocks whose capacities differ by 10x.
