@@ -64,6 +64,6 @@ from evals.stage2.report import (  # noqa: E402,F401  (the public names, one imp
     budget_report, paired_differences, power_report, scenario_report, schedule_report,
     summarize_rows, to_markdown, write_outputs)
 from evals.stage2.runner import (  # noqa: E402,F401
-    _ENV_KEYS, GRID_BATCH, SIZES, TIGHTEN_DEFAULT, Runner, _set, check_budget, choose_margin,
+    _ENV_KEYS, GRID_BATCH, SIZES, TIGHTEN_DEFAULT, Runner, check_budget, choose_margin,
     conditioned_mult_fn, evaluate_scenario, learn_multipliers, margin_tag, parse_dual_overrides,
     run, train_policy)

@@ -15,20 +15,17 @@ import numpy as np
 
 from envs import edge, scenarios
 from evals import evaluate as ev
-from evals import grid, suite
+from evals import grid, pipeline, suite
 from evals.stage2.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, ROW_CONST,
                                  ROW_FIFO, ROW_FILTER, ROW_HINDSIGHT, ROW_LLM, ROW_NOLIM,
                                  ROW_ZERO, budget_report, scenario_report, schedule_report,
                                  write_outputs)
 from prada_jax import config_utils, latency
 from prada_jax.errors import BadInput
-from prada_jax.rl import trainer as ppo_trainer
 from prada_jax.sched.registry import SCHEDULER_NAMES
 from prada_jax.stage2 import learner
-from prada_jax.stage2 import trainer as stage2_trainer
 from prada_jax.stage2.problem import env_slot
 from prada_jax.configs import dual as dual_cfg
-from prada_jax.configs import ppo as ppo_cfg
 
 
 _ENV_KEYS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")
@@ -246,27 +243,14 @@ def check_budget(budget, flag: str = "--budget") -> float:
 
 # ----------------------------------------------------------------------------- pipeline
 
-def _set(config, field, value):
-    node = config
-    parts = field.split(".")
-    for p in parts[:-1]:
-        node = node[p]
-    node[parts[-1]] = value
-
-
 def train_policy(out: Path, size: dict, log=print, hardware: str | None = None) -> Path:
     """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it
     (``hardware``: its clock's pair, ``env.hardware``; None = the config's default)."""
     d = out / "ppo"
-    c = ppo_cfg.get_config(",".join(v for v in (size["ppo_variant"], "gsm8k") if v))
-    for k, v in size["ppo_overrides"].items():
-        _set(c, k, v)
-    if hardware is not None:
-        c.env.hardware = str(hardware)
-    c.env.trace_seed = 0
-    c.log.progress = False
+    c = pipeline.ppo_config("gsm8k", size["ppo_variant"], dict(
+        size["ppo_overrides"], **({} if hardware is None else {"env.hardware": str(hardware)})))
     log(f"  ppo: training the screening policy ({c.ppo.total_env_steps} env slots) in {d}")
-    ppo_trainer.train_and_evaluate(c, d)
+    pipeline.train_policy(c, d)
     return d
 
 
@@ -314,37 +298,24 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
     d = out / "dual" / scenario / (("conditioned" if conditioned else "constant") + tag)
     if nominate_by != "actor":
         d = d.parent / f"{d.name}_{nominate_by}"
-    c = dual_cfg.get_config("gsm8k")
-    c.seed = int(seed)
-    c.policy_dir = str(policy_dir)
-    for k in _ENV_KEYS:
-        c.env[k] = type(c.env[k])(env_kw[k])
-    c.env.server_speed = float(env_kw.get("server_speed", 1.0))
-    c.env.hardware = str(env_kw.get("hardware", c.env.hardware))
-    c.env.scenario = scenario
-    c.env.scenario_length = int(size["scenario_length"])
-    c.env.problems = int(env_kw.get("train_problems", 0))
-    c.env.split = str(env_kw.get("choice_split", "validation"))   # a choice: validation
-    c.dual.conditioned = bool(conditioned)
+    fields = {"seed": int(seed), "policy_dir": str(policy_dir),
+              **{f"env.{k}": env_kw[k] for k in _ENV_KEYS},
+              "env.server_speed": float(env_kw.get("server_speed", 1.0)),
+              **({"env.hardware": str(env_kw["hardware"])} if "hardware" in env_kw else {}),
+              "env.scenario": scenario, "env.scenario_length": int(size["scenario_length"]),
+              "env.problems": int(env_kw.get("train_problems", 0)),
+              "env.split": str(env_kw.get("choice_split", "validation")),   # a choice
+              "dual.conditioned": bool(conditioned), "policy.nominate_by": nominate_by}
     if conditioned:
-        c.dual.mode = "differentiable"  # the map is learned by gradient (Adam)
-    c.policy.nominate_by = nominate_by
-    for k, v in size["dual"].items():
-        _set(c, k, v)
-    for k, v in (dual_overrides or {}).items():
-        if k == "dual.mode" and conditioned:
-            continue  # the conditioned map is learned by gradient
-        cur = c.dual[k.split(".", 1)[1]]
-        if isinstance(cur, bool):
-            v = str(v).strip().lower() in ("1", "1.0", "true")
-        _set(c, k, type(cur)(v))
+        fields["dual.mode"] = "differentiable"  # the map is learned by gradient (Adam)
+    fields.update(size["dual"])
+    fields.update({k: v for k, v in (dual_overrides or {}).items()
+                   if not (k == "dual.mode" and conditioned)})  # the map: by gradient
+    c = pipeline.dual_config("gsm8k", "", fields)
     c.log.checkpoint_every = int(c.train.num_chunks)
     c.log.progress = False
     c.eval.gap_slots = 0
-    dcfg = stage2_trainer.validate_config(c)
-    traces, _ = stage2_trainer.load_traces(c)
-    env_params = stage2_trainer.build_env_params(c, traces)
-    result = stage2_trainer.train_and_evaluate(c, d)
+    result, dcfg, env_params = pipeline.learn_multipliers(c, d)
     return d, result, dcfg, env_params
 
 
