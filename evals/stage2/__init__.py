@@ -54,16 +54,12 @@ flag or file, nothing written), 3 non-finite training, 1 a bug.
 """
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from evals.stage2.report import (  # noqa: E402,F401  (the public names, one import path)
+from evals.stage2.report import (  # noqa: F401  (the public names, one import path)
     BUDGET_TOLERANCE, MDE_ALPHA, MDE_POWER, METRICS, MIN_HEADROOM, PAIRS, ROW_BEST, ROW_COND,
     ROW_CONST, ROW_FIFO, ROW_FILTER, ROW_HINDSIGHT, ROW_LLM, ROW_NOLIM, ROW_ZERO, ROWS,
     budget_report, paired_differences, power_report, scenario_report, schedule_report,
     summarize_rows, to_markdown, write_outputs)
-from evals.stage2.runner import (  # noqa: E402,F401
+from evals.stage2.runner import (  # noqa: F401
     _ENV_KEYS, GRID_BATCH, SIZES, TIGHTEN_DEFAULT, Runner, check_budget, choose_margin,
     conditioned_mult_fn, evaluate_scenario, learn_multipliers, margin_tag, parse_dual_overrides,
     run, train_policy)

@@ -55,21 +55,15 @@ def summarize_rows(per_seed: dict, metrics=METRICS) -> dict:
     """{row: {metric: {"mean", "ci95"}}} from per-seed values {row: {metric: [S]}}."""
     out = {}
     for row, m in per_seed.items():
-        out[row] = {k: _mean_ci95(m[k]) for k in metrics if k in m}
+        out[row] = {k: stats.mean_ci(m[k], 0.95).to_ci95_dict() for k in metrics if k in m}
     return out
 
 
 def paired_differences(per_seed: dict, a: str, b: str, metrics=METRICS) -> dict:
     """{metric: {"mean", "ci95"}} of the per-seed difference ``a − b`` (paired seeds)."""
-    return {k: _mean_ci95(np.asarray(per_seed[a][k], np.float64)
-                          - np.asarray(per_seed[b][k], np.float64))
+    return {k: stats.mean_ci(np.asarray(per_seed[a][k], np.float64)
+                             - np.asarray(per_seed[b][k], np.float64), 0.95).to_ci95_dict()
             for k in metrics if k in per_seed[a] and k in per_seed[b]}
-
-
-def _mean_ci95(x) -> dict:
-    ci = stats.mean_ci(np.asarray(x, np.float64), 0.95)
-    f = lambda v: float(v) if math.isfinite(v) else None  # noqa: E731
-    return {"mean": f(ci.mean), "ci95": f(ci.half_width), "n": ci.n}
 
 
 def schedule_report(name: str, length: int, slots: int, warmup: int, num_servers: int) -> dict:

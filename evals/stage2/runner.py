@@ -322,8 +322,7 @@ def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, 
 def _value_accounting(dual_env, *runners_):
     """Every PRADA row runs the value accounting of the policy the dual run trained with."""
     for r in runners_:
-        if hasattr(dual_env, "policy_true_reward"):
-            r.params = r.params.replace(policy_true_reward=dual_env.policy_true_reward)
+        r.params = r.params.replace(policy_true_reward=dual_env.policy_true_reward)
 
 
 def margin_tag(margin: float) -> str:
