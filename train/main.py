@@ -43,12 +43,9 @@ from synthetic traces and says so.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
