@@ -46,21 +46,19 @@ import sys
 import time
 import traceback
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+from flax import nnx
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
-from flax import nnx  # noqa: E402
-
-from prada_jax import cli, parallel  # noqa: E402
-from prada_jax.distill.learner import init_state, make_optimizer, make_train_step  # noqa: E402
-from prada_jax.errors import BadInput  # noqa: E402
-from prada_jax.lm.config import LMConfig  # noqa: E402
-from prada_jax.lm.model import CausalLM  # noqa: E402
-from prada_jax.rl import trainer  # noqa: E402
-from prada_jax.configs import ppo as ppo_configs  # noqa: E402
+from prada_jax import cli, parallel
+from prada_jax.distill.learner import init_state, make_optimizer, make_train_step
+from prada_jax.errors import BadInput
+from prada_jax.lm.config import LMConfig
+from prada_jax.lm.model import CausalLM
+from prada_jax.rl import trainer
+from prada_jax.configs import ppo as ppo_configs
 
 PARTS = ("env", "scaling", "ppo", "mesh1", "lm", "distill", "seeds", "sched", "roofline",
          "ppo_gymnax")
@@ -410,6 +408,8 @@ def format_table(rows, markdown: bool = False) -> str:
 def main(argv=None) -> dict:
     """``argv``: absl flags (``--only=env,ppo``); None = the command line. Bad flags raise
     ``errors.BadInput`` (exit 2 from the command line)."""
+    cli.hub_offline()
+
     def define(fv):
         flags.DEFINE_bool("gpu", False, "GPU sizes (8192 envs x 32 users, 0.5B student in "
                           "bf16); needs an accelerator", flag_values=fv)

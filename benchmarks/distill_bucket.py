@@ -25,8 +25,6 @@ from pathlib import Path
 
 from prada_jax.jsonio import write_json
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 
 def _run(cache: Path, workdir: Path, mode: str, bucket: int, batch: int, steps: int):
     from prada_jax.distill import trainer
@@ -111,6 +109,7 @@ def _define(fv) -> None:
 def main(argv=None) -> int:
     """``argv``: absl flags (``--pairs=15``); None = the command line."""
     from prada_jax import cli
+    cli.hub_offline()
     a = cli.parse_local(_define, argv, "benchmarks.distill_bucket", __doc__)
     bad = [m for m in a.modes if m not in ("offline", "onpolicy")]
     if bad:

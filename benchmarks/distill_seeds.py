@@ -26,15 +26,13 @@ from pathlib import Path
 
 from prada_jax.jsonio import write_json
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import jax
+from absl import flags
 
-import jax  # noqa: E402
-from absl import flags  # noqa: E402
-
-from prada_jax import cli  # noqa: E402
-from prada_jax.distill import trainer  # noqa: E402
-from prada_jax.distill.task.teacher import tiny_cache  # noqa: E402
-from prada_jax.configs.distill import get_config  # noqa: E402
+from prada_jax import cli
+from prada_jax.distill import trainer
+from prada_jax.distill.task.teacher import tiny_cache
+from prada_jax.configs.distill import get_config
 
 
 def make_cache(root: Path, n_problems: int = 48) -> Path:
@@ -97,6 +95,7 @@ def _define(fv) -> None:
 
 def main(argv=None) -> int:
     """``argv``: absl flags (``--num_seeds=8``); None = the command line."""
+    cli.hub_offline()
     a = cli.parse_local(_define, argv, "benchmarks.distill_seeds", __doc__)
     res = run(a.num_seeds, a.updates, a.batch)
     print(json.dumps(res, indent=2))

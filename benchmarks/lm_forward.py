@@ -61,7 +61,7 @@ def main(argv=None) -> dict:
         flags.DEFINE_string("json", None, "also write the results to this file", flag_values=fv)
 
     args = cli.parse_local(define, argv, "benchmarks.lm_forward", __doc__)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cli.hub_offline()
 
     import torch  # lazy: torch is optional (the [torch] extra)
     import transformers  # lazy: heavy; only this comparison needs it

@@ -19,7 +19,7 @@ from evals import evaluate as ev
 from evals import plots, report
 from prada_jax import latency, stats
 from prada_jax.errors import BadInput
-from prada_jax.jsonio import read_json, write_json
+from prada_jax.jsonio import write_json
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import policy as policy_files
 from prada_jax.rl.policy import LoadedPolicy
@@ -184,28 +184,18 @@ def check_policy_traces(policy: LoadedPolicy, traces: LoadedTraces) -> None:
 def load_multipliers(dual_workdir: str) -> tuple[float, float, dict]:
     """(λ_s, µ per Hz, info) from a ``train.dual`` run; ``EvalError`` naming the folder.
 
-    ``info`` holds every other field of ``multipliers.json`` (the ``scenario`` it was learned
-    for, ...) and ``file``. The file is read with ``prada_jax.jsonio`` first, so malformed JSON
-    of any depth is one ``EvalError``.
+    ``info`` holds ``file`` and every other field of ``multipliers.json`` (the ``scenario`` it
+    was learned for, ...), read by ``prada_jax.stage2.files.read_multipliers`` (the range
+    checks live there).
     """
     path = Path(dual_workdir)
     if not path.is_dir():
         raise EvalError(f"--dual={dual_workdir}: no such run directory")
-    info_path = path / getattr(dual_lib, "MULTIPLIERS_FILE", "multipliers.json")
     try:
-        stored = read_json(info_path, missing="is it a train.dual run directory that saved at "
-                           "least one checkpoint?")
-        out = dual_lib.load_multipliers(path)
-    except (FileNotFoundError, ValueError, KeyError) as e:
+        mult, stored = dual_lib.read_multipliers(path, error=EvalError)
+    except EvalError as e:
         raise EvalError(f"--dual={dual_workdir}: cannot load the multipliers: {e}") from None
-    lam, mu, info = _unpack_multipliers(out)
-    info = dict(info, file=str(info_path),
-                **{k: v for k, v in stored.items() if k not in ("lambda_s", "mu")})
-    for name, v in (("lambda_s", lam), ("mu", mu)):
-        if not (math.isfinite(v) and v >= 0):
-            raise EvalError(f"--dual={dual_workdir}: multiplier {name} = {v} is not a finite "
-                            "number >= 0")
-    return lam, mu, info
+    return mult.lambda_s, mult.mu, dict(file=str(path / dual_lib.MULTIPLIERS_FILE), **stored)
 
 
 _SCENARIO_KEYS = (("num_users", "U", 1.0, ""), ("num_servers", "M", 1.0, ""),
@@ -295,20 +285,6 @@ def check_scenario(dual_flag: str, dual_info: dict, env_kw: dict, traces_info: d
         raise EvalError(f"{dual_flag}: {mismatch}{hint}")
     print(f"warning: {dual_flag}: {mismatch}", file=sys.stderr, flush=True)
     return mismatch
-
-
-def _unpack_multipliers(out) -> tuple[float, float, dict]:
-    """Accepts the shapes ``load_multipliers`` may return: a Multipliers-like object, a dict,
-    or a tuple whose first item is one of those."""
-    info: dict = {}
-    if isinstance(out, tuple) and len(out) == 2 and not hasattr(out, "lambda_s"):
-        out, extra = out
-        info = dict(extra) if isinstance(extra, dict) else {"extra": repr(extra)}
-    if hasattr(out, "lambda_s"):
-        return float(np.asarray(out.lambda_s)), float(np.asarray(out.mu)), info
-    if isinstance(out, dict) and "lambda_s" in out:
-        return float(out["lambda_s"]), float(out["mu"]), info
-    raise EvalError(f"train.dual.load_multipliers returned an unexpected {type(out).__name__}")
 
 
 def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,

@@ -46,14 +46,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections.config_flags import config_flags
 
-from absl import app, flags  # noqa: E402
-from absl import logging as absl_logging  # noqa: E402
-from ml_collections.config_flags import config_flags  # noqa: E402
-
-from prada_jax import config_utils  # noqa: E402
-from prada_jax.errors import (  # noqa: E402
+from prada_jax import config_utils
+from prada_jax.errors import (
     EXIT_BAD_INPUT, EXIT_NON_FINITE, BadInput, NonFiniteTraining)
 
 __all__ = ["run", "run_local", "parse_local", "one_line", "fail", "is_help", "HELP_ARGS",
@@ -291,6 +289,16 @@ def _print_configs() -> None:
             continue
         print(f"# --{name} (resolved: defaults, variant and --{name}.<field> overrides)")
         print(config_utils.config_to_json(value))
+
+
+def hub_offline() -> None:
+    """Hugging Face offline for this process: ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE``
+    = 1 unless already set (a model is always a local folder here; a hub name would otherwise
+    cost ~50 s of retries before failing). The one place they are set: commands that may load
+    a transformers model or tokenizer call this at the start of ``main``, before any lazy
+    transformers import (huggingface_hub reads them once, at import)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def run(main: Callable[[list[str]], object], *,

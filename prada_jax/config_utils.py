@@ -101,6 +101,23 @@ def set_field(config: Any, field: str, value: Any) -> None:
     node[leaf] = value
 
 
+def parse_variants(arg: str | None, known, where: str) -> list[str]:
+    """The variants of a config file's ``get_config(arg)``: ``arg`` split at commas, blanks
+    dropped (``"smoke, gsm8k"`` → ``["smoke", "gsm8k"]``; None or "" → ``[]``), in order.
+    A name not in ``known`` raises ``ValueError`` naming ``where`` (the config file) and the
+    choices, so every config file rejects a misspelled variant the same way."""
+    out = []
+    for variant in (arg or "").split(","):
+        variant = variant.strip()
+        if not variant:
+            continue
+        if variant not in known:
+            raise ValueError(f"{where}: unknown variant {variant!r}; choose from {tuple(known)} "
+                             "(comma-separated)")
+        out.append(variant)
+    return out
+
+
 def check(condition: bool, field: str, message: str) -> None:
     """Raises ``ConfigError("config.<field> <message>")`` unless ``condition``."""
     if not condition:

@@ -39,7 +39,6 @@ not public); the model presets are the Qwen2.5 architectures.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import read_json
 
 
 @struct.dataclass
@@ -360,10 +360,9 @@ def pair_profiles(hardware: str) -> tuple[HardwareProfile, HardwareProfile] | No
                        f"{', '.join(PAIRS)} (or a .json file of an edge and a server profile)")
     path = Path(hardware)
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise BadInput(f"hardware file {hardware}: cannot read it as JSON "
-                       f"({type(e).__name__})") from None
+        obj = read_json(path, expect=None)
+    except BadInput as e:
+        raise BadInput(f"hardware file {hardware}: cannot read it as JSON ({e})") from None
     if not isinstance(obj, dict) or set(obj) != {"edge", "server"}:
         raise BadInput(f"hardware file {hardware}: must be an object with exactly the keys "
                        f"'edge' and 'server'")

@@ -118,6 +118,12 @@ class MeanCI:
         result is strict JSON."""
         return {k: finite_or_none(v) for k, v in self.to_dict().items()}
 
+    def to_ci95_dict(self) -> dict:
+        """``{"mean", "ci95", "n"}`` (``ci95``: the half-width, for an interval built at 0.95),
+        non-finite values as None: the per-row cell of ``evals.stage2``'s reports."""
+        return {"mean": finite_or_none(float(self.mean)),
+                "ci95": finite_or_none(float(self.half_width)), "n": self.n}
+
     def fmt(self, digits: int = 3, scale: float = 1.0) -> str:
         """``mean ± half`` (times ``scale``), e.g. ``0.842 ± 0.011``."""
         if self.n == 0 or not math.isfinite(self.mean):

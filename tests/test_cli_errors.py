@@ -453,17 +453,17 @@ CASES: list[Case] = [
     Case("benchmarks.distill_seeds", ("--num_seeds=0", "--json={out}"), r"--num_seeds"),
     Case("benchmarks.distill_bucket", ("--pairs=0", "--json={out}"), r"--pairs"),
     Case("benchmarks.distill_bucket", ("--modes=offline,sideways", "--json={out}"), r"--modes"),
-    Case("benchmarks.distill_opd_pilot", ("--latency_s=-1", "--json={out}"), r"--latency_s"),
-    Case("benchmarks.reopd_vs_opd", ("--latency_s=-1", "--out={out}"), r"--latency_s"),
-    Case("benchmarks.reopd_vs_opd", ("--episodes=0", "--out={out}"), r"--episodes"),
-    Case("benchmarks.reopd_vs_opd", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
-    Case("benchmarks.reopd_vs_opd", ("--pilot_seeds=5-6", "--out={out}"), r"--pilot_seeds"),
-    Case("benchmarks.reopd_vs_opd_addendum", ("--parts=nope", "--out={out}"), r"--parts"),
-    Case("benchmarks.reopd_vs_opd_addendum", ("--out={out}",), r"--study_json"),
-    Case("benchmarks.reopd_prefix_source", ("--teacher_cache={empty_dir}",
+    Case("studies.opd_pilot", ("--latency_s=-1", "--json={out}"), r"--latency_s"),
+    Case("studies.reopd_vs_opd", ("--latency_s=-1", "--out={out}"), r"--latency_s"),
+    Case("studies.reopd_vs_opd", ("--episodes=0", "--out={out}"), r"--episodes"),
+    Case("studies.reopd_vs_opd", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
+    Case("studies.reopd_vs_opd", ("--pilot_seeds=5-6", "--out={out}"), r"--pilot_seeds"),
+    Case("studies.reopd_vs_opd.addendum", ("--parts=nope", "--out={out}"), r"--parts"),
+    Case("studies.reopd_vs_opd.addendum", ("--out={out}",), r"--study_json"),
+    Case("studies.reopd_prefix_source", ("--teacher_cache={empty_dir}",
                                             "--generator_cache={empty_dir}", "--out={out}"),
          r"--teacher_cache"),
-    Case("benchmarks.reopd_prefix_source", ("--updates=0", "--out={out}"), r"--updates"),
+    Case("studies.reopd_prefix_source", ("--updates=0", "--out={out}"), r"--updates"),
     # studies (issue 35: κ outside (0, 1], a negative latency, seeds overlapping the pilot's)
     Case("studies.reopd_kg", ("--kappas=0.6,1.5", "--cache={empty_dir}", "--out={out}"),
          r"--kappas"),
@@ -567,9 +567,10 @@ def test_library_modules_hold_no_main():
 
 def _commands_in_tree() -> set[str]:
     """Every runnable module of the project (a file with an ``if __name__ == "__main__"``
-    block under train/, evals/, benchmarks/, prada_jax/, envs/) as its ``python -m`` name."""
+    block under train/, evals/, benchmarks/, studies/, prada_jax/, envs/) as its ``python -m``
+    name."""
     out = set()
-    for top in ("train", "evals", "benchmarks", "prada_jax", "envs"):
+    for top in ("train", "evals", "benchmarks", "studies", "prada_jax", "envs"):
         for f in (REPO / top).rglob("*.py"):
             if re.search(r'^if __name__ == "__main__"', f.read_text(), re.M):
                 parts = f.relative_to(REPO).with_suffix("").parts

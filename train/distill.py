@@ -15,13 +15,10 @@ bug. See docs/distill.md.
 """
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from absl import app, flags  # noqa: E402
-from prada_jax import cli, config_utils  # noqa: E402
+from absl import app, flags
+from prada_jax import cli, config_utils
 
 FLAGS = flags.FLAGS
 
@@ -97,6 +94,7 @@ def gate_line(gate: dict) -> str:
 
 
 def main(argv):
+    cli.hub_offline()
     from prada_jax import runloop
     config_utils.reject_extra_argv(argv)
     if FLAGS.config is None:

@@ -44,12 +44,9 @@ from synthetic traces and says so.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
@@ -57,16 +54,15 @@ from absl import app, flags  # noqa: E402
 from envs import edge  # noqa: E402
 from evals import calibration, curve, stage2, suite, sweep  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
+from evals import pipeline  # noqa: E402
 from prada_jax import cli, config_utils, latency  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import read_json, write_json  # noqa: E402
 from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
-from prada_jax.rl import critic_refit, trainer  # noqa: E402
+from prada_jax.rl import trainer  # noqa: E402
 from prada_jax.stage2 import trainer as stage2_trainer  # noqa: E402
 from prada_jax.traces import stats as tstats  # noqa: E402
 from prada_jax.traces import synthetic  # noqa: E402
-from prada_jax.configs import dual as dual_cfg  # noqa: E402
-from prada_jax.configs import ppo as ppo_cfg  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -236,20 +232,9 @@ def stage_traces(workdir: Path, s: dict, log, redo: bool) -> dict:
 
 
 def _ppo_config(s: dict, preset: str):
-    variant = ",".join(v for v in (s["ppo_variant"], preset) if v)
-    c = ppo_cfg.get_config(variant)
-    for field, value in s["ppo_overrides"].items():
-        node = c
-        parts = field.split(".")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = value
-    c.env.preset = preset
-    c.env.trace_seed = 0
-    if s["train_problems"]:
-        c.env.problems = int(s["train_problems"])
-    c.log.progress = True
-    return c
+    """The screening policy's config of one benchmark (``evals.pipeline.ppo_config``)."""
+    return pipeline.ppo_config(preset, s["ppo_variant"], s["ppo_overrides"],
+                               problems=s["train_problems"], progress=True)
 
 
 def _table_traces(s: dict, preset: str, policy) -> "suite.LoadedTraces":
@@ -292,15 +277,13 @@ def _dual_config(s: dict, preset: str, policy_dir: Path, env_kw: dict):
     the eval, the policy of ``policy_dir``) and the stage's rerun key (what train.main chose:
     variant and the fields it set)."""
     variant = ",".join(v for v in (s["dual_variant"], preset) if v)
-    c = dual_cfg.get_config(variant)
     fields = {"policy_dir": str(policy_dir), "env.trace_seed": 0,
               "env.problems": int(s["train_problems"] or 0),
               "env.split": s.get("choice_split", "validation")}
     fields.update({f"env.{k}": env_kw[k] for k in ("num_users", "num_servers", "bandwidth_hz",
                                                    "arrival_rate_hz", "beta", "tau_s")})
     fields.update(s["dual_overrides"])
-    for field, value in fields.items():
-        config_utils.set_field(c, field, type(config_utils.get_field(c, field))(value))
+    c = pipeline.dual_config(preset, s["dual_variant"], fields)
     return c, {"variant": variant, "fields": fields}
 
 
@@ -606,13 +589,8 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
     log(f"critic [{preset}]: refitting the critic for the final actor ({cfg['fit_states']} "
         f"Monte-Carlo states; judged and early-stopped on the {s['choice_split']} split) in "
         f"{d}")
-    rep = critic_refit.check_and_refit(
-        str(ppo_dir), str(d), fit_states=int(cfg["fit_states"]),
-        eval_states=int(cfg["eval_states"]), steps=int(cfg["steps"]), seed=int(cfg["seed"]),
-        log=lambda m: log(f"critic [{preset}]: {m.strip()}"), split=s["choice_split"])
-    summary = {k: {m: rep[k]["greedy"][m] for m in ("pearson", "nom_critic_positive",
-                                                    "nom_mc_mean", "rule_gain")}
-               for k in ("before", "after")}
+    summary = pipeline.refit_critic(ppo_dir, d, cfg, s["choice_split"],
+                                    log=lambda m: log(f"critic [{preset}]: {m.strip()}"))
     mark_done(d, key, summary)
     return d
 

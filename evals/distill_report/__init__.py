@@ -54,12 +54,12 @@ from ``<cache>/pool/pool.json``.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from prada_jax.jsonio import write_json
+from prada_jax.errors import BadInput
+from prada_jax.jsonio import read_json, write_json
 
 
 def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over):
@@ -204,7 +204,7 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
     n = len(seeds)
     out.mkdir(parents=True, exist_ok=True)
     res_path = out / "runs.json"
-    runs = json.loads(res_path.read_text()) if res_path.is_file() else {}
+    runs = read_json(res_path) if res_path.is_file() else {}
     for name in methods:
         if all(f"{name}/seed{s}" in runs for s in seeds):
             continue
@@ -335,7 +335,7 @@ TASK_LABELS = {"arith_calc_v1": "synthetic arithmetic task",
 def task_label(cache: str) -> str:
     """What the report's numbers come from, read from ``<cache>/pool/pool.json``'s ``task``."""
     try:
-        name = json.loads((Path(cache) / "pool" / "pool.json").read_text()).get("task", "")
+        name = read_json(Path(cache) / "pool" / "pool.json").get("task", "")
     except (OSError, ValueError, AttributeError):
         name = ""
     return TASK_LABELS.get(name, f"task {name}" if name else "synthetic task")
@@ -387,7 +387,7 @@ def summarize(runs: dict, cache: str) -> dict:
                                      **mean_ci([a - b for a, b in pairs]).to_dict()}
     tpath = Path(cache) / "teacher_eval.json"
     if tpath.is_file():
-        t = json.loads(tpath.read_text())
+        t = read_json(tpath, expect=None)
         # one decoding rule (arith: greedy) or {"sampled": ..., "greedy": ...} (kg: the pool's
         # sampling temperature and greedy)
         for key, e in ((("teacher", t),) if "success_rate" in t else
@@ -633,13 +633,7 @@ def plot_success(curves: dict, path: Path, task: str = "synthetic task") -> Path
 
 def read_json_object(path: Path, flag: str) -> dict:
     """A JSON object file; ``BadInput`` naming the flag and file when missing or malformed."""
-    from prada_jax.errors import BadInput
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise BadInput(f"{flag}: {path}: cannot read ({e.strerror})") from None
-    except (ValueError, RecursionError) as e:
-        raise BadInput(f"{flag}: {path}: not valid JSON ({type(e).__name__})") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{flag}: {path}: top level must be an object")
-    return data
+        return read_json(path)
+    except BadInput as e:
+        raise BadInput(f"{flag}: {e}") from None

@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     """``python -m evals.distill_report`` (absl flags; bad input raises ``BadInput``)."""
     from prada_jax import cli
     from prada_jax.errors import BadInput
+    cli.hub_offline()
     from absl import flags
 
     from prada_jax.distill.entry import undash

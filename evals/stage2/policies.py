@@ -21,7 +21,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from evals import pipeline
 from prada_jax.errors import BadInput
+from prada_jax.rl import critic_refit
 
 #: Sizes of one policy sample: (ppo.py variant, ppo overrides, critic refit settings).
 SIZES = {
@@ -45,21 +47,12 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
 def train_sample(out: Path, seed: int, size: str = "demo", log=print) -> Path:
     """Trains (or reuses) policy sample ``seed`` under ``out/seed_<seed>``; returns the refit
     policy folder."""
-    from evals.stage2 import _set
-    from prada_jax.configs import ppo as ppo_cfg
-    from prada_jax.rl import critic_refit
-    from prada_jax.rl import trainer as ppo_trainer
-
     variant, overrides, refit = SIZES[size]
     d = Path(out) / f"seed_{int(seed)}"
-    c = ppo_cfg.get_config(",".join(v for v in (variant, "gsm8k") if v))
-    for k, v in overrides.items():
-        _set(c, k, v)
+    c = pipeline.ppo_config("gsm8k", variant, overrides)
     c.seed = int(seed)
-    c.env.trace_seed = 0
-    c.log.progress = False
     log(f"  policy sample {seed}: train.ppo ({c.ppo.total_env_steps} env slots) in {d / 'ppo'}")
-    ppo_trainer.train_and_evaluate(c, d / "ppo")
+    pipeline.train_policy(c, d / "ppo")
     crit = d / "critic"
     if (crit / "critic_check.json").is_file() and (crit / "policy_meta.json").is_file():
         log(f"  policy sample {seed}: reusing the refit critic in {crit}")

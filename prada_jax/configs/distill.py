@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from prada_jax import parallel
+from prada_jax import config_utils, parallel
 
 VARIANTS = ("smoke", "uniform", "late", "auto", "exact", "sft", "jsd", "onpolicy", "opd", "bf16",
             "kg")
@@ -128,9 +128,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.before = True                # evaluate the students before training; False skips it (a
     #                                     continuation whose warm start was evaluated already)
 
-    for v in [a for a in (arg or "").split(",") if a]:
-        if v not in VARIANTS:
-            raise ValueError(f"unknown config variant {v!r}; choose from {VARIANTS}")
+    for v in config_utils.parse_variants(arg, VARIANTS, "prada_jax/configs/distill.py"):
         if v == "smoke":
             c.train.steps = 4
             c.train.batch_size = 8

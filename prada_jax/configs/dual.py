@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from prada_jax import latency
+from prada_jax import config_utils, latency
 
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = ("smoke", "heavy", "light", "subgradient", "pid", "differentiable", "conditioned",
@@ -120,13 +120,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.env_chunks = 5           # long-run env outcome with the learned multipliers and
                                     # with 0 (× 100 slots × gap_envs each); 0 = skip
 
-    for variant in (arg or "").split(","):
-        variant = variant.strip()
-        if not variant:
-            continue
-        if variant not in VARIANTS:
-            raise ValueError(f"prada_jax/configs/dual.py: unknown variant {variant!r}; "
-                             f"choose from {VARIANTS} (comma-separated)")
+    for variant in config_utils.parse_variants(arg, VARIANTS, "prada_jax/configs/dual.py"):
         if variant in PRESETS:
             c.env.preset = variant
         elif variant == "smoke":

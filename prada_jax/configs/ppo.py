@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from prada_jax import latency, parallel
+from prada_jax import config_utils, latency, parallel
 
 from prada_jax.presets import BENCHMARKS as PRESETS  # the one preset list
 VARIANTS = PRESETS + ("true", "smoke", "toy", "gymnax")
@@ -104,13 +104,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # replicated; multi-host start-up flags (see prada_jax/parallel.py and docs/BENCHMARKS.md).
     c.mesh = parallel.mesh_config()
 
-    for variant in (arg or "").split(","):
-        variant = variant.strip()
-        if not variant:
-            continue
-        if variant not in VARIANTS:
-            raise ValueError(f"prada_jax/configs/ppo.py: unknown variant {variant!r}; "
-                             f"choose from {VARIANTS} (comma-separated)")
+    for variant in config_utils.parse_variants(arg, VARIANTS, "prada_jax/configs/ppo.py"):
         if variant in PRESETS:
             c.env.preset = variant
         elif variant == "true":

@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 from envs.edge import EdgeAction
 from prada_jax import checkpointing, config_utils, run_state
 from prada_jax.errors import BadInput
-from prada_jax.jsonio import write_json
+from prada_jax.jsonio import read_json, write_json
 from prada_jax.rl import networks
 from prada_jax.rl.greedy import screen_and_gain
 
@@ -57,8 +57,8 @@ def check_policy_meta(workdir: Path, meta: dict) -> None:
     if not path.is_file():
         return
     try:
-        old = json.loads(path.read_text())
-    except (ValueError, RecursionError):
+        old = read_json(path, expect=None)
+    except BadInput:
         raise BadInput(f"{path}: not valid JSON; cannot check the resumed run against "
                        "it") from None
     new = json.loads(json.dumps(meta))
@@ -111,10 +111,7 @@ def read_policy_meta(workdir) -> dict:
     path = Path(workdir) / POLICY_META_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing (is {workdir} a train.ppo run directory?)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    return read_json(path)   # malformed: BadInput (a ValueError) naming the file
 
 
 def check_traces_match(meta: dict, traces, where: str = "policy") -> None:

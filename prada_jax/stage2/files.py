@@ -5,11 +5,11 @@ a half-written file. Layout of a run directory: docs/dual.md.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from prada_jax.jsonio import write_json
+from prada_jax.errors import BadInput
+from prada_jax.jsonio import read_json, write_json
 from prada_jax.stage2.problem import Multipliers
 
 MULTIPLIERS_FILE = "multipliers.json"
@@ -32,27 +32,31 @@ def save_multipliers(workdir, mult: Multipliers, info: dict | None = None) -> Pa
                       newline=False)
 
 
-def load_multipliers(workdir) -> Multipliers:
-    """(λ_s, µ) learned by a ``train.dual`` run, as plain floats (µ per Hz).
+def read_multipliers(workdir, error: type[BadInput] = BadInput) -> tuple[Multipliers, dict]:
+    """The one reader of ``<workdir>/multipliers.json`` (written by a ``train.dual`` run at
+    every checkpoint and at the end): ``(Multipliers(λ_s, µ per Hz) as plain floats, info)``,
+    ``info`` holding every other field of the file (``scenario``, ``mode``, ``chunk``, ...).
 
-    Reads ``<workdir>/multipliers.json`` (written at every checkpoint and at the end).
     For a load-conditioned run these are its multipliers at the mean load features of the
-    last training chunk (the scalar form the paper and the evaluation use). Raises
-    FileNotFoundError / ValueError naming the file.
+    last training chunk (the scalar form the paper and the evaluation use). A missing or
+    malformed file, or a multiplier that is not a finite number >= 0, raises ``error`` (a
+    ``BadInput``, so a ``ValueError``) naming the file and the field.
     """
     path = Path(workdir) / MULTIPLIERS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (is {workdir} a train.dual run directory "
-                                "that saved at least one checkpoint?)")
-    try:
-        d = json.loads(path.read_text())
-        lam, mu = float(d["lambda_s"]), float(d["mu"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: malformed ({type(e).__name__}: {e})") from None
-    for name, v in (("lambda_s", lam), ("mu", mu)):
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"{path}: field '{name}' must be a finite number >= 0, got {v}")
-    return Multipliers(lambda_s=lam, mu=mu)
+    d = read_json(path, missing=f"is {workdir} a train.dual run directory that saved at least "
+                  "one checkpoint?", error=error)
+    for name in ("lambda_s", "mu"):
+        v = d.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                math.isfinite(v) and v >= 0):
+            raise error(f"{path}: field '{name}' must be a finite number >= 0, got {v!r}")
+    info = {k: v for k, v in d.items() if k not in ("lambda_s", "mu")}
+    return Multipliers(lambda_s=float(d["lambda_s"]), mu=float(d["mu"])), info
+
+
+def load_multipliers(workdir) -> Multipliers:
+    """(λ_s, µ per Hz) of a ``train.dual`` run (:func:`read_multipliers` without the info)."""
+    return read_multipliers(workdir)[0]
 
 
 def save_gap(path, gap: dict) -> Path:

@@ -24,15 +24,13 @@ import re
 import sys
 import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from absl import flags
 
-from absl import flags  # noqa: E402
-
-from prada_jax.cli import check_flag_values, is_help, one_line  # noqa: E402
-from prada_jax.errors import EXIT_BAD_INPUT, BadInput  # noqa: E402
-from prada_jax.presets import BENCHMARKS  # noqa: E402
-from prada_jax.traces import stats, synthetic  # noqa: E402
-from prada_jax.traces.format import load, read_meta, save, validate_notes  # noqa: E402
+from prada_jax.cli import check_flag_values, hub_offline, is_help, one_line
+from prada_jax.errors import EXIT_BAD_INPUT, BadInput
+from prada_jax.presets import BENCHMARKS
+from prada_jax.traces import stats, synthetic
+from prada_jax.traces.format import load, read_meta, save, validate_notes
 
 EXIT_BAD_DATA = EXIT_BAD_INPUT
 SUBCOMMANDS = ("validate", "synth", "stats", "build")
@@ -194,6 +192,7 @@ def _error(msg: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the exit code (0 ok, 2 bad input)."""
+    hub_offline()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] == "help" or is_help(argv[0]):
         print(__doc__)

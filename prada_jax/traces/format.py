@@ -61,7 +61,7 @@ from safetensors.numpy import load_file
 
 from prada_jax.errors import BadInput
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
-from prada_jax.jsonio import write_json
+from prada_jax.jsonio import read_json, write_json
 from prada_jax.traces.splits import (DEFAULT_FRACTIONS, SplitError, check_splits,
                                        problem_split)
 
@@ -470,7 +470,7 @@ def write_splits(folder, seed: int = 0, fractions=DEFAULT_FRACTIONS) -> dict[str
         raise SplitError(f"{folder}: meta.json already has 'splits'")
     rec = problem_split(int(meta["counts"]["problems"]), seed, fractions)
     meta_path = Path(folder) / META_FILE
-    raw = json.loads(meta_path.read_text())
+    raw = read_json(meta_path)   # validated by the load above
     raw["splits"] = rec
     raw["split_rule"] = {"seed": int(seed), "fractions": [float(f) for f in fractions]}
     write_json(meta_path, raw, indent=2, sort_keys=True, newline=False)

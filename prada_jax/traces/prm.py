@@ -38,6 +38,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import read_json
 
 PRM_CONFIG = "prm_config.json"
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -66,15 +67,7 @@ def read_prm_config(path: os.PathLike | str, style: str | None = None) -> dict:
     cfg_path = path / PRM_CONFIG
     cfg: dict = {}
     if cfg_path.is_file():
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError as e:
-            raise PRMError(f"{cfg_path}: not valid JSON ({e})") from None
-        except (RecursionError, UnicodeDecodeError, ValueError):
-            raise PRMError(f"{cfg_path}: not valid JSON (nested too deeply or not UTF-8)"
-                           ) from None
-        if not isinstance(cfg, dict):
-            raise PRMError(f"{cfg_path}: top level must be an object")
+        cfg = read_json(cfg_path, error=PRMError)   # an object, or PRMError naming the file
     file_style = cfg.get("style")
     if file_style is not None and file_style not in STYLES:
         raise PRMError(f"{cfg_path}: field 'style': {file_style!r} is not one of {STYLES}")

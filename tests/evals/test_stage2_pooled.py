@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from evals import stage2
-from evals.stage2 import hier, pooled
+from evals.stage2 import hier, pooled, runner
+from prada_jax.errors import BadInput
 
 S2 = stage2
 
@@ -116,8 +117,8 @@ def test_choose_margin_takes_the_smallest_margin_that_holds_on_validation(monkey
         def run_prada(self, sched, lam, mu):
             return {"server_util": lam + 0.02 + np.linspace(-0.01, 0.01, 10)}
 
-    monkeypatch.setattr(stage2, "learn_multipliers", fake_learn)
-    monkeypatch.setattr(stage2, "_value_accounting", lambda *a: None)
+    monkeypatch.setattr(runner, "learn_multipliers", fake_learn)
+    monkeypatch.setattr(runner, "_value_accounting", lambda *a: None)
     m = stage2.choose_margin(None, "nominal", None, {}, {}, 0.3,
                              {"confidence": 0.9, "margins": (0.2, 0.0, 0.1, 0.05)},
                              Runner(), Runner(), log=lambda *a: None)
@@ -131,7 +132,7 @@ def test_choose_margin_takes_the_smallest_margin_that_holds_on_validation(monkey
                              {"confidence": 1.0, "margins": (0.0, 0.02)}, Runner(), Runner(),
                              log=lambda *a: None)
     assert not m["met"] and m["margin"] == 0.02
-    with pytest.raises(stage2.BadInput, match="margins"):
+    with pytest.raises(BadInput, match="margins"):
         stage2.choose_margin(None, "nominal", None, {}, {}, 0.3, {"margins": (1.5,)},
                              Runner(), Runner(), log=lambda *a: None)
 

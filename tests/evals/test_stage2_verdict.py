@@ -6,6 +6,7 @@ from scipy import stats as sps
 
 from evals import stage2
 from evals.stage2 import verdict
+from prada_jax import stats
 
 ROWS = (stage2.ROW_CONST, stage2.ROW_COND, stage2.ROW_BEST, stage2.ROW_ZERO, stage2.ROW_FIFO,
         stage2.ROW_NOLIM, stage2.ROW_FILTER)
@@ -19,7 +20,7 @@ def _report(shift: dict, n=10, noise=0.002, seed=0, util=None):
               "server_util": list(np.full(n, (util or {}).get(r, 0.3)))} for r in ROWS}
     h = float(np.mean(np.subtract(ps[stage2.ROW_NOLIM]["objective"],
                                   ps[stage2.ROW_ZERO]["objective"])))
-    mde = max(stage2.stats.paired_mde(ps[r]["objective"], ps[stage2.ROW_ZERO]["objective"])
+    mde = max(stats.paired_mde(ps[r]["objective"], ps[stage2.ROW_ZERO]["objective"])
               for r in (stage2.ROW_CONST, stage2.ROW_NOLIM))
     return {"per_seed": ps, "power": {"headroom": h, "mde": mde}}
 

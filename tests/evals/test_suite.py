@@ -1,6 +1,5 @@
 """Input handling of the evals: traces, missing/corrupt checkpoints, shape mismatch, multipliers."""
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -65,11 +64,12 @@ def test_trace_shape_mismatch_is_refused():
 
 
 def test_multiplier_shapes_and_errors(tmp_path):
-    nt = SimpleNamespace(lambda_s=np.float32(0.5), mu=np.float32(2e-8))
-    assert suite._unpack_multipliers(nt) == (0.5, pytest.approx(2e-8), {})
-    assert suite._unpack_multipliers(({"lambda_s": 1.0, "mu": 0.0}, {"step": 3}))[2] == {"step": 3}
-    with pytest.raises(suite.EvalError, match="unexpected"):
-        suite._unpack_multipliers([1, 2, 3])
+    (tmp_path / "multipliers.json").write_text('{"lambda_s": 0.5, "mu": 2e-8, "step": 3}')
+    assert suite.load_multipliers(str(tmp_path)) == (
+        0.5, 2e-8, {"file": str(tmp_path / "multipliers.json"), "step": 3})
+    (tmp_path / "multipliers.json").write_text('{"lambda_s": NaN, "mu": 0}')
+    with pytest.raises(suite.EvalError, match="cannot load the multipliers: .*'lambda_s'"):
+        suite.load_multipliers(str(tmp_path))
     with pytest.raises(suite.EvalError, match="no such run directory"):
         suite.load_multipliers(str(tmp_path / "nodual"))
 

@@ -98,14 +98,20 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
 
 
 def test_load_multipliers_errors_name_the_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="multipliers.json"):
+    with pytest.raises(ValueError, match="multipliers.json: missing"):
         files.load_multipliers(tmp_path)
     (tmp_path / "multipliers.json").write_text('{"lambda_s": -1, "mu": 0}')
     with pytest.raises(ValueError, match="lambda_s"):
         files.load_multipliers(tmp_path)
-    (tmp_path / "multipliers.json").write_text("{not json")
-    with pytest.raises(ValueError, match="malformed"):
+    (tmp_path / "multipliers.json").write_text('{"lambda_s": 0.5}')
+    with pytest.raises(ValueError, match="field 'mu' must be a finite number >= 0, got None"):
         files.load_multipliers(tmp_path)
+    (tmp_path / "multipliers.json").write_text("{not json")
+    with pytest.raises(ValueError, match="multipliers.json: not valid JSON"):
+        files.load_multipliers(tmp_path)
+    (tmp_path / "multipliers.json").write_text('{"lambda_s": 0.5, "mu": 2e-8, "scenario": "x"}')
+    m, info = files.read_multipliers(tmp_path)
+    assert (m.lambda_s, m.mu, info) == (0.5, 2e-8, {"scenario": "x"})
 
 
 @pytest.mark.parametrize("field,value", [("env.num_servers", "0"), ("dual.mode", "adam"),

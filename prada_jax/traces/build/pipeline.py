@@ -13,6 +13,7 @@ import numpy as np
 from safetensors.numpy import load_file, save
 from tqdm import tqdm
 
+from prada_jax import cli
 from prada_jax.jsonio import read_json
 from prada_jax.traces import answers as answers_lib
 from prada_jax.traces import datasets as datasets_lib
@@ -185,8 +186,7 @@ def build(args: argparse.Namespace, *, slm: StepGenerator | None = None,
     ``slm``/``llm``/``prm`` replace the models loaded from the flags (tests use scripted
     ones); the folders are still checked and fingerprinted.
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    cli.hub_offline()
     if getattr(args, "no_progress", False):
         # lazy: transformers is slow to import; importing the builder must not load it
         from transformers.utils import logging as hf_logging

@@ -1,4 +1,4 @@
-"""The prefix-source study command (benchmarks/reopd_prefix_source.py): the ``--quick`` study end
+"""The prefix-source study command (studies/reopd_prefix_source/__init__.py): the ``--quick`` study end
 to end on two tiny synthetic caches, its paired statistics against SciPy, the mixed cache (G's
 prefixes, T's logits and T as the target), and bad input refused before writing."""
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from benchmarks import reopd_prefix_source as ps
+from studies import reopd_prefix_source as ps
 
 
 def test_quick_study_end_to_end(tmp_path):

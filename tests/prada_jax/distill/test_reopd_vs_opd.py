@@ -1,4 +1,4 @@
-"""The ReOPD-vs-OPD study command (benchmarks/reopd_vs_opd.py): its verdict arithmetic against
+"""The ReOPD-vs-OPD study command (studies/reopd_vs_opd/__init__.py): its verdict arithmetic against
 SciPy / plain Python, and (slow) the ``--quick`` study end to end."""
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from benchmarks import reopd_vs_opd as st
+from studies import reopd_vs_opd as st
 
 
 def _runs(a, b):

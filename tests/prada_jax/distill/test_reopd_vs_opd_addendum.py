@@ -1,4 +1,4 @@
-"""The ReOPD-vs-OPD addendum (benchmarks/reopd_vs_opd_addendum.py): its timing statistics,
+"""The ReOPD-vs-OPD addendum (studies/reopd_vs_opd/addendum.py): its timing statistics,
 speed ratios, equal-wall budget and verdicts against NumPy / SciPy / hand arithmetic, its bad
 input, and (slow) the ``--quick`` path end to end."""
 import json
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from benchmarks import reopd_vs_opd as st
-from benchmarks import reopd_vs_opd_addendum as ad
+from studies import reopd_vs_opd as st
+from studies.reopd_vs_opd import addendum as ad
 
 
 def _costs(rng, n, turns_lo=5, turns_hi=30):

@@ -2,9 +2,9 @@
 a fixed target: the pre-registered study of docs/results/reopd_prefix_source.md (issue 24),
 SYNTHETIC.
 
-    python -m benchmarks.reopd_prefix_source --teacher_cache=T/seed0 --generator_cache=G/seed0 \\
+    python -m studies.reopd_prefix_source --teacher_cache=T/seed0 --generator_cache=G/seed0 \\
         --out=DIR [--updates=50] [--cold_updates=600] [--seeds=0-9]
-    python -m benchmarks.reopd_prefix_source --quick --out=DIR   # tiny end-to-end run (a test)
+    python -m studies.reopd_prefix_source --quick --out=DIR   # tiny end-to-end run (a test)
 
 ``--teacher_cache`` and ``--generator_cache`` are task caches (``pool/``, ``logits/``,
 ``teacher/``; e.g. ``python -m prada_jax.distill.task.kg_teacher --cache=C`` then
@@ -22,19 +22,15 @@ both arms. Stages (each ``train.distill`` run in ``<out>/<name>``; a rerun reuse
 Writes ``<out>/result.json`` (settings, strengths, cold start, per-seed success and gap of each
 arm, the paired difference teacher − generator with its 95 % Student-t CI, MDE and verdict) and
 ``<out>/report.md``. Bad input (a missing cache folder, zero updates, bad seeds): one line,
-exit 2, nothing written. The report rules reuse ``benchmarks.reopd_vs_opd`` (import only).
+exit 2, nothing written. The report rules reuse ``studies.reopd_vs_opd`` (import only).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import time
 from pathlib import Path
 
-from prada_jax.jsonio import write_json
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from prada_jax.jsonio import read_json, write_json
 
 ARMS = ("teacher_prefix", "generator_prefix")
 
@@ -66,8 +62,8 @@ QUICK = Sizes(seeds=(0, 1), updates=2, batch=4, cold_updates=2, cold_batch=4, n_
 
 
 def _vs_sizes(s: Sizes):
-    """The ``benchmarks.reopd_vs_opd`` sizes its config helper reads (n_eval, student)."""
-    from benchmarks import reopd_vs_opd as rvo
+    """The ``studies.reopd_vs_opd`` sizes its config helper reads (n_eval, student)."""
+    from studies import reopd_vs_opd as rvo
     return dataclasses.replace(rvo.FULL, n_eval=s.n_eval, student=dict(s.student))
 
 
@@ -86,7 +82,7 @@ def mde(diffs) -> float:
 
 
 def _gap_start(res: dict) -> list:
-    from benchmarks.reopd_vs_opd import _per_seed
+    from studies.reopd_vs_opd import _per_seed
     return [(r["ratio"][0].get("mean_gap") if r.get("ratio") else None) for r in _per_seed(res)]
 
 
@@ -95,7 +91,7 @@ def _teacher_eval(cache: Path) -> dict | None:
     f = cache / "teacher_eval.json"
     if not f.is_file():
         return None
-    ev = json.loads(f.read_text())
+    ev = read_json(f)
     return {k: (ev[k]["success_rate"] if isinstance(ev.get(k), dict) else ev.get(k))
             for k in ("temperature", "sampled", "greedy")}
 
@@ -103,7 +99,7 @@ def _teacher_eval(cache: Path) -> dict | None:
 def _arm_config(tcache: Path, s: Sizes, init: str, pool_dir: Path, logits_dir: Path):
     """One arm's ``train.distill`` config: ReOPD from ``init``, prefixes from ``pool_dir``, T
     the target (``data.teacher_dir``) in every arm."""
-    from benchmarks import reopd_vs_opd as rvo
+    from studies import reopd_vs_opd as rvo
     return rvo._config(tcache, _variant(s, "onpolicy"), _vs_sizes(s), s.updates, s.seeds,
                        s.eval_seed, **{"student.init": init, "train.batch_size": s.batch,
                                        "optim.lr": s.lr, "optim.warmup_steps": s.warmup,
@@ -117,7 +113,7 @@ def teacher_stages(study, tcache: Path, out: Path, s: Sizes) -> tuple[dict, dict
     """The stages that need only T's cache: the cold start (SFT on T's pool, seed 0) and the
     ``teacher_prefix`` arm; returns (cold start, that arm's results). Reused when finished, so
     they may run while G's cache is still being built."""
-    from benchmarks import reopd_vs_opd as rvo
+    from studies import reopd_vs_opd as rvo
     c = rvo._config(tcache, _variant(s, "sft,uniform"), _vs_sizes(s), s.cold_updates, (0,),
                     s.eval_seed, **{"train.batch_size": s.cold_batch})
     study.train("cold", c)
@@ -133,7 +129,7 @@ def teacher_stages(study, tcache: Path, out: Path, s: Sizes) -> tuple[dict, dict
 
 def run(tcache: Path, gcache: Path, out: Path, s: Sizes) -> dict:
     """The whole study; returns (and writes) the result dict."""
-    from benchmarks import reopd_vs_opd as rvo
+    from studies import reopd_vs_opd as rvo
     from prada_jax.distill import pool as pool_lib
     from prada_jax.distill.task.export_local import export_logits
     import numpy as np
@@ -175,7 +171,7 @@ def run(tcache: Path, gcache: Path, out: Path, s: Sizes) -> dict:
 
 
 def markdown(res: dict) -> str:
-    from benchmarks.reopd_vs_opd import _f, _pd
+    from studies.reopd_vs_opd import _f, _pd
     from prada_jax.stats import mean_ci
     st, v = res["strength"], res["verdict"]
     L = ["| generator | greedy, verdict problems | sampled (τ) / greedy, cache eval | pool "
@@ -245,10 +241,11 @@ def _define(fv) -> None:
 
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput``."""
-    from benchmarks.reopd_vs_opd import _range
+    from studies.reopd_vs_opd import _range
     from prada_jax import cli
     from prada_jax.errors import BadInput
-    a = cli.parse_local(_define, argv, "benchmarks.reopd_prefix_source", __doc__)
+    a = cli.parse_local(_define, argv, "studies.reopd_prefix_source", __doc__)
+    cli.hub_offline()
     if not a.out:
         raise BadInput("--out: required")
     if a.updates < 1:
@@ -288,7 +285,3 @@ def main(argv=None) -> int:
     print(f"study wall time {res['wall_s']:.0f} s; {out / 'result.json'}")
     return 0
 
-
-if __name__ == "__main__":
-    from prada_jax import cli as _cli
-    _cli.run_local(main)

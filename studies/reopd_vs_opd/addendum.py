@@ -2,10 +2,10 @@
 from interleaved timing, a valid far equal-wall-time run, and the near cold start at a budget
 that can move the student.
 
-    python -m benchmarks.reopd_vs_opd_addendum --study_json=F --cache=DIR --out=DIR --parts=P
-    python -m benchmarks.reopd_vs_opd_addendum --quick --out=DIR   # tiny end-to-end run
+    python -m studies.reopd_vs_opd.addendum --study_json=F --cache=DIR --out=DIR --parts=P
+    python -m studies.reopd_vs_opd.addendum --quick --out=DIR   # tiny end-to-end run
 
-(The runs of docs/results/reopd_vs_opd.md were made as ``python -m benchmarks.reopd_vs_opd
+(The runs of docs/results/reopd_vs_opd.md were made as ``python -m studies.reopd_vs_opd
 --addendum ...`` with the same flags; the addendum became its own command afterwards, so that
 the study module does not import it back, an import cycle.)
 
@@ -31,15 +31,14 @@ one line, exit 2, nothing written.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import statistics
 import time
 from pathlib import Path
 
-from benchmarks import reopd_vs_opd as base
-from prada_jax.jsonio import write_json
+from studies import reopd_vs_opd as base
+from prada_jax.jsonio import read_json, write_json
 
 PARTS = ("near_long", "timing", "wall")
 NEAR_METHODS = ("opd", "reopd_k0.6", "sft_cont", "reopd_k1")
@@ -348,7 +347,7 @@ def run(src: dict, cache: Path, out: Path, parts: tuple, sizes: base.Sizes,
     """Runs ``parts`` in order, merging each into ``<out>/addendum.json``."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "addendum.json"
-    res = json.loads(path.read_text()) if path.exists() else {
+    res = read_json(path) if path.exists() else {
         "synthetic": True, "sizes": dataclasses.asdict(sizes),
         "addendum_sizes": dataclasses.asdict(asz), "log": []}
     add = Addendum(src, cache, out, sizes, asz)
@@ -371,7 +370,7 @@ def run(src: dict, cache: Path, out: Path, parts: tuple, sizes: base.Sizes,
 
 
 def _define(fv) -> None:
-    """The study's flags (``benchmarks.reopd_vs_opd``) and the addendum's own."""
+    """The study's flags (``studies.reopd_vs_opd``) and the addendum's own."""
     from absl import flags
     base._define(fv)
     flags.DEFINE_string("study_json", "", "the study's per-seed JSON (cold starts, pilot "
@@ -385,7 +384,8 @@ def main(argv=None) -> int:
     anything is written."""
     from prada_jax import cli
     from prada_jax.errors import BadInput
-    a = cli.parse_local(_define, argv, "benchmarks.reopd_vs_opd_addendum", __doc__)
+    a = cli.parse_local(_define, argv, "studies.reopd_vs_opd.addendum", __doc__)
+    cli.hub_offline()
     if not a.out:
         raise BadInput("--out: required")
     parts = tuple(a.parts) or PARTS
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
         if not a.study_json:
             raise BadInput("--study_json: required (the study's per-seed JSON)")
         try:
-            src = json.loads(Path(a.study_json).read_text())
+            src = read_json(a.study_json)
             {c["name"]: c["student"] for c in src["cold_starts"]}
             {st["cold"]: st["B"] for st in src["studies"]}
             src["pilot"]["choice"]["opd"]["lr"]
@@ -429,7 +429,7 @@ def main(argv=None) -> int:
 
 def _stored(out: Path) -> dict:
     try:
-        return json.loads((out / "addendum.json").read_text())
+        return read_json(out / "addendum.json")
     except (OSError, ValueError):
         return {}
 

@@ -1,6 +1,6 @@
 """Pilot: ReOPD (replayed prefix) vs online OPD rollout cost per supervised turn, SYNTHETIC.
 
-    python -m benchmarks.distill_opd_pilot [--updates=8] [--latency_s=0.01] [--json=F]
+    python -m studies.opd_pilot [--updates=8] [--latency_s=0.01] [--json=F]
 
 Builds a small synthetic cache in a temporary folder (``tiny_cache``: solved arithmetic
 episodes as the pool, a random untrained tiny PyTorch teacher, its top-4 logits), makes a warm
@@ -28,9 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from prada_jax.jsonio import write_json
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from prada_jax.jsonio import read_json, write_json
 
 
 def _config(cache: Path, variant: str, steps: int, **fields):
@@ -85,7 +83,7 @@ def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch
         t0 = time.perf_counter()
         warm = tmp / "warm"
         train_and_evaluate(_config(cache, "sft", sft_updates, **{"eval.n_problems": 64}), warm)
-        out["warm"] = json.loads((warm / "results.json").read_text())["after"]
+        out["warm"] = read_json(warm / "results.json")["after"]
         out["sft_wall_s"] = time.perf_counter() - t0
         init = {"student.init": str(warm / "student_hf")}
         runs = {"reopd": _config(cache, "onpolicy", updates + 1, **init,
@@ -133,14 +131,11 @@ def _define(fv) -> None:
 def main(argv=None) -> int:
     """``argv``: absl flags (``--updates=8``); None = the command line."""
     from prada_jax import cli
-    a = cli.parse_local(_define, argv, "benchmarks.distill_opd_pilot", __doc__)
+    a = cli.parse_local(_define, argv, "studies.opd_pilot", __doc__)
+    cli.hub_offline()
     res = run(a.updates, a.latency_s, a.sft_updates, a.batch, a.episodes)
     print(json.dumps(res, indent=2))
     if a.json:
         write_json(a.json, res, newline=False)
     return 0
 
-
-if __name__ == "__main__":
-    from prada_jax import cli as _cli
-    _cli.run_local(main)

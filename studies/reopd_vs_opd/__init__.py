@@ -1,11 +1,11 @@
 """ReOPD against the online OPD it replaces, from gated cold-start students: the whole
 pre-registered study of docs/results/reopd_vs_opd.md in one command (issue 24), SYNTHETIC.
 
-    python -m benchmarks.reopd_vs_opd --cache=DIR --out=DIR [--updates=N] [--episodes=E]
-    python -m benchmarks.reopd_vs_opd --quick --out=DIR      # tiny end-to-end run (a test)
+    python -m studies.reopd_vs_opd --cache=DIR --out=DIR [--updates=N] [--episodes=E]
+    python -m studies.reopd_vs_opd --quick --out=DIR      # tiny end-to-end run (a test)
 
 The pre-registered addendum of the same report is its own command,
-``python -m benchmarks.reopd_vs_opd_addendum`` (it imports this module, not the reverse).
+``python -m studies.reopd_vs_opd.addendum`` (it imports this module, not the reverse).
 
 ``--cache`` is a task cache (``pool/``, ``logits/``, ``teacher/``; e.g. ``python -m
 prada_jax.distill.task.teacher --cache=C`` then ``C/seed0``); ``--quick`` builds a tiny
@@ -34,13 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from pathlib import Path
 
 from prada_jax.jsonio import write_json
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MARGIN = 0.02          # non-inferiority margin of rules (a) and (d) [task success]
 SPEED_MIN = 4.0        # rule (b): OPD / ReOPD rollout seconds per supervised turn
@@ -533,7 +530,8 @@ def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput``."""
     from prada_jax import cli
     from prada_jax.errors import BadInput
-    a = cli.parse_local(_define, argv, "benchmarks.reopd_vs_opd", __doc__)
+    a = cli.parse_local(_define, argv, "studies.reopd_vs_opd", __doc__)
+    cli.hub_offline()
     if not a.out:
         raise BadInput("--out: required")
     if a.updates < 1:
@@ -575,7 +573,3 @@ def main(argv=None) -> int:
     print(f"study wall time {res.get('wall_s', 0):.0f} s; {out / (stem + '.json')}")
     return 0
 
-
-if __name__ == "__main__":
-    from prada_jax import cli as _cli
-    _cli.run_local(main)

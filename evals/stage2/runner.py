@@ -1,0 +1,531 @@
+"""Stage-2 verdict, the runner: paired evaluation of every row on one scenario (``Runner``, the
+multiplier grid, ``evaluate_scenario``), the learners it trains and the whole ``run``."""
+from __future__ import annotations
+
+import functools
+import math
+import time
+from pathlib import Path
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs import edge, scenarios
+from evals import evaluate as ev
+from evals import grid, pipeline, suite
+from evals.stage2.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, ROW_CONST,
+                                 ROW_FIFO, ROW_FILTER, ROW_HINDSIGHT, ROW_LLM, ROW_NOLIM,
+                                 ROW_ZERO, budget_report, scenario_report, schedule_report,
+                                 write_outputs)
+from prada_jax import config_utils, latency
+from prada_jax.errors import BadInput
+from prada_jax.sched.registry import SCHEDULER_NAMES
+from prada_jax.stage2 import learner
+from prada_jax.stage2.problem import env_slot
+from prada_jax.configs import dual as dual_cfg
+
+
+_ENV_KEYS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")
+
+# Sizes. ``full`` is what docs/results/stage2.md was measured with (unless it says otherwise).
+# ``scenario_length`` L: slot t of every seed reads the preset's schedule at index t mod L, so a
+# preset whose own cycle does not divide L is cut at L and restarts (``outage_burst*``: a
+# 400-slot outage cycle in L = 600 puts outages at slots [0, 120) and [400, 520) of every 600).
+# The measured window [warmup, slots) counts every slot as the env ran it; each scenario's
+# ``schedule`` report (``schedule_report``) gives the share of measured slots with fewer
+# units, M_t < M, so partial cycles are stated, not hidden.
+# ``env``: overrides of the policy run's env (the scarce server of these scenarios: M = 1 LLM
+# job at a time; an assumption chosen so that the contended presets load it, see docs/dual.md).
+SIZES = {
+    "quick": dict(seeds=2, slots=240, warmup=40, scenario_length=240, num_users=16,
+                  eval_problems=60, env={"num_servers": 1, "arrival_rate_hz": 12.0},
+                  ppo_variant="smoke", ppo_overrides={},
+                  dual={"train.num_envs": 4, "train.rollout_len": 40, "train.num_chunks": 3,
+                        "train.sgd_steps": 5, "dual.anneal_steps": 15},
+                  grid=dict(lam=(0.0, 0.01, 0.1), mu_per_mhz=(0.0,), fine=False),
+                  hindsight=True),
+    "demo": dict(seeds=5, slots=1200, warmup=100, scenario_length=600, num_users=32,
+                 eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
+                 ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
+                 dual={"train.num_envs": 8, "train.rollout_len": 50, "train.num_chunks": 8,
+                       "train.sgd_steps": 10, "dual.anneal_steps": 80},
+                 grid=dict(lam=None, mu_per_mhz=(0.0,), fine=True), hindsight=False),
+    "full": dict(seeds=8, slots=1200, warmup=150, scenario_length=600, num_users=32,
+                 eval_problems=None, env={"num_servers": 1, "arrival_rate_hz": 12.0},
+                 ppo_variant="", ppo_overrides={"ppo.total_env_steps": 16 * 64 * 150},
+                 dual={"train.num_envs": 8, "train.rollout_len": 100, "train.num_chunks": 8,
+                       "train.sgd_steps": 20, "dual.anneal_steps": 160},
+                 grid=dict(lam=None, mu_per_mhz=(0.0, 1e-2), fine=True), hindsight=True),
+}
+
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+GRID_BATCH = 8  # grid pairs per vmapped call (memory: 8 × seeds × one env rollout)
+
+
+@functools.lru_cache(maxsize=8)
+def conditioned_mult_fn(dcfg):
+    """``mult_fn(learner_state, env_state, params, action, env_key) -> (λ_s, µ per Hz)`` of a
+    conditioned learner with static config ``dcfg``: the slot's load features exactly as the
+    learner computed them (``prada_jax.stage2.problem.env_slot`` on the noise ``edge.step``
+    will draw from ``env_key``). Cached: one compiled evaluator per config."""
+    def fn(learner_state, state, params, action, env_key):
+        _, batch = env_slot(state, action, params, edge.draw_noise(env_key, params))
+        m = learner.multipliers(learner_state, dcfg, batch.load)
+        return m.lambda_s.astype(jnp.float32), m.mu.astype(jnp.float32)
+
+    return fn
+
+
+@functools.lru_cache(maxsize=8)
+def _grid_fn(fn):
+    """``fn`` (an ``evals.evaluate`` evaluator) vmapped over multiplier pairs (λ_s [G], µ [G])."""
+    def one(keys, params, net_params, lam, mu, screen):
+        p = params.replace(lambda_s=lam, mu=mu)
+        return fn(keys, p, net_params, screen, jnp.float32(0.0))
+    return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0, None)))
+
+
+class Runner:
+    """Evaluates rows on one env (params) over S paired seeds with ``evals.evaluate``'s
+    evaluator (one for constant prices, one per conditioned learner config).
+
+    Args:
+      params: env params of the scenario (trace set, U, M, B, λ, schedule); ``runner.params``
+        may be replaced between scenarios (same shapes).
+      seeds: S; seed s uses ``jax.random.key(seed0 + s)`` in every row.
+      slots, warmup: slots simulated per seed and discarded at the start.
+      apply_fn, net_params: the screening policy.
+      nominate_by: "actor" (the policy's greedy action) or "critic" (ΔQ > 0) in every row
+        that runs the policy.
+    """
+
+    def __init__(self, params, seeds, slots, warmup, apply_fn, net_params, seed0=0,
+                 nominate_by: str = "actor"):
+        self.params = params
+        self.screen = "policy" if nominate_by == "actor" else "critic"  # evals.evaluate mode
+        self._args = dict(seeds=seeds, num_slots=int(slots), warmup_slots=int(warmup),
+                          apply_fn=apply_fn, net_params=net_params, seed0=seed0)
+        self.evaluator = ev.Evaluator(params, **self._args)
+
+    def run(self, spec: ev.PolicySpec, evaluator: ev.Evaluator | None = None,
+            mult_params=None) -> dict:
+        """Per-seed metrics [S] of a row (``evaluator``: the constant-price one if None)."""
+        evaluator = evaluator or self.evaluator
+        evaluator.base_params = self.params
+        return evaluator.run(spec, mult_params)
+
+    def prada_spec(self, sched_index: int, lambda_s: float = 0.0, mu: float = 0.0
+                   ) -> ev.PolicySpec:
+        """The PRADA row at constant (λ_s, µ per Hz) under scheduler ``sched_index``."""
+        return ev.PolicySpec("PRADA", self.screen, SCHEDULER_NAMES[sched_index],
+                             float(lambda_s), float(mu))
+
+    def run_prada(self, sched_index: int, lambda_s: float, mu: float) -> dict:
+        """Per-seed metrics of PRADA at the constant pair (λ_s, µ per Hz)."""
+        return self.run(self.prada_spec(sched_index, lambda_s, mu))
+
+    def run_conditioned(self, sched_index: int, learner_state, dcfg) -> dict:
+        """Per-seed metrics of PRADA with per-slot multipliers from the conditioned map."""
+        evaluator = ev.Evaluator(self.params, **self._args,
+                                 mult_fn=conditioned_mult_fn(dcfg))
+        return self.run(self.prada_spec(sched_index), evaluator, learner_state)
+
+    def run_grid(self, sched_index: int, lams, mus, batch: int = GRID_BATCH,
+                 budget: float | None = None) -> np.ndarray:
+        """Objective per seed [G, S] of PRADA at G constant pairs, vmapped over the pairs in
+        batches of ``batch`` (the last one padded, so every call reuses one compilation).
+        With an occupancy ``budget`` (share of M), a pair whose mean server utilisation over
+        the seeds exceeds it gets NaN on every seed (``evals.grid`` ranks it last)."""
+        lams = np.asarray(lams, np.float32)
+        mus = np.asarray(mus, np.float32)
+        n = lams.shape[0]
+        e = self.evaluator
+        p = ev.apply_spec(self.params, self.prada_spec(sched_index))
+        out = []
+        for i in range(0, n, batch):
+            la, mu = lams[i:i + batch], mus[i:i + batch]
+            pad = batch - la.shape[0]
+            la = np.concatenate([la, np.repeat(la[-1:], pad)])
+            mu = np.concatenate([mu, np.repeat(mu[-1:], pad)])
+            totals = jax.device_get(_grid_fn(e.evaluate_fn)(
+                e.keys, p, e.net_params, jnp.asarray(la), jnp.asarray(mu),
+                ev.screen_mode(self.screen)))
+            for g in range(batch - pad):
+                m = e.metrics({k: v[g] for k, v in totals.items()}, p)
+                obj = np.asarray(m["objective"], np.float64)
+                if budget is not None and not np.nanmean(m["server_util"]) <= budget:
+                    obj = np.full_like(obj, np.nan)
+                out.append(obj)
+        return np.asarray(out)
+
+
+# ----------------------------------------------------------------------------- one scenario
+
+def _baseline_specs(screen: str = "policy"):
+    return {ROW_ZERO: None,  # PRADA rule at 0 (scheduler of the dual run)
+            ROW_FIFO: ev.PolicySpec(ROW_FIFO, screen, "fifo_greedy"),
+            ROW_FILTER: ev.PolicySpec(ROW_FILTER, screen, "threshold_fifo"),
+            ROW_NOLIM: ev.PolicySpec(ROW_NOLIM, screen, "offload_all", unlimited=True),
+            ROW_LLM: ev.PolicySpec(ROW_LLM, "always", "offload_all")}
+
+
+def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_cond,
+                      grid_kw: dict, log=print, choice_runner: Runner | None = None,
+                      hindsight: bool = True, budget: float | None = None,
+                      best_grid: dict | None = None) -> dict:
+    """Per-seed metrics of every row plus the grid reports on one scenario.
+
+    The reference constant pair is chosen by the grid on ``choice_runner`` (validation
+    problems and seeds; ``runner`` itself if None) and evaluated on ``runner``; with
+    ``hindsight`` the grid is also searched on ``runner``'s own seeds (an optimistic,
+    labelled row). With an occupancy ``budget`` the grids keep only budget-feasible pairs
+    (mean server utilisation ≤ budget on the seeds they are searched on). ``best_grid``: the
+    validation grid's report from an earlier call with the same policy, scenario, choice
+    seeds and budget (it does not depend on the learner; ``run``'s ``grid_cache``), reused
+    instead of searched again."""
+    per_seed = {}
+    per_seed[ROW_CONST] = runner.run_prada(sched_index, const[0], const[1])
+    if cond_state is not None:
+        per_seed[ROW_COND] = runner.run_conditioned(sched_index, cond_state, dcfg_cond)
+    chooser = choice_runner or runner
+    grids = {}
+    for row, r in ((ROW_BEST, chooser), (ROW_HINDSIGHT, runner if hindsight else None)):
+        if r is None:
+            continue
+        if row == ROW_BEST and best_grid is not None:
+            g = best_grid
+            log(f"    grid ({row}): reused ({g['evaluated']} pairs), best "
+                f"λ_s={g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
+            per_seed[row] = runner.run_prada(sched_index, g["best"]["lambda_s"],
+                                             g["best"]["mu_per_mhz"] / 1e6)
+            grids[row] = g
+            continue
+        t0 = time.perf_counter()
+        g = grid.search(lambda lams, mus, r=r: r.run_grid(sched_index, lams, mus,
+                                                          budget=budget), **grid_kw)
+        log(f"    grid ({row}): {g['evaluated']} pairs in {time.perf_counter() - t0:.0f}s, "
+            f"best λ_s={g['best']['lambda_s']:.4g} µ={g['best']['mu_per_mhz']:.4g}/MHz")
+        if budget is not None:   # every pair over the cap scores -inf: say if none was left
+            g["budget_feasible"] = g["best"]["objective"] is not None
+            if not g["budget_feasible"]:
+                log(f"    grid ({row}): no pair of the grid meets the budget {budget:g}; "
+                    "the row shows its smallest pair")
+        per_seed[row] = runner.run_prada(sched_index, g["best"]["lambda_s"],
+                                         g["best"]["mu_per_mhz"] / 1e6)
+        grids[row] = g
+    g = dict(grids[ROW_BEST], chosen_on="validation" if choice_runner is not None
+             else "the evaluated seeds")
+    if ROW_HINDSIGHT in grids:
+        g["hindsight"] = grids[ROW_HINDSIGHT]
+    for row, spec in _baseline_specs(runner.screen).items():
+        per_seed[row] = (runner.run_prada(sched_index, 0.0, 0.0) if spec is None
+                         else runner.run(spec))
+    return {"per_seed": per_seed, "grid": g}
+
+
+def check_budget(budget, flag: str = "--budget") -> float:
+    """The occupancy cap as a float in (0, 1]; ``BadInput`` naming ``flag`` otherwise."""
+    try:
+        b = float(budget)
+    except (TypeError, ValueError):
+        b = float("nan")
+    if not (math.isfinite(b) and 0.0 < b <= 1.0):
+        raise BadInput(f"{flag}={budget}: the average server occupancy cap must be a number "
+                       "in (0, 1]")
+    return b
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+def train_policy(out: Path, size: dict, log=print, hardware: str | None = None) -> Path:
+    """Trains the screening policy (train.ppo library) into ``out/ppo`` or reuses it
+    (``hardware``: its clock's pair, ``env.hardware``; None = the config's default)."""
+    d = out / "ppo"
+    c = pipeline.ppo_config("gsm8k", size["ppo_variant"], dict(
+        size["ppo_overrides"], **({} if hardware is None else {"env.hardware": str(hardware)})))
+    log(f"  ppo: training the screening policy ({c.ppo.total_env_steps} env slots) in {d}")
+    pipeline.train_policy(c, d)
+    return d
+
+
+def parse_dual_overrides(text: str) -> dict:
+    """``"utilisation=0.5,mode=subgradient"`` → ``{"dual.utilisation": 0.5, "dual.mode":
+    "subgradient"}`` (numbers become floats). Keys must be fields of ``config.dual``; a bad
+    one raises ``BadInput`` naming it. ``mode`` applies to the constant learner only (the
+    conditioned map needs the differentiable mode)."""
+    out = {}
+    names = {f.name for f in dataclasses.fields(learner.DualConfig)}
+    for item in filter(None, (t.strip() for t in (text or "").split(","))):
+        key, sep, val = item.partition("=")
+        key = key.strip().removeprefix("dual.")
+        if not sep or key not in names:
+            raise BadInput(f"--dual_overrides: {item!r} is not FIELD=VALUE with FIELD in "
+                           f"config.dual ({sorted(names)})")
+        try:
+            out[f"dual.{key}"] = float(val)
+        except ValueError:
+            out[f"dual.{key}"] = val.strip()
+    # finite and float32-representable, like every --config field (config_utils.check_float32)
+    try:
+        config_utils.check_float32(out, "")
+    except BadInput as e:
+        raise BadInput(f"--dual_overrides: {e}") from None
+    try:  # range checks before anything is written (the learner checks again)
+        learner.config_from({k.split(".", 1)[1]: v for k, v in out.items()})
+    except (ValueError, TypeError) as e:
+        raise BadInput(f"--dual_overrides: {e}") from None
+    return out
+
+
+def _default_dual():
+    """``config.dual`` of prada_jax/configs/dual.py (the learner's defaults)."""
+    return dual_cfg.get_config().dual
+
+
+def learn_multipliers(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
+                      conditioned: bool, seed: int = 0, nominate_by: str = "actor",
+                      dual_overrides: dict | None = None, tag: str = ""):
+    """Runs the stage-2 learner on one scenario; returns (run dir, result dict, dcfg, the
+    env params it trained on: their scheduler and value accounting are what PRADA rows run).
+    ``seed``: the learner's ``config.seed`` (its rollouts' seeds in the validation range);
+    ``tag``: a suffix of the run folder (one run per setting, e.g. a budget margin)."""
+    d = out / "dual" / scenario / (("conditioned" if conditioned else "constant") + tag)
+    if nominate_by != "actor":
+        d = d.parent / f"{d.name}_{nominate_by}"
+    fields = {"seed": int(seed), "policy_dir": str(policy_dir),
+              **{f"env.{k}": env_kw[k] for k in _ENV_KEYS},
+              "env.server_speed": float(env_kw.get("server_speed", 1.0)),
+              **({"env.hardware": str(env_kw["hardware"])} if "hardware" in env_kw else {}),
+              "env.scenario": scenario, "env.scenario_length": int(size["scenario_length"]),
+              "env.problems": int(env_kw.get("train_problems", 0)),
+              "env.split": str(env_kw.get("choice_split", "validation")),   # a choice
+              "dual.conditioned": bool(conditioned), "policy.nominate_by": nominate_by}
+    if conditioned:
+        fields["dual.mode"] = "differentiable"  # the map is learned by gradient (Adam)
+    fields.update(size["dual"])
+    fields.update({k: v for k, v in (dual_overrides or {}).items()
+                   if not (k == "dual.mode" and conditioned)})  # the map: by gradient
+    c = pipeline.dual_config("gsm8k", "", fields)
+    c.log.checkpoint_every = int(c.train.num_chunks)
+    c.log.progress = False
+    c.eval.gap_slots = 0
+    result, dcfg, env_params = pipeline.learn_multipliers(c, d)
+    return d, result, dcfg, env_params
+
+
+def _value_accounting(dual_env, *runners_):
+    """Every PRADA row runs the value accounting of the policy the dual run trained with."""
+    for r in runners_:
+        r.params = r.params.replace(policy_true_reward=dual_env.policy_true_reward)
+
+
+def margin_tag(margin: float) -> str:
+    """Run-folder suffix of the learners at budget margin δ (``_margin0.05``)."""
+    return f"_margin{float(margin):g}"
+
+
+#: Budget tightening (issue 33 item 2): the margins tried, ascending, and the share of
+#: validation seeds on which the learned constant must keep the cap (within the tolerance).
+TIGHTEN_DEFAULT = {"confidence": 0.9, "margins": (0.0, 0.05, 0.1, 0.2)}
+
+
+def choose_margin(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size: dict,
+                  budget: float, tighten: dict, choice_runner: "Runner", runner: "Runner",
+                  nominate_by: str = "actor", dual_overrides: dict | None = None,
+                  seed: int = 0, log=print) -> dict:
+    """The smallest margin δ of ``tighten["margins"]`` (ascending, each in [0, 1)) such that
+    the constant pair learned with cap ``budget·(1 − δ)`` (validation split and seeds, learner
+    ``seed``) keeps the per-seed occupancy ≤ ``budget·(1 + BUDGET_TOLERANCE)`` on at least a
+    share ``tighten["confidence"]`` of the validation seeds (``choice_runner``). If none does,
+    the largest δ, with ``met`` False. Returns ``{"margin", "met", "confidence", "limit",
+    "tried": [{"margin", "lambda_s", "mu_per_mhz", "share_within", "occupancy_mean",
+    "occupancy_per_seed"}]}`` (occupancy = busy units / M on validation seeds)."""
+    q = float(tighten.get("confidence", TIGHTEN_DEFAULT["confidence"]))
+    margins = sorted(float(m) for m in tighten.get("margins", TIGHTEN_DEFAULT["margins"]))
+    if not (0.0 < q <= 1.0) or not margins or margins[0] < 0.0 or margins[-1] >= 1.0:
+        raise BadInput(f"budget tightening: confidence must be in (0, 1] and margins in [0, 1), "
+                       f"got {q}, {margins}")
+    limit = budget * (1.0 + BUDGET_TOLERANCE)
+    tried = []
+    for m in margins:
+        over = dict(dual_overrides or {}, **{"dual.utilisation": budget * (1.0 - m)})
+        _, r, _, dual_env = learn_multipliers(out, scenario, policy_dir, env_kw, size, False,
+                                              seed=seed, nominate_by=nominate_by,
+                                              dual_overrides=over, tag=margin_tag(m))
+        _value_accounting(dual_env, choice_runner, runner)
+        lam, mu = float(r["multipliers"].lambda_s), float(r["multipliers"].mu)
+        occ = np.asarray(choice_runner.run_prada(int(dual_env.scheduler), lam, mu)
+                         ["server_util"], np.float64)
+        share = float(np.mean(occ <= limit))
+        tried.append({"margin": m, "lambda_s": lam, "mu_per_mhz": mu * 1e6,
+                      "share_within": share, "occupancy_mean": float(np.nanmean(occ)),
+                      "occupancy_per_seed": [float(v) for v in occ]})
+        log(f"    margin {m:g}: learned λ_s={lam:.4g}; validation occupancy "
+            f"{np.nanmean(occ):.3f}, within {limit:.4f} on {100 * share:.0f}% of seeds")
+        if share >= q:
+            return {"margin": m, "met": True, "confidence": q, "limit": limit, "tried": tried}
+    return {"margin": margins[-1], "met": False, "confidence": q, "limit": limit,
+            "tried": tried}
+
+
+def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
+        policy_dir: str | None = None, num_users: int | None = None, log=print,
+        size: str | None = None, nominate_by: str = "actor",
+        dual_overrides: dict | None = None, split: str = suite.DEFAULT_SPLIT,
+        choice_split: str = "validation", budget: float | None = None,
+        seed0: int = 0, hardware: str | None = None, learner_seed: int = 0,
+        grid_cache: dict | None = None, hindsight: bool | None = None,
+        tighten: dict | None = None) -> dict:
+    """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
+
+    ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
+    the policy nominates by its actor's greedy action ("actor") or iff its critic's ΔQ > 0
+    ("critic"), in learning and in every policy row. ``dual_overrides``: ``config.dual``
+    values for the learner (``parse_dual_overrides``; ``dual.mode`` for the constant pair
+    only), recorded in ``meta``. ``split``: the part of the policy's trace set every row is
+    evaluated on (test, with test-range seeds); ``choice_split``: the part the multipliers are
+    learned on and the grid's reference pair is chosen on (validation, validation seeds).
+    ``budget``: an operator's cap on the long-run average server occupancy (busy units / M,
+    in (0, 1]): the learners enforce it as the time-averaged constraint Σ admissions × their
+    own service time ≤ budget·M_t (``config.dual.utilisation``; an upper bound of the
+    measured occupancy, ``prada_jax.stage2.problem``), the grid reference is the best
+    budget-feasible constant pair, and each scenario reports every row's occupancy against the cap.
+    ``seed0``: the first evaluation seed as an offset into ``split``'s seed range (fresh seeds
+    for a confirmation run; the validation seeds of the choices stay the same).
+    ``learner_seed``: the learners' ``config.seed`` (a learner sample; issue 33).
+    ``grid_cache``: a dict shared by calls with the same policy: the validation grid of a
+    (policy, scenario, budget) is searched once and reused (it does not depend on the learner).
+    ``hindsight``: overrides the size's hindsight row (False skips its per-call grid).
+    ``tighten`` (with ``budget``): ``{"confidence": q, "margins": (δ, ...)}``: the learners'
+    cap is ``budget·(1 − δ)`` with the smallest δ (ascending) whose learned constant keeps the
+    occupancy ≤ budget·(1 + BUDGET_TOLERANCE) on at least a share q of the validation seeds
+    (:func:`choose_margin`); the report's ``budget.margin`` says which and why."""
+    if budget is not None:
+        check_budget(budget)
+        dual_overrides = dict(dual_overrides or {}, **{"dual.utilisation": float(budget)})
+    size_name = size or ("quick" if quick else "full")
+    size = dict(SIZES[size_name])
+    if seeds is not None:
+        size["seeds"] = int(seeds)
+    if num_users is not None:
+        size["num_users"] = int(num_users)
+    out = Path(out)
+    t_start = time.perf_counter()
+    # A given policy is validated before anything is written (bad input: exit 2, no --out).
+    policy = suite.load_policy(str(policy_dir)) if policy_dir else None
+    out.mkdir(parents=True, exist_ok=True)
+    pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log, hardware)
+    if policy is None:
+        policy = suite.load_policy(str(pol_dir))
+    env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
+                                                       num_users=size["num_users"],
+                                                       hardware=hardware))
+    env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
+    env_kw["choice_split"] = choice_split
+    # The same generated set the policy trained on (its problem count), restricted to a part.
+    n_problems = env_kw["train_problems"] or None
+    tseed = int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET
+    traces = suite.load_traces("gsm8k", n_problems, tseed, split=split)
+    choice_traces = suite.load_traces("gsm8k", n_problems, tseed, split=choice_split)
+    suite.check_policy_traces(policy, traces)
+    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], seed0=int(seed0),
+                                   flag="--seed0/--seeds")
+    choice_seed0 = suite.evaluation_seed0(choice_traces.info, policy, size["seeds"],
+                                          flag="--seeds")
+    if traces.info["split"] == choice_traces.info["split"] and split != "all":
+        raise BadInput(f"--split={split}: the table and the choices need different splits")
+
+    def runners(kw: dict, scenario: str):
+        """(test runner, validation runner) on the env ``kw`` under ``scenario``."""
+        args = {k: kw[k] for k in _ENV_KEYS}
+        out = []
+        for tr, s0 in ((traces, seed0), (choice_traces, choice_seed0)):
+            p = edge.make_params(tr.traces, **args, **scenarios.latency_overrides(kw),
+                                 hardware=kw.get("hardware", latency.DEFAULT_PAIR),
+                                 scenario=scenarios.preset(scenario, size["scenario_length"]))
+            out.append(Runner(p, size["seeds"], size["slots"], size["warmup"],
+                              policy.apply_fn, policy.params, seed0=s0,
+                              nominate_by=nominate_by))
+        return out
+    grid_kw = {k: v for k, v in size["grid"].items() if v is not None}
+    result = {"scenarios": {}, "meta": {
+        "synthetic": True, "traces": traces.info, "policy": str(pol_dir),
+        "split": traces.info["split"], "split_label": suite.split_label(traces.info, policy),
+        "eval_seed_range": [seed0, seed0 + size["seeds"]],
+        "choice_split": choice_traces.info["split"],
+        "choice_seed_range": [choice_seed0, choice_seed0 + size["seeds"]],
+        "env": {k: env_kw[k] for k in _ENV_KEYS + ("hardware",) if k in env_kw},
+        "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
+        "scenario_length": size["scenario_length"], "size": size_name,
+        "nominate_by": nominate_by,
+        "dual_overrides": dict(size["dual"], **(dual_overrides or {})),
+        "constant_mode": (dual_overrides or {}).get("dual.mode", _default_dual().mode),
+        "budget": budget, "learner_seed": int(learner_seed), "tighten": tighten,
+        "ci95": "half-width of the 95% Student-t interval"}}
+    if hindsight is None:
+        hindsight = bool(size.get("hindsight", True))
+    for name in scenario_names:
+        env_s = dict(env_kw, **scenarios.preset_env(name))   # the preset's own M, B, speed
+        runner, choice_runner = runners(env_s, name)
+        margin = None
+        over = dual_overrides
+        if budget is not None and tighten:
+            log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: choosing the "
+                "budget margin on validation")
+            margin = choose_margin(out, name, pol_dir, env_s, size, budget, tighten,
+                                   choice_runner, runner, nominate_by=nominate_by,
+                                   dual_overrides=dual_overrides, seed=learner_seed, log=log)
+            over = dict(dual_overrides or {},
+                        **{"dual.utilisation": budget * (1.0 - margin["margin"])})
+        tag = "" if margin is None else margin_tag(margin["margin"])
+        log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
+        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_s, size, False,
+                                                    seed=learner_seed, nominate_by=nominate_by,
+                                                    dual_overrides=over, tag=tag)
+        _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_s, size, True,
+                                                    seed=learner_seed, nominate_by=nominate_by,
+                                                    dual_overrides=over, tag=tag)
+        const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
+        sched = int(dual_env.scheduler)
+        _value_accounting(dual_env, runner, choice_runner)
+        log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: evaluating (learned "
+            f"λ_s={const[0]:.4g}, µ={const[1] * 1e6:.4g}/MHz)")
+        gkey = (str(Path(pol_dir).resolve()), name, budget, choice_seed0, size["seeds"],
+                nominate_by, size_name)
+        cached_grid = None if grid_cache is None else grid_cache.get(gkey)
+        ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,
+                                   grid_kw, log, choice_runner=choice_runner,
+                                   hindsight=hindsight, budget=budget,
+                                   best_grid=cached_grid)
+        if grid_cache is not None:
+            grid_cache[gkey] = {k: v for k, v in ev_res["grid"].items()
+                                if k not in ("chosen_on", "hindsight")}
+        rep = scenario_report(ev_res["per_seed"])
+        if budget is not None:
+            rep["budget"] = budget_report(ev_res["per_seed"], budget)
+            if margin is not None:
+                rep["budget"]["margin"] = margin
+        rep["multipliers"] = {"learned_constant": {"lambda_s": const[0],
+                                                   "mu_per_mhz": const[1] * 1e6},
+                              "learned_conditioned_at_mean_load": {
+                                  "lambda_s": float(r_cond["multipliers"].lambda_s),
+                                  "mu_per_mhz": float(r_cond["multipliers"].mu) * 1e6},
+                              "scheduler": SCHEDULER_NAMES[sched]}
+        rep["grid"] = ev_res["grid"]
+        rep["env"] = {k: env_s[k] for k in _ENV_KEYS + ("server_speed",) if k in env_s}
+        rep["schedule"] = schedule_report(name, size["scenario_length"], size["slots"],
+                                          size["warmup"], env_s["num_servers"])
+        rep["per_seed"] = {r: {k: [float(x) for x in np.asarray(v[k])] for k in METRICS}
+                           for r, v in ev_res["per_seed"].items()}
+        result["scenarios"][name] = rep
+        write_outputs(result, out)
+    result["meta"]["wall_s"] = time.perf_counter() - t_start
+    write_outputs(result, out)
+    return result
+
