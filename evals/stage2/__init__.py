@@ -71,6 +71,7 @@ import numpy as np  # noqa: E402
 from envs import edge, scenarios  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
 from evals import grid, plots, suite  # noqa: E402
+from evals.stage2 import pairs  # noqa: E402
 from prada_jax import config_utils, latency, stats  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import write_json  # noqa: E402
@@ -646,6 +647,8 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     t_start = time.perf_counter()
     # A given policy is validated before anything is written (bad input: exit 2, no --out).
     policy = suite.load_policy(str(policy_dir)) if policy_dir else None
+    if policy is not None and hardware is not None:   # one clock in every step (issue 33)
+        pairs.check_policy_pair(policy.meta, hardware, f"--policy={policy_dir}")
     out.mkdir(parents=True, exist_ok=True)
     pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log, hardware)
     if policy is None:

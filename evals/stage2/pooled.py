@@ -58,11 +58,16 @@ def _claims():
             "headroom_nolimits_minus_zero": (s2.ROW_NOLIM, s2.ROW_ZERO)}
 
 
-def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--policies"):
+def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--policies",
+                   hardware: str | None = None):
     """Loads every policy folder and checks that it was trained on the verdict's trace set:
     the gsm8k synthetic set of generator seed ``trace_seed`` with ``problems`` problems (0: the
-    benchmark's count), its train split. Returns the loaded policies. ``BadInput`` naming the
-    folder (or ``flag``) otherwise; nothing is written."""
+    benchmark's count), its train split, and under the verdict's clock ``hardware`` (a pair of
+    ``prada_jax.latency.PAIRS``; None: ``latency.CONFIG_PAIR``, the configs' default;
+    ``evals.stage2.pairs``). Returns the loaded policies. ``BadInput`` naming the folder (or
+    ``flag``) otherwise; nothing is written."""
+    from evals.stage2 import pairs
+    from prada_jax import latency
     from evals import suite
     from prada_jax.rl import policy as rl_policy
     from prada_jax.traces import synthetic
@@ -77,6 +82,9 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
     want_total = int(problems) or int(synthetic.PRESETS["gsm8k"].problems)
     want = {"source": "synthetic:gsm8k", "split": "train", "trace_seed": int(trace_seed),
             "problems_total": want_total}
+    hardware = str(hardware or latency.CONFIG_PAIR)
+    latency.check_pair(hardware, "--hardware")
+    metas = []
     for d in dirs:   # the metadata of every folder first (cheap), then the checkpoints
         if not Path(d).is_dir():
             raise BadInput(f"{flag}: {d}: no such policy folder")
@@ -92,6 +100,9 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
             k = bad[0]
             raise BadInput(f"{flag}: {d} was trained on {k} {got[k]!r}, the verdict's is "
                            f"{want[k]!r} ({Path(d) / rl_policy.POLICY_META_FILE} traces)")
+        metas.append(meta)
+    for d, meta in zip(dirs, metas):   # then the clock: one pair for every step
+        pairs.check_policy_pair(meta, hardware, f"{flag}: {d}")
     out = [suite.load_policy(d, flag=flag) for d in dirs]   # EvalError (BadInput) naming it
     return out
 
@@ -203,7 +214,7 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
                seeds: int | None = None, size: str = "full", budget: float | None = None,
                tighten: dict | None = None, seed0: int = 0, trace_seed: int = 0,
                problems: int = 0, nominate_by: str = "actor",
-               resamples: int | None = None, log=print) -> dict:
+               resamples: int | None = None, log=print, hardware: str | None = None) -> dict:
     """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
     the dict (module docstring). Checks every input before writing anything."""
     from evals import stage2 as s2
@@ -212,7 +223,9 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
 
     if int(learner_seeds) < 1:
         raise BadInput(f"--learner_seeds must be >= 1, got {learner_seeds}")
-    check_policies(policy_dirs, trace_seed, problems)
+    from prada_jax import latency
+    hardware = str(hardware or latency.CONFIG_PAIR)
+    check_policies(policy_dirs, trace_seed, problems, hardware=hardware)
     sz = s2.SIZES[size]
     S = int(seeds if seeds is not None else sz["seeds"])
     if S < 2:
@@ -237,7 +250,7 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
                 f"{j}, test seeds +{s0}..+{s0 + S - 1}")
             r = s2.run(d, scenario_names, S, policy_dir=str(pdir), size=size,
                        nominate_by=nominate_by, budget=budget, seed0=s0, learner_seed=j,
-                       grid_cache=grid_cache, hindsight=False,
+                       grid_cache=grid_cache, hindsight=False, hardware=hardware,
                        tighten=tighten if budget is not None else None,
                        log=lambda m: log("    " + m))
             per_pol.append(r)
@@ -250,6 +263,7 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
                        "budget": budget, "tighten": tighten, "seed0": int(seed0),
                        "trace_seed": int(trace_seed), "problems": int(problems),
                        "nominate_by": nominate_by, "resamples": resamples,
+                       "hardware": hardware,
                        "interval": "union of the nested bootstrap (policies → learner seeds "
                                    "→ eval seeds, percentile) and the Student-t interval over "
                                    "policy means (evals.stage2.hier), 95 %",
@@ -329,6 +343,9 @@ def _define_flags():
     flags.DEFINE_integer("trace_seed", 0, "Generator seed of the verdict's gsm8k synthetic set.")
     flags.DEFINE_integer("problems", 0, "Problems of that set (0: the benchmark's count).")
     flags.DEFINE_integer("resamples", 10000, "Bootstrap resamples.")
+    flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock in every "
+                        "step (prada_jax.latency.PAIRS; default: the configs' a100_orin_int4); "
+                        "every policy must have been trained under it.")
 
 
 def main(argv):
@@ -363,7 +380,7 @@ def main(argv):
         tighten = {"confidence": float(F.budget_confidence), "margins": margins}
     result = run_pooled(F.out, dirs, names, F.learner_seeds, F.seeds,
                         "quick" if F.quick else "full", F.budget, tighten, F.seed0,
-                        F.trace_seed, F.problems, resamples=F.resamples)
+                        F.trace_seed, F.problems, resamples=F.resamples, hardware=F.hardware)
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'pooled.json'}, pooled.md")
 
