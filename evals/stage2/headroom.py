@@ -87,8 +87,10 @@ def pooled_mde_floor(sd_seed: float, policies: int = 3, learner_seeds: int = 2,
 
 
 def measure(policy_dir: str, candidates, seeds: int = 8, size: str = "full",
-            log=print) -> dict:
-    """Per candidate the rows λ=µ=0 and no limits on validation (module docstring)."""
+            log=print, out: Path | None = None) -> dict:
+    """Per candidate the rows λ=µ=0 and no limits on validation (module docstring); with
+    ``out`` the JSON is rewritten after every candidate (a long run keeps what it measured)."""
+    from prada_jax.jsonio import write_json
     from envs import edge, scenarios
     from evals import stage2 as s2
     from evals import suite
@@ -113,7 +115,7 @@ def measure(policy_dir: str, candidates, seeds: int = 8, size: str = "full",
                     "mde": "two-sided t at 5 %, power 80 %"}, "candidates": {}}
     t0 = time.perf_counter()
     for label, name, over in candidates:
-        env_s = dict(env_kw, **scenarios.preset_env(name), **over)
+        env_s = dict(env_kw, **dict(scenarios.preset_env(name), **over))   # spec wins
         p = edge.make_params(traces.traces, **{k: env_s[k] for k in s2._ENV_KEYS},
                              **scenarios.latency_overrides(env_s),
                              hardware=env_s.get("hardware", latency.DEFAULT_PAIR),
@@ -140,6 +142,8 @@ def measure(policy_dir: str, candidates, seeds: int = 8, size: str = "full",
                                           "server_util", "capacity_bound_share",
                                           "blocked_rate") if k in m}
         res["candidates"][label] = rep
+        if out is not None:
+            write_json(Path(out), res, allow_nan=True)
         z = rep["rows"][s2.ROW_ZERO]
         log(f"[{time.perf_counter() - t0:6.0f}s] {label}: headroom {rep['headroom']:+.4f} "
             f"(sd {sd:.4f}; MDE one draw {rep['mde_one_draw']:.4f}, pooled floor "
@@ -173,9 +177,9 @@ def main(argv):
     if F.seeds < 2:
         raise BadInput(f"--seeds must be >= 2, got {F.seeds}")
     cands = parse_candidates(F.candidates)
-    res = measure(F.policy, cands, F.seeds, F.size)
-    from prada_jax.jsonio import write_json
     Path(F.out).parent.mkdir(parents=True, exist_ok=True)
+    res = measure(F.policy, cands, F.seeds, F.size, out=Path(F.out))
+    from prada_jax.jsonio import write_json
     write_json(Path(F.out), res, allow_nan=True)
     print(json.dumps({k: {"headroom": v["headroom"], "mde_pooled_floor": v["mde_pooled_floor"]}
                       for k, v in res["candidates"].items()}, indent=1))

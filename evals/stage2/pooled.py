@@ -59,7 +59,7 @@ def _claims():
 
 
 def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--policies",
-                   hardware: str | None = None):
+                   hardware: str | None = None, min_count: int = 2):
     """Loads every policy folder and checks that it was trained on the verdict's trace set:
     the gsm8k synthetic set of generator seed ``trace_seed`` with ``problems`` problems (0: the
     benchmark's count), its train split, and under the verdict's clock ``hardware`` (a pair of
@@ -73,7 +73,7 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
     from prada_jax.traces import synthetic
 
     dirs = [str(d) for d in dirs]
-    if len(dirs) < 2:
+    if len(dirs) < int(min_count):
         raise BadInput(f"{flag}: a pooled verdict needs >= 2 independently trained policy "
                        f"samples, got {len(dirs)}")
     res = [str(Path(d).resolve()) for d in dirs]
@@ -110,6 +110,41 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
 def cell_seed0(seed0: int, i: int, j: int, learner_seeds: int, seeds: int) -> int:
     """First test seed (offset into the test range) of cell (policy i, learner seed j)."""
     return int(seed0) + (int(i) * int(learner_seeds) + int(j)) * int(seeds)
+
+
+#: Written beside a finished cell's stage2.json: the settings it was run with. A rerun with
+#: the same settings reuses the cell instead of computing it again.
+CELL_FILE = "cell.json"
+
+
+def cell_key(policy_dir, learner_seed, seed0, seeds, size, budget, tighten, hardware,
+             nominate_by, scenario_names) -> dict:
+    """The settings that determine one cell's stage2.json (``CELL_FILE``)."""
+    return {"policy": str(Path(policy_dir).resolve()), "learner_seed": int(learner_seed),
+            "seed0": int(seed0), "seeds": int(seeds), "size": str(size),
+            "budget": None if budget is None else float(budget),
+            "tighten": None if budget is None or tighten is None else
+            {"confidence": float(tighten["confidence"]),
+             "margins": [float(m) for m in tighten["margins"]]},
+            "hardware": str(hardware), "nominate_by": str(nominate_by),
+            "scenarios": list(scenario_names)}
+
+
+def reuse_cell(d: Path, key: dict) -> dict | None:
+    """The finished cell under ``d`` if its ``CELL_FILE`` equals ``key``, else None."""
+    import json
+    f, res = Path(d) / CELL_FILE, Path(d) / "stage2.json"
+    if not (f.is_file() and res.is_file()):
+        return None
+    try:
+        if json.loads(f.read_text()) != key:
+            return None
+        r = json.loads(res.read_text())
+    except (OSError, ValueError):
+        return None
+    if not all(n in r.get("scenarios", {}) for n in key["scenarios"]):
+        return None
+    return r
 
 
 def stack(cells: list[list[dict]], scenario: str, row: str, metric: str) -> np.ndarray:
@@ -214,7 +249,8 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
                seeds: int | None = None, size: str = "full", budget: float | None = None,
                tighten: dict | None = None, seed0: int = 0, trace_seed: int = 0,
                problems: int = 0, nominate_by: str = "actor",
-               resamples: int | None = None, log=print, hardware: str | None = None) -> dict:
+               resamples: int | None = None, log=print, hardware: str | None = None,
+               only_policies=None) -> dict | None:
     """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
     the dict (module docstring). Checks every input before writing anything."""
     from evals import stage2 as s2
@@ -225,7 +261,16 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
         raise BadInput(f"--learner_seeds must be >= 1, got {learner_seeds}")
     from prada_jax import latency
     hardware = str(hardware or latency.CONFIG_PAIR)
-    check_policies(policy_dirs, trace_seed, problems, hardware=hardware)
+    if len(policy_dirs) < 2:
+        check_policies(policy_dirs, trace_seed, problems, hardware=hardware)   # the message
+    only = None if only_policies is None else sorted({int(i) for i in only_policies})
+    if only is not None and (not only or min(only) < 0 or max(only) >= len(policy_dirs)):
+        raise BadInput(f"--only_policies={only_policies}: indices into --policies "
+                       f"(0..{len(policy_dirs) - 1})")
+    check_policies([policy_dirs[i] for i in (only if only is not None
+                                             else range(len(policy_dirs)))],
+                   trace_seed, problems, hardware=hardware,
+                   min_count=1 if only is not None else 2)
     sz = s2.SIZES[size]
     S = int(seeds if seeds is not None else sz["seeds"])
     if S < 2:
@@ -242,22 +287,37 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     cells, cell_meta = [], []
     L = int(learner_seeds)
     for i, pdir in enumerate(policy_dirs):
+        if only is not None and i not in only:
+            continue
         per_pol = []
         for j in range(L):
             s0 = cell_seed0(seed0, i, j, L, S)
             d = out / "cells" / f"p{i}_l{j}"
-            log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i} ({pdir}), learner seed "
-                f"{j}, test seeds +{s0}..+{s0 + S - 1}")
-            r = s2.run(d, scenario_names, S, policy_dir=str(pdir), size=size,
-                       nominate_by=nominate_by, budget=budget, seed0=s0, learner_seed=j,
-                       grid_cache=grid_cache, hindsight=False, hardware=hardware,
-                       tighten=tighten if budget is not None else None,
-                       log=lambda m: log("    " + m))
+            key = cell_key(pdir, j, s0, S, size, budget, tighten, hardware, nominate_by,
+                           scenario_names)
+            r = reuse_cell(d, key)
+            if r is not None:
+                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i}, learner seed {j}: "
+                    f"reusing {d / 'stage2.json'} (same {CELL_FILE})")
+            else:
+                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i} ({pdir}), learner "
+                    f"seed {j}, test seeds +{s0}..+{s0 + S - 1}")
+                (d / CELL_FILE).unlink(missing_ok=True)
+                r = s2.run(d, scenario_names, S, policy_dir=str(pdir), size=size,
+                           nominate_by=nominate_by, budget=budget, seed0=s0, learner_seed=j,
+                           grid_cache=grid_cache, hindsight=False, hardware=hardware,
+                           tighten=tighten if budget is not None else None,
+                           log=lambda m: log("    " + m))
+                write_json(d / CELL_FILE, key, allow_nan=False)
             per_pol.append(r)
             cell_meta.append({"policy": str(pdir), "policy_index": i, "learner_seed": j,
                               "eval_seed_range": r["meta"]["eval_seed_range"],
                               "stage2_json": str(d / "stage2.json")})
         cells.append(per_pol)
+    if only is not None:
+        log(f"cells of policies {only} written under {out / 'cells'}; pooled.json needs every "
+            "policy's cells (run again without --only_policies: finished cells are reused)")
+        return None
     result = {"meta": {"synthetic": True, "policies": [str(p) for p in policy_dirs],
                        "learner_seeds": L, "eval_seeds_per_cell": S, "size": size,
                        "budget": budget, "tighten": tighten, "seed0": int(seed0),
@@ -321,6 +381,14 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _parse_indices(text: str) -> list[int]:
+    try:
+        return [int(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise BadInput(f"--only_policies={text}: not a comma-separated list of integers") \
+            from None
+
+
 def _define_flags():
     from absl import flags
 
@@ -343,6 +411,9 @@ def _define_flags():
     flags.DEFINE_integer("trace_seed", 0, "Generator seed of the verdict's gsm8k synthetic set.")
     flags.DEFINE_integer("problems", 0, "Problems of that set (0: the benchmark's count).")
     flags.DEFINE_integer("resamples", 10000, "Bootstrap resamples.")
+    flags.DEFINE_string("only_policies", None, "Comma-separated indices into --policies: "
+                        "run only their cells (no pooled.json; a later full run reuses every "
+                        "finished cell whose cell.json matches).")
     flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock in every "
                         "step (prada_jax.latency.PAIRS; default: the configs' a100_orin_int4); "
                         "every policy must have been trained under it.")
@@ -380,7 +451,13 @@ def main(argv):
         tighten = {"confidence": float(F.budget_confidence), "margins": margins}
     result = run_pooled(F.out, dirs, names, F.learner_seeds, F.seeds,
                         "quick" if F.quick else "full", F.budget, tighten, F.seed0,
-                        F.trace_seed, F.problems, resamples=F.resamples, hardware=F.hardware)
+                        F.trace_seed, F.problems, resamples=F.resamples, hardware=F.hardware,
+                        only_policies=None if F.only_policies is None else
+                        _parse_indices(F.only_policies))
+    if result is None:
+        print(f"wrote the cells of --only_policies={F.only_policies} under "
+              f"{Path(F.out) / 'cells'}")
+        return
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'pooled.json'}, pooled.md")
 
