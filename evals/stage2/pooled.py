@@ -187,8 +187,13 @@ def judge_scenario(cells: list[list[dict]], scenario: str, budget: float | None,
         claims[name] = hier.interval(x, resamples=resamples, seed=seed)
     P = len(cells)
     per_policy = []
+    occ_all = stack(cells, scenario, s2.ROW_CONST, "server_util")     # [P, L, S]
     for i in range(P):
-        pp = {"claims": {}, "learned": [], "occupancy": {}}
+        pp = {"claims": {}, "learned": [], "occupancy": {},
+              # the learned constant's test occupancy (busy units / M), with or without a cap
+              "learned_occupancy": {"mean": float(np.nanmean(occ_all[i])),
+                                    "per_cell": [float(v) for v in np.nanmean(occ_all[i],
+                                                                             axis=1)]}}
         for name, x in diffs.items():
             b = hier.hierarchical_bootstrap(x[i:i + 1], resamples=resamples, seed=seed)
             pp["claims"][name] = {"mean": b["mean"], "lo": b["lo"], "hi": b["hi"]}
@@ -374,10 +379,15 @@ def to_markdown(result: dict) -> str:
                                      for pp in sc["per_policy"]))
         for i, pp in enumerate(sc["per_policy"]):
             lm = "; ".join(f"seed {x['learner_seed']}: λ_s="
-                           f"{x['multipliers']['learned_constant']['lambda_s']:.4g}"
+                           f"{x['multipliers']['learned_constant']['lambda_s']:.4g}, µ="
+                           f"{x['multipliers']['learned_constant']['mu_per_mhz']:.4g}/MHz"
                            for x in pp["learned"] if x.get("multipliers"))
-            lines.append(f"\npolicy {i}: learned {lm}; grid best λ_s="
-                         f"{(pp['learned'][0].get('grid_best') or {}).get('lambda_s')}")
+            gb = pp["learned"][0].get("grid_best") or {}
+            lo = pp.get("learned_occupancy") or {}
+            occ = (f"; learned constant's test occupancy {lo['mean']:.3f} (per learner seed "
+                   + ", ".join(f"{v:.3f}" for v in lo["per_cell"]) + ")") if lo else ""
+            lines.append(f"\npolicy {i}: learned {lm}; grid best λ_s={gb.get('lambda_s')}, "
+                         f"µ={gb.get('mu_per_mhz')}/MHz{occ}")
     return "\n".join(lines) + "\n"
 
 

@@ -196,3 +196,19 @@ def test_a_finished_cell_is_reused_only_with_the_same_settings(tmp_path):
         assert pooled.reuse_cell(d, dict(key, **change)) is None, change
     (d / pooled.CELL_FILE).write_text("{not json")
     assert pooled.reuse_cell(d, key) is None
+
+
+def test_per_policy_learned_occupancy_without_a_budget():
+    """Item 2's report per policy sample (the learned constant's test occupancy) is there
+    with or without a cap, and equals a direct mean; the table prints λ_s and µ."""
+    cells = _cells(3, 2, 8, ROWS)
+    rep = pooled.judge_scenario(cells, "slow_server", None, resamples=200)
+    occ = pooled.stack(cells, "slow_server", S2.ROW_CONST, "server_util")
+    for i, pp in enumerate(rep["per_policy"]):
+        assert pp["learned_occupancy"]["mean"] == pytest.approx(occ[i].mean())
+        assert pp["learned_occupancy"]["per_cell"] == pytest.approx(list(occ[i].mean(axis=1)))
+    md = pooled.to_markdown({"meta": {"policies": ["a", "b", "c"], "learner_seeds": 2,
+                                      "eval_seeds_per_cell": 8, "size": "full",
+                                      "interval": "x"},
+                             "scenarios": {"slow_server": rep}})
+    assert "µ=0/MHz" in md and "test occupancy" in md
