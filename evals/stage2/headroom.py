@@ -32,8 +32,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from absl import flags
 
+from envs import edge, scenarios
+from evals import stage2 as s2
+from evals import suite
+from prada_jax import latency, stats
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
+from prada_jax.sched.registry import SCHEDULER_NAMES
 
 #: Env keys a candidate may override (``evals.stage2``'s env settings plus server_speed).
 SPEC_KEYS = ("num_servers", "num_users", "arrival_rate_hz", "bandwidth_hz", "server_speed")
@@ -44,7 +51,6 @@ def parse_candidates(text: str, flag: str = "--candidates") -> list[tuple[str, s
     """``"nominal;nominal:num_servers=4,arrival_rate_hz=6"`` → [(label, preset, overrides)];
     ``BadInput`` naming ``flag`` for an unknown preset or key, a non-positive value, or a
     label listed twice."""
-    from envs import scenarios
 
     out, seen = [], set()
     for item in filter(None, (t.strip() for t in str(text).split(";"))):
@@ -81,7 +87,6 @@ def pooled_mde_floor(sd_seed: float, policies: int = 3, learner_seeds: int = 2,
                      seeds: int = 8, alpha: float = 0.05, power: float = 0.8) -> float:
     """``stats.min_detectable_effect`` over ``policies`` policy means whose sd is
     ``sd_seed / sqrt(learner_seeds · seeds)`` (no between-policy variance: a floor)."""
-    from prada_jax import stats
     sd_mean = float(sd_seed) / np.sqrt(int(learner_seeds) * int(seeds))
     return stats.min_detectable_effect(sd_mean, int(policies), alpha, power)
 
@@ -90,12 +95,6 @@ def measure(policy_dir: str, candidates, seeds: int = 8, size: str = "full",
             log=print, out: Path | None = None) -> dict:
     """Per candidate the rows λ=µ=0 and no limits on validation (module docstring); with
     ``out`` the JSON is rewritten after every candidate (a long run keeps what it measured)."""
-    from prada_jax.jsonio import write_json
-    from envs import edge, scenarios
-    from evals import stage2 as s2
-    from evals import suite
-    from prada_jax import latency, stats
-    from prada_jax.sched.registry import SCHEDULER_NAMES
 
     policy = suite.load_policy(str(policy_dir), flag="--policy")
     sz = dict(s2.SIZES[size])
@@ -156,7 +155,6 @@ def measure(policy_dir: str, candidates, seeds: int = 8, size: str = "full",
 
 
 def _define_flags():
-    from absl import flags
     flags.DEFINE_string("policy", None, "Policy folder (train.ppo run or critic refit).")
     flags.DEFINE_string("out", None, "Output JSON file.")
     flags.DEFINE_string("candidates", "nominal", "Candidates, ';'-separated: "
@@ -166,7 +164,6 @@ def _define_flags():
 
 
 def main(argv):
-    from absl import flags
     F = flags.FLAGS
     if len(argv) > 1:
         raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
@@ -179,7 +176,6 @@ def main(argv):
     cands = parse_candidates(F.candidates)
     Path(F.out).parent.mkdir(parents=True, exist_ok=True)
     res = measure(F.policy, cands, F.seeds, F.size, out=Path(F.out))
-    from prada_jax.jsonio import write_json
     write_json(Path(F.out), res, allow_nan=True)
     print(json.dumps({k: {"headroom": v["headroom"], "mde_pooled_floor": v["mde_pooled_floor"]}
                       for k, v in res["candidates"].items()}, indent=1))

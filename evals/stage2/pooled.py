@@ -36,6 +36,7 @@ than the verdict's (``--trace_seed``, ``--problems``, the gsm8k synthetic set, t
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -66,8 +67,8 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
     ``prada_jax.latency.PAIRS``; None: ``latency.CONFIG_PAIR``, the configs' default;
     ``evals.stage2.pairs``). Returns the loaded policies. ``BadInput`` naming the folder (or
     ``flag``) otherwise; nothing is written."""
-    from evals.stage2 import pairs
-    from prada_jax import latency
+    from evals.stage2 import pairs  # lazy: prada_jax.latency imports jax; --help stays light
+    from prada_jax import latency  # lazy: imports jax; --help stays light
     from evals import suite
     from prada_jax.rl import policy as rl_policy
     from prada_jax.traces import synthetic
@@ -132,7 +133,6 @@ def cell_key(policy_dir, learner_seed, seed0, seeds, size, budget, tighten, hard
 
 def reuse_cell(d: Path, key: dict) -> dict | None:
     """The finished cell under ``d`` if its ``CELL_FILE`` equals ``key``, else None."""
-    import json
     f, res = Path(d) / CELL_FILE, Path(d) / "stage2.json"
     if not (f.is_file() and res.is_file()):
         return None
@@ -264,7 +264,7 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
 
     if int(learner_seeds) < 1:
         raise BadInput(f"--learner_seeds must be >= 1, got {learner_seeds}")
-    from prada_jax import latency
+    from prada_jax import latency  # lazy: imports jax; --help stays light
     hardware = str(hardware or latency.CONFIG_PAIR)
     if len(policy_dirs) < 2:
         check_policies(policy_dirs, trace_seed, problems, hardware=hardware)   # the message
