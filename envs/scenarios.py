@@ -45,6 +45,17 @@ by :data:`PRESET_ENV` (``preset_env(name)``; ``evals.stage2`` applies them per s
   rule (in ≈ 40 % of validation slots; the original preset: ≈ 1 %).
 * ``outage_burst_m2``: ``outage_burst``'s schedule at M = 2 (M_t = 1 in an outage), 24
   users/s, U = 64: capacity binds for the rule in ≈ 18 % of validation slots (original: ≈ 5 %).
+Presets at the contended operating points of the roofline clock (issue 33 item 5; chosen on
+validation for the seed-0 policy under ``a100_orin_int4``, docs/results/stage2_pooled.md
+Part 1b):
+* ``contended``: all factors 1 at M = 4 server sequence slots and λ = 4·√2 ≈ 5.66 users/s
+  (load 1.41 per slot, a point of the load curve's grid): the λ = µ = 0 rule keeps the server
+  ≈ 73 % busy and capacity binds in ≈ 31 % of validation slots, where the server LLM alone
+  would be unstable (docs/results/load_curve.md).
+* ``outage_burst_m4``: ``outage_burst``'s schedule at M = 4 and 2 users/s (load 0.5 per
+  slot): outside outages the server is lightly used (the rule's occupancy ≈ 25 %); in an
+  outage (M_t = 1) with its arrival burst, requests queue (capacity binds in ≈ 26 % of
+  validation slots).
 * ``slow_server``: the server computes 10× slower (``server_speed`` 0.1: 31 TFLOP/s peak, an
   edge-class accelerator instead of an A100; an assumption), so at the verdict's load (M = 1,
   12 users/s) the actor's own nominations keep the unit busy and capacity binds.
@@ -170,7 +181,12 @@ def _degraded(n):
 PRESETS = {"nominal": _nominal, "heavy": _heavy, "burst": _burst, "diurnal": _diurnal,
            "degraded": _degraded, "bandwidth_bound": _nominal, "outage_burst": _outage_burst,
            "slow_server": _nominal, "bandwidth_bound_dense": _nominal,
-           "outage_burst_m2": _outage_burst}
+           "outage_burst_m2": _outage_burst, "contended": _nominal,
+           "outage_burst_m4": _outage_burst}
+
+#: Arrival rate of ``contended`` [users/s]: load 4·√2 / M = √2 per server sequence slot at
+#: M = 4 (the load curve's grid point 2^(1/2)).
+CONTENDED_RATE_HZ = 4.0 * math.sqrt(2.0)
 
 #: Env scalars a preset assumes, overriding the evaluation's (keys of ``evals.suite``'s env
 #: settings plus ``server_speed``, a factor on the server's peak FLOP/s; see module docstring).
@@ -181,7 +197,10 @@ PRESET_ENV = {"bandwidth_bound": {"num_servers": 16, "bandwidth_hz": 3e6},
               # originals did not bind under its own nominations (docs/results/stage2_verdict.md)
               "bandwidth_bound_dense": {"num_servers": 16, "bandwidth_hz": 3e6,
                                         "arrival_rate_hz": 48.0, "num_users": 128},
-              "outage_burst_m2": {"num_servers": 2, "arrival_rate_hz": 24.0, "num_users": 64}}
+              "outage_burst_m2": {"num_servers": 2, "arrival_rate_hz": 24.0, "num_users": 64},
+              # contended operating points of the roofline clock (issue 33 item 5)
+              "contended": {"num_servers": 4, "arrival_rate_hz": CONTENDED_RATE_HZ},
+              "outage_burst_m4": {"num_servers": 4, "arrival_rate_hz": 2.0}}
 
 
 def preset_env(name: str) -> dict:

@@ -157,10 +157,11 @@ def _pair_file(**server) -> Callable[[Path], None]:
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
 
 
-def _pooled_meta(split: str, trace_seed: int) -> str:
+def _pooled_meta(split: str, trace_seed: int, hardware: str | None = None) -> str:
     return json.dumps({"obs_dim": 18, "traces": {
         "source": "synthetic:gsm8k", "split": split, "trace_seed": trace_seed,
-        "problems_total": 1319, "feature_dim": 16}})
+        "problems_total": 1319, "feature_dim": 16},
+        **({"hardware": hardware} if hardware else {})})
 
 INPUTS: dict[str, Callable[[Path], None]] = {
     "traces_ok": _valid_traces,
@@ -183,6 +184,11 @@ INPUTS: dict[str, Callable[[Path], None]] = {
                               "policy_meta.json": _pooled_meta("validation", 0)}),
     "pol_traceseed5": _run_dir({"config.json": _MIN_PPO_CONFIG,
                                 "policy_meta.json": _pooled_meta("train", 5)}),
+    # the clock's pair (issue 33 item 5): absent = paper
+    "pol_a100": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                          "policy_meta.json": _pooled_meta("train", 0, "a100_orin_int4")}),
+    "pol_paper": _run_dir({"config.json": _MIN_PPO_CONFIG,
+                           "policy_meta.json": _pooled_meta("train", 0, "paper")}),
     "dual_m2": _dual_for(2),
     "policy_garbage_meta": _smoke_policy_garbage_metadata,
     "ppo_damaged": _damaged_run(PPO_CFG, "smoke", "truncate"),
@@ -437,6 +443,26 @@ CASES: list[Case] = [
     Case("evals.stage2.pooled", ("--policies={pol_train},{pol_valsplit}", "--out={out}",
                                  "--budget=0.3", "--budget_margins=0,1.5"),
          r"--budget_margins"),
+    # one clock in every step: a policy trained under another pair than the verdict's
+    Case("evals.stage2.pooled", ("--policies={pol_a100},{pol_paper}", "--out={out}"),
+         r"--hardware=a100_orin_int4: --policies: .*pol_paper.*trained under hardware 'paper'"),
+    Case("evals.stage2.pooled", ("--policies={pol_paper},{pol_train}", "--out={out}",
+                                 "--hardware=a100_orin_int4"),
+         r"--hardware=a100_orin_int4: --policies: .*pol_paper.*'paper'"),
+    Case("evals.stage2.pooled", ("--policies={pol_a100},{pol_train}", "--out={out}",
+                                 "--hardware=paper"),
+         r"--hardware=paper: --policies: .*pol_a100.*'a100_orin_int4'"),
+    Case("evals.stage2.pooled", ("--policies={pol_a100},{pol_paper}", "--out={out}",
+                                 "--hardware=tpu9"), r"--hardware=tpu9"),
+    Case("evals.stage2", ("--policy={policy_smoke}", "--out={out}", "--quick",
+                          "--hardware=paper"),
+         r"--hardware=paper: --policy=.*trained under hardware 'a100_orin_int4'"),
+    Case("evals.stage2.headroom", ("--out={out}/h.json",), r"--policy=None"),
+    Case("evals.stage2.headroom", ("--policy={policy_smoke}", "--out={out}/h.json",
+                                   "--candidates=nominal;rush"), r"--candidates.*'rush'"),
+    Case("evals.stage2.headroom", ("--policy={policy_smoke}", "--out={out}/h.json",
+                                   "--candidates=nominal:num_servers=0"),
+         r"--candidates.*num_servers=0.*> 0"),
     Case("evals.stage2.policies", ("--seeds=0,x", "--out={out}"), r"--seeds"),
     Case("evals.stage2.policies", ("--seeds=1,1", "--out={out}"), r"--seeds"),
     Case("benchmarks.sched_vs_milp", ("--candidates=0", "--json={out}"), r"--candidates"),

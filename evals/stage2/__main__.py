@@ -43,7 +43,8 @@ def _define_flags():
                          "--quick 16).")
     flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock "
                         "(prada_jax.latency.PAIRS or a .json file; docs/latency.md). Default: "
-                        "the --policy run's env.hardware, else paper (also for the policy "
+                        "the --policy run's env.hardware (another pair than the policy's is "
+                        "refused), else the configs' a100_orin_int4 (also for the policy "
                         "trained here).")
 
 

@@ -36,6 +36,7 @@ than the verdict's (``--trace_seed``, ``--problems``, the gsm8k synthetic set, t
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -58,17 +59,22 @@ def _claims():
             "headroom_nolimits_minus_zero": (s2.ROW_NOLIM, s2.ROW_ZERO)}
 
 
-def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--policies"):
+def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--policies",
+                   hardware: str | None = None, min_count: int = 2):
     """Loads every policy folder and checks that it was trained on the verdict's trace set:
     the gsm8k synthetic set of generator seed ``trace_seed`` with ``problems`` problems (0: the
-    benchmark's count), its train split. Returns the loaded policies. ``BadInput`` naming the
-    folder (or ``flag``) otherwise; nothing is written."""
+    benchmark's count), its train split, and under the verdict's clock ``hardware`` (a pair of
+    ``prada_jax.latency.PAIRS``; None: ``latency.CONFIG_PAIR``, the configs' default;
+    ``evals.stage2.pairs``). Returns the loaded policies. ``BadInput`` naming the folder (or
+    ``flag``) otherwise; nothing is written."""
+    from evals.stage2 import pairs  # lazy: prada_jax.latency imports jax; --help stays light
+    from prada_jax import latency  # lazy: imports jax; --help stays light
     from evals import suite
     from prada_jax.rl import policy as rl_policy
     from prada_jax.traces import synthetic
 
     dirs = [str(d) for d in dirs]
-    if len(dirs) < 2:
+    if len(dirs) < int(min_count):
         raise BadInput(f"{flag}: a pooled verdict needs >= 2 independently trained policy "
                        f"samples, got {len(dirs)}")
     res = [str(Path(d).resolve()) for d in dirs]
@@ -77,6 +83,9 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
     want_total = int(problems) or int(synthetic.PRESETS["gsm8k"].problems)
     want = {"source": "synthetic:gsm8k", "split": "train", "trace_seed": int(trace_seed),
             "problems_total": want_total}
+    hardware = str(hardware or latency.CONFIG_PAIR)
+    latency.check_pair(hardware, "--hardware")
+    metas = []
     for d in dirs:   # the metadata of every folder first (cheap), then the checkpoints
         if not Path(d).is_dir():
             raise BadInput(f"{flag}: {d}: no such policy folder")
@@ -92,6 +101,9 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
             k = bad[0]
             raise BadInput(f"{flag}: {d} was trained on {k} {got[k]!r}, the verdict's is "
                            f"{want[k]!r} ({Path(d) / rl_policy.POLICY_META_FILE} traces)")
+        metas.append(meta)
+    for d, meta in zip(dirs, metas):   # then the clock: one pair for every step
+        pairs.check_policy_pair(meta, hardware, f"{flag}: {d}")
     out = [suite.load_policy(d, flag=flag) for d in dirs]   # EvalError (BadInput) naming it
     return out
 
@@ -99,6 +111,40 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
 def cell_seed0(seed0: int, i: int, j: int, learner_seeds: int, seeds: int) -> int:
     """First test seed (offset into the test range) of cell (policy i, learner seed j)."""
     return int(seed0) + (int(i) * int(learner_seeds) + int(j)) * int(seeds)
+
+
+#: Written beside a finished cell's stage2.json: the settings it was run with. A rerun with
+#: the same settings reuses the cell instead of computing it again.
+CELL_FILE = "cell.json"
+
+
+def cell_key(policy_dir, learner_seed, seed0, seeds, size, budget, tighten, hardware,
+             nominate_by, scenario_names) -> dict:
+    """The settings that determine one cell's stage2.json (``CELL_FILE``)."""
+    return {"policy": str(Path(policy_dir).resolve()), "learner_seed": int(learner_seed),
+            "seed0": int(seed0), "seeds": int(seeds), "size": str(size),
+            "budget": None if budget is None else float(budget),
+            "tighten": None if budget is None or tighten is None else
+            {"confidence": float(tighten["confidence"]),
+             "margins": [float(m) for m in tighten["margins"]]},
+            "hardware": str(hardware), "nominate_by": str(nominate_by),
+            "scenarios": list(scenario_names)}
+
+
+def reuse_cell(d: Path, key: dict) -> dict | None:
+    """The finished cell under ``d`` if its ``CELL_FILE`` equals ``key``, else None."""
+    f, res = Path(d) / CELL_FILE, Path(d) / "stage2.json"
+    if not (f.is_file() and res.is_file()):
+        return None
+    try:
+        if json.loads(f.read_text()) != key:
+            return None
+        r = json.loads(res.read_text())
+    except (OSError, ValueError):
+        return None
+    if not all(n in r.get("scenarios", {}) for n in key["scenarios"]):
+        return None
+    return r
 
 
 def stack(cells: list[list[dict]], scenario: str, row: str, metric: str) -> np.ndarray:
@@ -141,8 +187,13 @@ def judge_scenario(cells: list[list[dict]], scenario: str, budget: float | None,
         claims[name] = hier.interval(x, resamples=resamples, seed=seed)
     P = len(cells)
     per_policy = []
+    occ_all = stack(cells, scenario, s2.ROW_CONST, "server_util")     # [P, L, S]
     for i in range(P):
-        pp = {"claims": {}, "learned": [], "occupancy": {}}
+        pp = {"claims": {}, "learned": [], "occupancy": {},
+              # the learned constant's test occupancy (busy units / M), with or without a cap
+              "learned_occupancy": {"mean": float(np.nanmean(occ_all[i])),
+                                    "per_cell": [float(v) for v in np.nanmean(occ_all[i],
+                                                                             axis=1)]}}
         for name, x in diffs.items():
             b = hier.hierarchical_bootstrap(x[i:i + 1], resamples=resamples, seed=seed)
             pp["claims"][name] = {"mean": b["mean"], "lo": b["lo"], "hi": b["hi"]}
@@ -203,7 +254,8 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
                seeds: int | None = None, size: str = "full", budget: float | None = None,
                tighten: dict | None = None, seed0: int = 0, trace_seed: int = 0,
                problems: int = 0, nominate_by: str = "actor",
-               resamples: int | None = None, log=print) -> dict:
+               resamples: int | None = None, log=print, hardware: str | None = None,
+               only_policies=None) -> dict | None:
     """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
     the dict (module docstring). Checks every input before writing anything."""
     from evals import stage2 as s2
@@ -212,7 +264,18 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
 
     if int(learner_seeds) < 1:
         raise BadInput(f"--learner_seeds must be >= 1, got {learner_seeds}")
-    check_policies(policy_dirs, trace_seed, problems)
+    from prada_jax import latency  # lazy: imports jax; --help stays light
+    hardware = str(hardware or latency.CONFIG_PAIR)
+    if len(policy_dirs) < 2:
+        check_policies(policy_dirs, trace_seed, problems, hardware=hardware)   # the message
+    only = None if only_policies is None else sorted({int(i) for i in only_policies})
+    if only is not None and (not only or min(only) < 0 or max(only) >= len(policy_dirs)):
+        raise BadInput(f"--only_policies={only_policies}: indices into --policies "
+                       f"(0..{len(policy_dirs) - 1})")
+    check_policies([policy_dirs[i] for i in (only if only is not None
+                                             else range(len(policy_dirs)))],
+                   trace_seed, problems, hardware=hardware,
+                   min_count=1 if only is not None else 2)
     sz = s2.SIZES[size]
     S = int(seeds if seeds is not None else sz["seeds"])
     if S < 2:
@@ -229,27 +292,43 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     cells, cell_meta = [], []
     L = int(learner_seeds)
     for i, pdir in enumerate(policy_dirs):
+        if only is not None and i not in only:
+            continue
         per_pol = []
         for j in range(L):
             s0 = cell_seed0(seed0, i, j, L, S)
             d = out / "cells" / f"p{i}_l{j}"
-            log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i} ({pdir}), learner seed "
-                f"{j}, test seeds +{s0}..+{s0 + S - 1}")
-            r = s2.run(d, scenario_names, S, policy_dir=str(pdir), size=size,
-                       nominate_by=nominate_by, budget=budget, seed0=s0, learner_seed=j,
-                       grid_cache=grid_cache, hindsight=False,
-                       tighten=tighten if budget is not None else None,
-                       log=lambda m: log("    " + m))
+            key = cell_key(pdir, j, s0, S, size, budget, tighten, hardware, nominate_by,
+                           scenario_names)
+            r = reuse_cell(d, key)
+            if r is not None:
+                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i}, learner seed {j}: "
+                    f"reusing {d / 'stage2.json'} (same {CELL_FILE})")
+            else:
+                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i} ({pdir}), learner "
+                    f"seed {j}, test seeds +{s0}..+{s0 + S - 1}")
+                (d / CELL_FILE).unlink(missing_ok=True)
+                r = s2.run(d, scenario_names, S, policy_dir=str(pdir), size=size,
+                           nominate_by=nominate_by, budget=budget, seed0=s0, learner_seed=j,
+                           grid_cache=grid_cache, hindsight=False, hardware=hardware,
+                           tighten=tighten if budget is not None else None,
+                           log=lambda m: log("    " + m))
+                write_json(d / CELL_FILE, key, allow_nan=False)
             per_pol.append(r)
             cell_meta.append({"policy": str(pdir), "policy_index": i, "learner_seed": j,
                               "eval_seed_range": r["meta"]["eval_seed_range"],
                               "stage2_json": str(d / "stage2.json")})
         cells.append(per_pol)
+    if only is not None:
+        log(f"cells of policies {only} written under {out / 'cells'}; pooled.json needs every "
+            "policy's cells (run again without --only_policies: finished cells are reused)")
+        return None
     result = {"meta": {"synthetic": True, "policies": [str(p) for p in policy_dirs],
                        "learner_seeds": L, "eval_seeds_per_cell": S, "size": size,
                        "budget": budget, "tighten": tighten, "seed0": int(seed0),
                        "trace_seed": int(trace_seed), "problems": int(problems),
                        "nominate_by": nominate_by, "resamples": resamples,
+                       "hardware": hardware,
                        "interval": "union of the nested bootstrap (policies → learner seeds "
                                    "→ eval seeds, percentile) and the Student-t interval over "
                                    "policy means (evals.stage2.hier), 95 %",
@@ -300,11 +379,24 @@ def to_markdown(result: dict) -> str:
                                      for pp in sc["per_policy"]))
         for i, pp in enumerate(sc["per_policy"]):
             lm = "; ".join(f"seed {x['learner_seed']}: λ_s="
-                           f"{x['multipliers']['learned_constant']['lambda_s']:.4g}"
+                           f"{x['multipliers']['learned_constant']['lambda_s']:.4g}, µ="
+                           f"{x['multipliers']['learned_constant']['mu_per_mhz']:.4g}/MHz"
                            for x in pp["learned"] if x.get("multipliers"))
-            lines.append(f"\npolicy {i}: learned {lm}; grid best λ_s="
-                         f"{(pp['learned'][0].get('grid_best') or {}).get('lambda_s')}")
+            gb = pp["learned"][0].get("grid_best") or {}
+            lo = pp.get("learned_occupancy") or {}
+            occ = (f"; learned constant's test occupancy {lo['mean']:.3f} (per learner seed "
+                   + ", ".join(f"{v:.3f}" for v in lo["per_cell"]) + ")") if lo else ""
+            lines.append(f"\npolicy {i}: learned {lm}; grid best λ_s={gb.get('lambda_s')}, "
+                         f"µ={gb.get('mu_per_mhz')}/MHz{occ}")
     return "\n".join(lines) + "\n"
+
+
+def _parse_indices(text: str) -> list[int]:
+    try:
+        return [int(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise BadInput(f"--only_policies={text}: not a comma-separated list of integers") \
+            from None
 
 
 def _define_flags():
@@ -329,6 +421,12 @@ def _define_flags():
     flags.DEFINE_integer("trace_seed", 0, "Generator seed of the verdict's gsm8k synthetic set.")
     flags.DEFINE_integer("problems", 0, "Problems of that set (0: the benchmark's count).")
     flags.DEFINE_integer("resamples", 10000, "Bootstrap resamples.")
+    flags.DEFINE_string("only_policies", None, "Comma-separated indices into --policies: "
+                        "run only their cells (no pooled.json; a later full run reuses every "
+                        "finished cell whose cell.json matches).")
+    flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock in every "
+                        "step (prada_jax.latency.PAIRS; default: the configs' a100_orin_int4); "
+                        "every policy must have been trained under it.")
 
 
 def main(argv):
@@ -363,7 +461,13 @@ def main(argv):
         tighten = {"confidence": float(F.budget_confidence), "margins": margins}
     result = run_pooled(F.out, dirs, names, F.learner_seeds, F.seeds,
                         "quick" if F.quick else "full", F.budget, tighten, F.seed0,
-                        F.trace_seed, F.problems, resamples=F.resamples)
+                        F.trace_seed, F.problems, resamples=F.resamples, hardware=F.hardware,
+                        only_policies=None if F.only_policies is None else
+                        _parse_indices(F.only_policies))
+    if result is None:
+        print(f"wrote the cells of --only_policies={F.only_policies} under "
+              f"{Path(F.out) / 'cells'}")
+        return
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'pooled.json'}, pooled.md")
 

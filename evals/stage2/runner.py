@@ -16,6 +16,7 @@ import numpy as np
 from envs import edge, scenarios
 from evals import evaluate as ev
 from evals import grid, pipeline, suite
+from evals.stage2 import pairs
 from evals.stage2.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, ROW_CONST,
                                  ROW_FIFO, ROW_FILTER, ROW_HINDSIGHT, ROW_LLM, ROW_NOLIM,
                                  ROW_ZERO, budget_report, scenario_report, schedule_report,
@@ -419,6 +420,8 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     t_start = time.perf_counter()
     # A given policy is validated before anything is written (bad input: exit 2, no --out).
     policy = suite.load_policy(str(policy_dir)) if policy_dir else None
+    if policy is not None and hardware is not None:   # one clock in every step (issue 33)
+        pairs.check_policy_pair(policy.meta, hardware, f"--policy={policy_dir}")
     out.mkdir(parents=True, exist_ok=True)
     pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log, hardware)
     if policy is None:

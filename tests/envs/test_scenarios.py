@@ -239,3 +239,24 @@ def test_slow_server_scales_the_server_compute_time():
     assert scenarios.latency_overrides({}) == {}
     with pytest.raises(scenarios.ScenarioError, match="server_speed"):
         scenarios.latency_overrides({"server_speed": 0.0})
+
+
+def test_contended_presets_of_the_roofline_clock():
+    """issue 33 item 5: ``contended`` is the nominal schedule at M = 4 and load √2 per server
+    slot; ``outage_burst_m4`` is outage_burst's schedule at M = 4 and 2 users/s (M_t = 1 in an
+    outage); an env built from them has those M and λ."""
+    import math
+    np.testing.assert_array_equal(scenarios.preset("contended", 50).arrival, np.ones(50))
+    c = scenarios.preset_env("contended")
+    assert c == {"num_servers": 4, "arrival_rate_hz": pytest.approx(4 * math.sqrt(2))}
+    assert c["arrival_rate_hz"] / c["num_servers"] == pytest.approx(2 ** 0.5)
+    a, b = scenarios.preset("outage_burst_m4", 800), scenarios.preset("outage_burst", 800)
+    for f in scenarios.FIELDS:
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    o = scenarios.preset_env("outage_burst_m4")
+    assert o == {"num_servers": 4, "arrival_rate_hz": 2.0}
+    p = edge.make_params(TRACES, num_users=U, scenario=a, **o)
+    assert float(p.arrival_rate_hz) == pytest.approx(2.0) and int(p.num_servers) == 4
+    assert int(jax.device_get(edge.slot_conditions(p, 0))["num_servers"]) == 1
+    assert int(jax.device_get(edge.slot_conditions(p, 120))["num_servers"]) == 4
+    assert "contended" in scenarios.parse_names("contended,outage_burst_m4")

@@ -177,3 +177,39 @@ def test_pooled_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
     assert hier.grand_mean(np.asarray(sc["per_seed"][S2.ROW_CONST]["objective"])
                            - np.asarray(sc["per_seed"][S2.ROW_ZERO]["objective"])) == \
         pytest.approx(sc["claims"]["learned_minus_zero"]["mean"])
+
+
+def test_a_finished_cell_is_reused_only_with_the_same_settings(tmp_path):
+    """run_pooled's reuse (issue 33 item 5: cells of one policy run while others train)."""
+    import json
+    key = pooled.cell_key(tmp_path, 1, 72, 8, "full", 0.27,
+                          {"confidence": 0.9, "margins": (0.0, 0.1)}, "a100_orin_int4",
+                          "actor", ["nominal"])
+    d = tmp_path / "cells" / "p0_l1"
+    assert pooled.reuse_cell(d, key) is None                   # nothing there
+    d.mkdir(parents=True)
+    (d / "stage2.json").write_text(json.dumps({"scenarios": {"nominal": {"x": 1}}}))
+    assert pooled.reuse_cell(d, key) is None                   # no cell.json: unfinished
+    (d / pooled.CELL_FILE).write_text(json.dumps(key))
+    assert pooled.reuse_cell(d, key)["scenarios"]["nominal"] == {"x": 1}
+    for change in ({"seed0": 80}, {"hardware": "paper"}, {"learner_seed": 0},
+                   {"scenarios": ["nominal", "slow_server"]}, {"budget": 0.3}):
+        assert pooled.reuse_cell(d, dict(key, **change)) is None, change
+    (d / pooled.CELL_FILE).write_text("{not json")
+    assert pooled.reuse_cell(d, key) is None
+
+
+def test_per_policy_learned_occupancy_without_a_budget():
+    """Item 2's report per policy sample (the learned constant's test occupancy) is there
+    with or without a cap, and equals a direct mean; the table prints λ_s and µ."""
+    cells = _cells(3, 2, 8, ROWS)
+    rep = pooled.judge_scenario(cells, "slow_server", None, resamples=200)
+    occ = pooled.stack(cells, "slow_server", S2.ROW_CONST, "server_util")
+    for i, pp in enumerate(rep["per_policy"]):
+        assert pp["learned_occupancy"]["mean"] == pytest.approx(occ[i].mean())
+        assert pp["learned_occupancy"]["per_cell"] == pytest.approx(list(occ[i].mean(axis=1)))
+    md = pooled.to_markdown({"meta": {"policies": ["a", "b", "c"], "learner_seeds": 2,
+                                      "eval_seeds_per_cell": 8, "size": "full",
+                                      "interval": "x"},
+                             "scenarios": {"slow_server": rep}})
+    assert "µ=0/MHz" in md and "test occupancy" in md

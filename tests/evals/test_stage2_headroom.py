@@ -1,0 +1,48 @@
+"""evals.stage2.headroom (issue 33 item 5): candidate parsing, the pooled MDE floor against
+scipy's t quantiles, and the verdict's one-clock check (evals.stage2.pairs)."""
+import math
+
+import pytest
+from scipy import stats as sps
+
+from evals.stage2 import headroom, pairs
+from prada_jax.errors import BadInput
+
+
+def test_parse_candidates():
+    c = headroom.parse_candidates("nominal; nominal:num_servers=4,arrival_rate_hz=2.5;"
+                                  "outage_burst:num_servers=4")
+    assert c[0] == ("nominal", "nominal", {})
+    assert c[1] == ("nominal:num_servers=4,arrival_rate_hz=2.5", "nominal",
+                    {"num_servers": 4, "arrival_rate_hz": 2.5})
+    assert isinstance(c[1][2]["num_servers"], int)
+    assert c[2][1] == "outage_burst"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("nope", "unknown scenario"), ("nominal:beta=0.1", "KEY=VALUE"),
+    ("nominal:num_servers=x", "not a number"), ("nominal:arrival_rate_hz=-1", "> 0"),
+    ("nominal;nominal", "twice"), (";", "no candidate")])
+def test_parse_candidates_refuses_bad_specs(text, needle):
+    with pytest.raises(BadInput, match=f"--candidates.*{needle}|{needle}"):
+        headroom.parse_candidates(text)
+
+
+def test_pooled_mde_floor_is_the_t_mde_over_policy_means():
+    sd, P, L, S = 0.03, 3, 2, 8
+    sd_mean = sd / math.sqrt(L * S)
+    want = (sps.t.ppf(0.975, P - 1) + sps.t.ppf(0.8, P - 1)) * sd_mean / math.sqrt(P)
+    assert headroom.pooled_mde_floor(sd, P, L, S) == pytest.approx(want, rel=1e-6)
+    # more policies, smaller floor
+    assert headroom.pooled_mde_floor(sd, 5, L, S) < headroom.pooled_mde_floor(sd, P, L, S)
+
+
+def test_policy_pair_check():
+    assert pairs.policy_pair({}) == "paper"              # stored before pairs existed
+    assert pairs.policy_pair({"hardware": "a100_orin_int4"}) == "a100_orin_int4"
+    pairs.check_policy_pair({"hardware": "a100_orin_int4"}, "a100_orin_int4", "p")
+    with pytest.raises(BadInput, match=r"--hardware=paper: p was trained under hardware "
+                                       r"'a100_orin_int4'"):
+        pairs.check_policy_pair({"hardware": "a100_orin_int4"}, "paper", "p")
+    with pytest.raises(BadInput, match="'paper'"):
+        pairs.check_policy_pair({}, "a100_orin_int4", "p")
