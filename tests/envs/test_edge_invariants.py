@@ -68,6 +68,7 @@ def test_same_key_identical_and_different_key_differs():
     assert not np.array_equal(a[1][1], c[1][1])
 
 
+@pytest.mark.slow  # eager rollouts (≈ 20 s); default: the NumPy-reference tests; make test-all
 def test_jit_and_eager_agree():
     """Advance to a busy slot with the jitted step, then compare one slot op by op."""
     params = edge.make_params(TRACES, scheduler="threshold", **STRESS)

@@ -10,6 +10,7 @@ from scipy import stats as sps
 from studies import reopd_prefix_source as ps
 
 
+@pytest.mark.slow  # a finished study (≈ 38 s); its bad-input cases stay in test_cli_errors
 def test_quick_study_end_to_end(tmp_path):
     out = tmp_path / "q"
     assert ps.main(["--quick", "--out", str(out)]) == 0

@@ -223,6 +223,7 @@ def test_dense_env_trains_on_every_sample_with_default_config(fast_compile):
 
 # ----------------------------------------------------------------------------- CartPole
 
+@pytest.mark.slow  # a learning check (≈ 25 s); default: the adapter tests above; make test-all
 def test_ppo_solves_cartpole_v1():
     """The learner through the documented path (adapter + build_setup, the ``gymnax`` config
     variant) reaches the solved return (mean ≥ 475 over the episodes of the last 10 updates)
