@@ -201,6 +201,7 @@ class Setup(NamedTuple):
     total_chunks: int
     num_actions: int = networks.NUM_ACTIONS
     critic: str = "q"
+    env_given: bool = False         # built from a caller's (env, env_params), not the config
 
     def init_states(self, config):
         """Seed-stacked fresh ``LearnerState`` (leading axis num_seeds), built by one jitted
@@ -242,6 +243,8 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     from envs import single_agent
 
     validate_config(config, env_given=env_and_params is not None)
+    if "mesh" in config:   # several processes: join them before the first JAX computation
+        parallel.maybe_initialize_distributed(config.mesh)
     if env_and_params is None:
         env, env_params, trace_info = build_env(config)
     else:
@@ -300,7 +303,8 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     return Setup(env=env, env_params=env_params, trace_info=trace_info, settings=settings,
                  graphdef=graphdef, apply_fn=apply_fn, tx=tx, action_fn=action_fn,
                  obs_dim=obs_dim, num_users=num_users, total_chunks=chunks,
-                 num_actions=num_actions, critic=critic)
+                 num_actions=num_actions, critic=critic,
+                 env_given=env_and_params is not None)
 
 
 def check_decision_overflow(overflow, decisions) -> None:
@@ -402,7 +406,8 @@ def observational_fields(config) -> tuple[str, ...]:
     return tuple(fields)
 
 
-def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
+def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
+                       env_and_params: tuple | None = None,
                        max_chunks: int | None = None) -> dict:
     """Trains (or resumes) a run in ``workdir`` with the shared host loop (``prada_jax.runloop``).
 
@@ -415,7 +420,10 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
     Args:
       config: the ``ml_collections`` config of ``prada_jax/configs/ppo.py``.
       workdir: run directory (created).
-      env_and_params: optional ``(env, env_params)`` to train on instead of the config's env.
+      setup: :func:`build_setup`'s result for ``config`` (and ``env_and_params``): a launcher
+        builds it once to report bad input before anything is written; built here when None.
+      env_and_params: optional ``(env, env_params)`` to train on instead of the config's env
+        (read by :func:`build_setup`; with ``setup`` given, pass the same pair or none).
       max_chunks: stop after this many chunks in *this* call (tests, time-boxed jobs); a
         checkpoint is saved there and the run continues on the next call.
 
@@ -430,18 +438,13 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
       errors.NonFiniteTraining: a train/* metric (or the state at a save) became non-finite;
         the last good checkpoint stays.
     """
-    if "mesh" in config:
-        try:
-            parallel.validate_mesh_config(config.mesh)
-        except ValueError as e:
-            raise config_utils.ConfigError(str(e)) from e
-        parallel.maybe_initialize_distributed(config.mesh)
-    setup = build_setup(config, env_and_params)
+    if setup is None:
+        setup = build_setup(config, env_and_params)
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")
     check = run_state.check_resume(config, workdir, observational_fields(config))
     meta = policy.policy_meta(config, setup)
-    if env_and_params is None:   # a caller-given env is the caller's business
+    if not setup.env_given:   # a caller-given env is the caller's business
         policy.check_policy_meta(Path(workdir), meta)
     workdir = config_utils.prepare_workdir(workdir)
     num_seeds = int(config.num_seeds)

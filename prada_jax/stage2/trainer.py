@@ -124,18 +124,20 @@ def load_traces(config):
     return load_config_traces(config)
 
 
-def policy_reward_mode(config) -> str:
+def policy_reward_mode(config, meta: dict | None = None) -> str:
     """The reward the screening policy was trained with (``coarse`` or ``true``), which decides
     what the threshold rule adds to its ΔQ (``prada_jax.sched.threshold``).
 
-    Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``). A policy written before the
+    Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``), or from ``meta`` (that file's
+    contents, already read) when given. A policy written before the
     field is taken as ``coarse`` (the stage-1 default of prada_jax/configs/ppo.py at the time). The
     privileged trace rule (no ``policy_dir``) carries a bare PRM difference and is treated as
     ``coarse``. An unknown value raises ``errors.BadInput`` naming the file.
     """
     if not config.policy_dir:
         return "coarse"
-    meta = rl_policy.read_policy_meta(config.policy_dir)
+    if meta is None:
+        meta = rl_policy.read_policy_meta(config.policy_dir)
     mode = meta.get("reward_mode", "coarse")
     if mode not in REWARD_MODES:
         raise BadInput(f"{Path(config.policy_dir) / rl_policy.POLICY_META_FILE}: reward_mode "
@@ -143,9 +145,12 @@ def policy_reward_mode(config) -> str:
     return mode
 
 
-def build_env_params(config, traces):
+def build_env_params(config, traces, reward_mode: str | None = None):
     """Edge env params of the scenario, running the threshold scheduler with the value
-    accounting of the policy's training reward (:func:`policy_reward_mode`)."""
+    accounting of the policy's training reward ``reward_mode`` (default: read by
+    :func:`policy_reward_mode`)."""
+    if reward_mode is None:
+        reward_mode = policy_reward_mode(config)
     e = config.env
     scn = scenarios.preset(e.get("scenario", "nominal"),
                            int(e.get("scenario_length", scenarios.DEFAULT_LENGTH)))
@@ -154,14 +159,16 @@ def build_env_params(config, traces):
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
         max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
-        policy_reward_mode=policy_reward_mode(config), scenario=scn,
+        policy_reward_mode=reward_mode, scenario=scn,
         hardware=str(e.get("hardware", latency.DEFAULT_PAIR)),
         **scenarios.latency_overrides({"server_speed": e.get("server_speed", 1.0)}))
     return params
 
 
 def build_policy(config, traces):
-    """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule."""
+    """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule;
+    ``info["reward_mode"]`` is the policy's training reward (:func:`policy_reward_mode` of the
+    ``policy_meta.json`` that loading the policy read)."""
     if not config.policy_dir:
         thr = float(config.policy.rule_threshold)
         return make_trace_rule_policy(thr), {
@@ -174,7 +181,7 @@ def build_policy(config, traces):
                          nominate_by=nominate_by)
     return fn, {"kind": "ppo", "workdir": str(config.policy_dir), "nominate_by": nominate_by,
                 "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy),
-                "reward_mode": policy_reward_mode(config)}
+                "reward_mode": policy_reward_mode(config, policy.meta)}
 
 
 def policy_key(policy_info: dict):
@@ -222,11 +229,12 @@ class Setup(NamedTuple):
 
 
 def build_setup(config) -> Setup:
-    """Validates the config and builds the learner settings, traces, env params and policy."""
+    """Validates the config once and builds the learner settings, traces, policy and env params
+    (the policy run's ``policy_meta.json`` is read once); writes nothing."""
     dcfg = validate_config(config)
     traces, trace_info = load_traces(config)
-    env_params = build_env_params(config, traces)
     policy_fn, policy_info = build_policy(config, traces)
+    env_params = build_env_params(config, traces, policy_info["reward_mode"])
     e = config.env
     scenario = {"traces": trace_info, "policy": policy_info,
                 "num_users": int(e.num_users), "num_servers": int(e.num_servers),
@@ -327,13 +335,16 @@ def final_multipliers(state, dcfg: DualConfig, load_mean) -> Multipliers:
 
 # ----------------------------------------------------------------------------- host loop
 
-def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dict:
+def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
+                       max_chunks: int | None = None) -> dict:
     """Learns the multipliers with the shared host loop (``prada_jax.runloop``); writes
     checkpoints, curves, multipliers.json and gap.json.
 
     On an existing workdir the stored ``config.json`` is checked first
     (``prada_jax.run_state``; only ``OBSERVATIONAL`` fields may change, recorded in
-    ``run.json``), then the newest intact checkpoint is restored.
+    ``run.json``), then the newest intact checkpoint is restored. ``setup``:
+    :func:`build_setup`'s result for ``config`` (a launcher builds it once to report bad input
+    before anything is written); built here when None.
 
     Returns a dict with ``chunk``, ``multipliers``, ``dual_state`` (the learner's final state:
     a conditioned map is evaluated from it), the last chunk's ``scalars`` (the stored final
@@ -345,12 +356,11 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
       errors.NonFiniteTraining: a logged value (or the state at a save) went non-finite; the
         last good checkpoint is kept.
     """
-    validate_config(config)
-    policy_reward_mode(config)  # an unknown policy reward is refused before anything is written
+    if setup is None:   # validates; an unknown policy reward is refused here, before writing
+        setup = build_setup(config)
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")
     check = run_state.check_resume(config, workdir, OBSERVATIONAL)
-    setup = build_setup(config)
     dcfg = setup.dcfg
     workdir = config_utils.prepare_workdir(workdir)
 
