@@ -123,7 +123,7 @@ def draw(setup, sampler, params, seed: int, s: int, prompts_cache: dict) -> Draw
     config, task = setup.config, setup.task
     rng = np.random.default_rng([seed, s])
     pairs = sampler.draw(rng, config.train.batch_size)
-    tb = bucketed(sampler.batch(pairs), int(config.train.get("prompt_bucket", 0)))
+    tb = bucketed(sampler.batch(pairs), int(config.train.prompt_bucket))
     counts = np.bincount(tb.turn, minlength=setup.num_turns)
     if config.mode == "onpolicy":
         prompts = [prefix(setup.pool, sampler, k, prompts_cache) for k in pairs]

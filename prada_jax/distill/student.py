@@ -30,14 +30,14 @@ from prada_jax.lm.model import CausalLM
 
 def seeds_of(config) -> list[int]:
     """The student seeds of a run: ``[config.seed + i for i in range(train.num_seeds)]``."""
-    return [int(config.seed) + i for i in range(int(config.train.get("num_seeds", 1)))]
+    return [int(config.seed) + i for i in range(int(config.train.num_seeds))]
 
 
 def init_dir(config, seed: int) -> str:
     """The HF folder seed ``seed`` starts from: ``<student.init>/seed_<seed>/student_hf`` when a
     multi-seed run's folder is given, else ``student.init`` itself ("" = random init)."""
     init = config.student.init
-    if init and int(config.train.get("num_seeds", 1)) > 1:
+    if init and int(config.train.num_seeds) > 1:
         per = Path(init) / f"seed_{seed}" / "student_hf"
         if per.is_dir():
             return str(per)

@@ -117,7 +117,7 @@ def observational_fields(config) -> tuple[str, ...]:
     (``opd.*`` outside OPD mode, ``gate.*`` without a gate, ``train.prompt_bucket`` = 0), so
     workdirs written before those fields existed still resume."""
     extra = ["optim.carry_from"]
-    if not int(config.train.get("prompt_bucket", 0)):
+    if not int(config.train.prompt_bucket):
         extra.append("train.prompt_bucket")
     if config.mode != "opd":
         extra.append("opd.*")
@@ -161,7 +161,7 @@ def validate_config(config) -> None:
     cu.check_choice(config, "sampler.schedule", SCHEDULES + ADAPTIVE)
     cu.check_int(config, "sampler.refresh_every", minimum=0)
     cu.check_range(config, "sampler.kappa_min", 0.0, 1.0, low_open=True)
-    cu.check(float(config.sampler.get("auto_gap_max", float("inf"))) > 0.0,
+    cu.check(float(config.sampler.auto_gap_max) > 0.0,
              "sampler.auto_gap_max", "must be > 0 (nats per turn; inf = never hold κ)")
     cu.check_range(config, "sampler.ratio_min", 0.0, 1.0, low_open=True)
     cu.check(config.sampler.ratio_max >= 1.0, "sampler.ratio_max",
@@ -176,11 +176,10 @@ def validate_config(config) -> None:
                  "student.num_kv_heads", "student.intermediate_size", minimum=1)
     cu.check_int(config, "optim.warmup_steps", "eval.n_problems", minimum=0)
     cu.check_int(config, "train.num_seeds", minimum=1)
-    if "prompt_bucket" in config.train:
-        cu.check_int(config, "train.prompt_bucket", minimum=0)
+    cu.check_int(config, "train.prompt_bucket", minimum=0)
     cu.check_int(config, "eval.every", minimum=0)
-    cu.check(isinstance(config.eval.get("before", True), bool), "eval.before",
-             f"must be true or false, got {config.eval.get('before')!r}")
+    cu.check(isinstance(config.eval.before, bool), "eval.before",
+             f"must be true or false, got {config.eval.before!r}")
     cu.check(config.student.hidden_size % config.student.num_heads == 0, "student.hidden_size",
              "must be divisible by config.student.num_heads")
     cu.check(config.student.num_heads % config.student.num_kv_heads == 0,
@@ -192,7 +191,7 @@ def validate_config(config) -> None:
         cu.check_range(config, "gate.success_min", 0.0, 1.0)
         cu.check_nonnegative(config, "gate.gap_max")
     if gate_on(config):
-        cu.check(int(config.train.get("num_seeds", 1)) == 1, "gate.every",
+        cu.check(int(config.train.num_seeds) == 1, "gate.every",
                  "a gate needs config.train.num_seeds = 1 (one student per gated run)")
         cu.check(int(config.eval.n_problems) > 0, "gate.every",
                  "a gate needs task success: config.eval.n_problems > 0")
@@ -284,7 +283,7 @@ def build_setup(config, task: tasks_lib.Task | None = None,
                         config.optim.weight_decay, config.optim.clip_norm,
                         config.optim.grad_accum)
     graphdef, cfg, state = init_students(config, vocab, task, tx, list(seeds))
-    if config.optim.get("carry_from", ""):
+    if config.optim.carry_from:
         state = carry_optimizer_state(config, state)
     if gate_on(config) and table is None:
         raise cu.ConfigError("config.gate.every: the gate's per-turn gap needs the exported "
@@ -514,7 +513,7 @@ def restore(run: Run) -> None:
     elif run.adaptive and run.start > 0:
         refresh_ratio(run, run.start, True)
     if run.start == 0:
-        for i, res in enumerate(run.seed_results if run.config.eval.get("before", True) else ()):
+        for i, res in enumerate(run.seed_results if run.config.eval.before else ()):
             res["before"] = evaluate(run, run.params_of(i))
             if res["before"]:
                 run.writers[i].write_scalars(0, {"eval/success_rate":
@@ -542,7 +541,7 @@ def refresh_ratio(run: Run, step: int, update_weights: bool) -> None:
                                 for k, v in diag.summary().items()}}
         if update_weights and run.schedule == "auto":
             # hold the configured κ while the gap is uninformative (from scratch: c̄ ≈ 20 nats)
-            held = not diag.mean_gap <= float(config.sampler.get("auto_gap_max", float("inf")))
+            held = not diag.mean_gap <= float(config.sampler.auto_gap_max)
             sampler.use_kappa(config.sampler.kappa if held else diag.kappa_auto)
             rec["kappa_held"] = held
             scal["distill/kappa_held"] = float(held)
@@ -844,7 +843,7 @@ def _run_updates(run: Run, steps: int, max_steps: int | None):
     (with :func:`checkpoint_meta`) every ``log.ckpt_every`` and at the end."""
     config = run.config
     refresh_every = int(config.sampler.refresh_every)
-    eval_every = int(config.eval.get("every", 0))
+    eval_every = int(config.eval.every)
 
     gate_every = int(config.gate.every) if gate_on(config) else 0
     gate_hit = [False]

@@ -68,7 +68,7 @@ def validate_config(config, env_given: bool = False) -> None:
         cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
         cu.check_int(config, "env.trace_seed", minimum=0)
         cu.check_int(config, "env.problems", minimum=0)
-        splits.check_split_name(config.env.get("split"), "config.env.split")
+        splits.check_split_name(config.env.split, "config.env.split")
         cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
         cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
         if config.env.name == "edge" and not config.env.trace_dir:
@@ -77,8 +77,7 @@ def validate_config(config, env_given: bool = False) -> None:
         if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
             raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a "
                                  "directory")
-    if "critic" in config.net:
-        cu.check_choice(config, "net.critic", networks.CRITICS)
+    cu.check_choice(config, "net.critic", networks.CRITICS)
     hidden = config.net.hidden
     if not (isinstance(hidden, (tuple, list)) and len(hidden) >= 1
             and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden)):
@@ -136,9 +135,9 @@ def load_traces(config):
 
 
 def hardware_of(config) -> str:
-    """The config's hardware pair (``env.hardware``; ``paper`` for a config stored before the
-    field existed)."""
-    return str(config.env.get("hardware", latency.DEFAULT_PAIR))
+    """The config's hardware pair (``env.hardware``; a config.json stored before the field
+    existed reads as ``paper``: ``config_utils.ADDED_FIELDS``)."""
+    return str(config.env.hardware)
 
 
 def build_env(config, traces=None):
@@ -281,7 +280,7 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             normalize_adv=bool(config.ppo.normalize_adv)),
         decision_only=decision_only, decision_capacity=capacity,
         max_grad_norm=float(config.ppo.max_grad_norm),
-        diagnostics=bool(config.ppo.get("diagnostics", True)),
+        diagnostics=bool(config.ppo.diagnostics),
         # Unrolling the reverse GAE scan pays off for wide [E, U] slices (the edge env's
         # 16 × 8); for a handful of samples per slot (CartPole's 4 × 1) the rolled loop is
         # faster on a CPU.
@@ -295,7 +294,7 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
                                 final_lr_frac=float(config.ppo.final_lr_frac),
                                 adam_eps=float(config.ppo.adam_eps), clip=False)
     num_actions = networks.action_count(env, env_params)
-    critic = str(config.net.get("critic", "q"))
+    critic = str(config.net.critic)
     graphdef, _ = networks.init_network(jax.random.key(0), obs_dim, tuple(config.net.hidden),
                                         bool(config.net.separate_critic), num_actions, critic)
     apply_fn = networks.make_apply_fn(graphdef)
