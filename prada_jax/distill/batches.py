@@ -115,7 +115,8 @@ def opd_batch(setup, params, seed: int, s: int) -> Drawn:
 
 def draw(setup, sampler, params, seed: int, s: int, prompts_cache: dict) -> Drawn:
     """Micro-step ``s``'s batch for the student ``params`` of seed ``seed`` (what a separate
-    run with ``config.seed = seed`` draws); ``sampler`` is that seed's
+    run with ``config.seed = seed`` draws; offline rows do not read ``params``, which may be
+    None there); ``sampler`` is that seed's
     :class:`~prada_jax.distill.sampler.TurnSampler` (its schedule state in force)."""
     if setup.config.mode == "opd":
         return opd_batch(setup, params, seed, s)

@@ -576,7 +576,9 @@ def optimizer_step(run: Run, opt_step: int) -> None:
         s = opt_step * config.optim.grad_accum + micro
         got: list[Drawn] = []
         for i, seed in enumerate(run.seeds):
-            d = draw(run.setup, run.samplers[i], run.params_of(i), seed, s, run.prompts_cache)
+            # the student's parameters only where it samples (offline rows need none)
+            params = None if config.mode == "offline" else run.params_of(i)
+            d = draw(run.setup, run.samplers[i], params, seed, s, run.prompts_cache)
             hist[i] += d.turn_counts
             got.append(d)
         ntok = sum(d.tokens for d in got)
