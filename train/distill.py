@@ -104,10 +104,13 @@ def main(argv):
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     apply_kappa_flag(FLAGS.config, FLAGS.kappa)
-    from prada_jax.distill.trainer import build_setup, train_and_evaluate
+    from prada_jax.distill.trainer import build_setup, check_stored_run, train_and_evaluate
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2):
-    # the config is validated once, by build_setup, and the Setup is handed to the trainer.
+    # the stored run first (a refused resume or a damaged checkpoint before the pool, logits
+    # and teacher are loaded), then the config is validated once, by build_setup, and the
+    # Setup is handed to the trainer.
+    check_stored_run(FLAGS.config, FLAGS.workdir)
     setup = build_setup(FLAGS.config)
     # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
     # checks: a refused resume prints only its error line)

@@ -442,14 +442,21 @@ def start_run(setup: Setup) -> Run:
                samplers=setup.new_samplers(), seed_results=seed_results)
 
 
-def open_run(setup: Setup, workdir) -> Run:
-    """:func:`start_run` with a workdir: checks the resume contract (nothing written if it
-    fails), restores the newest checkpoint against the template, then writes ``config.json`` /
-    ``run.json`` and opens one TensorBoard writer per seed."""
-    config = setup.config
+def check_stored_run(config, workdir) -> run_state.ResumeCheck:
+    """The resume contract with ``workdir``'s stored run (config fields, an intact checkpoint
+    if it has any); writes nothing. :func:`open_run` checks it; ``train.distill`` checks it
+    first too, so a refused resume is reported before the inputs are loaded."""
     if not workdir:
         raise cu.ConfigError("--workdir is required")
-    check = run_state.check_resume(config, workdir, observational_fields(config))   # no write
+    return run_state.check_resume(config, workdir, observational_fields(config))
+
+
+def open_run(setup: Setup, workdir) -> Run:
+    """:func:`start_run` with a workdir: checks the resume contract (:func:`check_stored_run`;
+    nothing written if it fails), restores the newest checkpoint against the template, then
+    writes ``config.json`` / ``run.json`` and opens one TensorBoard writer per seed."""
+    config = setup.config
+    check = check_stored_run(config, workdir)
     run = start_run(setup)
     workdir = cu.prepare_workdir(workdir)
     ckpt = Checkpointer(workdir / "checkpoints", save_every=config.log.ckpt_every,
