@@ -26,7 +26,7 @@ import platform
 import re
 import struct
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import ml_collections
 
@@ -38,7 +38,8 @@ __all__ = [
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
     "reject_extra_argv",
-    "runtime_info", "host_cpu", "REMOVED_FIELDS", "ADDED_FIELDS", "is_removed", "drop_removed_fields", "check_float32",
+    "runtime_info", "host_cpu", "REMOVED_FIELDS", "ADDED_FIELDS", "AddedField", "add_missing_fields", "config_kind",
+    "is_removed", "drop_removed_fields", "check_float32",
     "float32_problem", "seed_problem", "INFINITE_OK", "SEED_MAX", "SEED_COUNT_MAX",
 ]
 
@@ -52,14 +53,86 @@ REMOVED_FIELDS: dict[str, str] = {
 }
 
 
-# Config fields added after runs were stored: dotted name -> the value that describes how a
-# run stored without the field behaved. The resume check reads a stored config.json lacking
-# the field as holding this value, so an old run resumes when the new config keeps the old
-# behaviour and is refused (naming the field) when it would change it.
-ADDED_FIELDS: dict[str, object] = {
-    "env.split": "all",   # before train/validation/test splits every problem was trained on
-    "env.hardware": "paper",   # before hardware pairs every run used the paper's FLOP clock
+class AddedField(NamedTuple):
+    """A config field added after runs were stored: ``before`` is the value that describes how
+    a run stored without it behaved, ``configs`` the config files that have it (``ppo``,
+    ``dual``, ``distill``: :func:`config_kind`), ``added`` the commit / issue that added it."""
+
+    before: Any
+    configs: tuple[str, ...]
+    added: str
+
+
+# Config fields added after runs were stored (the one table; :data:`REMOVED_FIELDS` lists the
+# other direction). A stored config.json lacking one is read as holding ``before``: by
+# :func:`read_config_json` (:func:`add_missing_fields`), so code reading a stored config never
+# branches on a field's absence, and by the resume check (run_state.check_resume), so an old
+# run resumes when the new config keeps the old behaviour and is refused (naming the field)
+# when it would change it. Register a field here when adding one whose absence a stored
+# config.json can show.
+ADDED_FIELDS: dict[str, AddedField] = {
+    # before train/validation/test splits every problem was trained on
+    "env.split": AddedField("all", ("ppo", "dual"), "3494956 (config.env.split)"),
+    # before hardware pairs every run used the paper's FLOP clock
+    "env.hardware": AddedField("paper", ("ppo", "dual"), "6bf8362 (hardware pairs)"),
+    # stage 2 before scenario schedules: the stationary load, no time-varying schedule
+    "env.scenario": AddedField("nominal", ("dual",), "1eb8ad0 (per-scenario stage 2)"),
+    "env.scenario_length": AddedField(1200, ("dual",), "1eb8ad0 (per-scenario stage 2)"),
+    # before server speeds: servers at the nominal speed
+    "env.server_speed": AddedField(1.0, ("dual",), "f5c0148 (binding shares per slot)"),
+    # before critic nominations: the actor nominated
+    "policy.nominate_by": AddedField("actor", ("dual",), "033a6d1 (policy.nominate_by)"),
+    # before it: gap.json held no long-run env outcome (env_chunks = 0 leaves it out)
+    "eval.env_chunks": AddedField(0, ("dual",), "0fe34ae (eval.env_chunks)"),
+    # before V critics: the Q(s, a) head
+    "net.critic": AddedField("q", ("ppo",), "deed918 (decision-only update, net.critic)"),
+    # before the switch: the diagnostics were always logged
+    "ppo.diagnostics": AddedField(True, ("ppo",), "ca9d4c4 (ppo.diagnostics)"),
+    # before seeds as a batch axis: one student per run
+    "train.num_seeds": AddedField(1, ("distill",), "fef1781 (distill train.num_seeds)"),
+    # before prompt buckets: full-width prompts
+    "train.prompt_bucket": AddedField(0, ("distill",), "bf94be3 (distill prompt buckets)"),
+    # before the hold: κ = exp(−c̄) was always used (never held)
+    "sampler.auto_gap_max": AddedField(float("inf"), ("distill",),
+                                       "26fd5f0 (--kappa=auto holds κ)"),
+    # before the switch: the students were always evaluated before training
+    "eval.before": AddedField(True, ("distill",), "d169540 (distill eval.before)"),
+    # before eval points: only the before / after evaluations
+    "eval.every": AddedField(0, ("distill",), "9da2d9b (distill eval.every)"),
+    # before warm-started optimisers: a fresh optimiser state
+    "optim.carry_from": AddedField("", ("distill",), "bf94be3 (distill optim.carry_from)"),
 }
+
+# A config's kind by a section only it has (prada_jax/configs/<kind>.py).
+_KIND_MARKERS = {"ppo": "ppo", "dual": "dual", "student": "distill"}
+
+
+def config_kind(tree: Any) -> str | None:
+    """``ppo``, ``dual`` or ``distill``: which config file ``tree`` (a config or its nested
+    dict) comes from, by the section only that one has; None for any other."""
+    for section, kind in _KIND_MARKERS.items():
+        if section in tree:
+            return kind
+    return None
+
+
+def add_missing_fields(tree: dict, kind: str | None = None) -> dict:
+    """A copy of the nested dict ``tree`` (a stored config.json) with every field of
+    :data:`ADDED_FIELDS` registered for its kind (``kind``, default :func:`config_kind`) that
+    it lacks set to the field's ``before`` value (only inside sections it has); the caller's
+    dict is not changed."""
+    kind = kind or config_kind(tree)
+    out = json.loads(json.dumps(tree))
+    for field, added in ADDED_FIELDS.items():
+        if kind not in added.configs:
+            continue
+        *parents, leaf = field.split(".")
+        node = out
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf not in node:
+            node[leaf] = added.before
+    return out
 
 
 def is_removed(field: str) -> bool:
@@ -205,14 +278,15 @@ def write_config_json(config: Any, workdir: os.PathLike | str,
 
 def read_config_json(workdir: os.PathLike | str, filename: str = "config.json"):
     """Reads ``<workdir>/config.json`` back as an ``ml_collections.ConfigDict``, without the
-    :data:`REMOVED_FIELDS` an older file may hold.
+    :data:`REMOVED_FIELDS` an older file may hold and with the :data:`ADDED_FIELDS` it lacks
+    (their ``before`` values: :func:`add_missing_fields`).
 
     Raises ConfigError (a BadInput) naming the file: missing, unreadable, malformed JSON at
     any depth, or a top level that is not an object.
     """
     data = read_json(Path(workdir) / filename, missing=f"is {workdir} a run directory?",
                      error=ConfigError)
-    return ml_collections.ConfigDict(drop_removed_fields(data))
+    return ml_collections.ConfigDict(add_missing_fields(drop_removed_fields(data)))
 
 
 def check_run_dir(workdir: os.PathLike | str, flag: str, *,

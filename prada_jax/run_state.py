@@ -142,9 +142,10 @@ def _check_config(config: Any, path: Path, workdir, observational: Iterable[str]
     new = {k: _normal(v) for k, v in flatten(config_utils.config_to_dict(config)).items()
            if not config_utils.is_removed(k)}
     # fields added since the stored run: it ran with their value before they existed
-    for k, before in config_utils.ADDED_FIELDS.items():
+    # (the table read_config_json applies too; a field the new config lacks is not invented)
+    for k, added in config_utils.ADDED_FIELDS.items():
         if k in new and k not in old:
-            old[k] = _normal(before)
+            old[k] = _normal(added.before)
     observational = tuple(observational)
     diff = {k: (old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in sorted(set(old) | set(new))
             if old.get(k, _ABSENT) != new.get(k, _ABSENT)}

@@ -102,14 +102,18 @@ def main(argv):
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     apply_kappa_flag(FLAGS.config, FLAGS.kappa)
-    from prada_jax.distill.trainer import train_and_evaluate, validate_config
+    from prada_jax.distill.trainer import build_setup, check_stored_run, train_and_evaluate
 
-    # Bad input is reported before anything is logged or written (one stderr line, exit 2).
-    validate_config(FLAGS.config)
+    # Bad input is reported before anything is logged or written (one stderr line, exit 2):
+    # the stored run first (a refused resume or a damaged checkpoint before the pool, logits
+    # and teacher are loaded), then the config is validated once, by build_setup, and the
+    # Setup is handed to the trainer.
+    check_stored_run(FLAGS.config, FLAGS.workdir)
+    setup = build_setup(FLAGS.config)
     # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
     # checks: a refused resume prints only its error line)
     # BadInput (exit 2) and NonFiniteTraining (exit 3) are mapped by prada_jax.cli
-    res = train_and_evaluate(FLAGS.config, FLAGS.workdir, max_steps=FLAGS.max_steps)
+    res = train_and_evaluate(FLAGS.config, FLAGS.workdir, setup, max_steps=FLAGS.max_steps)
     if res.get("finished") is False:
         print(f"stopped ({res['stopped_by']}) at update {res['opt_step']}; rerun the same "
               "command to resume", file=sys.stderr)

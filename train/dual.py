@@ -44,21 +44,20 @@ def _define_flags() -> None:
         "max_chunks", None, "Stop after this many chunks in this invocation (resume later).")
 
 
-def _check_inputs(config) -> None:
-    """Validates the config, the trace folder and the policy run before anything is written
-    (the library writes ``config.json`` first); each failure is one BadInput line."""
+def _build_setup(config):
+    """Checks the policy run folder (naming ``--policy`` or ``config.policy_dir``), then
+    validates the config and loads traces and policy once (``build_setup``), before anything
+    is written; each failure is one BadInput line. Returns the Setup for the trainer."""
     # Lazy: the library imports orbax and chex, which define absl flags; importing train.dual
     # must define none (another absl program may import it).
-    from prada_jax.stage2.trainer import load_traces, validate_config
+    from prada_jax.stage2.trainer import build_setup
 
-    validate_config(config)
-    if config.env.get("trace_dir"):
-        load_traces(config)
     if config.policy_dir:
         flag = "--policy" if FLAGS.policy is not None else "config.policy_dir"
         config_utils.check_run_dir(config.policy_dir, flag,
                                    files=("config.json", "policy_meta.json"),
                                    kind="train.ppo run")
+    return build_setup(config)
 
 
 def main(argv):
@@ -71,10 +70,10 @@ def main(argv):
     if FLAGS.policy is not None:
         with config.unlocked():
             config.policy_dir = FLAGS.policy
-    _check_inputs(config)
+    setup = _build_setup(config)
     from prada_jax.stage2.trainer import summary_lines, train_and_evaluate  # lazy: see above
 
-    result = train_and_evaluate(config, FLAGS.workdir, max_chunks=FLAGS.max_chunks)
+    result = train_and_evaluate(config, FLAGS.workdir, setup, max_chunks=FLAGS.max_chunks)
     for line in summary_lines(result):
         print(line)
     if result.get("stopped_by") in ("SIGINT", "SIGTERM"):

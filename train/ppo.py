@@ -37,14 +37,13 @@ def main(argv):
         raise app.UsageError("--workdir is required")
     from prada_jax.rl import trainer  # lazy: pulls in orbax and chex, which define absl flags
 
-    # Bad input is reported before anything is logged or written (one stderr line, exit 2).
-    trainer.validate_config(FLAGS.config)
-    if FLAGS.config.env.get("trace_dir"):
-        trainer.load_traces(FLAGS.config)
+    # Bad input is reported before anything is logged or written (one stderr line, exit 2):
+    # the config is validated once, by build_setup, and the Setup is handed to the trainer.
+    setup = trainer.build_setup(FLAGS.config)
     # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
     # checks: a refused resume prints only its error line)
 
-    result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir,
+    result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir, setup,
                                         max_chunks=FLAGS.max_chunks)
     print(summary_line(result))
     if result["stopped_by"] in ("SIGINT", "SIGTERM"):

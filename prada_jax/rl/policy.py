@@ -47,7 +47,7 @@ def policy_meta(config, setup) -> dict:
                                                           for i in range(int(config.num_seeds))],
             # the clock's hardware pair; absent = "paper" (runs stored before pairs existed)
             **({"hardware": str(config.env.hardware)}
-               if str(config.env.get("hardware", "paper")) != "paper" else {})}
+               if str(config.env.hardware) != "paper" else {})}
 
 
 def check_policy_meta(workdir: Path, meta: dict) -> None:

@@ -68,7 +68,7 @@ def validate_config(config, env_given: bool = False) -> None:
         cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
         cu.check_int(config, "env.trace_seed", minimum=0)
         cu.check_int(config, "env.problems", minimum=0)
-        splits.check_split_name(config.env.get("split"), "config.env.split")
+        splits.check_split_name(config.env.split, "config.env.split")
         cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
         cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
         if config.env.name == "edge" and not config.env.trace_dir:
@@ -77,8 +77,7 @@ def validate_config(config, env_given: bool = False) -> None:
         if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
             raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a "
                                  "directory")
-    if "critic" in config.net:
-        cu.check_choice(config, "net.critic", networks.CRITICS)
+    cu.check_choice(config, "net.critic", networks.CRITICS)
     hidden = config.net.hidden
     if not (isinstance(hidden, (tuple, list)) and len(hidden) >= 1
             and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden)):
@@ -136,9 +135,9 @@ def load_traces(config):
 
 
 def hardware_of(config) -> str:
-    """The config's hardware pair (``env.hardware``; ``paper`` for a config stored before the
-    field existed)."""
-    return str(config.env.get("hardware", latency.DEFAULT_PAIR))
+    """The config's hardware pair (``env.hardware``; a config.json stored before the field
+    existed reads as ``paper``: ``config_utils.ADDED_FIELDS``)."""
+    return str(config.env.hardware)
 
 
 def build_env(config, traces=None):
@@ -201,6 +200,7 @@ class Setup(NamedTuple):
     total_chunks: int
     num_actions: int = networks.NUM_ACTIONS
     critic: str = "q"
+    env_given: bool = False         # built from a caller's (env, env_params), not the config
 
     def init_states(self, config):
         """Seed-stacked fresh ``LearnerState`` (leading axis num_seeds), built by one jitted
@@ -242,6 +242,8 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     from envs import single_agent
 
     validate_config(config, env_given=env_and_params is not None)
+    if "mesh" in config:   # several processes: join them before the first JAX computation
+        parallel.maybe_initialize_distributed(config.mesh)
     if env_and_params is None:
         env, env_params, trace_info = build_env(config)
     else:
@@ -278,7 +280,7 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
             normalize_adv=bool(config.ppo.normalize_adv)),
         decision_only=decision_only, decision_capacity=capacity,
         max_grad_norm=float(config.ppo.max_grad_norm),
-        diagnostics=bool(config.ppo.get("diagnostics", True)),
+        diagnostics=bool(config.ppo.diagnostics),
         # Unrolling the reverse GAE scan pays off for wide [E, U] slices (the edge env's
         # 16 × 8); for a handful of samples per slot (CartPole's 4 × 1) the rolled loop is
         # faster on a CPU.
@@ -292,7 +294,7 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
                                 final_lr_frac=float(config.ppo.final_lr_frac),
                                 adam_eps=float(config.ppo.adam_eps), clip=False)
     num_actions = networks.action_count(env, env_params)
-    critic = str(config.net.get("critic", "q"))
+    critic = str(config.net.critic)
     graphdef, _ = networks.init_network(jax.random.key(0), obs_dim, tuple(config.net.hidden),
                                         bool(config.net.separate_critic), num_actions, critic)
     apply_fn = networks.make_apply_fn(graphdef)
@@ -300,7 +302,8 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     return Setup(env=env, env_params=env_params, trace_info=trace_info, settings=settings,
                  graphdef=graphdef, apply_fn=apply_fn, tx=tx, action_fn=action_fn,
                  obs_dim=obs_dim, num_users=num_users, total_chunks=chunks,
-                 num_actions=num_actions, critic=critic)
+                 num_actions=num_actions, critic=critic,
+                 env_given=env_and_params is not None)
 
 
 def check_decision_overflow(overflow, decisions) -> None:
@@ -402,7 +405,8 @@ def observational_fields(config) -> tuple[str, ...]:
     return tuple(fields)
 
 
-def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
+def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
+                       env_and_params: tuple | None = None,
                        max_chunks: int | None = None) -> dict:
     """Trains (or resumes) a run in ``workdir`` with the shared host loop (``prada_jax.runloop``).
 
@@ -415,7 +419,10 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
     Args:
       config: the ``ml_collections`` config of ``prada_jax/configs/ppo.py``.
       workdir: run directory (created).
-      env_and_params: optional ``(env, env_params)`` to train on instead of the config's env.
+      setup: :func:`build_setup`'s result for ``config`` (and ``env_and_params``): a launcher
+        builds it once to report bad input before anything is written; built here when None.
+      env_and_params: optional ``(env, env_params)`` to train on instead of the config's env
+        (read by :func:`build_setup`; with ``setup`` given, pass the same pair or none).
       max_chunks: stop after this many chunks in *this* call (tests, time-boxed jobs); a
         checkpoint is saved there and the run continues on the next call.
 
@@ -430,18 +437,13 @@ def train_and_evaluate(config, workdir, *, env_and_params: tuple | None = None,
       errors.NonFiniteTraining: a train/* metric (or the state at a save) became non-finite;
         the last good checkpoint stays.
     """
-    if "mesh" in config:
-        try:
-            parallel.validate_mesh_config(config.mesh)
-        except ValueError as e:
-            raise config_utils.ConfigError(str(e)) from e
-        parallel.maybe_initialize_distributed(config.mesh)
-    setup = build_setup(config, env_and_params)
+    if setup is None:
+        setup = build_setup(config, env_and_params)
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")
     check = run_state.check_resume(config, workdir, observational_fields(config))
     meta = policy.policy_meta(config, setup)
-    if env_and_params is None:   # a caller-given env is the caller's business
+    if not setup.env_given:   # a caller-given env is the caller's business
         policy.check_policy_meta(Path(workdir), meta)
     workdir = config_utils.prepare_workdir(workdir)
     num_seeds = int(config.num_seeds)

@@ -68,21 +68,18 @@ def validate_config(config) -> DualConfig:
     cu.check_int(config, "env.num_users", "env.num_servers", minimum=1)
     cu.check_int(config, "env.max_wait_slots", "env.problems", "env.trace_seed", minimum=0)
     cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
-    if "split" in config.env:  # absent from config.json files written before it
-        splits.check_split_name(config.env.split, "config.env.split")
-        if int(config.seed) + 1 >= splits.SEED_RANGE:
-            raise cu.ConfigError(f"config.seed={config.seed}: must be < "
-                                 f"{splits.SEED_RANGE - 1} (the learner's seeds stay in the "
-                                 "seed range of config.env.split)")
-    if "scenario" in config.env:  # absent from config.json files written before it
-        cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
-        cu.check_int(config, "env.scenario_length", minimum=1)
-    if "server_speed" in config.env:  # absent from config.json files written before it
-        cu.check_positive(config, "env.server_speed")
-    hw = str(config.env.get("hardware", latency.DEFAULT_PAIR))  # absent before pairs existed
-    latency.check_pair(hw, "config.env.hardware")
-    if "nominate_by" in config.policy:  # absent from config.json files written before it
-        cu.check_choice(config, "policy.nominate_by", NOMINATE_BY)
+    # (a stored config.json lacking a field added since holds its old value:
+    # config_utils.ADDED_FIELDS, applied by read_config_json)
+    splits.check_split_name(config.env.split, "config.env.split")
+    if int(config.seed) + 1 >= splits.SEED_RANGE:
+        raise cu.ConfigError(f"config.seed={config.seed}: must be < "
+                             f"{splits.SEED_RANGE - 1} (the learner's seeds stay in the "
+                             "seed range of config.env.split)")
+    cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
+    cu.check_int(config, "env.scenario_length", minimum=1)
+    cu.check_positive(config, "env.server_speed")
+    latency.check_pair(str(config.env.hardware), "config.env.hardware")
+    cu.check_choice(config, "policy.nominate_by", NOMINATE_BY)
     if not config.env.trace_dir:
         cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
     elif not Path(config.env.trace_dir).is_dir():
@@ -92,8 +89,7 @@ def validate_config(config) -> DualConfig:
     cu.check_int(config, "log.checkpoint_every", "log.keep_checkpoints", minimum=1)
     cu.check_int(config, "eval.gap_slots", minimum=0)
     cu.check_int(config, "eval.gap_envs", minimum=1)
-    if "env_chunks" in config.eval:  # absent from config.json files written before it
-        cu.check_int(config, "eval.env_chunks", minimum=0)
+    cu.check_int(config, "eval.env_chunks", minimum=0)
     if config.dual.conditioned and int(config.dual.load_features) != LOAD_FEATURES:
         raise cu.ConfigError(f"config.dual.load_features must be {LOAD_FEATURES} "
                              f"for the edge env, got {config.dual.load_features}")
@@ -111,9 +107,8 @@ def learner_seed(config) -> int:
     """The ``jax.random.key`` seed of the learner's rollouts: ``config.seed`` inside the seed
     range of the split it learns on (``prada_jax.traces.splits``): validation (the default: the
     multipliers are a choice) ``VALIDATION_SEED_BASE + seed``, test ``TEST_SEED_BASE + seed``,
-    train / every problem (and configs written before ``env.split``) ``seed``. The duality-gap
-    measurement uses the next seed."""
-    split = config.env.get("split") or splits.ALL
+    train / every problem ``seed``. The duality-gap measurement uses the next seed."""
+    split = config.env.split or splits.ALL
     base = {"validation": splits.VALIDATION_SEED_BASE, "test": splits.TEST_SEED_BASE}
     return base.get(split, 0) + int(config.seed)
 
@@ -124,18 +119,20 @@ def load_traces(config):
     return load_config_traces(config)
 
 
-def policy_reward_mode(config) -> str:
+def policy_reward_mode(config, meta: dict | None = None) -> str:
     """The reward the screening policy was trained with (``coarse`` or ``true``), which decides
     what the threshold rule adds to its ΔQ (``prada_jax.sched.threshold``).
 
-    Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``). A policy written before the
+    Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``), or from ``meta`` (that file's
+    contents, already read) when given. A policy written before the
     field is taken as ``coarse`` (the stage-1 default of prada_jax/configs/ppo.py at the time). The
     privileged trace rule (no ``policy_dir``) carries a bare PRM difference and is treated as
     ``coarse``. An unknown value raises ``errors.BadInput`` naming the file.
     """
     if not config.policy_dir:
         return "coarse"
-    meta = rl_policy.read_policy_meta(config.policy_dir)
+    if meta is None:
+        meta = rl_policy.read_policy_meta(config.policy_dir)
     mode = meta.get("reward_mode", "coarse")
     if mode not in REWARD_MODES:
         raise BadInput(f"{Path(config.policy_dir) / rl_policy.POLICY_META_FILE}: reward_mode "
@@ -143,25 +140,29 @@ def policy_reward_mode(config) -> str:
     return mode
 
 
-def build_env_params(config, traces):
+def build_env_params(config, traces, reward_mode: str | None = None):
     """Edge env params of the scenario, running the threshold scheduler with the value
-    accounting of the policy's training reward (:func:`policy_reward_mode`)."""
+    accounting of the policy's training reward ``reward_mode`` (default: read by
+    :func:`policy_reward_mode`)."""
+    if reward_mode is None:
+        reward_mode = policy_reward_mode(config)
     e = config.env
-    scn = scenarios.preset(e.get("scenario", "nominal"),
-                           int(e.get("scenario_length", scenarios.DEFAULT_LENGTH)))
+    scn = scenarios.preset(e.scenario, int(e.scenario_length))
     _, params = registry.make(
         "edge", traces=traces, num_users=int(e.num_users), scheduler="threshold",
         num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
         max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
-        policy_reward_mode=policy_reward_mode(config), scenario=scn,
-        hardware=str(e.get("hardware", latency.DEFAULT_PAIR)),
-        **scenarios.latency_overrides({"server_speed": e.get("server_speed", 1.0)}))
+        policy_reward_mode=reward_mode, scenario=scn,
+        hardware=str(e.hardware),
+        **scenarios.latency_overrides({"server_speed": e.server_speed}))
     return params
 
 
 def build_policy(config, traces):
-    """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule."""
+    """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule;
+    ``info["reward_mode"]`` is the policy's training reward (:func:`policy_reward_mode` of the
+    ``policy_meta.json`` that loading the policy read)."""
     if not config.policy_dir:
         thr = float(config.policy.rule_threshold)
         return make_trace_rule_policy(thr), {
@@ -169,12 +170,12 @@ def build_policy(config, traces):
             "reward_mode": "coarse"}
     policy, _ = rl_policy.load_policy(config.policy_dir)
     rl_policy.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
-    nominate_by = str(config.policy.get("nominate_by", "actor"))
+    nominate_by = str(config.policy.nominate_by)
     fn = make_ppo_policy(policy.apply_fn, policy.params, greedy=bool(config.policy.greedy),
                          nominate_by=nominate_by)
     return fn, {"kind": "ppo", "workdir": str(config.policy_dir), "nominate_by": nominate_by,
                 "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy),
-                "reward_mode": policy_reward_mode(config)}
+                "reward_mode": policy_reward_mode(config, policy.meta)}
 
 
 def policy_key(policy_info: dict):
@@ -222,20 +223,20 @@ class Setup(NamedTuple):
 
 
 def build_setup(config) -> Setup:
-    """Validates the config and builds the learner settings, traces, env params and policy."""
+    """Validates the config once and builds the learner settings, traces, policy and env params
+    (the policy run's ``policy_meta.json`` is read once); writes nothing."""
     dcfg = validate_config(config)
     traces, trace_info = load_traces(config)
-    env_params = build_env_params(config, traces)
     policy_fn, policy_info = build_policy(config, traces)
+    env_params = build_env_params(config, traces, policy_info["reward_mode"])
     e = config.env
     scenario = {"traces": trace_info, "policy": policy_info,
                 "num_users": int(e.num_users), "num_servers": int(e.num_servers),
                 "bandwidth_hz": float(e.bandwidth_hz),
                 "arrival_rate_hz": float(e.arrival_rate_hz),
                 "beta": float(e.beta), "tau_s": float(e.tau_s),
-                "scenario": str(e.get("scenario", "nominal")),
-                "scenario_length": int(e.get("scenario_length", scenarios.DEFAULT_LENGTH))}
-    hw = str(e.get("hardware", latency.DEFAULT_PAIR))
+                "scenario": str(e.scenario), "scenario_length": int(e.scenario_length)}
+    hw = str(e.hardware)
     if hw != latency.PAPER:   # absent = paper (multipliers learned before pairs existed)
         scenario["hardware"] = hw
     t = config.train
@@ -327,13 +328,16 @@ def final_multipliers(state, dcfg: DualConfig, load_mean) -> Multipliers:
 
 # ----------------------------------------------------------------------------- host loop
 
-def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dict:
+def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
+                       max_chunks: int | None = None) -> dict:
     """Learns the multipliers with the shared host loop (``prada_jax.runloop``); writes
     checkpoints, curves, multipliers.json and gap.json.
 
     On an existing workdir the stored ``config.json`` is checked first
     (``prada_jax.run_state``; only ``OBSERVATIONAL`` fields may change, recorded in
-    ``run.json``), then the newest intact checkpoint is restored.
+    ``run.json``), then the newest intact checkpoint is restored. ``setup``:
+    :func:`build_setup`'s result for ``config`` (a launcher builds it once to report bad input
+    before anything is written); built here when None.
 
     Returns a dict with ``chunk``, ``multipliers``, ``dual_state`` (the learner's final state:
     a conditioned map is evaluated from it), the last chunk's ``scalars`` (the stored final
@@ -345,12 +349,11 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
       errors.NonFiniteTraining: a logged value (or the state at a save) went non-finite; the
         last good checkpoint is kept.
     """
-    validate_config(config)
-    policy_reward_mode(config)  # an unknown policy reward is refused before anything is written
+    if setup is None:   # validates; an unknown policy reward is refused here, before writing
+        setup = build_setup(config)
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")
     check = run_state.check_resume(config, workdir, OBSERVATIONAL)
-    setup = build_setup(config)
     dcfg = setup.dcfg
     workdir = config_utils.prepare_workdir(workdir)
 
@@ -427,7 +430,7 @@ def train_and_evaluate(config, workdir, *, max_chunks: int | None = None) -> dic
             report = gap.measure_gap(setup.env_params, setup.policy_fn, result["multipliers"],
                                      int(config.eval.gap_slots), int(config.eval.gap_envs),
                                      seed=learner_seed(config) + 1, policy_key=setup.policy_key,
-                                     env_chunks=int(config.eval.get("env_chunks", 0)))
+                                     env_chunks=int(config.eval.env_chunks))
             files.save_gap(workdir / files.GAP_FILE, dict(report, scenario=setup.scenario))
             writer.write_scalars(stop * slots_per_chunk,
                                  {f"eval/gap_{k}": v for k, v in report.items()
