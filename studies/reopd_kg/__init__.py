@@ -198,7 +198,11 @@ class Study:
         if res.get("finished") is False:
             raise RuntimeError(f"{wd}: stopped before the end ({res.get('stopped_by')})")
         secs = time.perf_counter() - t0
-        sm = base._summary(res)
+        per = base._per_seed(res)[0]
+        sm = {"updates": int(per["cost"]["updates"]), "totals": per["cost"]["totals"],
+              "tool_calls": int(res.get("env_calls_during_training",
+                                        per.get("env_calls_during_training", 0))),
+              "gap_end": per["ratio"][-1].get("mean_gap") if per.get("ratio") else None}
         from prada_jax.run_state import read_run_meta  # lazy: jax, loaded by the trainer anyway
         adopted = [e.get("from") for e in read_run_meta(wd).get("provenance", [])
                    if e.get("event") == "adopted"]
@@ -206,13 +210,13 @@ class Study:
                "lr": lr, "kappa": kappa if mode == "reopd" else None,
                "B": None if mode == "opd" else int(B), "updates": sm["updates"],
                "totals": sm["totals"], "tool_calls": sm["tool_calls"],
-               "gap_end": sm["gap_end"][0], "workdir": str(wd),
+               "gap_end": sm["gap_end"], "workdir": str(wd),
                "fingerprint": {k: fp[k] for k in ("cache_sha", "config_sha", "cold_sha")},
                "trainer_reused": bool(res.get("already_finished")), "train_s": secs,
                "adopted_from": adopted[-1] if adopted else None,
                "started_utc": started}
         if n_eval_trainer:
-            rec["success"] = sm["success"][0]
+            rec["success"] = float(per["after"]["success_rate"])
             rec["eval_problems"] = {"seed": eval_seed, "n": n_eval_trainer}
         t1 = time.perf_counter()
         if outcomes:
