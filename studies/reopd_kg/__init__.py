@@ -189,6 +189,7 @@ class Study:
         fp = {**self.fp, "cold_sha": cold_sha(cold)}
         rec = resume.load_record(path, fp)
         if rec is not None:
+            self.say(f"{part}/{name} seed {seed}: finished earlier ({path}); skipped")
             return rec
         c = self.unit_config(mode, seed, lr, B, cold, kappa, eval_seed, n_eval_trainer)
         wd = self.out / part / name / f"seed_{seed}"
@@ -210,7 +211,7 @@ class Study:
                "lr": lr, "kappa": kappa if mode == "reopd" else None,
                "B": None if mode == "opd" else int(B), "updates": sm["updates"],
                "totals": sm["totals"], "tool_calls": sm["tool_calls"],
-               "gap_end": sm["gap_end"], "workdir": str(wd),
+               "gap_end": sm["gap_end"], "workdir": str(wd.relative_to(self.out)),
                "fingerprint": {k: fp[k] for k in ("cache_sha", "config_sha", "cold_sha")},
                "trainer_reused": bool(res.get("already_finished")), "train_s": secs,
                "adopted_from": adopted[-1] if adopted else None,
