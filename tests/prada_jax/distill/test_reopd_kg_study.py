@@ -236,3 +236,40 @@ def test_quick_study_killed_and_restarted_equals_uninterrupted(tmp_path):
     assert _tree(A) == t0
     assert resume.load_record(next((A / "runs" / "pilot").glob("*.json")),
                               json.loads((A / "fingerprint.json").read_text())) is not None
+
+
+def test_adopt_only_a_run_of_the_same_config(tmp_path):
+    """An earlier study's finished run is adopted only if every config field matches, the
+    init path aside, and the two init folders' weights are byte-identical; the copy then names
+    the new init and says where it came from; the original is not touched."""
+    from prada_jax import config_utils as cu
+    from studies import reopd_kg as S
+    from studies.reopd_kg import resume
+    old_init, new_init = tmp_path / "old_cold", tmp_path / "new_cold"
+    for d in (old_init, new_init):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"weights")
+    st = S.Study.__new__(S.Study)
+    st.cache, st.s = tmp_path / "cache", S.FULL
+
+    def cfg(init, lr=1e-4):
+        return st.unit_config("opd", 100, lr, None, {"student": str(init)}, 0.6, 2, 128)
+
+    old = tmp_path / "old_run"
+    old.mkdir()
+    (old / "config.json").write_text(cu.config_to_json(cfg(old_init)))
+    (old / "results.json").write_text(json.dumps({"after": {"success_rate": 0.2}}))
+    (old / "run.json").write_text(json.dumps({"provenance": [{"event": "start"}]}))
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    assert not resume.adopt(old, tmp_path / "a", cfg(new_init, lr=3e-4), old_init)   # other lr
+    assert not (tmp_path / "a").exists()
+    (new_init / "model.safetensors").write_bytes(b"other weights")
+    assert not resume.adopt(old, tmp_path / "b", cfg(new_init), old_init)   # other init bytes
+    (new_init / "model.safetensors").write_bytes(b"weights")
+    assert resume.adopt(old, tmp_path / "c", cfg(new_init), old_init)
+    got = json.loads((tmp_path / "c" / "config.json").read_text())
+    assert got["student"]["init"] == str(new_init) and got["optim"]["lr"] == 1e-4
+    prov = json.loads((tmp_path / "c" / "run.json").read_text())["provenance"]
+    assert prov[-1]["event"] == "adopted" and prov[-1]["from"] == str(old)
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+    assert not resume.adopt(old, tmp_path / "c", cfg(new_init), old_init)   # never overwrites
