@@ -163,7 +163,35 @@ def _pooled_meta(split: str, trace_seed: int, hardware: str | None = None) -> st
         "problems_total": 1319, "feature_dim": 16},
         **({"hardware": hardware} if hardware else {})})
 
+def _kg_fake_cache(path: Path) -> None:
+    """A folder with the files ``studies.reopd_kg`` fingerprints (contents arbitrary)."""
+    from studies.reopd_kg.resume import CACHE_FILES
+    for rel in CACHE_FILES:
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(f"fake {rel}")
+
+
+def _kg_study_with(field: str) -> Callable[[Path], None]:
+    """A ``studies.reopd_kg`` study folder whose fingerprint.json was made against the fake
+    cache (:func:`_kg_fake_cache`) and the registered config, but with ``field`` changed."""
+    def build(path: Path) -> None:
+        from studies import reopd_kg as S
+        from studies.reopd_kg import resume
+        cache = path.parent / "kg_cache_for_study"
+        _kg_fake_cache(cache)
+        fp = resume.study_fingerprint(cache, S.FULL)
+        sec, key = field.split(".", 1)
+        fp[sec][key] = "another" if sec == "cache" else [0.5, 1.0]
+        path.mkdir(parents=True)
+        (path / "fingerprint.json").write_text(json.dumps(fp))
+        (path / "study.json").write_text(json.dumps({"cold": {}}))   # pilot's prerequisite
+    return build
+
+
 INPUTS: dict[str, Callable[[Path], None]] = {
+    "kg_fake_cache": _kg_fake_cache,
+    "kg_study_other_pool": _kg_study_with("cache.pool/pool.json"),
+    "kg_study_other_kappas": _kg_study_with("config.kappas"),
     "traces_ok": _valid_traces,
     "traces_corrupt": _corrupt_nodes,
     "traces_badjson": _traces_with_meta("{not json"),
@@ -501,6 +529,11 @@ CASES: list[Case] = [
     Case("studies.reopd_kg", ("--parts=compare", "--cache={empty_dir}", "--out={out}"),
          r"--parts"),
     Case("studies.reopd_kg", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
+    # a study folder made against another cache or config: refused, nothing written
+    Case("studies.reopd_kg", ("--cache={kg_fake_cache}", "--out={kg_study_other_pool}",
+                              "--parts=pilot"), r"--cache: pool/pool\.json.*fingerprint\.json"),
+    Case("studies.reopd_kg", ("--cache={kg_fake_cache}", "--out={kg_study_other_kappas}",
+                              "--parts=pilot"), r"--kappas.*fingerprint\.json"),
 ]
 
 

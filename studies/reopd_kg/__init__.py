@@ -19,6 +19,7 @@ import numpy as np
 
 from benchmarks import reopd_vs_opd as base
 from prada_jax.jsonio import write_json
+from studies.reopd_kg import resume
 
 MARGIN = 0.02           # non-inferiority margin of rules (a) and (d) [task success]
 HEADROOM_MIN = 0.10     # cold-start gate: teacher − cold start on the verdict problems >=
@@ -56,6 +57,8 @@ class Sizes:
     timing_seeds: int = 4                    # clock: students stepped together
     timing_rounds: int = 12                  # clock: interleaved rounds (the first compiles)
     latencies_ms: tuple = (0.0, 1.0, 10.0, 100.0)   # clock: tool latency per turn round
+    ckpt_every: int = 25                     # pilot / compare runs: checkpoint cadence [updates]
+    registered_seeds: int = 20               # verdicts only once this many seeds have run
     student: dict = dataclasses.field(default_factory=dict)
 
 
@@ -63,7 +66,8 @@ FULL = Sizes()
 QUICK = Sizes(seeds=(0, 1), pilot_seeds=(100,), updates=2, episodes=2, n_eval=4,
               pilot_n_eval=4, gate_n_eval=4, cold_success_min=0.0, cold_every=1, cold_budget=2,
               sft_batch=8, lrs=(1e-3,), warmup=0, n_boot=200, rel_teacher=8, rel_pairs=8,
-              rel_episodes=4, timing_seeds=2, timing_rounds=3,
+              rel_episodes=4, timing_seeds=2, timing_rounds=3, ckpt_every=1_000_000,
+              registered_seeds=2,
               student=dict(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
                            intermediate_size=32))
 
@@ -79,10 +83,22 @@ def tiny_cache(root: Path) -> Path:
     return Path(root) / "seed0"
 
 
+def cold_sha(cold: dict) -> str:
+    """sha256 of the cold-start student's weights (every pilot and compare run's init)."""
+    return resume.sha256_file(Path(cold["student"]) / "model.safetensors")
+
+
+def turns_per_update(recs: list[dict]) -> int:
+    """B: OPD's mean supervised turns per update per seed over one-seed run records."""
+    turns = sum(r["totals"]["supervised_turns"] for r in recs)
+    return max(1, round(turns / sum(r["updates"] for r in recs)))
+
+
 class Study:
-    def __init__(self, cache: Path, out: Path, sizes: Sizes):
+    def __init__(self, cache: Path, out: Path, sizes: Sizes, fp: dict | None = None):
         self.b = base.Study(cache, out, base.Sizes(student=sizes.student, n_eval=sizes.n_eval))
         self.cache, self.out, self.s = Path(cache), Path(out), sizes
+        self.fp = fp or {}
         self.task, self.pool = self.b.task, self.b.pool
 
     say = property(lambda self: self.b.say)
@@ -160,21 +176,88 @@ class Study:
                  f" {HEADROOM_MIN})")
         return out
 
-    def pilot(self, init: str) -> dict:
+    # ------------------------------------------------------------------ one run per seed
+    def unit(self, part: str, name: str, mode: str, seed: int, lr: float, B, cold: dict,
+             kappa: float = 0.6, eval_seed: int = 1, n_eval_trainer: int = 0,
+             outcomes: bool = False) -> dict:
+        """One (part, method, lr or κ, seed) training run from the cold start, as a record
+        in ``<out>/runs/<part>/<name>_seed<seed>.json``: reused when it exists (same
+        fingerprint), else trained in ``<out>/<part>/<name>/seed_<seed>`` (a finished trainer
+        folder is reused; a killed one resumes from its last checkpoint) and written as soon
+        as it finishes. ``outcomes``: greedy 0/1 per problem of both verdict sets."""
+        path = resume.record_path(self.out, part, name, seed)
+        fp = {**self.fp, "cold_sha": cold_sha(cold)}
+        rec = resume.load_record(path, fp)
+        if rec is not None:
+            self.say(f"{part}/{name} seed {seed}: finished earlier ({path}); skipped")
+            return rec
+        c = self.unit_config(mode, seed, lr, B, cold, kappa, eval_seed, n_eval_trainer)
+        wd = self.out / part / name / f"seed_{seed}"
+        started, load0 = resume._utc(), os.getloadavg()[0]
+        t0 = time.perf_counter()
+        res = self.b.train(f"{part}/{name}/seed_{seed}", c)
+        if res.get("finished") is False:
+            raise RuntimeError(f"{wd}: stopped before the end ({res.get('stopped_by')})")
+        secs = time.perf_counter() - t0
+        per = base._per_seed(res)[0]
+        sm = {"updates": int(per["cost"]["updates"]), "totals": per["cost"]["totals"],
+              "tool_calls": int(res.get("env_calls_during_training",
+                                        per.get("env_calls_during_training", 0))),
+              "gap_end": per["ratio"][-1].get("mean_gap") if per.get("ratio") else None}
+        from prada_jax.run_state import read_run_meta  # lazy: jax, loaded by the trainer anyway
+        adopted = [e.get("from") for e in read_run_meta(wd).get("provenance", [])
+                   if e.get("event") == "adopted"]
+        rec = {"synthetic": True, "part": part, "name": name, "mode": mode, "seed": int(seed),
+               "lr": lr, "kappa": kappa if mode == "reopd" else None,
+               "B": None if mode == "opd" else int(B), "updates": sm["updates"],
+               "totals": sm["totals"], "tool_calls": sm["tool_calls"],
+               "gap_end": sm["gap_end"], "workdir": str(wd.relative_to(self.out)),
+               "fingerprint": {k: fp[k] for k in ("cache_sha", "config_sha", "cold_sha")},
+               "trainer_reused": bool(res.get("already_finished")), "train_s": secs,
+               "adopted_from": adopted[-1] if adopted else None,
+               "started_utc": started}
+        if n_eval_trainer:
+            rec["success"] = float(per["after"]["success_rate"])
+            rec["eval_problems"] = {"seed": eval_seed, "n": n_eval_trainer}
+        t1 = time.perf_counter()
+        if outcomes:
+            rec["outcomes"] = self.outcomes(wd / "student_hf")
+            rec["success"] = float(np.mean([int(ch) for v in rec["outcomes"].values()
+                                            for ch in v]))
+        rec.update(eval_s=time.perf_counter() - t1, finished_utc=resume._utc(),
+                   load_avg_1min=[load0, os.getloadavg()[0]])
+        resume.save_record(path, rec)
+        self.say(f"{part}/{name} seed {seed}: success {rec.get('success', float('nan')):.3f} "
+                 f"({secs:.0f} s train, {rec['eval_s']:.0f} s eval) -> {path}")
+        return rec
+
+    def unit_config(self, mode: str, seed: int, lr: float, B, cold: dict, kappa: float = 0.6,
+                    eval_seed: int = 1, n_eval_trainer: int = 0):
+        """The trainer config of one (method, lr, seed) run from the cold start."""
+        s = self.s
+        return self.config(self.VARIANT[mode], s.updates, (seed,), eval_seed,
+                           **self.mode_fields(mode, cold["student"], B, kappa),
+                           **{"optim.lr": lr, "optim.warmup_steps": s.warmup,
+                              "eval.n_problems": n_eval_trainer, "log.ckpt_every": s.ckpt_every})
+
+    def pilot(self, cold: dict) -> dict:
+        """Per mode the lr grid on every pilot seed, one run each. B = OPD's mean supervised
+        turns per update per seed over its first lr's pilot runs (all pilot seeds); each mode
+        keeps the lr with the best mean success over the pilot seeds (ties: the smaller lr),
+        chosen only once every pilot run exists."""
         s, rows, choice, B = self.s, [], {}, None
         for mode in MODES:
             best = None
             for lr in s.lrs:
-                name = f"pilot/{mode}_lr{lr:g}"
-                c = self.config(self.VARIANT[mode], s.updates, s.pilot_seeds, s.pilot_eval_seed,
-                                **self.mode_fields(mode, init, B),
-                                **{"optim.lr": lr, "optim.warmup_steps": s.warmup,
-                                   "eval.n_problems": s.pilot_n_eval})
-                sm = base._summary(self.b.train(name, c))
+                name = f"{mode}_lr{lr:g}"
+                recs = [self.unit("pilot", name, mode, sd, lr, B, cold,
+                                  eval_seed=s.pilot_eval_seed, n_eval_trainer=s.pilot_n_eval)
+                        for sd in s.pilot_seeds]
                 if mode == "opd" and B is None:
-                    B = base._turns_per_update(sm)
-                mean = float(np.mean(sm["success"]))
-                rows.append({"mode": mode, "lr": lr, "success": sm["success"], "mean": mean})
+                    B = turns_per_update(recs)
+                mean = float(np.mean([r["success"] for r in recs]))
+                rows.append({"mode": mode, "lr": lr, "seeds": [r["seed"] for r in recs],
+                             "success": [r["success"] for r in recs], "mean": mean})
                 if best is None or mean > best[0] + 1e-12:
                     best = (mean, lr)
             choice[mode] = {"lr": best[1], "warmup": s.warmup, "pilot_mean": best[0]}
@@ -188,32 +271,28 @@ class Study:
         return out + [("sft_cont", "sft", 0.0)]
 
     def compare(self, cold: dict, pil: dict) -> dict:
+        """Seeds in order, every method per seed (one run each, from the cold start, at the
+        pilot's lr and B); the verdicts from all of ``seeds``' runs."""
         s, runs = self.s, {}
-        for name, mode, kappa in self.methods():
-            ch = pil["choice"][mode]
-            c = self.config(self.VARIANT[mode], s.updates, s.seeds, s.eval_sets[0],
-                            **self.mode_fields(mode, cold["student"], pil["B"], kappa),
-                            **{"optim.lr": ch["lr"], "optim.warmup_steps": ch["warmup"],
-                               "eval.n_problems": 0})
-            t0 = time.perf_counter()
-            res = self.b.train(f"compare/{name}", c)
-            secs = time.perf_counter() - t0
-            per = base._per_seed(res)
-            dirs = ([self.out / "compare" / name / f"seed_{r['seed']}" / "student_hf"
-                     for r in per] if len(per) > 1 or "per_seed" in res
-                    else [self.out / "compare" / name / "student_hf"])
-            t1 = time.perf_counter()
-            outc = {str(r["seed"]): self.outcomes(d) for r, d in zip(per, dirs)}
-            cost = per[0]["cost"]
-            runs[name] = {"mode": mode, "kappa": kappa or None, "lr": ch["lr"],
-                          "outcomes": outc, "totals": cost["totals"],
-                          "tool_calls": int(res.get("env_calls_during_training",
-                                                    per[0].get("env_calls_during_training", 0))),
-                          "gap_end": [(r["ratio"][-1].get("mean_gap") if r.get("ratio")
-                                       else None) for r in per],
-                          "train_s": secs, "eval_s": time.perf_counter() - t1}
-            self.say(f"{name}: success {success_matrix(runs[name], s.eval_sets).mean():.3f} "
-                     f"({secs:.0f} s train)")
+        for sd in s.seeds:
+            for name, mode, kappa in self.methods():
+                rec = self.unit("compare", name, mode, sd, pil["choice"][mode]["lr"],
+                                pil["B"], cold, kappa=kappa or 0.6,
+                                eval_seed=s.eval_sets[0], outcomes=True)
+                r = runs.setdefault(name, {"mode": mode, "kappa": kappa or None,
+                                           "lr": rec["lr"], "outcomes": {}, "totals": {},
+                                           "tool_calls": 0, "gap_end": [], "train_s": [],
+                                           "eval_s": []})
+                r["outcomes"][str(sd)] = rec["outcomes"]
+                for k, v in rec["totals"].items():
+                    r["totals"][k] = r["totals"].get(k, 0) + v
+                r["tool_calls"] += rec["tool_calls"]
+                r["gap_end"].append(rec["gap_end"])
+                r["train_s"].append(rec["train_s"])
+                r["eval_s"].append(rec["eval_s"])
+        for name, r in runs.items():
+            self.say(f"{name}: success {success_matrix(r, s.eval_sets).mean():.3f} over "
+                     f"{len(r['outcomes'])} seeds")
         return {"N": s.updates, "B": pil["B"], "runs": runs,
                 "verdicts": verdicts(runs, cold, s)}
 
@@ -374,11 +453,13 @@ def verdicts(runs: dict, cold: dict, s: Sizes) -> dict:
                           "success": float(x.mean())} for k, x in X.items()}
         v["cold_success"] = float(c.mean())
         out[scope] = v
-    if len(next(iter(runs.values()))["outcomes"]) < 2:   # one seed: descriptive only
+    ns = len(next(iter(runs.values()))["outcomes"])
+    if ns < max(2, s.registered_seeds):   # fewer seeds than registered: descriptive only
+        why = "1 seed" if ns == 1 else f"{ns} of {s.registered_seeds} registered seeds"
         for scope in [k for k in out if k.startswith(("pooled", "set"))]:
             for rule in ("a_equal_turns", "c_vs_sft", "d_kappa"):
                 if rule in out[scope]:
-                    out[scope][rule]["verdict"] = "no verdict (1 seed)"
+                    out[scope][rule]["verdict"] = f"no verdict ({why})"
     calls = {k: r["tool_calls"] for k, r in runs.items() if k.startswith("reopd")}
     out["e_tool_calls"] = {"reopd": calls, "opd": runs["opd"]["tool_calls"],
                            "verdict": "pass" if all(x == 0 for x in calls.values())
@@ -392,13 +473,17 @@ def verdicts(runs: dict, cold: dict, s: Sizes) -> dict:
 def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
     """Runs ``parts`` in order, merging each into ``<out>/study.json`` and the tables into
     ``<out>/report.md``; a finished training run under ``out`` is reused."""
+    fp = resume.study_fingerprint(cache, sizes)
+    resume.check_study(out, fp)   # another cache or config: refused, nothing written
     out.mkdir(parents=True, exist_ok=True)
+    resume.write_study(out, fp)
     path = out / "study.json"
     import json
     res = json.loads(path.read_text()) if path.exists() else {
         "synthetic": True, "task": "kg_lookup_v1", "cache": str(cache),
         "sizes": dataclasses.asdict(sizes), "log": []}
-    st = Study(cache, out, sizes)
+    res["fingerprint"] = {k: fp[k] for k in ("cache_sha", "config_sha")}
+    st = Study(cache, out, sizes, fp)
     for part in parts:
         t0 = time.perf_counter()
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
@@ -407,16 +492,22 @@ def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
         elif part == "cold":
             res["cold"] = st.cold()
         elif part == "pilot":
-            res["pilot"] = st.pilot(_need(res, "cold")["student"])
+            res["pilot"] = st.pilot(_need(res, "cold"))
         elif part == "compare":
             res["compare"] = st.compare(_need(res, "cold"), _need(res, "pilot"))
         elif part == "reliability":
             extra = {}
-            d = out / "compare" / "opd" / "seed_0" / "student_hf"
-            if d.is_dir():
-                extra["opd_trained_seed0"] = str(d)
+            d = out / "compare" / "opd" / f"seed_{sizes.seeds[0]}" / "student_hf"
+            if resume.record_path(out, "compare", "opd", sizes.seeds[0]).exists():
+                extra[f"opd_trained_seed{sizes.seeds[0]}"] = str(d)
+            key = {**{k: fp[k] for k in ("cache_sha", "config_sha")},
+                   "cold_sha": cold_sha(_need(res, "cold")), "students": sorted(extra)}
+            if (res.get("reliability") or {}).get("fingerprint") == key:
+                st.say("reliability: finished with the same students; reused")
+                continue
             r = st.reliability(_need(res, "cold"), extra)
             r.pop("sources")   # rows are large; the curves carry the numbers
+            r["fingerprint"] = key
             res["reliability"] = r
         else:
             res["clock"] = st.clock(_need(res, "cold"), res.get("pilot"))

@@ -20,6 +20,15 @@ given; default all; a finished training run under ``--out`` is reused):
 * ``clock``: item 3, interleaved timing of OPD (no sleep) and ReOPD; the fair clock at
   ``--latencies_ms`` per turn round and the break-even latency for 4×.
 
+Resumable and teacher-pinned (``studies.reopd_kg.resume``): every finished pilot and compare
+run (part, method, lr or κ, seed; one training run per seed) is written at once as
+``<out>/runs/<part>/<name>_seed<s>.json`` and skipped on a restart; the pilot's lr choice is
+made only once all its runs exist and compare uses it; ``<out>/fingerprint.json`` pins the
+cache (sha256 of T's weights, the pool, the logits index) and the study's config (every size
+but the verdict seeds), and a restart against another cache or config is refused (exit 2,
+one line naming the file and field, nothing written). Verdicts only once the registered
+number of verdict seeds (20) has run.
+
 Writes ``<out>/study.json`` (every number and per-seed per-problem outcome) and
 ``<out>/report.md``. Bad input (a κ outside (0, 1], a negative or non-finite tool latency, a
 verdict seed range that overlaps the pilot's, an unknown part, a part whose prerequisite has
@@ -113,9 +122,6 @@ def main(argv=None) -> int:
             raise BadInput("--cache: not with --quick (it builds its own tiny cache)")
         sizes = dataclasses.replace(S.QUICK, kappas=kappas, latencies_ms=lat)
         cache = out / "cache" / "seed0"
-        if not (cache / "pool").is_dir():
-            out.mkdir(parents=True, exist_ok=True)
-            S.tiny_cache(out / "cache")
     else:
         cache = Path(a.cache)
         for sub in ("pool", "logits", "teacher"):
@@ -124,6 +130,12 @@ def main(argv=None) -> int:
                                "prada_jax.distill.task.kg_teacher)")
         sizes = dataclasses.replace(S.FULL, seeds=seeds, pilot_seeds=pseeds, updates=a.updates,
                                     kappas=kappas, latencies_ms=lat)
+    if (out / "fingerprint.json").exists():   # another cache or config: refused here
+        from studies.reopd_kg import resume  # lazy: flags are checked before any study module loads
+        resume.check_study(out, resume.study_fingerprint(cache, sizes))
+    if a.quick and not (cache / "pool").is_dir():
+        out.mkdir(parents=True, exist_ok=True)
+        S.tiny_cache(out / "cache")
     S.run(cache, out, sizes, parts)
     print((out / "report.md").read_text())
     print(f"{out / 'study.json'}: parts {parts}")
