@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import reopd_vs_opd as base
+from studies import reopd_vs_opd as base
 from prada_jax.jsonio import write_json
 from studies.reopd_kg import resume
 

@@ -39,10 +39,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 PREREQ = {"pilot": ("cold",), "compare": ("cold", "pilot"), "reliability": ("cold",),
           "clock": ("cold",)}
@@ -86,9 +84,10 @@ def _floats(values, flag: str, ok, want: str) -> tuple:
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput`` before
     anything is written."""
-    from benchmarks.reopd_vs_opd import _range
+    from studies.reopd_vs_opd import _range
     from prada_jax import cli
     from prada_jax.errors import BadInput
+    cli.hub_offline()
     from studies import reopd_kg as S
     a = cli.parse_local(_define, argv, "studies.reopd_kg", __doc__)
     if not a.out:
