@@ -44,7 +44,7 @@ class MetricWriter:
       flush_secs: ignored (kept for callers); events are written synchronously and
         ``flush()`` puts them on disk.
 
-    Each writer opens a new event file (``events.out.tfevents.<time>.<host>.<pid>.<n>``); a
+    Each writer opens a new event file (``events.out.tfevents.<s>.<host>.<ns>.<pid>.<n>``, in opening order by name); a
     resumed run appends a new file that starts with ``mark_restart`` (the host loop writes
     it), so TensorBoard's reader drops points of the older file past the resumed step.
     """
@@ -60,8 +60,13 @@ class MetricWriter:
         if self.enabled:
             from tensorboardX.event_file_writer import EventsWriter  # lazy: pulls in torch
             self.logdir.mkdir(parents=True, exist_ok=True)
-            self._writer = EventsWriter(str(self.logdir / "events"),
-                                        f".{os.getpid()}.{next(self._count)}")
+            # TensorBoard reads a folder's event files in name order, and tensorboardX's
+            # name carries whole seconds only: the suffix keeps files of one second in the
+            # order they were opened (nanoseconds, then a zero-padded count; an unpadded
+            # count put writer 10 before writer 9, and a resumed run's points were purged).
+            self._writer = EventsWriter(
+                str(self.logdir / "events"),
+                f".{time.time_ns():020d}.{os.getpid()}.{next(self._count):08d}")
 
     def _add(self, step: int, summary) -> None:
         from tensorboardX.proto import event_pb2  # lazy: pulls in torch

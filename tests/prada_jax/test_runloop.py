@@ -273,3 +273,26 @@ def test_resume_check_refuses_computational_changes_and_writes_nothing(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(errors.BadInput, match="config.json"):
         run_state.check_resume(_cfg(), tmp_path, OBS)
+
+
+def test_writers_opened_in_one_second_are_read_in_opening_order(tmp_path, monkeypatch):
+    """Two writers in one second whose counter crosses a digit (9 -> 10), as a resume in the
+    same process can (the flaky resume test above): TensorBoard reads the folder's files in
+    name order, so the second file must sort after the first, else its points come first and
+    the first file's older steps purge them. tensorboardX's own clock is frozen to one second
+    here; the reference is the plain list of steps written."""
+    import itertools
+
+    import tensorboardX.event_file_writer as efw
+
+    monkeypatch.setattr(MetricWriter, "_count", itertools.count(9))
+    monkeypatch.setattr(efw.time, "time", lambda: 1796194425.25)
+    written = []
+    for steps in ((1, 2, 3), (4, 5, 6, 7)):
+        w = MetricWriter(tmp_path)
+        for s in steps:
+            w.write_scalars(s, {"loss": s / 10.0})
+            written.append(s)
+        w.close()
+    assert [s for s, _ in _curves(tmp_path)["loss"]] == written
+    assert len(list(tmp_path.iterdir())) == 2
