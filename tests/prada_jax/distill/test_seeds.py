@@ -114,6 +114,7 @@ def test_seeds_summary_ci_matches_scipy_on_spread_values():
         assert ci["ci_half_width"] > 0.05
 
 
+@pytest.mark.slow  # ≈ 20 s; default: the offline form (docs/claims.md) and the stacked resume
 def test_onpolicy_vmapped_seeds_equal_separate_runs(cache, tmp_path):
     _assert_equals_separate(cache, tmp_path, ("onpolicy",), 2, 0,
                             **{"eval.n_problems": 2, "eval.batch_size": 2})

@@ -45,6 +45,7 @@ def test_sample_action_gumbel_draws_the_softmax_distribution():
     assert action.dtype == np.int32
 
 
+@pytest.mark.slow  # ≈ 16 s; default: the single-seed and declaration tests of this file
 def test_diagnostics_off_trains_bit_identically(fast_compile):
     """``ppo.diagnostics = False`` leaves approx_kl, clip_frac, explained_variance,
     nominate_rate and mean_gain out and changes nothing else: same parameters, optimiser and
