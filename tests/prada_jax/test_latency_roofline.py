@@ -158,3 +158,22 @@ def test_paper_pair_is_the_default_constants():
     assert jax.tree.structure(a) == jax.tree.structure(b)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         assert x == y
+
+
+@pytest.mark.parametrize("hardware", ["a100_orin_int4", "paper"])
+def test_server_speed_scales_the_selected_pairs_server(hardware):
+    """A scenario's ``server_speed`` (envs.scenarios.latency_overrides) scales the peak FLOP/s
+    of the *selected* pair's server (not the paper profile's), and nothing else."""
+    from envs import scenarios
+    base = lat.pair_latency_params(hardware)
+    over = scenarios.latency_overrides({"server_speed": 0.1})
+    slow = lat.pair_latency_params(hardware, **over)
+    if hardware == "paper":
+        assert float(slow.server_peak_flops) == pytest.approx(0.1 * float(base.server_peak_flops))
+        return
+    peak = float(base.server_hw.peak_flops)
+    assert float(slow.server_hw.peak_flops) == pytest.approx(0.1 * peak)
+    assert peak == float(lat.PROFILES[lat.PAIRS[hardware][1]]().peak_flops)
+    for f in ("mem_bw", "mem_bytes", "eta", "eta_mem"):
+        assert float(getattr(slow.server_hw, f)) == float(getattr(base.server_hw, f)), f
+    assert _hw(slow.edge_hw) == _hw(base.edge_hw)
