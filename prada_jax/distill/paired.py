@@ -71,3 +71,44 @@ def noninferior(d: dict, margin: float) -> str:
 def superior(d: dict) -> str:
     """pass if the CI lies above 0, fail if below, else unresolved."""
     return "pass" if d["ci_low"] > 0 else "fail" if d["ci_high"] < 0 else "unresolved"
+
+
+def variance_components(diff: np.ndarray) -> dict:
+    """Where a paired difference's uncertainty comes from: seeds, problems or their interaction.
+
+    Two-way crossed random effects with one observation per cell, ``d[s, p] = m + a_s + b_p +
+    e_sp``, estimated by the ANOVA method of moments (negative estimates clipped to 0):
+    ``seed`` = (MS_seed − MS_res) / P, ``problem`` = (MS_problem − MS_res) / S,
+    ``interaction`` = MS_res. The variance of the mean over S seeds and P problems is then
+    ``seed / S + problem / P + interaction / (S · P)``; :func:`planned_mde` turns it into the
+    MDE of another design. Needs S ≥ 2 and P ≥ 2.
+    """
+    d = np.asarray(diff, np.float64)
+    S, P = d.shape
+    if S < 2 or P < 2:
+        raise ValueError(f"variance components need >= 2 seeds and >= 2 problems, got {S}x{P}")
+    m = d.mean()
+    r, c = d.mean(1), d.mean(0)
+    ms_seed = P * float(((r - m) ** 2).sum()) / (S - 1)
+    ms_prob = S * float(((c - m) ** 2).sum()) / (P - 1)
+    res = d - r[:, None] - c[None, :] + m
+    ms_res = float((res ** 2).sum()) / ((S - 1) * (P - 1))
+    return {"seed": max(0.0, (ms_seed - ms_res) / P), "problem": max(0.0, (ms_prob - ms_res) / S),
+            "interaction": ms_res, "n_seeds": S, "n_problems": P}
+
+
+def planned_mde(comp: dict, seeds: float, problems: float) -> float:
+    """MDE (α = 0.05 two-sided, power 0.8) of a design with ``seeds`` × ``problems`` from
+    :func:`variance_components` (``math.inf`` allowed for either: that term vanishes)."""
+    var = comp["seed"] / seeds + comp["problem"] / problems
+    var += comp["interaction"] / (seeds * problems)
+    return (Z_ALPHA + Z_POWER) * math.sqrt(var)
+
+
+def problems_for_mde(comp: dict, target: float, seeds: float) -> float:
+    """Problems needed for MDE ≤ ``target`` at ``seeds`` seeds (``math.inf``: the seed term
+    alone already exceeds it)."""
+    room = (target / (Z_ALPHA + Z_POWER)) ** 2 - comp["seed"] / seeds
+    if room <= 0:
+        return math.inf
+    return (comp["problem"] + comp["interaction"] / seeds) / room

@@ -11,6 +11,7 @@ measurements are library functions (``prada_jax.distill.task.kg.path_stats``,
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from pathlib import Path
@@ -426,8 +427,26 @@ def _cold_row(cold: dict, sets) -> np.ndarray:
 
 
 def paired_diff(a: np.ndarray, b: np.ndarray, strata, s: Sizes, seed: int) -> dict:
-    from prada_jax.distill.paired import two_way_bootstrap
-    return two_way_bootstrap(a - b, strata, n_boot=s.n_boot, seed=seed)
+    """The two-way bootstrap of ``a − b`` and, with ≥ 2 seeds, where its variance comes from
+    (``components``: seed, problem, interaction) with the design that would reach an MDE of
+    :data:`MARGIN` (``plan``): a diagnostic beside the registered rules, not a rule."""
+    from prada_jax.distill import paired as pr
+    d = a - b
+    out = pr.two_way_bootstrap(d, strata, n_boot=s.n_boot, seed=seed)
+    S, P = d.shape
+    if S >= 2 and P >= 2:
+        comp = pr.variance_components(d)
+        out["components"] = comp
+        out["plan"] = {"mde_this_design": pr.planned_mde(comp, S, P),
+                       "mde_infinite_seeds": pr.planned_mde(comp, math.inf, P),
+                       "mde_infinite_problems": pr.planned_mde(comp, S, math.inf),
+                       "problems_for_margin": _finite(pr.problems_for_mde(comp, MARGIN, S)),
+                       "margin": MARGIN}
+    return out
+
+
+def _finite(x: float):
+    return None if math.isinf(x) else x
 
 
 def verdicts(runs: dict, cold: dict, s: Sizes) -> dict:

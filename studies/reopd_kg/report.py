@@ -71,6 +71,23 @@ def markdown(res: dict) -> str:
         L += [f"| (e) 0 tool calls in ReOPD | — | ReOPD {sorted(set(e['reopd'].values()))}, OPD "
               f"{e['opd']} | — | **{e['verdict']}** |", "",
               f"Some method moved the cold start beyond its CI: {v['budget_moved']}.", ""]
+        comp = [(label, v["pooled"][key]) for key, label in (
+            ("a_equal_turns", "(a) ReOPD − OPD"), ("c_vs_sft", "(c) ReOPD − SFT"),
+            ("d_kappa", "(d) κ first − κ last")) if "components" in v["pooled"].get(key, {})]
+        if comp:
+            L += ["Where each pooled difference's variance comes from (ANOVA components of "
+                  "the seed × problem table; a diagnostic, not a rule):", "",
+                  "| difference | seed σ² | problem σ² | interaction σ² | MDE from the "
+                  "components | MDE with ∞ seeds | MDE with ∞ problems | problems for MDE "
+                  "0.02 at these seeds |", "|---|---|---|---|---|---|---|---|"]
+            for label, x in comp:
+                c, pl = x["components"], x["plan"]
+                need = pl["problems_for_margin"]
+                L.append(f"| {label} | {c['seed']:.2e} | {c['problem']:.4f} | "
+                         f"{c['interaction']:.4f} | {_f(pl['mde_this_design'])} | "
+                         f"{_f(pl['mde_infinite_seeds'])} | {_f(pl['mde_infinite_problems'])} | "
+                         f"{'unreachable' if need is None else f'{need:,.0f}'} |")
+            L.append("")
     if "reliability" in res:
         L += ["## Teacher reliability by depth (item 2): mean teacher log-prob of the turn's "
               "action [nats]", "",

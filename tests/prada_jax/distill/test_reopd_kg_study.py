@@ -64,6 +64,29 @@ def test_verdicts_against_direct_counts():
     assert S.verdicts(runs, cold, sz)["e_tool_calls"]["verdict"] == "fail"
 
 
+def test_verdicts_carry_variance_components_and_the_report_shows_them():
+    """Each pooled difference carries the ANOVA components of its own seed × problem table
+    (recomputed here from the outcome strings) and the report prints them."""
+    from prada_jax.distill import paired as pr
+    from studies import reopd_kg as S
+    from studies.reopd_kg.report import markdown
+    rng = np.random.default_rng(0)
+    bits = lambda: "".join(rng.choice(["0", "1"], 6))   # noqa: E731
+    runs = {k: {"outcomes": {str(s): {"1": bits(), "5": bits()} for s in range(4)},
+                "tool_calls": 5 if k == "opd" else 0, "lr": 1e-4,
+                "totals": {"supervised_turns": 40}}
+            for k in ("opd", "reopd_k0.6", "reopd_k1", "sft_cont")}
+    sz = S.Sizes(seeds=tuple(range(4)), n_eval=6, n_boot=200, registered_seeds=4)
+    v = S.verdicts(runs, {"outcomes": {"1": "010101", "5": "000111"}}, sz)
+    X = {k: S.success_matrix(r, (1, 5)) for k, r in runs.items()}
+    a = v["pooled"]["a_equal_turns"]
+    assert a["components"] == pytest.approx(
+        pr.variance_components(X["reopd_k0.6"] - X["opd"]))
+    assert a["plan"]["mde_this_design"] == pytest.approx(pr.planned_mde(a["components"], 4, 12))
+    text = markdown({"compare": {"N": 2, "B": 3, "runs": runs, "verdicts": v}})
+    assert "| (a) ReOPD − OPD | " in text and "| (d) κ first − κ last | " in text
+
+
 @pytest.mark.slow
 def test_quick_study_end_to_end(tmp_path):
     """Every part at tiny sizes (a tiny kg cache built under --out): study.json holds each part,
