@@ -437,11 +437,13 @@ def paired_diff(a: np.ndarray, b: np.ndarray, strata, s: Sizes, seed: int) -> di
     if S >= 2 and P >= 2:
         comp = pr.variance_components(d)
         out["components"] = comp
-        out["plan"] = {"mde_this_design": pr.planned_mde(comp, S, P),
-                       "mde_infinite_seeds": pr.planned_mde(comp, math.inf, P),
-                       "mde_infinite_problems": pr.planned_mde(comp, S, math.inf),
-                       "problems_for_margin": _finite(pr.problems_for_mde(comp, MARGIN, S)),
-                       "margin": MARGIN}
+        k = pr.BOOTSTRAP_INTERACTION   # the registered MDE is the bootstrap's
+        out["plan"] = {"mde_this_design": pr.planned_mde(comp, S, P, k),
+                       "mde_this_design_model": pr.planned_mde(comp, S, P),
+                       "mde_infinite_seeds": pr.planned_mde(comp, math.inf, P, k),
+                       "mde_infinite_problems": pr.planned_mde(comp, S, math.inf, k),
+                       "problems_for_margin": _finite(pr.problems_for_mde(comp, MARGIN, S, k)),
+                       "interaction_factor": k, "margin": MARGIN}
     return out
 
 

@@ -76,15 +76,18 @@ def markdown(res: dict) -> str:
             ("d_kappa", "(d) κ first − κ last")) if "components" in v["pooled"].get(key, {})]
         if comp:
             L += ["Where each pooled difference's variance comes from (ANOVA components of "
-                  "the seed × problem table; a diagnostic, not a rule):", "",
+                  "the seed × problem table; a diagnostic, not a rule). MDEs as the two-way "
+                  "bootstrap counts them (the interaction three times, Owen's pigeonhole "
+                  "over-count); in brackets the random-effects model's (once):", "",
                   "| difference | seed σ² | problem σ² | interaction σ² | MDE from the "
-                  "components | MDE with ∞ seeds | MDE with ∞ problems | problems for MDE "
-                  "0.02 at these seeds |", "|---|---|---|---|---|---|---|---|"]
+                  "components [model] | MDE with ∞ seeds | MDE with ∞ problems | problems for "
+                  "MDE 0.02 at these seeds |", "|---|---|---|---|---|---|---|---|"]
             for label, x in comp:
                 c, pl = x["components"], x["plan"]
                 need = pl["problems_for_margin"]
                 L.append(f"| {label} | {c['seed']:.2e} | {c['problem']:.4f} | "
-                         f"{c['interaction']:.4f} | {_f(pl['mde_this_design'])} | "
+                         f"{c['interaction']:.4f} | {_f(pl['mde_this_design'])} "
+                         f"[{_f(pl.get('mde_this_design_model'))}] | "
                          f"{_f(pl['mde_infinite_seeds'])} | {_f(pl['mde_infinite_problems'])} | "
                          f"{'unreachable' if need is None else f'{need:,.0f}'} |")
             L.append("")

@@ -38,14 +38,22 @@ def test_components_by_plain_loops():
     assert out["problem"] == pytest.approx(max(0.0, (ms_p - ms_res) / S))
 
 
-def test_planned_mde_matches_the_bootstrap_and_solves_for_problems():
+@pytest.mark.parametrize("vs,vp,ve", [(1e-4, 0.006, 0.1), (5e-4, 0.08, 0.05)])
+def test_planned_mde_matches_the_bootstrap_and_solves_for_problems(vs, vp, ve):
+    """The two-way bootstrap's MDE equals the components' with the interaction counted three
+    times (the pigeonhole over-count); counted once it is visibly smaller where the interaction
+    dominates."""
     rng = np.random.default_rng(2)
-    d = _sim(rng, 20, 512, 0.0005, 0.08, 0.05)
+    d = _sim(rng, 20, 512, vs, vp, ve)
     comp = pr.variance_components(d)
     boot = pr.two_way_bootstrap(d, [256, 256], n_boot=4000, seed=3)
-    assert pr.planned_mde(comp, 20, 512) == pytest.approx(boot["mde"], rel=0.12)
-    n = pr.problems_for_mde(comp, 0.02, 20)
-    assert pr.planned_mde(comp, 20, n) == pytest.approx(0.02, rel=1e-9)
+    k = pr.BOOTSTRAP_INTERACTION
+    assert pr.planned_mde(comp, 20, 512, k) == pytest.approx(boot["mde"], rel=0.08)
+    if 2 * ve / 20 > vp:   # interaction-dominated: once-counted is below the bootstrap
+        assert pr.planned_mde(comp, 20, 512) < 0.85 * boot["mde"]
+    for f in (1.0, k):
+        n = pr.problems_for_mde(comp, 0.02, 20, f)
+        assert pr.planned_mde(comp, 20, n, f) == pytest.approx(0.02, rel=1e-9)
     assert comp["seed"] > 20 * (0.001 / 2.8) ** 2     # the seed term alone exceeds 0.001:
     assert pr.problems_for_mde(comp, 0.001, 20) == math.inf
     assert pr.planned_mde(comp, math.inf, math.inf) == 0.0

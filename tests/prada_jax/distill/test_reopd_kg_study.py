@@ -82,7 +82,10 @@ def test_verdicts_carry_variance_components_and_the_report_shows_them():
     a = v["pooled"]["a_equal_turns"]
     assert a["components"] == pytest.approx(
         pr.variance_components(X["reopd_k0.6"] - X["opd"]))
-    assert a["plan"]["mde_this_design"] == pytest.approx(pr.planned_mde(a["components"], 4, 12))
+    assert a["plan"]["mde_this_design"] == pytest.approx(
+        pr.planned_mde(a["components"], 4, 12, pr.BOOTSTRAP_INTERACTION))
+    assert a["plan"]["mde_this_design_model"] == pytest.approx(
+        pr.planned_mde(a["components"], 4, 12))
     text = markdown({"compare": {"N": 2, "B": 3, "runs": runs, "verdicts": v}})
     assert "| (a) ReOPD − OPD | " in text and "| (d) κ first − κ last | " in text
 
