@@ -13,13 +13,18 @@ from pathlib import Path
 import numpy as np
 
 
-def file_hash(path: os.PathLike | str) -> str:
-    """``"sha256:<hex>"`` of a file's bytes, read in 1 MiB chunks."""
+def file_sha256(path: os.PathLike | str) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks (the one file hasher of the project)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return "sha256:" + h.hexdigest()
+    return h.hexdigest()
+
+
+def file_hash(path: os.PathLike | str) -> str:
+    """``"sha256:<hex>"`` of a file's bytes (:func:`file_sha256` with its algorithm named)."""
+    return "sha256:" + file_sha256(path)
 
 
 def write_arrays_and_meta(arrays_path: os.PathLike | str, arrays: dict[str, np.ndarray],

@@ -29,6 +29,7 @@ from pathlib import Path
 from prada_jax import config_utils as cu
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
+from prada_jax.safetensors_folder import file_sha256 as sha256_file
 
 CACHE_FILES = ("teacher/model.safetensors", "teacher/config.json", "pool/pool.safetensors",
                "pool/pool.json", "logits/index.json")
@@ -38,14 +39,6 @@ TIMING_FIELDS = ("train_s", "eval_s", "started_utc", "finished_utc", "load_avg_1
                  "trainer_reused", "adopted_from")
 FLAG_OF = {"pilot_seeds": "--pilot_seeds", "updates": "--updates", "kappas": "--kappas",
            "latencies_ms": "--latencies_ms"}
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def cache_fingerprint(cache: Path) -> dict:

@@ -2,7 +2,6 @@
 batch of problems, guarded by the fingerprint of the settings, models and data."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -13,6 +12,7 @@ from safetensors import safe_open
 from safetensors.numpy import save
 
 from prada_jax.jsonio import read_json
+from prada_jax.safetensors_folder import file_sha256
 from prada_jax.traces.build.settings import BuildError
 from prada_jax.traces.build.tree import ProblemTree
 
@@ -78,14 +78,6 @@ def read_batch(path: Path) -> tuple[dict[str, np.ndarray], list, dict]:
         for k in f.keys():
             arrays[k] = f.get_tensor(k)
     return arrays, json.loads(meta.get("texts", "[]")), json.loads(meta.get("extra", "{}"))
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def model_fingerprint(path: Path) -> dict:
