@@ -6,6 +6,7 @@ registered): greedy vs sampled (τ = 1) success of the cold start and of seeds 0
 """
 import json
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,9 @@ def ev(d, temp, key=0):
     fn = kg.flax_generate_fn(m, batch=64, temperature=temp, key=jax.random.key(key) if temp else None)
     return float(np.mean([r.success for r in kg.run_episodes(probs, fn, kg.MAX_TURNS)]))
 out = {}
+if len(sys.argv) != 3 or not Path(sys.argv[1], "cold", "student_hf").is_dir():
+    sys.exit(print("usage: greedy_vs_sampled.py STUDY_DIR OUT_JSON (STUDY_DIR: a kg study "
+                   "folder with cold/student_hf)", file=sys.stderr) or 2)
 S, OUT = sys.argv[1], sys.argv[2]
 studs = {"cold": f"{S}/cold/student_hf"}
 for n in ("opd", "reopd_k0.6", "sft_cont"):
