@@ -60,6 +60,6 @@ from evals.stage2.report import (  # noqa: F401  (the public names, one import p
     budget_report, paired_differences, power_report, scenario_report, schedule_report,
     summarize_rows, to_markdown, write_outputs)
 from evals.stage2.runner import (  # noqa: F401
-    _ENV_KEYS, GRID_BATCH, SIZES, TIGHTEN_DEFAULT, Runner, check_budget, choose_margin,
-    conditioned_mult_fn, evaluate_scenario, learn_multipliers, margin_tag, parse_dual_overrides,
-    run, train_policy)
+    _ENV_KEYS, GRID_BATCH, SIZES, TIGHTEN_DEFAULT, Runner, baseline_specs, check_budget,
+    choose_margin, conditioned_mult_fn, evaluate_scenario, learn_multipliers, margin_tag,
+    parse_dual_overrides, run, train_policy)

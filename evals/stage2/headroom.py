@@ -124,7 +124,7 @@ def measure(policy_dir: str, candidates, seeds: int = 8, size: str = "full",
         r = s2.Runner(p, int(seeds), sz["slots"], sz["warmup"], policy.apply_fn,
                       policy.params, seed0=seed0)
         zero = r.run_prada(sched, 0.0, 0.0)
-        nolim = r.run(s2._baseline_specs(r.screen)[s2.ROW_NOLIM])
+        nolim = r.run(s2.baseline_specs(r.screen)[s2.ROW_NOLIM])
         d = (np.asarray(nolim["objective"], np.float64)
              - np.asarray(zero["objective"], np.float64))
         sd = float(np.std(d, ddof=1))

@@ -168,7 +168,10 @@ class Runner:
 
 # ----------------------------------------------------------------------------- one scenario
 
-def _baseline_specs(screen: str = "policy"):
+def baseline_specs(screen: str = "policy") -> dict:
+    """The baseline rows of a stage-2 table by name (``ROW_ZERO`` maps to None: the PRADA rule
+    at zero prices, run with the dual run's scheduler); ``evals.stage2.headroom`` runs
+    ``ROW_NOLIM`` from it."""
     return {ROW_ZERO: None,  # PRADA rule at 0 (scheduler of the dual run)
             ROW_FIFO: ev.PolicySpec(ROW_FIFO, screen, "fifo_greedy"),
             ROW_FILTER: ev.PolicySpec(ROW_FILTER, screen, "threshold_fifo"),
@@ -224,7 +227,7 @@ def evaluate_scenario(runner: Runner, sched_index: int, const, cond_state, dcfg_
              else "the evaluated seeds")
     if ROW_HINDSIGHT in grids:
         g["hindsight"] = grids[ROW_HINDSIGHT]
-    for row, spec in _baseline_specs(runner.screen).items():
+    for row, spec in baseline_specs(runner.screen).items():
         per_seed[row] = (runner.run_prada(sched_index, 0.0, 0.0) if spec is None
                          else runner.run(spec))
     return {"per_seed": per_seed, "grid": g}

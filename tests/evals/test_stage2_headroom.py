@@ -46,3 +46,34 @@ def test_policy_pair_check():
         pairs.check_policy_pair({"hardware": "a100_orin_int4"}, "paper", "p")
     with pytest.raises(BadInput, match="'paper'"):
         pairs.check_policy_pair({}, "a100_orin_int4", "p")
+
+
+def test_the_command_runs_end_to_end(tmp_path, monkeypatch, run_command):
+    """``python -m evals.stage2.headroom`` on a valid policy writes its JSON (the split of
+    evals/stage2 left the command calling a name the package no longer had: every valid run
+    was a traceback). A stand-in policy (``evals.testing.oracle_apply`` with the smoke
+    config, paper clock) and a tiny size keep it to two short rollouts."""
+    import json
+
+    from evals import stage2 as s2
+    from evals import suite
+    from evals.testing import oracle_apply
+    from prada_jax.configs import ppo as ppo_cfg
+    from prada_jax.rl.policy import LoadedPolicy
+
+    cfg = ppo_cfg.get_config("smoke")
+    cfg.env.hardware = "paper"
+    pol = tmp_path / "pol"
+    pol.mkdir()
+    fake = LoadedPolicy(oracle_apply, None, {"seeds": []}, cfg, str(pol))
+    monkeypatch.setattr(suite, "load_policy", lambda *a, **k: fake)
+    monkeypatch.setitem(s2.SIZES, "quick", dict(s2.SIZES["quick"], slots=40, warmup=5,
+                                                scenario_length=40, num_users=4))
+    out = tmp_path / "h.json"
+    code, _, err = run_command("evals.stage2.headroom", f"--policy={pol}", "--size=quick",
+                               "--seeds=2", f"--out={out}")
+    assert code == 0, err
+    res = json.loads(out.read_text())
+    rep = res["candidates"]["nominal"]
+    assert len(rep["headroom_per_seed"]) == 2
+    assert set(rep["rows"]) == {s2.ROW_ZERO, s2.ROW_NOLIM}
