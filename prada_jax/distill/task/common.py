@@ -7,6 +7,7 @@ transformers are imported where used.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -125,6 +126,13 @@ def fit_teacher(model, next_batch: Callable[[], tuple], steps: int, lr: float, w
     model.eval()
 
 
+def _cache_of(output):
+    """The KV cache a transformers forward returned (``cache`` in 5.x, ``past_key_values``
+    in 4.x)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
 def torch_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], max_new_tokens: int,
                       temperature: float = 0.0, seed: int = 0) -> GenerateFn:
     """Batched action generation with a PyTorch causal LM (left padding, KV cache); greedy when
@@ -132,6 +140,10 @@ def torch_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], max_new_to
     seeded by ``seed`` (reproducible on CPU); stops at any of ``stop_ids``."""
     import torch
     gen = torch.Generator().manual_seed(seed)
+    # transformers 5 renamed the forward argument past_key_values -> cache (the old name warns
+    # and goes away in 5.40); 4.x knows only past_key_values.
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters \
+        else "past_key_values"
 
     @torch.no_grad()
     def fn(contexts: list[list[int]]) -> list[list[int]]:
@@ -147,8 +159,8 @@ def torch_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], max_new_to
         cur, cur_pos = x, (att.cumsum(-1) - 1).clamp(min=0)
         for _ in range(max_new_tokens):
             res = model(input_ids=cur, attention_mask=att, position_ids=cur_pos,
-                        past_key_values=past, use_cache=True)
-            past = res.past_key_values
+                        use_cache=True, **{cache_kw: past})
+            past = _cache_of(res)
             logits = res.logits[:, -1].float()
             if temperature > 0:
                 probs = torch.softmax(logits / temperature, -1)
