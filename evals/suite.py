@@ -312,6 +312,13 @@ def load_inputs(policy_dir: str | None, step: int | None, dual_dir: str | None,
 
 _ENV_FLAGS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta")
 
+#: The largest U (user slots) or M (server sequences) a command-line flag or grid may ask for
+#: (2^20). The env indexes users, slots and jobs with int32 arithmetic, so a count at or above
+#: 2^31 overflows; every size well below that is still far beyond what one machine evaluates
+#: (the size a machine can hold is a separate, smaller limit). Checked where the flags are
+#: parsed (``check_env_overrides``, ``evals.sweep.parse_grid``), before anything is loaded.
+MAX_ENV_COUNT = 2 ** 20
+
 
 def define_input_flags(env_note: str = "") -> None:
     """Defines the input flags ``evals.run`` and ``evals.sweep`` share (listed by their
@@ -387,7 +394,8 @@ def inputs_from_flags(F) -> FlagInputs:
 
 def check_env_overrides(overrides: dict) -> None:
     """Refuses scenario flags that cannot describe an env: U, M, B, λ must be > 0 and β >= 0
-    (finite); ``EvalError`` naming the flag. ``None`` values (not given) pass."""
+    (finite), U and M at most ``MAX_ENV_COUNT``; ``EvalError`` naming the flag. ``None``
+    values (not given) pass."""
     for key, v in overrides.items():
         if v is None:
             continue
@@ -395,6 +403,9 @@ def check_env_overrides(overrides: dict) -> None:
         if not ok:
             raise EvalError(f"--{key}={v}: must be a finite number "
                             f"{'>= 0' if key == 'beta' else '> 0'}")
+        if key in ("num_users", "num_servers") and v > MAX_ENV_COUNT:
+            raise EvalError(f"--{key}={v}: must be at most {MAX_ENV_COUNT} (2^20; the env's "
+                            "int32 index arithmetic overflows at 2^31)")
 
 
 def check_hardware(hardware: str, flag: str) -> None:

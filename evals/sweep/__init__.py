@@ -26,7 +26,7 @@ import numpy as np
 
 from evals import evaluate as ev
 from evals import plots, report, suite
-from prada_jax import stats
+from prada_jax import config_utils, stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 from prada_jax.metric_writer import MetricWriter
@@ -236,19 +236,27 @@ def write_sweep_outputs(results_by_axis: Mapping[str, Mapping], out_dir: Path, *
 
 def parse_grid(values: Sequence[str], name: str, scale: float = 1.0, integer: bool = False
                ) -> list[float]:
-    """Parses a grid flag; refuses non-numbers, non-positive values and duplicates."""
+    """Parses a grid flag; refuses non-numbers, non-positive values, values float32 cannot
+    hold (inf, NaN, 1e39: the env computes in float32), integers (``integer``: an M grid)
+    above ``suite.MAX_ENV_COUNT`` and duplicates."""
     out = []
     for s in values:
         try:
             v = float(s) * scale
         except ValueError:
             raise BadInput(f"--{name}: '{s}' is not a number") from None
+        why = config_utils.float32_problem(v)
+        if why:
+            raise BadInput(f"--{name}: {s}: {why}")
         if not v > 0:
             raise BadInput(f"--{name}: values must be > 0, got {s}")
         if integer:
             if v != int(v):
                 raise BadInput(f"--{name}: values must be integers, got {s}")
             v = int(v)
+            if v > suite.MAX_ENV_COUNT:
+                raise BadInput(f"--{name}: {s} is above the largest count an env takes "
+                               f"({suite.MAX_ENV_COUNT})")
         out.append(v)
     if not out:
         raise BadInput(f"--{name}: empty grid")
