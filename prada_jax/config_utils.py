@@ -101,6 +101,8 @@ ADDED_FIELDS: dict[str, AddedField] = {
     "eval.every": AddedField(0, ("distill",), "9da2d9b (distill eval.every)"),
     # before warm-started optimisers: a fresh optimiser state
     "optim.carry_from": AddedField("", ("distill",), "bf94be3 (distill optim.carry_from)"),
+    # before the exact and baselined arms: the single-sample reverse-KL policy gradient
+    "loss.rkl_estimator": AddedField("pg", ("distill",), "issue 44 (loss.rkl_estimator)"),
 }
 
 # A config's kind by a section only it has (prada_jax/configs/<kind>.py).

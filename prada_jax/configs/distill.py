@@ -57,6 +57,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.loss.rkl_coef = 1.0               # coefficient of the reverse-KL policy-gradient term
     c.loss.fkl_coef = 0.0               # on-policy: + this × top-k forward KL at sampled tokens
     c.loss.top_k = 8                    # on-policy: teacher top-k scored per sampled token
+    c.loss.rkl_estimator = "pg"         # on-policy / OPD reverse-KL arm: "pg" (single sample, the
+    #   published estimator) | "pg_baseline" (+ leave-one-out per-token mean baseline) | "exact"
+    #   (Σ_v π_S(v) log π_S(v)/π_T(v) over the vocabulary; needs loss.top_k >= the vocabulary)
 
     c.onpolicy = ml_collections.ConfigDict()
     c.onpolicy.temperature = 1.0        # student sampling temperature

@@ -31,6 +31,9 @@ from flax import nnx, struct
 from prada_jax.distill import losses
 
 
+RKL_ESTIMATORS = ("pg", "pg_baseline", "exact")   # on-policy / OPD reverse-KL loss arms
+
+
 @struct.dataclass
 class TrainState:
     """params / opt_state: pytrees of the student's nnx.Param state and the optimizer; step:
@@ -87,8 +90,17 @@ def per_turn_sums(per_token, mask, turn, num_turns: int):
 
 def make_train_step(graphdef, tx, mode: str, loss: str, *, temperature: float = 1.0,
                     beta: float = 0.5, rkl_coef: float = 1.0, fkl_coef: float = 0.0,
-                    num_turns: int = 8, num_seeds: int = 1) -> Callable:
+                    num_turns: int = 8, num_seeds: int = 1,
+                    rkl_estimator: str = "pg") -> Callable:
     """Builds the jitted ``train_step(state, batch) -> (state, metrics)``.
+
+    ``rkl_estimator`` (on-policy and OPD only): ``"pg"`` the single-sample reverse-KL policy
+    gradient (:func:`~prada_jax.distill.losses.reverse_kl_pg`, the published estimator),
+    ``"pg_baseline"`` the same with a leave-one-out per-token mean baseline
+    (:func:`~prada_jax.distill.losses.reverse_kl_pg_baseline`), ``"exact"`` the exact per-token
+    reverse KL over the teacher's exported distribution
+    (:func:`~prada_jax.distill.losses.reverse_kl_exact`; exact when the export's top-k covers
+    the vocabulary); the logged ``kl`` is then the exact per-token KL, not a sample estimate.
 
     ``num_seeds`` > 1: the step is ``vmap``-ped over a leading seed axis of ``state`` (stacked
     parameters and optimiser states, :func:`stack_states`) and of every ``batch`` array
@@ -104,6 +116,8 @@ def make_train_step(graphdef, tx, mode: str, loss: str, *, temperature: float = 
         raise ValueError(f"mode must be 'offline' or 'onpolicy', got {mode!r}")
     if mode == "offline" and loss not in ("fkl", "jsd", "sft"):
         raise ValueError(f"offline loss must be fkl, jsd or sft, got {loss!r}")
+    if rkl_estimator not in RKL_ESTIMATORS:
+        raise ValueError(f"rkl_estimator must be one of {RKL_ESTIMATORS}, got {rkl_estimator!r}")
 
     def loss_fn(params, batch):
         logits = _action_logits(graphdef, params, batch["prompt"], batch["prompt_mask"],
@@ -124,6 +138,13 @@ def make_train_step(graphdef, tx, mode: str, loss: str, *, temperature: float = 
             _, kl_tok = losses.forward_kl_topk(jax.lax.stop_gradient(logits),
                                                batch["topk_ids"], batch["topk_logp"],
                                                batch["tail_mass"], mask)
+        elif rkl_estimator == "exact":
+            val, kl_tok = losses.reverse_kl_exact(logits, batch["topk_ids"], batch["topk_logp"],
+                                                  batch["tail_mass"], mask)
+            val = rkl_coef * val
+        elif rkl_estimator == "pg_baseline":
+            val, kl_tok = losses.reverse_kl_pg_baseline(logits, batch["action"],
+                                                        batch["teacher_logp"], mask, rkl_coef)
         else:
             val, kl_tok = losses.reverse_kl_pg(logits, batch["action"], batch["teacher_logp"],
                                                mask, rkl_coef)

@@ -130,3 +130,53 @@ def reverse_kl_pg(logits, sampled, teacher_logp, mask, coef: float = 1.0):
 def sft_cross_entropy(logits, targets, mask):
     """Plain cross-entropy −log π_S(target) on teacher tokens (SFT baseline)."""
     return _masked_mean(-token_logprobs(logits, targets), mask)
+
+
+def full_teacher_logp(topk_ids, topk_logp, tail_mass, vocab_size: int, floor: float = -1e4):
+    """The teacher's log-probs on the whole vocabulary [B, A, V] from its top-k + tail export:
+    each top-k id gets its log-prob, every other id an equal share of ``tail_mass``
+    (``log(tail / (V − k))``). Exact when the tail is empty, i.e. when ``k`` = ``V``
+    (``loss.top_k`` = the task's vocabulary). Clipped below at ``floor`` so that a student
+    token the teacher gives probability 0 costs a large but finite amount (and a finite
+    gradient). Constant (stop-gradient)."""
+    k = topk_ids.shape[-1]
+    tail = jnp.clip(tail_mass.astype(jnp.float32), 0.0, 1.0)
+    rest = jnp.log(jnp.maximum(tail, 0.0) / max(vocab_size - k, 1))
+    base = jnp.broadcast_to(rest[..., None], (*topk_ids.shape[:-1], vocab_size))
+    flat_ids = topk_ids.reshape(-1, k)
+    flat_lp = topk_logp.astype(jnp.float32).reshape(-1, k)
+    full = jax.vmap(lambda b, i, v: b.at[i].set(v))(base.reshape(-1, vocab_size), flat_ids,
+                                                    flat_lp)
+    full = jnp.maximum(full.reshape(*topk_ids.shape[:-1], vocab_size), floor)
+    return jax.lax.stop_gradient(full)
+
+
+def reverse_kl_exact(logits, topk_ids, topk_logp, tail_mass, mask):
+    """The exact per-token reverse KL ``KL(π_S || π_T) = Σ_v π_S(v) (log π_S(v) − log π_T(v))``
+    over the whole vocabulary at every masked position, differentiated directly (no sampling:
+    the primary loss arm of issue 44). The teacher's distribution comes from its top-k + tail
+    export (:func:`full_teacher_logp`): exact when ``k`` equals the vocabulary size.
+
+    Returns (loss = mean over masked tokens, per-token KL [B, A])."""
+    z = logits.astype(jnp.float32)
+    ls = z - jax.nn.logsumexp(z, axis=-1, keepdims=True)
+    lt = full_teacher_logp(topk_ids, topk_logp, tail_mass, z.shape[-1])
+    per = jnp.sum(jnp.exp(ls) * (ls - lt), axis=-1)
+    return _masked_mean(per, mask)
+
+
+def reverse_kl_pg_baseline(logits, sampled, teacher_logp, mask, coef: float = 1.0):
+    """:func:`reverse_kl_pg` with a per-token mean baseline: the advantage of each sampled
+    token is ``x_i − b_i`` with ``x_i = log π_S(y_i) − log π_T(y_i)`` and ``b_i`` the mean of
+    the *other* masked tokens' ``x`` in the batch (leave-one-out, so ``b_i`` does not depend on
+    ``y_i`` and the gradient stays unbiased; 0 when the batch holds one token). The second
+    return value is the per-token KL estimate ``x`` (the same as :func:`reverse_kl_pg`'s)."""
+    lp = token_logprobs(logits, sampled)
+    m = mask.astype(jnp.float32)
+    x = jax.lax.stop_gradient(lp - teacher_logp.astype(jnp.float32))
+    n = m.sum()
+    s = jnp.sum(jnp.where(m > 0, x, 0.0))
+    b = jnp.where(n > 1, (s - x) / jnp.maximum(n - 1.0, 1.0), 0.0)
+    loss, _ = _masked_mean((x - b) * lp, mask)
+    _, est = _masked_mean(x, mask)
+    return coef * loss, est

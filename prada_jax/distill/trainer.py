@@ -79,7 +79,8 @@ from prada_jax.distill import tasks as tasks_lib
 from prada_jax.distill import teacher_table
 from prada_jax.distill.batches import (Drawn, bucket_width, bucketed, draw, opd_rows,  # noqa: F401
                                        stack_seeds)
-from prada_jax.distill.learner import make_optimizer, make_train_step, seed_slice
+from prada_jax.distill.learner import (RKL_ESTIMATORS, make_optimizer, make_train_step,
+                                       seed_slice)
 from prada_jax.distill.sampler import SCHEDULES, TurnSampler, check_kappa
 # re-exported: ``from prada_jax.distill.trainer import <name>`` keeps working for these
 from prada_jax.distill.student import (as_f32 as _as_f32, build_student,  # noqa: F401
@@ -139,6 +140,7 @@ def validate_config(config) -> None:
     """Checks every field once; errors name the field (``config.sampler.kappa ...``)."""
     cu.check_choice(config, "mode", MODES)
     cu.check_choice(config, "loss.kind", ("fkl", "jsd", "sft", "rkl"))
+    cu.check_choice(config, "loss.rkl_estimator", RKL_ESTIMATORS)
     if config.mode == "offline":
         cu.check(config.loss.kind != "rkl", "loss.kind",
                  "'rkl' needs config.mode=onpolicy or opd (it scores student samples)")
@@ -277,6 +279,10 @@ def build_setup(config, task: tasks_lib.Task | None = None,
     # they only feed the ratio diagnostic, when present
     if not onpolicy or adaptive or paths["logits"].is_dir():
         table = teacher_table.load(paths["logits"], pool)
+    if onpolicy and config.loss.rkl_estimator == "exact" and config.loss.top_k < vocab:
+        raise cu.ConfigError(f"config.loss.top_k={config.loss.top_k}: the exact reverse KL "
+                             f"(loss.rkl_estimator=exact) needs the teacher's whole "
+                             f"distribution, top_k >= the vocabulary ({vocab})")
     if onpolicy and teacher_score_fn is None:
         teacher_score_fn = task.teacher_scorer(paths["teacher"], config.loss.top_k)
     tx = make_optimizer(config.optim.lr, config.optim.warmup_steps, config.train.steps,
@@ -295,7 +301,8 @@ def build_setup(config, task: tasks_lib.Task | None = None,
                               "rkl" if onpolicy else config.loss.kind,
                               temperature=config.loss.temperature, beta=config.loss.beta,
                               rkl_coef=config.loss.rkl_coef, fkl_coef=config.loss.fkl_coef,
-                              num_turns=num_turns, num_seeds=len(seeds))
+                              num_turns=num_turns, num_seeds=len(seeds),
+                              rkl_estimator=str(config.loss.rkl_estimator))
     return Setup(config=config, task=task, pool=pool, table=table,
                  teacher_score_fn=teacher_score_fn, graphdef=graphdef, cfg=cfg,
                  init_state=state, step_fn=step_fn, mesh=mesh,
