@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from prada_jax.errors import BadInput
@@ -314,6 +315,7 @@ def validate_latency_params(p: LatencyParams, prefix: str = "latency",
             if w >= float(hw.mem_bytes):
                 raise BadInput(f"{where}: {side}.mem_bytes ({float(hw.mem_bytes):.4g} B) does not "
                                f"hold the {m} weights ({w:.4g} B)")
+            _check_float32_terms(spec, hw, m, side, where)
 
 
 _PROFILE_FIELDS = tuple(HardwareProfile.__dataclass_fields__)
@@ -337,8 +339,15 @@ def _profile_from(spec, where: str) -> HardwareProfile:
     for f in _PROFILE_FIELDS:
         v = spec[f]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise BadInput(f"{where}.{f} must be a number, got {v!r}")
-        vals[f] = float(v)
+            raise BadInput(f"{where}.{f} must be a number, got {v!r}"[:300])
+        try:
+            vals[f] = float(v)
+        except OverflowError:   # a JSON integer beyond any float
+            raise BadInput(f"{where}.{f} does not fit float32 (at most {_F32.max:.8g}); the "
+                           "clock computes in float32") from None
+        why = _float32_problem(vals[f])
+        if why:
+            raise BadInput(f"{where}.{f} = {vals[f]:.6g}: {why}")
     return HardwareProfile(**vals)
 
 
@@ -359,6 +368,9 @@ def pair_profiles(hardware: str) -> tuple[HardwareProfile, HardwareProfile] | No
         raise BadInput(f"hardware: unknown hardware pair {hardware!r}; known: "
                        f"{', '.join(PAIRS)} (or a .json file of an edge and a server profile)")
     path = Path(hardware)
+    if path.is_file() and path.stat().st_size > MAX_HARDWARE_FILE_BYTES:
+        raise BadInput(f"hardware file {hardware}: {path.stat().st_size} bytes; a hardware "
+                       f"file is at most {MAX_HARDWARE_FILE_BYTES} bytes (two profiles)")
     try:
         obj = read_json(path, expect=None)
     except BadInput as e:
@@ -423,11 +435,60 @@ def max_sequences(p: LatencyParams, max_context_tokens: float) -> int:
     return max(int(math.floor(free / per_seq)), 0)
 
 
+#: The largest hardware pair file read (bytes): two profiles take well under 1 KiB; a larger
+#: file is refused before it is read (a 2 GB file was read whole).
+MAX_HARDWARE_FILE_BYTES = 1 << 20
+
+_F32 = np.finfo(np.float32)
+
+
+def _float32_problem(v: float) -> str | None:
+    """Why a positive profile figure cannot be used by the float32 clock, or None: beyond
+    float32's range (it becomes inf) or below its normal range (a subnormal, which XLA on CPU
+    flushes to 0: 1e-45 priced every server job as never finishing)."""
+    if not math.isfinite(v):
+        return "must be finite"
+    if abs(v) > float(_F32.max):
+        return f"does not fit float32 (at most {float(_F32.max):.8g}); the clock computes in float32"
+    if v != 0 and abs(v) < float(_F32.tiny):
+        return (f"is below float32's normal range (smallest {float(_F32.tiny):.4g}); the clock "
+                "computes in float32, which flushes it to 0")
+    return None
+
+
+def _check_float32_terms(spec: ModelSpec, hw: HardwareProfile, model: str, side: str,
+                         where: str) -> None:
+    """The terms the roofline clock builds from one profile and one model, computed in float32
+    as the env does (a weight bytes, KV bytes per token, the FLOP and byte rates, one token's
+    FLOP time and one pass's byte time), must each be finite and normal: figures that are
+    each representable can still multiply or divide out of float32's range. ``BadInput``
+    naming the profile's fields."""
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        rate = f32(hw.peak_flops) * f32(hw.eta)
+        bw = f32(hw.mem_bw) * f32(hw.eta_mem)
+        wbytes = f32(spec.weight_params) * f32(hw.weight_bytes)
+        kv = (f32(2.0) * f32(spec.layers) * f32(spec.n_kv_heads) * f32(spec.head_dim)
+              * f32(hw.kv_bytes))
+        terms = {"peak_flops·eta": rate, "mem_bw·eta_mem": bw,
+                 f"weight_bytes·({model} weights)": wbytes, f"kv_bytes·({model} KV per token)": kv,
+                 f"({model} FLOPs per token)/(peak_flops·eta)": f32(2.0) * f32(spec.params) / rate,
+                 f"({model} weight bytes)/(mem_bw·eta_mem)": wbytes / bw}
+    for name, v in terms.items():
+        v = float(v)
+        if not math.isfinite(v) or v < float(_F32.tiny):
+            raise BadInput(f"{where}: {side}.{name} {'overflows' if v > 1 else 'underflows'} "
+                           "float32 (the clock computes in float32): figures out of scale")
+
+
 def _validate_profile(hw, where: str) -> None:
     for f in ("peak_flops", "mem_bw", "mem_bytes", "eta", "eta_mem", "weight_bytes", "kv_bytes"):
         v = float(getattr(hw, f))
         if not (v > 0 and math.isfinite(v)):
             raise BadInput(f"{where}.{f} must be a finite number > 0, got {v}")
+        why = _float32_problem(v)
+        if why:
+            raise BadInput(f"{where}.{f} = {v:.6g}: {why}")
     for f in ("eta", "eta_mem"):
         if float(getattr(hw, f)) > 1:
             raise BadInput(f"{where}.{f} must be <= 1, got {float(getattr(hw, f))}")

@@ -154,6 +154,17 @@ def _pair_file(**server) -> Callable[[Path], None]:
     return build
 
 
+def _pair_file_text(text: str, size: int | None = None) -> Callable[[Path], None]:
+    """A folder holding ``pair.json`` with ``text``, extended (sparse) to ``size`` bytes."""
+    def build(path: Path) -> None:
+        path.mkdir(parents=True)
+        with open(path / "pair.json", "w") as f:
+            f.write(text)
+            if size is not None:
+                f.truncate(size)
+    return build
+
+
 _MIN_PPO_CONFIG = json.dumps({"env": {"preset": "gsm8k", "num_users": 16}})
 
 
@@ -226,6 +237,17 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "hw_zero_flops": _pair_file(peak_flops=0.0),
     "hw_zero_bw": _pair_file(mem_bw=-1.0),
     "hw_zero_mem": _pair_file(mem_bytes=0.0),
+    # figures float32 cannot hold (issue 43): they became inf (or 0) with a NumPy warning
+    "hw_1e300_flops": _pair_file(peak_flops=1e300),
+    "hw_1e39_bw": _pair_file(mem_bw=1e39),
+    "hw_1e39_mem": _pair_file(mem_bytes=1e39),
+    "hw_1e-45_flops": _pair_file(peak_flops=1e-45),
+    "hw_tiny_flops": _pair_file(peak_flops=1e-30),   # a normal float32; FLOPs/rate is not
+    "hw_bigint": _pair_file_text('{"edge": "orin_agx_64gb_int4", "server": {"peak_flops": '
+                                 + "9" * 400 + ', "mem_bw": 1, "mem_bytes": 1, "eta": 1, '
+                                 '"eta_mem": 1, "weight_bytes": 1, "kv_bytes": 1}}'),
+    "hw_2gb": _pair_file_text('{"edge": "orin_agx_64gb_int4", "server": "a100_80gb_bf16"} ',
+                              size=2 << 30),
 }
 
 
@@ -305,6 +327,28 @@ CASES: list[Case] = [
                        "--slots=20", "--warmup_slots=2", "--seeds=1"),
          r"num_servers \(M\) = 100000 .*KV memory"),
     Case("evals.stage2", ("--hardware=tpu9", "--out={out}"), r"--hardware=tpu9.*unknown"),
+    Case("evals.run", ("--hardware={hw_1e300_flops}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.peak_flops = 1e\+300: does not fit float32"),
+    Case("evals.curve", ("--pairs={hw_1e39_bw}/pair.json", "--out={out}"),
+         r"--pairs=.*server\.mem_bw = 1e\+39: does not fit float32"),
+    Case("evals.sweep", ("--hardware={hw_1e39_mem}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.mem_bytes = 1e\+39: does not fit float32"),
+    Case("evals.run", ("--hardware={hw_1e-45_flops}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.peak_flops = 1e-45: is below float32's normal range"),
+    Case("evals.run", ("--hardware={hw_tiny_flops}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.\(llm FLOPs per token\)/\(peak_flops·eta\) overflows float32"),
+    Case("evals.run", ("--hardware={hw_bigint}/pair.json", "--out={out}"),
+         r"--hardware=.*server\.peak_flops does not fit float32"),
+    Case("evals.run", ("--hardware={hw_2gb}/pair.json", "--out={out}"),
+         r"--hardware=.*pair\.json: 2147483648 bytes; a hardware file is at most"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.hardware={hw_1e300_flops}/pair.json"),
+         r"config\.env\.hardware=.*server\.peak_flops = 1e\+300"),
+    Case("train.dual", (f"--config={DUAL_CFG}:smoke", "--workdir={out}",
+                        "--config.env.hardware={hw_1e39_bw}/pair.json"),
+         r"config\.env\.hardware=.*server\.mem_bw = 1e\+39"),
+    Case("train.main", ("--workdir={out}", "--smoke", "--hardware={hw_1e39_mem}/pair.json"),
+         r"--hardware=.*server\.mem_bytes = 1e\+39"),
     Case("train.main", ("--workdir={out}", "--hardware=tpu9"), r"--hardware=tpu9.*unknown"),
     # inf or NaN in any float field of any config: refused before the run (it trained for
     # 100 s, wrote files, then exited 3); every field the issue found, and ppo/distill ones
