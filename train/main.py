@@ -377,7 +377,8 @@ def stage_curve(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
                  f"{CONTENDED_RHO}): " + ", ".join(
                      f"{k} load {v:g} (ρ {rho[v]:.2f})" if v is not None else f"{k}: none"
                      for k, v in points.items()))
-    print(f"load curve: {d / 'curve.txt'} (every point), {d}/curve_{pair}.png")
+    print(f"load curve: {d / 'curve.txt'} (every point), "
+          f"{res['figures'][pair]}")
     for line in lines[-2:]:
         print(line)
     result = {"lines": lines, "points": points, "rho_llm_alone": {str(k): v

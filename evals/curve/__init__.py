@@ -20,6 +20,7 @@ with fewer it is reported as undetermined. "None in the range tried" when no loa
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -31,6 +32,7 @@ from envs import edge
 from evals import evaluate as ev
 from evals import plots, report, suite
 from prada_jax import stats
+from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 from prada_jax.metric_writer import MetricWriter
 
@@ -184,17 +186,42 @@ def results_from_json(data: Mapping, pair: str) -> dict[float, dict[str, dict[st
     return out
 
 
+def pair_tags(pairs: Sequence[str]) -> dict[str, str]:
+    """The name each hardware pair goes by in file names and TensorBoard tags: a
+    ``latency.PAIRS`` name as it is, a pair file by its stem with anything but letters,
+    digits, ``-``, ``_`` and ``.`` replaced by ``_`` (``--pairs=a/../../x.json`` draws
+    ``curve_x.png`` inside the output folder, never a path under or outside it). ``BadInput``
+    naming ``--pairs`` when two pairs would share a name."""
+    tags: dict[str, str] = {}
+    for pair in pairs:
+        stem = Path(pair).stem if pair.endswith(".json") else pair
+        tag = re.sub(r"[^A-Za-z0-9_.-]", "_", stem).lstrip(".") or "pair"
+        clash = [p for p, t in tags.items() if t == tag]
+        if clash:
+            raise BadInput(f"--pairs: {clash[0]} and {pair} would both be drawn as "
+                           f"curve_{tag}.png; rename one of the files")
+        tags[pair] = tag
+    return tags
+
+
 def write_curve_outputs(results_by_pair: Mapping[str, Mapping], out_dir: Path, *, title: str,
                         meta: dict) -> dict:
     """``curve.json`` (per pair: every load, row and metric with its summary and per-seed
-    values, flags, the crossover), ``curve_<pair>.png``, ``curve.txt`` and TensorBoard
-    (step = load index) under ``out_dir``."""
+    values, flags, the crossover), ``curve_<tag>.png`` (``pair_tags``), ``curve.txt`` and
+    TensorBoard (step = load index) under ``out_dir``. Rerun into a folder that holds an
+    earlier curve, the new TensorBoard file starts with a restart mark at step 0, so the
+    reader drops the earlier points instead of showing each point twice."""
     out_dir = Path(out_dir)
+    tags = pair_tags(list(results_by_pair))
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {"meta": meta, "load_definition": LOAD_LABEL, "pairs": {}}
     figs, lines = {}, []
+    rerun = any((out_dir / "tb").glob("events.out.tfevents.*"))
     with MetricWriter(out_dir / "tb") as w:
+        if rerun:
+            w.mark_restart(-1)   # a START event at step 0: earlier points are dropped
         for pair, results in results_by_pair.items():
+            tag = tags[pair]
             loads = sorted(results)
             summ = summarize_curve(results)
             rows = list(next(iter(summ.values())))
@@ -205,7 +232,7 @@ def write_curve_outputs(results_by_pair: Mapping[str, Mapping], out_dir: Path, *
             figs[pair] = plots.plot_panels(
                 loads, panels, xlabel="load λ/M (arrivals/s per server slot)",
                 title=f"{title} — hardware pair {pair}; {crossover_text(pair, cx)}",
-                path=out_dir / f"curve_{pair}.png", vline=cx["load"],
+                path=out_dir / f"curve_{tag}.png", vline=cx["load"],
                 vline_label="crossover" if cx["load"] is not None else "",
                 hlines={CURVE_METRICS["rho"]: 1.0})
             lines += [table_text(summ, loads, pair), crossover_text(pair, cx)]
@@ -213,10 +240,10 @@ def write_curve_outputs(results_by_pair: Mapping[str, Mapping], out_dir: Path, *
                 "loads": loads, "crossover": cx,
                 "points": {str(x): report.to_json_dict(results[x], summ[x]) for x in loads}}
             for i, x in enumerate(loads):
-                w.write_scalars(i, report.tb_scalars(summ[x], prefix=f"curve_{pair}"))
-                w.write_scalars(i, {f"curve_{pair}/load": float(x)})
+                w.write_scalars(i, report.tb_scalars(summ[x], prefix=f"curve_{tag}"))
+                w.write_scalars(i, {f"curve_{tag}/load": float(x)})
         w.write_texts(0, {"curve/table": "```\n" + "\n".join(lines) + "\n```"})
-        w.write_images(0, {f"curve/{k}": plots.png_to_rgb(p) for k, p in figs.items()})
+        w.write_images(0, {f"curve/{tags[k]}": plots.png_to_rgb(p) for k, p in figs.items()})
     write_json(out_dir / "curve.json", data)
     (out_dir / "curve.txt").write_text("\n".join(lines) + "\n")
     return {"figures": figs, "lines": lines, "json": out_dir / "curve.json",

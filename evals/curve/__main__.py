@@ -4,9 +4,9 @@
         [--loads=0.25,0.5,1,2,4,8] [--seeds=8] [--out=DIR]
 
 For each hardware pair of ``--pairs`` runs every (row, load) point of :mod:`evals.curve` in
-one vmapped evaluation and writes ``curve.json`` (per seed), ``curve_<pair>.png``,
-``curve.txt`` and TensorBoard under ``--out``; prints each point (ρ and flags per row) and the
-crossover. Load = λ/M, arrivals per second per server sequence slot. Bad input (a flag, a
+one vmapped evaluation and writes ``curve.json`` (per seed), ``curve_<pair>.png`` (a pair
+file by its stem, ``curve.pair_tags``), ``curve.txt`` and TensorBoard under ``--out``; prints
+each point (ρ and flags per row) and the crossover. Load = λ/M, arrivals per second per server sequence slot. Bad input (a flag, a
 folder, a pair): one stderr line naming it, exit 2, nothing written.
 """
 from __future__ import annotations
@@ -61,15 +61,23 @@ def main(argv):
         raise BadInput("--pairs: empty list")
     for pair in pairs:
         suite.check_hardware(pair, "--pairs")
+    curve.pair_tags(pairs)   # two pair files drawn under one name: refused now, not at the end
     policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
     if policy is None:
         raise BadInput("--policy: the curve's PRADA row needs a train.ppo run directory")
     seed0 = suite.evaluation_seed0(traces.info, policy, FLAGS.seeds, 0, flag="--seeds")
+    # every pair's env (M against its server's KV memory included) before any evaluation
+    params_of = {}
+    for pair in pairs:
+        try:
+            params_of[pair] = _pair_params(traces.traces, env_kw, pair)
+        except BadInput as e:
+            raise BadInput(f"--pairs={pair}: {e}") from None
     rows = curve.curve_rows(mult)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results = {}
     for pair in pairs:
-        params = _pair_params(traces.traces, env_kw, pair)
+        params = params_of[pair]
         e = ev.Evaluator(params, FLAGS.seeds, FLAGS.slots, FLAGS.warmup_slots, policy.apply_fn,
                          policy.params, seed0=seed0, drain_slots=FLAGS.drain_slots)
         say(f"curve [{pair}]: {len(rows)} rows x {len(loads)} loads x {FLAGS.seeds} seeds, "
