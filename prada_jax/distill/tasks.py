@@ -145,7 +145,41 @@ def _kg() -> Task:
                 to_tokens=kg.messages_to_tokens, max_turns=kg.MAX_TURNS)
 
 
-_FACTORIES: dict[str, Callable[[], Task]] = {"arith_calc_v1": _arith, "kg_lookup_v1": _kg}
+def _kg_short() -> Task:
+    """``kg_short_v1`` (issue 44): the kg task with 0-2 hops per chain, turn cap 10."""
+    from prada_jax.distill.task import kg, kg_short  # lazy: a task's module loads with its pools
+
+    def evaluate(model, n_problems: int, seed: int, batch: int) -> dict:
+        return kg_short.evaluate_model(model, kg_short.make_problems(seed * 1000 + 3, n_problems),
+                                       batch=batch)
+
+    def build_pool(teacher_model, out_dir, n: int, seed: int, **kw):
+        return kg_short.record_pool(teacher_model, kg_short.make_problems(seed * 1000 + 2, n),
+                                    out_dir, seed=seed, **kw)
+
+    def pool_problems(pool) -> list:
+        qs = pool_questions(pool)
+        seed = (pool.meta.get("source") or {}).get("seed")
+        if seed is None:
+            raise BadInput("config.mode=opd: the kg_short pool records no source seed; its "
+                           "problems (and their hidden graphs) cannot be rebuilt")
+        probs = kg_short.make_problems(int(seed) * 1000 + 2, len(qs))
+        for i, (p, q) in enumerate(zip(probs, qs)):
+            if kg.encode(p.question) != q:
+                raise BadInput(f"config.mode=opd: kg_short pool trajectory {i} does not match "
+                               f"the problem its recorder's seed {seed} draws")
+        return probs
+
+    return Task(name=kg_short.TASK_NAME, pad_id=kg.PAD_ID, eos_id=kg.EOS_ID,
+                stop_ids=tuple(kg.STOP_IDS), build_tokenizer=kg_short.build_tokenizer,
+                tool_calls=lambda: kg.TOOL_CALLS.calls, build_pool=build_pool,
+                teacher_scorer=hf_teacher_scorer, evaluate=evaluate,
+                pool_problems=pool_problems, run_episodes=kg_short.run_episodes,
+                to_tokens=kg.messages_to_tokens, max_turns=kg_short.MAX_TURNS)
+
+
+_FACTORIES: dict[str, Callable[[], Task]] = {"arith_calc_v1": _arith, "kg_lookup_v1": _kg,
+                                             "kg_short_v1": _kg_short}
 
 
 def register(name: str, factory: Callable[[], Task]) -> None:

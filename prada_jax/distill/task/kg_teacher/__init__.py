@@ -55,16 +55,20 @@ def train_teacher(out_dir: os.PathLike | str, seed: int = 0, steps: int = DEFAUL
                   warmup: int = DEFAULTS["warmup"], n_train: int = DEFAULTS["n_train"],
                   hidden: int = DEFAULTS["hidden"], layers: int = DEFAULTS["layers"],
                   heads: int = DEFAULTS["heads"], kv_heads: int = DEFAULTS["kv_heads"],
-                  intermediate: int = DEFAULTS["intermediate"], log_every: int = 100) -> Path:
+                  intermediate: int = DEFAULTS["intermediate"], log_every: int = 100,
+                  episodes: tuple | None = None, tokenizer=None) -> Path:
     """Trains a Qwen2 teacher from scratch on solved episodes (cross-entropy on agent tokens
     only; AdamW, linear warm-up + cosine; ``batch`` episodes per step) and saves it with the
-    task tokenizer."""
+    task tokenizer. ``episodes``: other training data as ``(token lists, loss spans)`` (e.g.
+    :func:`prada_jax.distill.task.kg_short.training_episodes`, whose injected errors carry no
+    span); ``tokenizer``: saved instead of the kg task's."""
     import torch
     from transformers import Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    seqs, spans = training_episodes(seed * 1000 + 1, n_train)
+    seqs, spans = (training_episodes(seed * 1000 + 1, n_train) if episodes is None
+                   else (list(episodes[0]), list(episodes[1])))
     L = max(len(s) for s in seqs)
     x_all = np.full((len(seqs), L), kg.PAD_ID, np.int64)
     lab_all = np.full((len(seqs), L), -100, np.int64)
@@ -84,7 +88,7 @@ def train_teacher(out_dir: os.PathLike | str, seed: int = 0, steps: int = DEFAUL
     common.fit_teacher(model, next_batch, steps, lr, warmup, log_every)
     out = Path(out_dir)
     model.save_pretrained(out, safe_serialization=True)
-    kg.build_tokenizer().save_pretrained(out)
+    (tokenizer or kg.build_tokenizer()).save_pretrained(out)
     return out
 
 
