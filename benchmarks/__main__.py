@@ -45,6 +45,7 @@ import statistics
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +53,7 @@ import numpy as np
 from absl import flags
 from flax import nnx
 
-from prada_jax import cli, parallel
+from prada_jax import cli, config_utils, parallel
 from prada_jax.distill.learner import init_state, make_optimizer, make_train_step
 from prada_jax.errors import BadInput
 from prada_jax.lm.config import LMConfig
@@ -432,6 +433,11 @@ def main(argv=None) -> dict:
         raise BadInput(f"--only: unknown part(s) {bad}; choose from {','.join(PARTS)}")
     if args.gpu and args.quick:
         raise BadInput("--gpu and --quick are exclusive")
+    for flag in ("out", "md"):   # before the benchmarks run, not after
+        if getattr(args, flag):
+            config_utils.check_output_file(getattr(args, flag), f"--{flag}")
+    if args.out and args.md and Path(args.out).absolute() == Path(args.md).absolute():
+        raise BadInput(f"--out and --md name the same file {args.out}")
 
     if args.gpu and jax.default_backend() == "cpu":
         raise BadInput("--gpu: JAX sees no accelerator (backend cpu); install the CUDA build "
@@ -458,9 +464,11 @@ def main(argv=None) -> dict:
     for k, v in errors.items():
         print(f"FAILED {k[:-6]}: {v}")
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(res, f, indent=2, default=str)
     if args.md:
+        Path(args.md).parent.mkdir(parents=True, exist_ok=True)
         with open(args.md, "w") as f:
             f.write(format_table(rows, markdown=True) + "\n")
     if errors:

@@ -327,6 +327,25 @@ def prepare_workdir(workdir: os.PathLike | str | None) -> Path:
     return path
 
 
+def check_output_file(path: os.PathLike | str, flag: str) -> Path:
+    """Checks, before any work, that a command can later write the file ``path`` given by
+    ``flag`` (e.g. ``--out``): it is not a folder, and its nearest existing ancestor is a
+    folder this process may write in (missing parents are created when the file is written).
+    Returns the path; raises ConfigError naming ``flag`` (a check after an hour of
+    benchmarks lost every result)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag}={path}: is a folder; give the path of a file")
+    up = p.absolute().parent
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        raise ConfigError(f"{flag}={path}: {up} is not a folder")
+    if not os.access(up, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{flag}={path}: not writable")
+    return p
+
+
 def reject_extra_argv(argv: Sequence[str]) -> None:
     """absl leaves unparsed positional args in ``argv[1:]``: refuse them (ConfigError, exit 2)."""
     if len(argv) > 1:

@@ -480,6 +480,11 @@ CASES: list[Case] = [
     Case("prada_jax.traces", ("frobnicate",), r"frobnicate"),
     # benchmarks (argument parsing and input folders)
     Case("benchmarks", ("--only=nope", "--out={out}"), r"--only"),
+    # an output the suite could not write: refused before the benchmarks run (issue 43)
+    Case("benchmarks", ("--only=env", "--out={empty_dir}"), r"--out=.*empty_dir: is a folder"),
+    Case("benchmarks", ("--only=env", "--md={empty_dir}"), r"--md=.*empty_dir: is a folder"),
+    Case("benchmarks", ("--only=env", "--out={traces_toplist}/meta.json/r.json"),
+         r"--out=.*meta\.json is not a folder"),
     Case("benchmarks.duality_gap", ("--workdir={dual_nested}",), r"dual_nested"),
     Case("benchmarks.duality_gap", ("--workdir={empty_dir}",), r"empty_dir/config\.json"),
     Case("benchmarks.binding", ("--out={out}",), r"--policy"),
