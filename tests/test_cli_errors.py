@@ -200,6 +200,15 @@ def _kg_study_with(field: str) -> Callable[[Path], None]:
 
 
 INPUTS: dict[str, Callable[[Path], None]] = {
+    # study folders (issue 43): malformed files, the other ReOPD study's folder
+    "study_json_5": _run_dir({"study.json": "5"}),
+    "study_json_nested_list": _run_dir({"study.json": "[[1]]"}),
+    "kg_fingerprint_list": _run_dir({"fingerprint.json": "[1, 2]"}),
+    "kg_fingerprint_types": _run_dir({"fingerprint.json": '{"cache": [1], "config": 5}'}),
+    "kg_study": _run_dir({"study.json": json.dumps({"task": "kg_lookup_v1", "cold": {}}),
+                               "fingerprint.json": "{}"}),
+    "vs_opd_study": _run_dir({"study.json": json.dumps(
+        {"task": "arith", "cold_starts": [], "studies": []})}),
     "kg_fake_cache": _kg_fake_cache,
     "kg_study_other_pool": _kg_study_with("cache.pool/pool.json"),
     "kg_study_other_kappas": _kg_study_with("config.kappas"),
@@ -594,6 +603,30 @@ CASES: list[Case] = [
                               "--parts=pilot"), r"--cache: pool/pool\.json.*fingerprint\.json"),
     Case("studies.reopd_kg", ("--cache={kg_fake_cache}", "--out={kg_study_other_kappas}",
                               "--parts=pilot"), r"--kappas.*fingerprint\.json"),
+    # --out: a file, malformed study files, the other study's folder; seed ranges refused
+    # before they are built (issue 43)
+    Case("studies.reopd_kg", ("--quick", "--out={traces_ok}/meta.json"),
+         r"--out=.*meta\.json: exists and is not a folder"),
+    Case("studies.reopd_vs_opd", ("--quick", "--out={traces_ok}/meta.json"),
+         r"--out=.*meta\.json: exists and is not a folder"),
+    Case("studies.reopd_kg", ("--quick", "--out={study_json_5}"),
+         r"--out=.*study\.json: top level must be an object, got int"),
+    Case("studies.reopd_kg", ("--quick", "--out={study_json_nested_list}"),
+         r"--out=.*study\.json: top level must be an object, got list"),
+    Case("studies.reopd_kg", ("--cache={kg_fake_cache}", "--parts=paths",
+                              "--out={kg_fingerprint_list}"),
+         r"--out: .*fingerprint\.json: top level must be an object"),
+    Case("studies.reopd_kg", ("--cache={kg_fake_cache}", "--parts=paths",
+                              "--out={kg_fingerprint_types}"),
+         r"--out: .*fingerprint\.json field cache is not an object"),
+    Case("studies.reopd_vs_opd", ("--quick", "--out={kg_study}"),
+         r"--out=.*kg_study/study\.json holds a reopd_kg study, not a reopd_vs_opd one"),
+    Case("studies.reopd_kg", ("--quick", "--parts=paths", "--out={vs_opd_study}"),
+         r"--out=.*vs_opd_study/study\.json holds a reopd_vs_opd study, not a reopd_kg one"),
+    Case("studies.reopd_kg", ("--seeds=0-99999999", "--cache={empty_dir}", "--out={out}"),
+         r"--seeds: 0-99999999 is 100000000 seeds; a study runs at most"),
+    Case("studies.reopd_vs_opd", ("--pilot_seeds=50-4294967296", "--out={out}"),
+         r"--pilot_seeds: 50-4294967296: seeds must lie in"),
 ]
 
 

@@ -503,6 +503,7 @@ def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
     res = json.loads(path.read_text()) if path.exists() else {
         "synthetic": True, "task": "kg_lookup_v1", "cache": str(cache),
         "sizes": dataclasses.asdict(sizes), "log": []}
+    res["study"] = "reopd_kg"   # which study wrote the folder (studies.reopd_vs_opd.study_kind)
     res["fingerprint"] = {k: fp[k] for k in ("cache_sha", "config_sha")}
     st = Study(cache, out, sizes, fp)
     for part in parts:

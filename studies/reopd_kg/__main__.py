@@ -37,7 +37,6 @@ not run, a missing cache): one line on stderr, exit 2, nothing written.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
@@ -84,7 +83,7 @@ def _floats(values, flag: str, ok, want: str) -> tuple:
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput`` before
     anything is written."""
-    from studies.reopd_vs_opd import _range
+    from studies.reopd_vs_opd import _range, check_study_folder
     from prada_jax import cli
     from prada_jax.errors import BadInput
     cli.hub_offline()
@@ -107,10 +106,7 @@ def main(argv=None) -> int:
     if bad:
         raise BadInput(f"--parts: unknown part {bad[0]!r}; choose from {list(S.PARTS)}")
     out = Path(a.out)
-    try:
-        stored = set(json.loads((out / "study.json").read_text()))
-    except (OSError, ValueError):
-        stored = set()
+    stored = set(check_study_folder(out, "reopd_kg"))   # a file, another study: refused
     for i, p in enumerate(parts):
         for need in PREREQ.get(p, ()):
             if need not in parts[:i] and need not in stored:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from prada_jax import config_utils as cu
 from prada_jax.errors import BadInput
-from prada_jax.jsonio import write_json
+from prada_jax.jsonio import read_json, write_json
 from prada_jax.safetensors_folder import file_sha256 as sha256_file
 
 CACHE_FILES = ("teacher/model.safetensors", "teacher/config.json", "pool/pool.safetensors",
@@ -76,9 +76,13 @@ def check_study(out: Path, fp: dict) -> None:
     if not path.exists():
         return
     try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise BadInput(f"--out: {path} is unreadable; move it away or use another --out") from None
+        old = read_json(path)
+    except BadInput as e:
+        raise BadInput(f"--out: {e}; move it away or use another --out") from None
+    for sec in ("cache", "config"):
+        if not isinstance(old.get(sec, {}), dict):
+            raise BadInput(f"--out: {path} field {sec} is not an object; move it away or use "
+                           "another --out")
     for rel, sha in fp["cache"].items():
         if old.get("cache", {}).get(rel) != sha:
             raise BadInput(f"--cache: {rel} differs from the study's ({path} field cache.{rel}:"
@@ -112,6 +116,8 @@ def load_record(path: Path, fp: dict) -> dict | None:
         rec = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("fingerprint", {}), dict):
+        return None   # not a record this study wrote: torn, run again
     got = rec.get("fingerprint", {})
     for k in ("cache_sha", "config_sha", "cold_sha"):
         if k in fp and got.get(k) != fp[k]:

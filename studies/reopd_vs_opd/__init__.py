@@ -476,7 +476,8 @@ def run(cache: Path, out: Path, sizes: Sizes, only: tuple = ()) -> dict:
     pil = study.pilot(colds[0]["student"])
     coll = study.collection()
     studies = []
-    res = {"synthetic": True, "task": study.task.name, "cache": str(cache),
+    res = {"study": "reopd_vs_opd", "synthetic": True, "task": study.task.name,
+           "cache": str(cache),
            "sizes": dataclasses.asdict(sizes), "teacher": teacher, "cold_starts": colds,
            "pilot": pil, "collection": coll, "studies": studies, "log": study.log}
     stem = "study" if not only else "study_" + "_".join(only)
@@ -514,16 +515,74 @@ def _define(fv) -> None:
                         "from --seeds)", flag_values=fv)
 
 
+#: The most seeds a study's seed range may hold (each seed is a training run; the registered
+#: studies use 20 and 3). Checked before the range is built: ``--seeds=0-99999999`` took
+#: 10 GB before it was refused.
+MAX_STUDY_SEEDS = 1000
+
+
 def _range(text: str, flag: str) -> tuple:
+    from prada_jax.config_utils import SEED_MAX
     from prada_jax.errors import BadInput
     try:
         a, _, b = text.partition("-")
         lo, hi = int(a), int(b or a)
     except ValueError:
-        raise BadInput(f"--{flag}: expected 'a-b' or 'a', got {text!r}") from None
+        raise BadInput(f"--{flag}: expected 'a-b' or 'a', got {text!r}"[:300]) from None
     if lo < 0 or hi < lo:
         raise BadInput(f"--{flag}: need 0 <= a <= b, got {text!r}")
+    if hi > SEED_MAX:
+        raise BadInput(f"--{flag}: {text}: seeds must lie in [0, {SEED_MAX}] (the PRNG's range)")
+    if hi - lo + 1 > MAX_STUDY_SEEDS:
+        raise BadInput(f"--{flag}: {text} is {hi - lo + 1} seeds; a study runs at most "
+                       f"{MAX_STUDY_SEEDS} (one training run each)")
     return tuple(range(lo, hi + 1))
+
+
+def study_kind(data) -> str | None:
+    """Which study wrote a ``study.json``: its ``study`` field; files written before the field
+    existed by their keys (``cold_starts``: this study; the kg task, a fingerprint or one of
+    the kg study's parts: ``studies.reopd_kg``); None if neither."""
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("study"), str):
+        return data["study"]
+    if "cold_starts" in data or "studies" in data:
+        return "reopd_vs_opd"
+    if data.get("task") == "kg_lookup_v1" or "fingerprint" in data or \
+            {"paths", "cold", "compare", "reliability", "clock"} & set(data):
+        return "reopd_kg"
+    return None
+
+
+def check_study_folder(out: Path, kind: str) -> dict:
+    """Refuses, before anything is written, an ``--out`` that this study (``kind``:
+    ``reopd_vs_opd`` or ``reopd_kg``) must not write into: an existing file, a folder whose
+    ``study.json`` is malformed or was written by another study, or (for any study but the kg
+    one) a folder holding the kg study's ``fingerprint.json``. The two ReOPD studies wrote
+    into each other's folders (replacing ``study.json`` and ``report.md``). Returns the stored
+    ``study.json`` ({} when there is none). Raises ``BadInput`` naming ``--out`` and the file."""
+    from prada_jax.errors import BadInput
+    from prada_jax.jsonio import read_json
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out={out}: exists and is not a folder")
+    data: dict = {}
+    path = out / "study.json"
+    if path.exists():
+        try:
+            data = read_json(path)
+        except BadInput as e:
+            raise BadInput(f"--out={out}: {e}; move it away or use another --out") from None
+        got = study_kind(data)
+        if got != kind:
+            raise BadInput(f"--out={out}: {path} holds "
+                           f"{f'a {got} study' if got else 'no study this command knows'}, "
+                           f"not a {kind} one; use another --out")
+    if kind != "reopd_kg" and (out / "fingerprint.json").exists():
+        raise BadInput(f"--out={out}: holds a reopd_kg study ({out / 'fingerprint.json'}); use "
+                       "another --out")
+    return data
 
 
 def main(argv=None) -> int:
@@ -550,6 +609,7 @@ def main(argv=None) -> int:
     if bad:
         raise BadInput(f"--cold: unknown cold start {bad[0]!r}; choose from {names}")
     out = Path(a.out)
+    check_study_folder(out, "reopd_vs_opd")
     if a.quick:
         if a.cache:
             raise BadInput("--cache: not with --quick (it builds its own tiny cache)")
