@@ -251,6 +251,7 @@ INPUTS: dict[str, Callable[[Path], None]] = {
     "hw_1e39_bw": _pair_file(mem_bw=1e39),
     "hw_1e39_mem": _pair_file(mem_bytes=1e39),
     "hw_1e-45_flops": _pair_file(peak_flops=1e-45),
+    "hw_small_kv": _pair_file(mem_bytes=14.3e9),   # the 7B weights and three sequences
     "hw_tiny_flops": _pair_file(peak_flops=1e-30),   # a normal float32; FLOPs/rate is not
     "hw_bigint": _pair_file_text('{"edge": "orin_agx_64gb_int4", "server": {"peak_flops": '
                                  + "9" * 400 + ', "mem_bw": 1, "mem_bytes": 1, "eta": 1, '
@@ -358,6 +359,10 @@ CASES: list[Case] = [
          r"config\.env\.hardware=.*server\.mem_bw = 1e\+39"),
     Case("train.main", ("--workdir={out}", "--smoke", "--hardware={hw_1e39_mem}/pair.json"),
          r"--hardware=.*server\.mem_bytes = 1e\+39"),
+    # the smoke run's M = 4 beyond the 3 sequences the server holds: refused before
+    # main_settings.json and the trace summary are written (issue 43)
+    Case("train.main", ("--workdir={out}", "--smoke", "--hardware={hw_small_kv}/pair.json"),
+         r"--hardware=.*pair\.json: num_servers \(M\) = 4 .*KV memory"),
     Case("train.main", ("--workdir={out}", "--hardware=tpu9"), r"--hardware=tpu9.*unknown"),
     # inf or NaN in any float field of any config: refused before the run (it trained for
     # 100 s, wrote files, then exited 3); every field the issue found, and ppo/distill ones

@@ -598,11 +598,33 @@ def stage_critic(workdir: Path, s: dict, preset: str, ppo_dir: Path, log, redo: 
 
 # ----------------------------------------------------------------------------- main
 
+def check_envs(s: dict, hardware: str) -> None:
+    """Every stage's env under ``hardware``, checked before anything is written: the PPO
+    stage's (``trainer.build_env``, its M against the server's KV memory included) and the
+    largest M the later stages run (the policy's ``env.num_servers``, the sweep's M grid).
+    ``BadInput`` naming ``--hardware`` (the refusal came after ``main_settings.json`` and the
+    trace summary were written)."""
+    for preset in s["benchmarks"]:
+        c = _ppo_config(s, preset)
+        try:
+            trainer.validate_config(c)
+            traces, _ = trainer.load_traces(c)
+            trainer.build_env(c, traces)
+            sweep_m = s["sweep"]["M"] if s["sweep"] and "M" in s["sweep"]["axes"] else []
+            edge.check_num_servers(latency.pair_latency_params(hardware), traces,
+                                   max([int(c.env.num_servers), *sweep_m]), hardware)
+        except BadInput as e:
+            msg = str(e)
+            raise BadInput(msg if msg.startswith("--hardware") else
+                           f"--hardware={hardware}: {msg}") from None
+
+
 def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = None,
                  redo: bool = False, hardware: str = latency.CONFIG_PAIR) -> dict:
     """Runs (or resumes) every stage; returns a dict of where things are."""
     suite.check_hardware(hardware, "--hardware")   # before anything is written
     s = settings_for(mode, seeds, hardware)
+    check_envs(s, hardware)
     workdir = config_utils.prepare_workdir(workdir)
     (workdir / "main_settings.json").write_text(json.dumps(s, indent=2) + "\n")
     log = _Log()
