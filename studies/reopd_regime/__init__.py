@@ -1,0 +1,548 @@
+"""ReOPD in a regime where distillation learns (issue 44), SYNTHETIC: the teacher trained on
+error-and-recovery episodes, the cold start at SFT's plateau, the lr pilot of the methods the
+gate needs, the pre-registered gate, and the declared GPU cost model's sweep. The registration
+is ``studies/reopd_regime/README.md``; the command is ``python -m studies.reopd_regime``.
+
+Everything here is wiring: the trainer runs each method (``prada_jax.distill.trainer``, loss arm
+``loss.rkl_estimator``), the task and the teacher data are ``prada_jax.distill.task.kg_short``,
+the statistics ``prada_jax.distill.paired``, the cost model ``prada_jax.distill.gpucost``, the
+resume machinery the kg study's (``studies.reopd_kg.resume``). The decision rules are the pure
+functions :func:`plateau`, :func:`extend_grid` and :func:`gate`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from prada_jax import latency
+from prada_jax.distill import gpucost
+from prada_jax.distill import paired as pr
+from prada_jax.distill.task import kg, kg_short
+from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
+from studies.reopd_kg import resume
+from studies.reopd_regime import curves
+
+PARTS = ("cost", "teacher", "cold", "pilot", "gate")
+GATE_OPD_MIN = 0.05     # gate: OPD's gain over the cold start >= this (and CI above 0)
+GATE_SFT_MAX = 0.01     # gate: SFT continuation's gain <= this
+HEADROOM_MIN = 0.10     # gate: teacher − cold start on the gate set >= this
+TEACHER_MIN = 0.85      # T's greedy success on its held-out problems >= this
+VARIANT = {"opd": "opd", "reopd": "onpolicy", "sft": "sft,uniform"}
+NO_REGIME = "no distillation regime"
+
+
+@dataclasses.dataclass
+class Sizes:
+    """Every size of the study (``FULL`` = the registered one; ``QUICK`` for the test)."""
+
+    inject_rate: float = 0.5                 # teacher data: share of episodes with an error
+    teacher: dict = dataclasses.field(default_factory=lambda: dict(
+        hidden=128, layers=3, heads=4, kv_heads=2, intermediate=256, batch=64, lr=3e-3,
+        warmup=100))
+    teacher_steps: tuple = (700, 1400, 2100)  # T retrained with these until greedy >= 0.85
+    n_train: int = 20000                     # teacher training episodes (problems 1)
+    n_pool: int = 4096                       # pool trajectories (problems 2), τ = 1
+    teacher_eval_n: int = 256                # T's held-out problems (3)
+    top_k: int = len(kg.VOCAB)               # exported logits: the whole vocabulary
+    cold_lr: float = 3e-3
+    cold_warmup: int = 30
+    sft_batch: int = 64                      # cold start pairs per update
+    cold_every: int = 100                    # cold start: check every this many updates ...
+    cold_n: int = 128                        # ... on this many problems (3003)
+    cold_min: int = 400                      # ... plateau at the earliest here
+    cold_budget: int = 3000                  # ... or stop here
+    plateau_tol: float = 0.01
+    plateau_window: int = 3
+    updates: int = 400                       # N: updates of every compared method
+    episodes: int = 8                        # E: OPD episodes per update
+    warmup: int = 5
+    lrs: tuple = (1e-4, 3e-4, 1e-3)          # pilot grid, per mode
+    max_extend: int = 2                      # grid extensions per side
+    estimator: str = "exact"                 # the registered loss arm of OPD / ReOPD
+    pilot_seeds: tuple = (100, 101, 102)
+    pilot_eval_seed: int = 2                 # lr choice: make_problems(2003, pilot_n)
+    pilot_n: int = 256
+    gate_eval_seed: int = 6                  # gate: make_problems(6003, gate_n)
+    gate_n: int = 256
+    probe_eval_seed: int = 9                 # curves: make_problems(9003, probe_n)
+    probe_n: int = 256
+    curve_every: int = 25
+    n_boot: int = 2000
+    ckpt_every: int = 25
+    teacher_min: float = TEACHER_MIN         # T's greedy success needed (QUICK: 0)
+    student: dict = dataclasses.field(default_factory=dict)
+
+
+FULL = Sizes()
+QUICK = Sizes(teacher=dict(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, batch=8,
+                           lr=3e-3, warmup=1),
+              teacher_steps=(2,), n_train=32, n_pool=16, teacher_eval_n=4, cold_every=1,
+              cold_n=4, cold_min=1, cold_budget=2, sft_batch=8, updates=2, episodes=2,
+              warmup=0, lrs=(1e-3,), max_extend=0, pilot_seeds=(100,), pilot_n=4, gate_n=4,
+              probe_n=4, curve_every=1, n_boot=200, ckpt_every=1_000_000, teacher_min=0.0,
+              student=dict(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                           intermediate_size=32))
+
+# the cost model's declared scenario (README, claim (b)) and sweep
+COST_HW = "h100_sxm_bf16"
+COST_TOOL_S = 0.5
+SWEEP = dict(turns=(3, 4, 5, 6, 7, 8), tokens_per_turn=(7, 200, 500, 1000),
+             latencies_s=(0.0, 0.1, 0.5, 1.0, 2.0), episodes=(1, 8, 64))
+
+
+# ---------------------------------------------------------------------------- decision rules
+def plateau(curve: list, tol: float, window: int, min_step: int) -> int | None:
+    """The first check ``(step, success)`` at ``step >= min_step`` whose success is not above
+    the best of the ``window`` checks before it by more than ``tol``; None if none is."""
+    for i, (step, s) in enumerate(curve):
+        if step >= min_step and i >= window:
+            if s <= max(x for _, x in curve[i - window:i]) + tol:
+                return int(step)
+    return None
+
+
+def snap13(x: float) -> float:
+    """``x`` snapped, in log space, to the nearest of 1·10^k or 3·10^k."""
+    k = math.floor(math.log10(x))
+    cands = [m * 10.0 ** j for j in (k - 1, k, k + 1) for m in (1.0, 3.0)]
+    return float(min(cands, key=lambda c: abs(math.log(c / x))))
+
+
+def extend_grid(grid: tuple, means: dict, max_extend: int) -> float | None:
+    """The lr to add when the best mean (ties: the smaller lr) sits at an edge of ``grid``: one
+    √10 step past that edge, snapped to the 1-3 sequence; None when the best is inside or the
+    side has been extended ``max_extend`` times already (``grid`` holds the extensions)."""
+    base = sorted(grid)
+    best = min(base, key=lambda lr: (-means[lr], lr))
+    lo, hi = base[0], base[-1]
+    n_lo = sum(1 for lr in base if lr < min(FULL.lrs))
+    n_hi = sum(1 for lr in base if lr > max(FULL.lrs))
+    if len(base) > 1 and best == lo and n_lo < max_extend:
+        return snap13(lo / math.sqrt(10))
+    if len(base) > 1 and best == hi and n_hi < max_extend:
+        return snap13(hi * math.sqrt(10))
+    return None
+
+
+def choose_lr(means: dict) -> float:
+    """The lr with the best mean success (ties: the smaller)."""
+    return min(means, key=lambda lr: (-means[lr], lr))
+
+
+def outcome_matrix(recs: list, key: str) -> np.ndarray:
+    """[seeds, problems] 0/1 from the records' outcome strings under ``key``."""
+    return np.array([[int(ch) for ch in r["outcomes"][key]] for r in recs], np.float64)
+
+
+def gate(opd: np.ndarray, sft: np.ndarray, cold: np.ndarray, teacher: np.ndarray,
+         n_boot: int = 2000) -> dict:
+    """The registered gate on the gate set: ``opd``/``sft`` [seeds, problems] 0/1, ``cold``
+    and ``teacher`` [problems] 0/1. Passes iff OPD's gain >= :data:`GATE_OPD_MIN` with its
+    two-way bootstrap CI above 0, SFT continuation's gain <= :data:`GATE_SFT_MAX` and the
+    teacher's headroom over the cold start >= :data:`HEADROOM_MIN`."""
+    c = np.asarray(cold, np.float64)[None, :]
+    g_opd = pr.two_way_bootstrap(opd - c, n_boot=n_boot, seed=1)
+    g_sft = pr.two_way_bootstrap(sft - c, n_boot=n_boot, seed=2)
+    head = float(np.mean(teacher) - np.mean(cold))
+    checks = {"opd_gain": g_opd["mean"] >= GATE_OPD_MIN and g_opd["ci_low"] > 0,
+              "sft_plateau": g_sft["mean"] <= GATE_SFT_MAX,
+              "headroom": head >= HEADROOM_MIN}
+    ok = all(checks.values())
+    return {"opd_gain": g_opd, "sft_gain": g_sft, "headroom": head,
+            "cold_success": float(np.mean(cold)), "teacher_success": float(np.mean(teacher)),
+            "checks": checks, "passed": bool(ok),
+            "outcome": "pass: the comparison runs" if ok else NO_REGIME,
+            "thresholds": {"opd_min": GATE_OPD_MIN, "sft_max": GATE_SFT_MAX,
+                           "headroom_min": HEADROOM_MIN}}
+
+
+# ---------------------------------------------------------------------------- the cost model
+def cost_sweep() -> dict:
+    """The declared GPU cost model's OPD / ReOPD ratio [per supervised turn] over the sweep on
+    A100 and H100, student priced as Qwen2.5-1.5B and teacher as Qwen2.5-7B (no run needed)."""
+    out = {"unit": "OPD / ReOPD modelled seconds per supervised turn; break-even in seconds "
+                   "of tool latency per tool round", "student": "qwen2.5-1.5b",
+           "teacher": "qwen2.5-7b", "kappa": 0.6, "rows": []}
+    for hw in gpucost.GPU_PROFILES:
+        out["rows"] += gpucost.sweep(hw, latency.qwen25_1p5b(), latency.qwen25_7b(),
+                                     kappa=0.6, **SWEEP)
+    return out
+
+
+def record_counts(per_update: list, mode: str, action_tokens: int) -> gpucost.Counts:
+    """The trainer's recorded counts of a run, per update (mean), as cost-model counts.
+    Declared mapping: OPD plays ``tool_rounds + 1`` sequential generation rounds per update
+    (every tool round, then the answer), each of ``action_tokens`` decode steps at batch =
+    episodes; ReOPD and SFT rows are one round (SFT generates nothing); teacher prefill =
+    ``teacher_tokens_forwarded``; contexts = those tokens per supervised turn."""
+    n = max(len(per_update), 1)
+    tot = {k: sum(float(u.get(k, 0)) for u in per_update) / n
+           for k in ("supervised_turns", "student_tokens", "teacher_tokens_forwarded",
+                     "tool_rounds", "episodes")}
+    turns = max(tot["supervised_turns"], 1.0)
+    ctx = tot["teacher_tokens_forwarded"] / turns if tot["teacher_tokens_forwarded"] else 0.0
+    if mode == "opd":
+        rounds = tot["tool_rounds"] + 1
+        par = max(tot["episodes"], 1.0)
+        seq = tot["teacher_tokens_forwarded"] / par
+    elif mode == "reopd":
+        rounds, par, seq = 1.0, turns, ctx
+    else:
+        rounds, par, seq = 0.0, 0.0, ctx
+    return gpucost.Counts(
+        supervised_turns=tot["supervised_turns"], gen_rounds=rounds,
+        decode_steps=rounds * action_tokens if mode != "sft" else 0.0, parallel=par,
+        generated_tokens=tot["student_tokens"], decode_context=ctx / 2.0,
+        student_prefill_tokens=tot["teacher_tokens_forwarded"] - tot["student_tokens"]
+        if mode != "sft" else 0.0, prefill_seq_len=seq,
+        teacher_prefill_tokens=tot["teacher_tokens_forwarded"], teacher_seq_len=seq,
+        tool_rounds=tot["tool_rounds"] if mode == "opd" else 0.0,
+        train_tokens=tot["supervised_turns"] * ctx)
+
+
+# ---------------------------------------------------------------------------- the study
+class Study:
+    def __init__(self, cache: Path, out: Path, sizes: Sizes):
+        self.cache, self.out, self.s = Path(cache), Path(out), sizes
+        self.log: list[str] = []
+        self._score = None
+        self.fp: dict = {}
+
+    def say(self, msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        self.log.append(line)
+
+    # ------------------------------------------------------------------ teacher (item 2)
+    def teacher(self) -> dict:
+        """T on solved + error-and-recovery episodes, retrained with more steps until greedy
+        success >= :data:`TEACHER_MIN` (or the last step count), its τ = 1 pool and its logits
+        at top_k = the vocabulary. Each finished stage is reused."""
+        # lazy: torch and transformers (the [torch] extra) load only when T is built
+        from prada_jax.distill import pool as pool_lib
+        from prada_jax.distill.scoring import load_teacher  # lazy: torch, as above
+        from prada_jax.distill.task.export_local import export_logits  # lazy: torch
+        from prada_jax.distill.task.kg_teacher import train_teacher  # lazy: torch
+        s, root = self.s, self.cache
+        root.mkdir(parents=True, exist_ok=True)
+        evp = root / "teacher_eval.json"
+        ev = json.loads(evp.read_text()) if evp.exists() else {"attempts": []}
+        data = kg_short.training_episodes(1, s.n_train, s.inject_rate)
+        problems = kg_short.make_problems(3, s.teacher_eval_n)
+        tdir = root / "teacher"
+        if not ev.get("accepted"):
+            for steps in s.teacher_steps:
+                if any(a["steps"] == steps for a in ev["attempts"]):
+                    continue
+                t0 = time.perf_counter()
+                d = root / f"teacher_{steps}"
+                if not (d / "model.safetensors").is_file():
+                    train_teacher(d, seed=0, steps=steps, n_train=s.n_train,
+                                  episodes=data[:2], tokenizer=kg_short.build_tokenizer(),
+                                  **s.teacher)
+                model = load_teacher(d)
+                greedy = kg.summarize(kg_short.run_teacher(model, problems, 0.0))
+                sampled = kg.summarize(kg_short.run_teacher(model, problems, 1.0, seed=0))
+                ev["attempts"].append({"steps": steps, "greedy": greedy, "sampled": sampled,
+                                       "train_s": time.perf_counter() - t0})
+                self.say(f"teacher {steps} steps: greedy {greedy['success_rate']:.3f}, "
+                         f"τ=1 {sampled['success_rate']:.3f} (SYNTHETIC)")
+                write_json(evp, ev, indent=1, newline=False)
+                if greedy["success_rate"] >= s.teacher_min:
+                    break
+            best = ev["attempts"][-1]
+            ev.update(accepted=best["greedy"]["success_rate"] >= s.teacher_min,
+                      steps=best["steps"], inject=data[2], synthetic=True,
+                      problems={"train": 1, "eval": 3, "pool": 2})
+            if not tdir.exists():
+                os.replace(root / f"teacher_{best['steps']}", tdir)
+            write_json(evp, ev, indent=1, newline=False)
+        if not ev["accepted"]:
+            self.say(f"teacher: greedy {ev['attempts'][-1]['greedy']['success_rate']:.3f} < "
+                     f"{s.teacher_min} after {ev['steps']} steps: no teacher")
+            return {**ev, "outcome": "no teacher"}
+        pdir = root / "pool"
+        if not (pdir / pool_lib.META_FILE).is_file():
+            kg_short.record_pool(load_teacher(tdir), kg_short.make_problems(2, s.n_pool),
+                                 pdir, root / "pool.jsonl", temperature=1.0, seed=0)
+        pool = pool_lib.load_pool(pdir)
+        export_logits(tdir, pdir, root / "logits", s.top_k)
+        ev["pool"] = {"trajectories": int(pool.num_trajectories),
+                      "success": float(np.mean(pool.success)),
+                      "turns_mean": float(pool.turns_per_trajectory().mean())}
+        self.say(f"teacher: accepted ({ev['steps']} steps); pool {ev['pool']}")
+        return ev
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def score_fn(self):
+        if self._score is None:
+            from prada_jax.distill.tasks import hf_teacher_scorer  # lazy: torch via its scorer
+            self._score = hf_teacher_scorer(self.cache / "teacher", self.s.top_k)
+        return self._score
+
+    def outcomes(self, hf_dir: Path, sets: dict) -> dict:
+        """Greedy 0/1 success per problem of each named set ``{name: (eval_seed, n)}``."""
+        import jax.numpy as jnp  # lazy: jax loads only for the parts that evaluate
+
+        from prada_jax.lm.hf import load_hf  # lazy: jax, as above
+        model, _ = load_hf(hf_dir, dtype=jnp.float32, param_dtype=jnp.float32)
+        out = {}
+        for name, (es, n) in sets.items():
+            res = kg_short.run_episodes(kg_short.make_problems(es * 1000 + 3, n),
+                                        kg.flax_generate_fn(model, batch=64))
+            out[name] = "".join("1" if r.success else "0" for r in res)
+        return out
+
+    def config(self, mode: str, steps: int, seed: int, **fields):
+        from prada_jax import config_utils as cu  # lazy: ml_collections with the configs
+        from prada_jax.configs.distill import get_config  # lazy: as above
+        c = get_config(VARIANT[mode])
+        c.data.cache = str(self.cache)
+        c.seed = int(seed)
+        c.train.steps = int(steps)
+        c.eval.before = False
+        c.log.progress = False
+        c.log.every = 1
+        c.log.ckpt_every = self.s.ckpt_every
+        c.sampler.refresh_every = 0
+        c.loss.top_k = self.s.top_k
+        for k, v in self.s.student.items():
+            cu.set_field(c, f"student.{k}", v)
+        for k, v in fields.items():
+            cu.set_field(c, k, v)
+        return c
+
+    def train(self, name: str, config, max_steps: int | None = None) -> dict:
+        from prada_jax.distill.trainer import train_and_evaluate  # lazy: jax and the trainer
+        return train_and_evaluate(config, self.out / name, teacher_score_fn=self.score_fn,
+                                  max_steps=max_steps)
+
+    # ------------------------------------------------------------------ cold start (item 3)
+    def cold(self) -> dict:
+        """SFT on T's pool in chunks of ``cold_every`` updates (one resumable trainer run over
+        ``cold_budget``), a greedy check after each, stopped at :func:`plateau`; the student at
+        that point saved; its outcomes and T's on the gate and pilot sets."""
+        from prada_jax.distill import trainer  # lazy: jax and the trainer
+        s = self.s
+        path = self.out / "cold.json"
+        if path.exists():
+            got = json.loads(path.read_text())
+            if got.get("fingerprint") == self.fp.get("cache_sha"):
+                self.say("cold start: finished earlier; reused")
+                return got
+        c = self.config("sft", s.cold_budget, 0, **{
+            "train.batch_size": s.sft_batch, "optim.lr": s.cold_lr,
+            "optim.warmup_steps": s.cold_warmup, "eval.every": s.cold_every,
+            "eval.seed": 3, "eval.n_problems": s.cold_n, "log.ckpt_every": s.cold_every})
+        wd = self.out / "cold_run"
+        t0 = time.perf_counter()
+        stop = None
+        while stop is None:
+            res = self.train("cold_run", c, max_steps=s.cold_every)
+            cur = [(int(st), float(v)) for st, v in
+                   curves.read(wd / "tb").get("eval/success_rate", [])]
+            done = res.get("opt_step", s.cold_budget) if res.get("finished") is False \
+                else s.cold_budget
+            stop = plateau(cur, s.plateau_tol, s.plateau_window, s.cold_min)
+            if stop is None and done >= s.cold_budget:
+                stop = s.cold_budget
+            self.say(f"cold start: {done} updates, curve {cur[-3:]}")
+            if res.get("finished") is not False:
+                stop = stop or s.cold_budget
+                break
+        hf = wd / "student_hf"
+        if not (hf / "model.safetensors").is_file():   # stopped at the plateau: save it now
+            run = trainer.build(c, wd, teacher_score_fn=self.score_fn)
+            try:
+                trainer.restore(run)
+                trainer.finish(run)
+            finally:
+                trainer.close(run)
+        sets = {"gate": (s.gate_eval_seed, s.gate_n), "pilot": (s.pilot_eval_seed, s.pilot_n)}
+        out = {"student": str(hf), "stopped_at": int(stop),
+               "rule": {"every": s.cold_every, "tol": s.plateau_tol,
+                        "window": s.plateau_window, "min": s.cold_min,
+                        "budget": s.cold_budget},
+               "curve": curves.read(wd / "tb"), "outcomes": self.outcomes(hf, sets),
+               "teacher_outcomes": self.outcomes(self.cache / "teacher", sets),
+               "wall_s": time.perf_counter() - t0, "synthetic": True,
+               "fingerprint": self.fp.get("cache_sha")}
+        out["cold_sha"] = resume.sha256_file(hf / "model.safetensors")
+        rate = lambda o: float(np.mean([int(ch) for ch in o]))   # noqa: E731
+        out["success"] = {k: rate(v) for k, v in out["outcomes"].items()}
+        out["teacher_success"] = {k: rate(v) for k, v in out["teacher_outcomes"].items()}
+        write_json(path, out, indent=1, newline=False)
+        self.say(f"cold start: plateau at {stop} updates; gate-set success "
+                 f"{out['success']['gate']:.3f}, teacher {out['teacher_success']['gate']:.3f}")
+        return out
+
+    # ------------------------------------------------------------------ one run per seed
+    def unit(self, mode: str, lr: float, seed: int, cold: dict, B: int | None) -> dict:
+        """One (pilot, mode, lr, seed) run from the cold start, as a record in
+        ``<out>/runs/pilot/<mode>_lr<lr>_seed<seed>.json`` (reused when it exists with the same
+        fingerprint; a killed trainer resumes from its last checkpoint)."""
+        s = self.s
+        name = f"{mode}_lr{lr:g}"
+        path = resume.record_path(self.out, "pilot", name, seed)
+        fp = {**self.fp, "cold_sha": cold["cold_sha"]}
+        rec = resume.load_record(path, fp)
+        if rec is not None:
+            return rec
+        f = {"student.init": cold["student"], "optim.lr": lr, "optim.warmup_steps": s.warmup,
+             "eval.every": s.curve_every, "eval.seed": s.probe_eval_seed,
+             "eval.n_problems": s.probe_n}
+        if mode == "opd":
+            f.update({"opd.episodes": s.episodes, "opd.tool_latency_s": 0.0,
+                      "loss.rkl_estimator": s.estimator})
+        elif mode == "reopd":
+            f.update({"train.batch_size": int(B), "loss.rkl_estimator": s.estimator})
+        else:
+            f["train.batch_size"] = int(B)
+        c = self.config(mode, s.updates, seed, **f)
+        wd = self.out / "pilot" / name / f"seed_{seed}"
+        started, load0, t0 = resume._utc(), os.getloadavg()[0], time.perf_counter()
+        res = self.train(str(wd.relative_to(self.out)), c)
+        if res.get("finished") is False:
+            raise RuntimeError(f"{wd}: stopped before the end ({res.get('stopped_by')})")
+        secs = time.perf_counter() - t0
+        cost = res["cost"]
+        sets = {"pilot": (s.pilot_eval_seed, s.pilot_n), "gate": (s.gate_eval_seed, s.gate_n)}
+        t1 = time.perf_counter()
+        rec = {"synthetic": True, "part": "pilot", "mode": mode, "seed": int(seed), "lr": lr,
+               "estimator": s.estimator if mode != "sft" else None,
+               "B": None if mode == "opd" else int(B), "updates": int(cost["updates"]),
+               "totals": cost["totals"],
+               "per_update_counts": [{k: u[k] for k in ("supervised_turns", "student_tokens",
+                                                        "teacher_tokens_forwarded",
+                                                        "tool_calls", "tool_rounds",
+                                                        "episodes")}
+                                     for u in cost["per_update"]],
+               "tool_calls": int(res.get("env_calls_during_training", 0)),
+               "probe_success_end": (res.get("after") or {}).get("success_rate"),
+               "curves": curves.read(wd / "tb"),
+               "outcomes": self.outcomes(wd / "student_hf", sets),
+               "fingerprint": {k: fp[k] for k in ("cache_sha", "config_sha", "cold_sha")},
+               "workdir": str(wd.relative_to(self.out)), "train_s": secs,
+               "started_utc": started, "trainer_reused": bool(res.get("already_finished"))}
+        rec["success"] = {k: float(np.mean([int(ch) for ch in v]))
+                          for k, v in rec["outcomes"].items()}
+        rec.update(eval_s=time.perf_counter() - t1, finished_utc=resume._utc(),
+                   load_avg_1min=[load0, os.getloadavg()[0]], adopted_from=None)
+        resume.save_record(path, rec)
+        self.say(f"pilot/{name} seed {seed}: pilot {rec['success']['pilot']:.3f}, gate "
+                 f"{rec['success']['gate']:.3f} ({secs:.0f} s train) -> {path}")
+        return rec
+
+    def grid(self, mode: str, cold: dict, B: int | None) -> dict:
+        """A mode's lr grid on every pilot seed, extended at an edge (:func:`extend_grid`);
+        the chosen lr (:func:`choose_lr`) once every run exists."""
+        s = self.s
+        grid, recs = list(s.lrs), {}
+        while True:
+            for lr in grid:
+                if lr not in recs:
+                    recs[lr] = [self.unit(mode, lr, sd, cold, B) for sd in s.pilot_seeds]
+            means = {lr: float(np.mean([r["success"]["pilot"] for r in rs]))
+                     for lr, rs in recs.items()}
+            new = extend_grid(tuple(grid), means, s.max_extend)
+            if new is None or new in recs:
+                break
+            grid.append(new)
+        lr = choose_lr(means)
+        return {"grid": sorted(grid), "means": {f"{k:g}": v for k, v in means.items()},
+                "lr": lr, "records": [r for k in sorted(recs) for r in recs[k]]}
+
+    def pilot(self, cold: dict) -> dict:
+        """The grids the gate needs: OPD first (B from its chosen-lr runs), then SFT
+        continuation at B pairs per update."""
+        opd = self.grid("opd", cold, None)
+        chosen = [r for r in opd["records"] if r["lr"] == opd["lr"]]
+        B = max(1, round(sum(r["totals"]["supervised_turns"] for r in chosen)
+                         / sum(r["updates"] for r in chosen)))
+        sft = self.grid("sft", cold, B)
+        out = {"B": B}
+        for k, g in (("opd", opd), ("sft", sft)):
+            out[k] = {"grid": g["grid"], "means": g["means"], "lr": g["lr"],
+                      "runs": [r["workdir"] for r in g["records"]]}
+        self.say(f"pilot: OPD lr {opd['lr']:g}, SFT lr {sft['lr']:g}, B {B}")
+        return out
+
+    def gate(self, cold: dict, pil: dict) -> dict:
+        """The registered gate from the chosen-lr pilot records, on the gate set."""
+        s = self.s
+        fp = {**self.fp, "cold_sha": cold["cold_sha"]}
+        recs = {m: [resume.load_record(resume.record_path(self.out, "pilot",
+                                                          f"{m}_lr{pil[m]['lr']:g}", sd), fp)
+                    for sd in s.pilot_seeds] for m in ("opd", "sft")}
+        for m, rs in recs.items():
+            if any(r is None for r in rs):
+                raise BadInput(f"--parts: gate needs every {m} pilot record at lr "
+                               f"{pil[m]['lr']:g} (run --parts=pilot)")
+        g = gate(outcome_matrix(recs["opd"], "gate"), outcome_matrix(recs["sft"], "gate"),
+                 np.array([int(ch) for ch in cold["outcomes"]["gate"]]),
+                 np.array([int(ch) for ch in cold["teacher_outcomes"]["gate"]]), s.n_boot)
+        g["lr"] = {m: pil[m]["lr"] for m in ("opd", "sft")}
+        g["seeds"] = list(s.pilot_seeds)
+        g["problems"] = {"eval_seed": s.gate_eval_seed, "n": s.gate_n}
+        g["estimator"] = s.estimator
+        g["opd_cost_per_update"] = {
+            hw: gpucost.price(record_counts(sum((r["per_update_counts"] for r in recs["opd"]),
+                                                []), "opd", kg.MAX_ACTION_TOKENS),
+                              gpucost.profile(hw), latency.qwen25_1p5b(), latency.qwen25_7b(),
+                              COST_TOOL_S) for hw in gpucost.GPU_PROFILES}
+        self.say(f"gate: {g['outcome']} (OPD {g['opd_gain']['mean']:+.3f} "
+                 f"[{g['opd_gain']['ci_low']:+.3f}, {g['opd_gain']['ci_high']:+.3f}], SFT "
+                 f"{g['sft_gain']['mean']:+.3f}, headroom {g['headroom']:.3f}) SYNTHETIC")
+        return g
+
+
+# ---------------------------------------------------------------------------- run
+def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
+    """Runs ``parts`` in order, merging each into ``<out>/study.json`` and ``report.md``."""
+    from studies.reopd_regime.report import markdown  # lazy: the report imports this module
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "study.json"
+    res = json.loads(path.read_text()) if path.exists() else {
+        "synthetic": True, "task": kg_short.TASK_NAME, "cache": str(cache),
+        "sizes": dataclasses.asdict(sizes), "log": []}
+    st = Study(cache, out, sizes)
+    for part in parts:
+        t0 = time.perf_counter()
+        started = resume._utc()
+        if part in ("cold", "pilot", "gate"):
+            fp = resume.study_fingerprint(cache, sizes)
+            resume.check_study(out, fp)
+            resume.write_study(out, fp)
+            st.fp = fp
+            res["fingerprint"] = {k: fp[k] for k in ("cache_sha", "config_sha")}
+        if part == "cost":
+            res["cost"] = cost_sweep()
+        elif part == "teacher":
+            res["teacher"] = st.teacher()
+        elif part == "cold":
+            res["cold"] = st.cold()
+        elif part == "pilot":
+            res["pilot"] = st.pilot(_need(res, "cold"))
+        else:
+            res["gate"] = st.gate(_need(res, "cold"), _need(res, "pilot"))
+        res[part]["started_utc"] = started
+        res[part]["part_wall_s"] = time.perf_counter() - t0
+        res["log"] = res.get("log", []) + st.log
+        st.log = []
+        write_json(path, res, indent=1, newline=False)
+        (out / "report.md").write_text(markdown(res))
+    return res
+
+
+def _need(res: dict, part: str) -> dict:
+    if part not in res:
+        raise BadInput(f"--parts: needs the {part} part's results first (run --parts={part})")
+    return res[part]

@@ -1,0 +1,64 @@
+"""``report.md`` of ``studies.reopd_regime`` from its ``study.json`` (SYNTHETIC)."""
+from __future__ import annotations
+
+
+def _f(x, d: int = 3) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def _ci(g: dict) -> str:
+    return f"{g['mean']:+.3f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+
+
+def markdown(res: dict) -> str:
+    """Tables of every part present in ``res``."""
+    out = ["# ReOPD in a regime where distillation learns (issue 44) — SYNTHETIC", "",
+           f"Task `{res.get('task')}`; registration: studies/reopd_regime/README.md.", ""]
+    t = res.get("teacher")
+    if t:
+        out += ["## Teacher (item 2)", "", "| steps | greedy | τ = 1 | train s |",
+                "|---:|---:|---:|---:|"]
+        for a in t.get("attempts", []):
+            out.append(f"| {a['steps']} | {_f(a['greedy']['success_rate'])} | "
+                       f"{_f(a['sampled']['success_rate'])} | {a['train_s']:.0f} |")
+        out += ["", f"Accepted: {t.get('accepted')}; injected errors: {t.get('inject')}; "
+                    f"pool: {t.get('pool')}", ""]
+    c = res.get("cold")
+    if c:
+        curve = c["curve"].get("eval/success_rate", [])
+        out += ["## Cold start (item 3)", "",
+                f"SFT stopped at update {c['stopped_at']} (rule {c['rule']}); success on the "
+                f"gate set {_f(c['success']['gate'])}, teacher {_f(c['teacher_success']['gate'])}"
+                ".", "", "| update | success (3003) |", "|---:|---:|"]
+        out += [f"| {s} | {_f(v)} |" for s, v in curve] + [""]
+    p = res.get("pilot")
+    if p:
+        out += ["## lr pilot (OPD, SFT continuation)", "", f"B = {p['B']} pairs per update.",
+                "", "| mode | lr | mean pilot success |", "|---|---:|---:|"]
+        for m in ("opd", "sft"):
+            for lr, v in sorted(p[m]["means"].items(), key=lambda kv: float(kv[0])):
+                mark = " (chosen)" if float(lr) == p[m]["lr"] else ""
+                out.append(f"| {m} | {lr}{mark} | {_f(v)} |")
+        out.append("")
+    g = res.get("gate")
+    if g:
+        out += ["## The gate (item 1)", "", f"**{g['outcome']}**", "",
+                "| check | value | rule | holds |", "|---|---|---|---|",
+                f"| OPD gain over the cold start | {_ci(g['opd_gain'])} | ≥ "
+                f"{g['thresholds']['opd_min']} and CI > 0 | {g['checks']['opd_gain']} |",
+                f"| SFT continuation gain | {_ci(g['sft_gain'])} | ≤ "
+                f"{g['thresholds']['sft_max']} | {g['checks']['sft_plateau']} |",
+                f"| headroom (T − cold) | {_f(g['headroom'])} | ≥ "
+                f"{g['thresholds']['headroom_min']} | {g['checks']['headroom']} |", ""]
+    k = res.get("cost")
+    if k:
+        out += ["## Declared GPU cost model (item 7)", "", f"Unit: {k['unit']}.", "",
+                "| hardware | turns | tokens/turn | episodes | tool s | OPD/ReOPD | "
+                "break-even s (1×) | break-even s (4×) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in k["rows"]:
+            if r["episodes"] == 8 and r["turns"] in (3, 5, 8):
+                out.append(f"| {r['hardware']} | {r['turns']} | {r['tokens_per_turn']} | "
+                           f"{r['episodes']} | {r['tool_latency_s']} | {r['ratio']:.2f} | "
+                           f"{_f(r['break_even_s_parity'])} | {_f(r['break_even_s_4x'])} |")
+        out.append("")
+    return "\n".join(out) + "\n"
