@@ -1,4 +1,5 @@
-"""Compute delay (over named hardware pairs) and wireless delay as pure jnp functions (DESIGN §3).
+"""Compute delay (over named hardware pairs) and wireless delay as pure jnp functions
+(docs/latency.md).
 
 Every function is elementwise over its array arguments (any broadcastable shapes) and jit-able.
 
@@ -534,7 +535,8 @@ def prefill_s(spec: ModelSpec, hw: HardwareProfile, n_new, n_cached=0.0):
     ``max(prefill_flops / (peak·η), (W + KV(n_cached)) / (BW·η_mem))``, W the weight bytes
     and KV(c) the bytes of c cached tokens' keys and values (both read once per pass).
 
-    The FLOP term is DESIGN §3's compute-bound prefill ``(2·P·n + 2·L·d·(n² + 2nc))/(peak·η)``;
+    The FLOP term is the compute-bound prefill ``(2·P·n + 2·L·d·(n² + 2nc))/(peak·η)``
+    (docs/latency.md, "Roofline per phase");
     the memory term only binds for a few new tokens (below about ``peak·η / (2·BW·η_mem)``
     ≈ 96 tokens on an A100), where a pass cannot be cheaper than reading the weights once.
     ``n_new = 0`` costs 0 (no pass). Elementwise.

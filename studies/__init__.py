@@ -1,1 +1,1 @@
-"""Pre-registered studies: command, registration, verdict, per-seed JSON (DESIGN.md §1)."""
+"""Pre-registered studies: command, registration, verdict, per-seed JSON (docs/design.md §1)."""
