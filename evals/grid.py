@@ -33,10 +33,15 @@ def fine_values(best: float, decades: Sequence[float], zero_values: Sequence[flo
 
 
 def _score(obj: np.ndarray) -> np.ndarray:
-    """Mean over seeds [G] (NaN seeds ignored; a pair with no finite seed scores −inf)."""
+    """Mean over seeds [G] of the finite seeds (NaN/inf seeds ignored; a pair with no finite
+    seed, e.g. every seed over an occupancy budget, scores −inf). The mean is taken only over
+    rows that have a finite seed (``np.nanmean`` of an all-NaN row warned "Mean of empty
+    slice"); the same sum / count as ``np.nanmean`` elsewhere."""
     obj = np.asarray(obj, np.float64)
-    with np.errstate(invalid="ignore"):
-        m = np.nanmean(np.where(np.isfinite(obj), obj, np.nan), axis=-1)
+    ok = np.isfinite(obj)
+    count = ok.sum(axis=-1)
+    total = np.where(ok, obj, 0.0).sum(axis=-1)
+    m = np.divide(total, count, out=np.full(count.shape, -np.inf), where=count > 0)
     return np.where(np.isfinite(m), m, -np.inf)
 
 
