@@ -173,3 +173,28 @@ def test_train_step_exact_arm_logs_the_exact_kl_and_lowers_it():
         assert abs(float(m["loss"]) - float(m["kl"])) < 1e-5   # the logged KL is the exact one
         kls.append(float(m["kl"]))
     assert kls[-1] < 0.5 * kls[0]
+
+
+def test_trainer_refuses_an_unknown_arm_and_an_exact_arm_without_the_whole_vocabulary(
+        tmp_path):
+    """The config checks name the field; the exact arm with top_k below the vocabulary is
+    refused before anything is written."""
+    pytest.importorskip("torch")
+    from prada_jax import config_utils as cu
+    from prada_jax.configs.distill import get_config
+    from prada_jax.distill import trainer
+    from prada_jax.distill.task.teacher import tiny_cache
+    cache = tiny_cache(tmp_path / "cache")
+    c = get_config("smoke,onpolicy")
+    c.data.cache = str(cache)
+    c.eval.n_problems = 0
+    c.loss.rkl_estimator = "bogus"
+    with pytest.raises(cu.ConfigError, match="loss.rkl_estimator"):
+        trainer.validate_config(c)
+    c.loss.rkl_estimator = "exact"
+    c.loss.top_k = 4
+    with pytest.raises(cu.ConfigError, match="loss.top_k"):
+        trainer.build_setup(c)
+    c.loss.top_k = 64
+    setup = trainer.build_setup(c)            # the whole vocabulary: accepted
+    assert setup.step_fn is not None
