@@ -299,3 +299,59 @@ def test_adopt_only_a_run_of_the_same_config(tmp_path):
     assert prov[-1]["event"] == "adopted" and prov[-1]["from"] == str(old)
     assert {p.name: p.read_bytes() for p in old.iterdir()} == before
     assert not resume.adopt(old, tmp_path / "c", cfg(new_init), old_init)   # never overwrites
+
+
+def test_the_entry_skips_every_finished_run(tmp_path, monkeypatch):
+    """The resume path through the study's own entry (``python -m studies.reopd_kg``), in the
+    default run: a study folder whose pilot runs all have records (same fingerprint, same cold
+    start) reruns ``--parts=pilot`` without training anything, leaves every record as it was
+    and makes the lr choice from them. (Only slow tests reached ``Study.unit`` before: its
+    skip check inverted passed the default run.) The trainer is a stand-in that fails the
+    test if it is asked to train."""
+    import dataclasses
+
+    from studies import reopd_kg as S
+    from studies.reopd_kg import resume
+    from studies.reopd_kg.__main__ import main
+
+    cache = tmp_path / "cache"
+    for rel in resume.CACHE_FILES:
+        (cache / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cache / rel).write_text(f"fake {rel}")
+    out = tmp_path / "study"
+    cold_dir = out / "cold" / "student_hf"
+    cold_dir.mkdir(parents=True)
+    (cold_dir / "model.safetensors").write_bytes(b"cold weights")
+    cold = {"student": str(cold_dir)}
+    (out / "study.json").write_text(json.dumps({"task": "kg_lookup_v1", "cold": cold}))
+    sizes = dataclasses.replace(S.FULL, pilot_seeds=(100, 101))
+    fp = resume.study_fingerprint(cache, sizes)
+    resume.write_study(out, fp)
+    key = {k: fp[k] for k in ("cache_sha", "config_sha")} | {"cold_sha": S.cold_sha(cold)}
+    best = {"opd": 3e-4, "reopd": 1e-3, "sft": 1e-4}
+    for mode in S.MODES:
+        for lr in sizes.lrs:
+            for sd in sizes.pilot_seeds:
+                resume.save_record(
+                    resume.record_path(out, "pilot", f"{mode}_lr{lr:g}", sd),
+                    {"mode": mode, "lr": lr, "seed": sd, "fingerprint": key,
+                     "success": 0.5 if lr == best[mode] else 0.25, "updates": 10,
+                     "totals": {"supervised_turns": 40}})
+    before = _tree(out / "runs")
+
+    class NoTraining:
+        def __init__(self, *a, **k):
+            self.task, self.pool, self.log = None, None, []
+            self.say = lambda msg: self.log.append(msg)
+
+        def train(self, name, config):
+            raise AssertionError(f"{name}: a finished run was trained again")
+
+    monkeypatch.setattr(S.base, "Study", NoTraining)
+    monkeypatch.setattr("studies.reopd_kg.report.markdown", lambda res: "# report\n")
+    assert main([f"--cache={cache}", f"--out={out}", "--parts=pilot",
+                 "--pilot_seeds=100-101"]) == 0
+    assert _tree(out / "runs") == before
+    pilot = json.loads((out / "study.json").read_text())["pilot"]
+    assert {m: c["lr"] for m, c in pilot["choice"].items()} == best
+    assert pilot["B"] == 4
