@@ -29,7 +29,7 @@ from prada_jax.jsonio import write_json
 from studies.reopd_kg import resume
 from studies.reopd_regime import curves
 
-PARTS = ("cost", "teacher", "cold", "pilot", "gate")
+PARTS = ("cost", "teacher", "cold", "depth", "pilot", "gate")
 GATE_OPD_MIN = 0.05     # gate: OPD's gain over the cold start >= this (and CI above 0)
 GATE_SFT_MAX = 0.01     # gate: SFT continuation's gain <= this
 HEADROOM_MIN = 0.10     # gate: teacher − cold start on the gate set >= this
@@ -230,6 +230,9 @@ class Study:
         from prada_jax.distill.scoring import load_teacher  # lazy: torch, as above
         from prada_jax.distill.task.export_local import export_logits  # lazy: torch
         from prada_jax.distill.task.kg_teacher import train_teacher  # lazy: torch
+        import torch  # lazy: torch, as above
+        torch.set_num_threads(1)   # as the kg teacher's command: 2 threads on a shared 2-core
+        #                            machine spin against other processes (20x slower here)
         s, root = self.s, self.cache
         root.mkdir(parents=True, exist_ok=True)
         evp = root / "teacher_eval.json"
@@ -384,6 +387,69 @@ class Study:
                  f"{out['success']['gate']:.3f}, teacher {out['teacher_success']['gate']:.3f}")
         return out
 
+    # ------------------------------------------------------------------ depth (items 2, 3)
+    def depth(self, students: dict) -> dict:
+        """Per student ``{name: hf_dir}``: its own episodes at τ = 1 on the probe set, scored by
+        T at top_k = the vocabulary; per agent turn t, T's log-prob of the student's action
+        (summed over its tokens; the reliability reading of item 2) and the exact reverse KL
+        KL(π_S || π_T) summed over the action's tokens (the per-turn gap of item 3), each with
+        cluster-bootstrap CIs over episodes and a line through the per-turn means
+        (``prada_jax.distill.reliability.depth_curve``)."""
+        import jax  # lazy: jax loads only for the parts that evaluate
+        import jax.numpy as jnp  # lazy: as above
+        from flax import nnx  # lazy: as above
+
+        from prada_jax.distill import losses  # lazy: jax
+        from prada_jax.distill import opd as opd_lib  # lazy: jax
+        from prada_jax.distill import reliability as rel  # lazy: with the part
+        from prada_jax.distill import tasks as tasks_lib  # lazy: with the part
+        from prada_jax.distill.learner import student_logits_fn  # lazy: jax
+        from prada_jax.lm.hf import load_hf  # lazy: jax
+        s = self.s
+        task = tasks_lib.get(kg_short.TASK_NAME)
+        problems = kg_short.make_problems(s.probe_eval_seed * 1000 + 3, s.probe_n)
+        P, A = 96, 12
+        out = {"problems": {"eval_seed": s.probe_eval_seed, "n": s.probe_n},
+               "temperature": 1.0, "students": {}}
+        for name, d in students.items():
+            model, _ = load_hf(Path(d), dtype=jnp.float32, param_dtype=jnp.float32)
+            graphdef, params = nnx.split(model, nnx.Param)
+            logits_fn = student_logits_fn(graphdef)
+            cl, tt, lp, kl = [], [], [], []
+            succ = 0
+            for j in range(0, len(problems), 64):
+                probs = problems[j:j + 64]
+                gen = opd_lib.student_generate_fn(
+                    graphdef, params, jax.random.key(1000 + j), batch=len(probs),
+                    context_len=P, max_new_tokens=A, temperature=1.0, top_p=1.0,
+                    stop_ids=task.stop_ids, pad_id=task.pad_id)
+                batch, _, eps = opd_lib.opd_round(task, probs, gen, self.score_fn,
+                                                  rows=len(probs) * task.max_turns,
+                                                  context_len=P, action_len=A)
+                succ += sum(e.success for e in eps)
+                ids = np.concatenate([batch["prompt"], batch["action"]], 1)
+                msk = np.concatenate([batch["prompt_mask"], batch["action_valid"]], 1)
+                z = logits_fn(params, jnp.asarray(ids), jnp.asarray(msk))[:, P - 1:P + A - 1]
+                _, per = losses.reverse_kl_exact(z, batch["topk_ids"], batch["topk_logp"],
+                                                 batch["tail_mass"], batch["action_mask"])
+                m = np.asarray(batch["action_mask"], np.float64)
+                real = m.sum(1) > 0
+                ks = [len(task.to_tokens(e.messages)[1]) for e in eps]
+                ep = np.full(len(m), -1)
+                ep[:sum(ks)] = j + np.repeat(np.arange(len(eps)), ks)
+                cl += ep[real].tolist()
+                tt += np.asarray(batch["turn"])[real].tolist()
+                lp += (np.asarray(batch["teacher_logp"]) * m).sum(1)[real].tolist()
+                kl += np.asarray(per, np.float64).sum(1)[real].tolist()
+            out["students"][name] = {
+                "success_tau1": succ / len(problems),
+                "teacher_logp": rel.depth_curve(cl, tt, lp, n_boot=s.n_boot, seed=1),
+                "exact_kl": rel.depth_curve(cl, tt, kl, n_boot=s.n_boot, seed=2)}
+            f = out["students"][name]["exact_kl"]["fit"]
+            self.say(f"depth {name}: τ=1 success {succ / len(problems):.3f}; exact KL per turn "
+                     f"slope {f['slope'] if f else None} nats/turn (SYNTHETIC)")
+        return out
+
     # ------------------------------------------------------------------ one run per seed
     def unit(self, mode: str, lr: float, seed: int, cold: dict, B: int | None) -> dict:
         """One (pilot, mode, lr, seed) run from the cold start, as a record in
@@ -517,7 +583,7 @@ def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
     for part in parts:
         t0 = time.perf_counter()
         started = resume._utc()
-        if part in ("cold", "pilot", "gate"):
+        if part in ("cold", "depth", "pilot", "gate"):
             fp = resume.study_fingerprint(cache, sizes)
             resume.check_study(out, fp)
             resume.write_study(out, fp)
@@ -529,6 +595,8 @@ def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
             res["teacher"] = st.teacher()
         elif part == "cold":
             res["cold"] = st.cold()
+        elif part == "depth":
+            res["depth"] = st.depth({"cold": _need(res, "cold")["student"]})
         elif part == "pilot":
             res["pilot"] = st.pilot(_need(res, "cold"))
         else:

@@ -11,6 +11,8 @@ Parts (``--parts``, in the order given; default all):
   and its logits at top_k = the vocabulary, under ``--cache`` (default ``<out>/cache``);
 * ``cold``: SFT on T's pool to its plateau (curve committed), the cold start's and T's
   outcomes on the gate and pilot sets;
+* ``depth``: the cold start's own τ = 1 episodes on the probe set: T's log-prob of its
+  actions and the exact reverse KL to T, by agent turn (items 2, 3);
 * ``pilot``: the lr grids of OPD (exact arm) and SFT continuation on the pilot seeds;
 * ``gate``: the registered gate; "no distillation regime" stops the study.
 
@@ -28,7 +30,7 @@ import json
 import math
 from pathlib import Path
 
-PREREQ = {"cold": ("teacher",), "pilot": ("cold",), "gate": ("pilot",)}
+PREREQ = {"cold": ("teacher",), "depth": ("cold",), "pilot": ("cold",), "gate": ("pilot",)}
 
 
 def _define(fv) -> None:

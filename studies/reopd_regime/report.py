@@ -31,6 +31,28 @@ def markdown(res: dict) -> str:
                 f"gate set {_f(c['success']['gate'])}, teacher {_f(c['teacher_success']['gate'])}"
                 ".", "", "| update | success (3003) |", "|---:|---:|"]
         out += [f"| {s} | {_f(v)} |" for s, v in curve] + [""]
+    d = res.get("depth")
+    if d:
+        out += ["## Depth: T's log-prob of the student's actions and the exact KL by turn "
+                "(items 2, 3)", "", f"Student episodes at τ = 1 on {d['problems']}.", "",
+                "| student | turn | rows | T log-prob [nats] | exact KL [nats] |",
+                "|---|---:|---:|---:|---:|"]
+        for name, x in d["students"].items():
+            kl = {r["t"]: r for r in x["exact_kl"]["depth"]}
+            for r in x["teacher_logp"]["depth"]:
+                k = kl.get(r["t"], {})
+                out.append(f"| {name} | {r['t']} | {r['n']} | {_f(r['mean'], 2)} "
+                           f"[{_f(r['ci_low'], 2)}, {_f(r['ci_high'], 2)}] | "
+                           f"{_f(k.get('mean'), 2)} [{_f(k.get('ci_low'), 2)}, "
+                           f"{_f(k.get('ci_high'), 2)}] |")
+            for key in ("teacher_logp", "exact_kl"):
+                f = x[key]["fit"]
+                if f:
+                    out.append(f"\n{name} {key}: slope {f['slope']:+.3f} nats/turn "
+                               f"[{_f(f['slope_ci'][0])}, {_f(f['slope_ci'][1])}] over "
+                               f"depths {f['depths']}; τ = 1 success "
+                               f"{_f(x['success_tau1'])}.")
+        out.append("")
     p = res.get("pilot")
     if p:
         out += ["## lr pilot (OPD, SFT continuation)", "", f"B = {p['B']} pairs per update.",

@@ -138,6 +138,8 @@ def test_quick_study_runs_end_to_end_and_resumes(tmp_path):
     assert main(["--quick", f"--out={out}"]) == 0
     res = json.loads((out / "study.json").read_text())
     assert set(S.PARTS) <= set(res)
+    kl = res["depth"]["students"]["cold"]["exact_kl"]["depth"]
+    assert kl and all(r["mean"] >= 0 for r in kl)      # a KL is never negative
     assert res["gate"]["outcome"] in (S.NO_REGIME, "pass: the comparison runs")
     rec = json.loads((out / "runs/pilot/opd_lr0.001_seed100.json").read_text())
     assert rec["estimator"] == "exact" and rec["synthetic"]
