@@ -168,6 +168,36 @@ def load_policy(workdir: str, step: int | None = None, flag: str = "--policy") -
     return policy_files.load_checked(workdir, step, flag, error=EvalError)
 
 
+def params_sha256(params: Any) -> str:
+    """sha256 of a parameter pytree's content: every leaf's tree path, dtype, shape and bytes,
+    in tree order. The same restored parameters give the same hash wherever the run folder is
+    stored (copied, moved, on another machine)."""
+    import hashlib
+
+    import jax
+
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def policy_record(policy_dir: str | Path, root: str | Path) -> dict:
+    """How a results file names the policy it evaluated: ``policy`` = the run folder relative
+    to ``root`` (the results' own folder) when it lies inside it, else None; and
+    ``policy_sha256`` = ``params_sha256`` of its restored parameters, which names it wherever
+    it is stored (committed results recorded paths in a temporary folder of the machine that
+    ran them, which name nothing)."""
+    policy = load_policy(str(policy_dir))
+    try:
+        rel = str(Path(policy_dir).resolve().relative_to(Path(root).resolve()))
+    except ValueError:
+        rel = None
+    return {"policy": rel, "policy_sha256": params_sha256(policy.params)}
+
+
 def check_policy_traces(policy: LoadedPolicy, traces: LoadedTraces) -> None:
     """Refuses a trace set whose observation size differs from the policy's."""
     want = policy.meta.get("traces", {}).get("feature_dim")

@@ -37,7 +37,7 @@ from absl import flags
 from envs import edge, scenarios
 from evals import stage2 as s2
 from evals import suite
-from prada_jax import latency, stats
+from prada_jax import config_utils, latency, stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 from prada_jax.sched.registry import SCHEDULER_NAMES
@@ -72,6 +72,12 @@ def parse_candidates(text: str, flag: str = "--candidates") -> list[tuple[str, s
                 raise BadInput(f"{flag}: {kv!r} in {item!r}: not a number") from None
             if not (np.isfinite(val) and val > 0):
                 raise BadInput(f"{flag}: {kv!r} in {item!r}: must be a finite number > 0")
+            why = config_utils.float32_problem(val)
+            if why:
+                raise BadInput(f"{flag}: {kv!r} in {item!r}: {why}")
+            if k in _INT_KEYS and (val != int(val) or val > suite.MAX_ENV_COUNT):
+                raise BadInput(f"{flag}: {kv!r} in {item!r}: must be an integer <= "
+                               f"{suite.MAX_ENV_COUNT}")
             over[k] = int(val) if k in _INT_KEYS else val
         label = item.replace(" ", "")
         if label in seen:
@@ -106,7 +112,9 @@ def measure(policy_dir: str, candidates, seeds: int = 8, size: str = "full",
     seed0 = suite.evaluation_seed0(traces.info, policy, int(seeds), flag="--seeds")
     sched = SCHEDULER_NAMES.index("threshold")
     true_reward = str(policy.meta.get("reward_mode", "coarse")) == "true"
-    res = {"meta": {"synthetic": True, "policy": str(policy_dir), "split": "validation",
+    where = Path(out).parent if out is not None else Path.cwd()
+    res = {"meta": {"synthetic": True, **suite.policy_record(policy_dir, where),
+                    "split": "validation",
                     "seed_range": [seed0, seed0 + int(seeds)], "size": size,
                     "slots": sz["slots"], "warmup": sz["warmup"],
                     "scenario_length": sz["scenario_length"],

@@ -118,10 +118,12 @@ def cell_seed0(seed0: int, i: int, j: int, learner_seeds: int, seeds: int) -> in
 CELL_FILE = "cell.json"
 
 
-def cell_key(policy_dir, learner_seed, seed0, seeds, size, budget, tighten, hardware,
+def cell_key(policy, learner_seed, seed0, seeds, size, budget, tighten, hardware,
              nominate_by, scenario_names) -> dict:
-    """The settings that determine one cell's stage2.json (``CELL_FILE``)."""
-    return {"policy": str(Path(policy_dir).resolve()), "learner_seed": int(learner_seed),
+    """The settings that determine one cell's stage2.json (``CELL_FILE``); ``policy`` names
+    the policy by content (``suite.policy_record``'s ``policy_sha256``), not by the folder it
+    happens to be stored in."""
+    return {"policy_sha256": str(policy), "learner_seed": int(learner_seed),
             "seed0": int(seed0), "seeds": int(seeds), "size": str(size),
             "budget": None if budget is None else float(budget),
             "tighten": None if budget is None or tighten is None else
@@ -259,6 +261,7 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
     the dict (module docstring). Checks every input before writing anything."""
     from evals import stage2 as s2
+    from evals import suite
     from evals.stage2 import hier
     from prada_jax.jsonio import write_json
 
@@ -291,15 +294,17 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     grid_cache: dict = {}
     cells, cell_meta = [], []
     L = int(learner_seeds)
+    pol_records = {}
     for i, pdir in enumerate(policy_dirs):
         if only is not None and i not in only:
             continue
         per_pol = []
+        pol_records[i] = suite.policy_record(pdir, out)
         for j in range(L):
             s0 = cell_seed0(seed0, i, j, L, S)
             d = out / "cells" / f"p{i}_l{j}"
-            key = cell_key(pdir, j, s0, S, size, budget, tighten, hardware, nominate_by,
-                           scenario_names)
+            key = cell_key(pol_records[i]["policy_sha256"], j, s0, S, size, budget, tighten,
+                           hardware, nominate_by, scenario_names)
             r = reuse_cell(d, key)
             if r is not None:
                 log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i}, learner seed {j}: "
@@ -315,15 +320,18 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
                            log=lambda m: log("    " + m))
                 write_json(d / CELL_FILE, key, allow_nan=False)
             per_pol.append(r)
-            cell_meta.append({"policy": str(pdir), "policy_index": i, "learner_seed": j,
+            cell_meta.append({**pol_records[i], "policy_index": i, "learner_seed": j,
                               "eval_seed_range": r["meta"]["eval_seed_range"],
-                              "stage2_json": str(d / "stage2.json")})
+                              "stage2_json": str((d / "stage2.json").relative_to(out))})
         cells.append(per_pol)
     if only is not None:
         log(f"cells of policies {only} written under {out / 'cells'}; pooled.json needs every "
             "policy's cells (run again without --only_policies: finished cells are reused)")
         return None
-    result = {"meta": {"synthetic": True, "policies": [str(p) for p in policy_dirs],
+    result = {"meta": {"synthetic": True,
+                       "policies": [pol_records[i]["policy"] for i in range(len(policy_dirs))],
+                       "policy_sha256": [pol_records[i]["policy_sha256"]
+                                         for i in range(len(policy_dirs))],
                        "learner_seeds": L, "eval_seeds_per_cell": S, "size": size,
                        "budget": budget, "tighten": tighten, "seed0": int(seed0),
                        "trace_seed": int(trace_seed), "problems": int(problems),

@@ -461,7 +461,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
         return out
     grid_kw = {k: v for k, v in size["grid"].items() if v is not None}
     result = {"scenarios": {}, "meta": {
-        "synthetic": True, "traces": traces.info, "policy": str(pol_dir),
+        "synthetic": True, "traces": traces.info, **suite.policy_record(pol_dir, out),
         "split": traces.info["split"], "split_label": suite.split_label(traces.info, policy),
         "eval_seed_range": [seed0, seed0 + size["seeds"]],
         "choice_split": choice_traces.info["split"],

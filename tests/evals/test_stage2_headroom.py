@@ -22,7 +22,9 @@ def test_parse_candidates():
 @pytest.mark.parametrize("text,needle", [
     ("nope", "unknown scenario"), ("nominal:beta=0.1", "KEY=VALUE"),
     ("nominal:num_servers=x", "not a number"), ("nominal:arrival_rate_hz=-1", "> 0"),
-    ("nominal;nominal", "twice"), (";", "no candidate")])
+    ("nominal;nominal", "twice"), (";", "no candidate"),
+    ("nominal:num_servers=1e12", "integer <= 1048576"),      # int32 overflow (issue 43)
+    ("nominal:num_users=2.5", "integer"), ("nominal:arrival_rate_hz=1e39", "float32")])
 def test_parse_candidates_refuses_bad_specs(text, needle):
     with pytest.raises(BadInput, match=f"--candidates.*{needle}|{needle}"):
         headroom.parse_candidates(text)
@@ -77,3 +79,41 @@ def test_the_command_runs_end_to_end(tmp_path, monkeypatch, run_command):
     rep = res["candidates"]["nominal"]
     assert len(rep["headroom_per_seed"]) == 2
     assert set(rep["rows"]) == {s2.ROW_ZERO, s2.ROW_NOLIM}
+    # the policy by its path relative to the results and by content, never an absolute path
+    assert res["meta"]["policy"] == "pol"
+    assert res["meta"]["policy_sha256"] == suite.params_sha256(None)
+
+
+def test_policy_record_names_a_policy_by_content_and_relative_path(tmp_path, monkeypatch):
+    import jax.numpy as jnp
+
+    from evals import suite
+    from prada_jax.rl.policy import LoadedPolicy
+
+    params = {"actor": {"w": jnp.arange(6.0).reshape(2, 3)}, "critic": {"b": jnp.ones(2)}}
+    stored = {"p": params}
+    monkeypatch.setattr(suite, "load_policy", lambda d, *a, **k: LoadedPolicy(
+        None, stored["p"], {}, None, str(d)))
+    inside = suite.policy_record(tmp_path / "study" / "ppo", tmp_path / "study")
+    outside = suite.policy_record(tmp_path / "elsewhere" / "pol", tmp_path / "study")
+    assert inside["policy"] == "ppo" and outside["policy"] is None
+    assert inside["policy_sha256"] == outside["policy_sha256"]          # same content
+    stored["p"] = {"actor": {"w": jnp.arange(6.0).reshape(3, 2)}, "critic": {"b": jnp.ones(2)}}
+    assert suite.policy_record(tmp_path / "x", tmp_path)["policy_sha256"] != \
+        inside["policy_sha256"]                                          # another shape
+
+
+def test_committed_stage2_results_hold_no_machine_paths():
+    """Committed stage-2 JSON names policies and cells relative to the study (or by content
+    hash), never by a temporary folder of the machine that ran them (issue 43)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "results"
+    bad = []
+    for f in sorted(root.rglob("*.json")):
+        if not f.relative_to(root).parts[0].startswith("stage2"):
+            continue
+        bad += [f"{f.relative_to(root)}: {m}" for m in
+                re.findall(r'"((?:/tmp/|/var/folders/|/home/|/root/)[^"]*)"', f.read_text())]
+    assert not bad, "\n".join(bad[:20])
