@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--benchmark", required=True, choices=datasets_lib.BENCHMARKS)
     g.add_argument("--out", required=True, help="output trace folder (staging inside it)")
     g.add_argument("--limit", type=int, default=None, help="first N problems only")
+    g.add_argument("--role-notes", default=None,
+                   help='JSON object {"slm"|"llm"|"prm": text}: how a model fills a role it '
+                        'was not made for (e.g. one real model standing in for the LLM and '
+                        'the PRM); stored in meta.json under "roles"')
     t = parser.add_argument_group("tree")
     t.add_argument("--node-budget", type=int, default=24, help="nodes per problem (>= 1)")
     t.add_argument("--full-depth", type=int, default=2,

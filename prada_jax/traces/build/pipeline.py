@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -56,11 +57,31 @@ class _Inputs:
     data: Path
     problems: list
     fingerprint: dict
+    role_notes: dict
+
+
+_ROLES = ("slm", "llm", "prm")
+
+
+def _role_notes(text: str | None) -> dict:
+    """``--role-notes``: a JSON object of role → note (roles slm, llm, prm), or {}."""
+    if text is None:
+        return {}
+    try:
+        notes = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BuildError(f"--role-notes: not JSON ({e.msg})") from None
+    if not isinstance(notes, dict) or not all(
+            k in _ROLES and isinstance(v, str) and v.strip() for k, v in notes.items()):
+        raise BuildError(f"--role-notes: must be a JSON object mapping some of {', '.join(_ROLES)}"
+                         " to non-empty strings")
+    return notes
 
 
 def _check_inputs(args: argparse.Namespace) -> _Inputs:
     """Checks the model folders, PRM config, device, numeric flags and data file; raises
     ``BuildError`` naming the flag or file. Loads no model."""
+    role_notes = _role_notes(getattr(args, "role_notes", None))
     slm_dir = local_model_dir(args.slm, "--slm")
     llm_dir = local_model_dir(args.llm, "--llm")
     prm_dir = local_model_dir(args.prm, "--prm")
@@ -83,7 +104,8 @@ def _check_inputs(args: argparse.Namespace) -> _Inputs:
         "data_sha256": file_sha256(data),
     }
     return _Inputs(slm_dir=slm_dir, llm_dir=llm_dir, prm_dir=prm_dir, prm_cfg=prm_cfg, st=st,
-                   data=data, problems=problems, fingerprint=fingerprint)
+                   data=data, problems=problems, fingerprint=fingerprint,
+                   role_notes=role_notes)
 
 
 def _load_models(args: argparse.Namespace, inp: _Inputs, slm, llm, prm):
@@ -160,10 +182,14 @@ def _stage_batches(args: argparse.Namespace, inp: _Inputs, staging: Path,
 def _trace_meta(inp: _Inputs) -> dict:
     """``meta.json`` of the trace set before assembly adds the counts."""
     st = inp.st
+    dirs = {"slm": inp.slm_dir, "llm": inp.llm_dir, "prm": inp.prm_dir}
+    roles = {"roles": {r: {"model": dirs[r].name, "note": note}
+                       for r, note in inp.role_notes.items()}} if inp.role_notes else {}
     return {
         "benchmark": st.benchmark,
         "synthetic": False,
         "models": {"slm": inp.slm_dir.name, "llm": inp.llm_dir.name, "prm": inp.prm_dir.name},
+        **roles,
         "prm_style": st.prm_style,
         "feature_names": feature_names(st.feature_dim),
         "generator": {

@@ -219,3 +219,23 @@ def test_sigkill_mid_build_then_resume(tiny, tmp_path):
     a, b = _arrays(ref), _arrays(out)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_role_notes_are_recorded_in_meta(tiny, tmp_path):
+    out = tmp_path / "roles"
+    notes = {"llm": "stand-in: the SLM itself", "prm": "stand-in: an untrained reader"}
+    assert cli_lib.run(_args(tiny, out, "--limit", "2", "--role-notes", json.dumps(notes))) == 0
+    meta = fmt.validate(out)
+    assert meta["roles"] == {"llm": {"model": "tiny-llm", "note": notes["llm"]},
+                             "prm": {"model": "tiny-prm", "note": notes["prm"]}}
+    assert "roles" in fmt.unknown_meta_keys(meta)   # provenance: the validator names it
+
+
+@pytest.mark.parametrize("value", ["{not json", '{"gpu": "x"}', '{"llm": ""}', '["llm"]'],
+                         ids=["not-json", "unknown-role", "empty-note", "not-object"])
+def test_bad_role_notes_are_named_and_write_nothing(tiny, tmp_path, capsys, value):
+    out = tmp_path / "x"
+    assert cli_lib.run(_args(tiny, out, "--role-notes", value)) == cli_lib.EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --role-notes") and len(err.splitlines()) == 1
+    assert not out.exists()
