@@ -582,6 +582,8 @@ CASES: list[Case] = [
     Case("benchmarks.distill_bucket", ("--pairs=0", "--json={out}"), r"--pairs"),
     Case("benchmarks.distill_bucket", ("--modes=offline,sideways", "--json={out}"), r"--modes"),
     Case("studies.opd_pilot", ("--latency_s=-1", "--json={out}"), r"--latency_s"),
+    Case("studies.real_smollm2", ("--step=chats", "--workdir={empty_dir}"), r"--workdir"),
+    Case("prada_jax.lm.convert", ("--gguf={empty_dir}/x.gguf", "--out={out}"), r"--gguf"),
     Case("studies.reopd_vs_opd", ("--latency_s=-1", "--out={out}"), r"--latency_s"),
     Case("studies.reopd_vs_opd", ("--episodes=0", "--out={out}"), r"--episodes"),
     Case("studies.reopd_vs_opd", ("--cache={empty_dir}", "--out={out}"), r"--cache"),
