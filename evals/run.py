@@ -37,12 +37,14 @@ def _define_flags() -> None:
                          lower_bound=1)
     flags.DEFINE_integer("seed0", 0, "first seed, an offset inside the split's seed range "
                          "(prada_jax.traces.splits).", lower_bound=0)
-    flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2)
+    flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2,
+                         upper_bound=suite.MAX_SLOTS)
     flags.DEFINE_integer("warmup_slots", 200, "the measured window starts here: the users "
-                         "arriving in [warmup_slots, slots) are measured.", lower_bound=0)
+                         "arriving in [warmup_slots, slots) are measured.", lower_bound=0,
+                         upper_bound=suite.MAX_SLOTS)
     flags.DEFINE_integer("drain_slots", 400, "slots run after the window; a measured user "
                          "unfinished drain_slots·τ after arriving counts as a failure.",
-                         lower_bound=1)
+                         lower_bound=1, upper_bound=suite.MAX_SLOTS)
     flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
                       "rows (same multipliers).")
 

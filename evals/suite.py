@@ -348,6 +348,9 @@ _ENV_FLAGS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "be
 #: (the size a machine can hold is a separate, smaller limit). Checked where the flags are
 #: parsed (``check_env_overrides``, ``evals.sweep.parse_grid``), before anything is loaded.
 MAX_ENV_COUNT = 2 ** 20
+#: The largest slot count (``--slots``, ``--warmup_slots``, ``--drain_slots``) a command takes
+#: (2^30): slot indices are int32 in the env's state, so a run of 2^31 slots overflows them.
+MAX_SLOTS = 2 ** 30
 
 
 def define_input_flags(env_note: str = "") -> None:

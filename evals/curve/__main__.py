@@ -6,8 +6,9 @@
 For each hardware pair of ``--pairs`` runs every (row, load) point of :mod:`evals.curve` in
 one vmapped evaluation and writes ``curve.json`` (per seed), ``curve_<pair>.png`` (a pair
 file by its stem, ``curve.pair_tags``), ``curve.txt`` and TensorBoard under ``--out``; prints
-each point (ρ and flags per row) and the crossover. Load = λ/M, arrivals per second per server sequence slot. Bad input (a flag, a
-folder, a pair): one stderr line naming it, exit 2, nothing written.
+each point (ρ and flags per row) and the crossover. Load = λ/M, arrivals per second per
+server sequence slot. Bad input (a flag, a folder, a pair): one stderr line naming it, exit 2,
+nothing written.
 """
 from __future__ import annotations
 
@@ -38,10 +39,13 @@ def _define_flags():
                       "loads λ/M in arrivals/s per server sequence slot.")
     flags.DEFINE_integer("seeds", 8, "seeds per point (a crossover needs >= 8).",
                          lower_bound=1)
-    flags.DEFINE_integer("slots", 2000, "the window ends at this slot.", lower_bound=2)
-    flags.DEFINE_integer("warmup_slots", 200, "the window starts at this slot.", lower_bound=0)
+    flags.DEFINE_integer("slots", 2000, "the window ends at this slot.", lower_bound=2,
+                         upper_bound=suite.MAX_SLOTS)
+    flags.DEFINE_integer("warmup_slots", 200, "the window starts at this slot.", lower_bound=0,
+                         upper_bound=suite.MAX_SLOTS)
     flags.DEFINE_integer("drain_slots", ev.DEFAULT_DRAIN_SLOTS, "slots run after the window; "
-                         "the timeout of a measured user is drain_slots·τ.", lower_bound=1)
+                         "the timeout of a measured user is drain_slots·τ.", lower_bound=1,
+                         upper_bound=suite.MAX_SLOTS)
 
 
 def _pair_params(traces, env_kw: dict, pair: str):
