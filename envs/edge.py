@@ -57,15 +57,33 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from envs import scenarios
+from envs import scenarios, serving
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, prefix_admit
 from prada_jax.sched.registry import RSD_INDEX, SCHEDULERS, scheduler_index
 from prada_jax.traces.format import TraceSet
 
-EMPTY, DRAFT, DECIDE, QUEUE_PHASE, SERVICE = 0, 1, 2, 3, 4
+EMPTY, DRAFT, DECIDE, QUEUE_PHASE, SERVICE, SCORE = 0, 1, 2, 3, 4, 5
 REWARD_MODES = ("coarse", "true")
+#: Server models of a roofline pair (static ``EnvParams.server_model``): ``serving`` the
+#: continuous-batching server of ``envs.serving`` (the default since issue 41); ``legacy`` the
+#: batching server of earlier results (a job holds its unit through its download, prefills run
+#: in parallel, the LLM alone re-queues every step, lm_head FLOPs not counted).
+SERVER_MODELS = ("serving", "legacy")
+#: vLLM's long-standing default ``max_num_seqs`` (concurrent sequences), the default M of the
+#: serving server on datacenter profiles (``make_params(num_servers=None)``).
+DEFAULT_MAX_NUM_SEQS = 256
+#: Per-iteration token budget (vLLM's ``max_num_batched_tokens`` with chunked prefill: 2048 is
+#: its V1 default for the OpenAI server on GPUs below 70 GiB; Sarathi-Serve uses 512-2048).
+DEFAULT_MAX_BATCHED_TOKENS = 2048
+#: Named env-size presets (``make_params(**SIZE_PRESETS[name])``): ``legacy_m4`` the 4-sequence
+#: server and 32-user cell of the results before issue 41 (with the legacy server),
+#: ``serving`` a serving engine's batch and a population that can saturate it.
+SIZE_PRESETS = {
+    "legacy_m4": dict(server_model="legacy", num_servers=4, num_users=32),
+    "serving": dict(server_model="serving", num_servers=DEFAULT_MAX_NUM_SEQS, num_users=2048),
+}
 _MAX_PHASE_SLOTS = 1_000_000  # caps ceil(delay/τ) so a near-zero-rate upload stays an int32
 _MAX_ARRIVALS = 64  # truncation of the per-slot Poisson arrival count
 
@@ -103,7 +121,17 @@ class EnvParams:
       num_users: U user slots (static).
       llm_only: bool, the paper's All-LLM baseline: the server LLM alone, no edge draft (a
         draft takes no time and no slot, so a user decides as soon as it arrives or its last
-        step returns; an outage waits a slot instead of falling back to a draft).
+        step returns; an outage waits a slot instead of falling back to a draft). Under the
+        serving server its sequence stays resident: one job decodes the whole solution (the
+        LLM's branch to the end, ``llm_path``) and downloads its last step.
+      server_model: ``serving`` or ``legacy`` (``SERVER_MODELS``; static; read only under a
+        roofline pair).
+      max_batched_tokens: the serving server's per-iteration token budget (decode tokens +
+        prefill chunk).
+      prm_prefix_cache: bool, the online PRM keeps each user's scored prefix, so a scoring
+        pass uploads and prefills only the tokens new since the user's last score (default
+        off: every pass scores the whole context + draft).
+      llm_path: ``LLMPath`` of the trace set (derived by ``make_params``/``replace_traces``).
     """
 
     traces: TraceSet
@@ -131,6 +159,15 @@ class EnvParams:
     num_users: int = struct.field(pytree_node=False, default=16)
     policy_true_reward: Any = False
     llm_only: Any = False
+    server_model: str = struct.field(pytree_node=False, default="serving")
+    max_batched_tokens: Any = DEFAULT_MAX_BATCHED_TOKENS
+    prm_prefix_cache: Any = False
+    llm_path: Any = None
+
+    @property
+    def serving(self) -> bool:
+        """True for a roofline pair with the serving server (static)."""
+        return bool(self.latency.roofline) and self.server_model == "serving"
 
     @property
     def feature_dim(self) -> int:
@@ -179,6 +216,7 @@ class EnvState:
     finished: Any
     blocked: Any
     job: Any = None
+    prm_cached: Any = None
 
     @property
     def active(self):
@@ -197,6 +235,57 @@ class ServiceJob:
     dec_tok: Any
     ctx: Any
     down_s: Any
+
+
+@struct.dataclass
+class LLMPath:
+    """What the LLM alone generates from each node to the end of the solution, following the
+    LLM's branch (candidate 1) and the fallback where a child is missing ([N] each): ``tokens``
+    (all the steps' tokens), ``steps``, ``correct`` (bool), ``fallbacks`` (missing children
+    taken), ``last_tokens`` (the final step's tokens)."""
+
+    tokens: Any
+    steps: Any
+    correct: Any
+    fallbacks: Any
+    last_tokens: Any
+
+
+def llm_path(traces: TraceSet) -> LLMPath:
+    """``LLMPath`` of a trace set (host-side NumPy, vectorised over nodes). Raises
+    ``ValueError`` if the LLM's branch from some node never ends (a cycle)."""
+    child = np.asarray(traces.child)
+    term = np.asarray(traces.terminal).astype(bool)
+    corr = np.asarray(traces.correct).astype(bool)
+    tok = np.asarray(traces.cand_tokens).astype(np.int64)
+    fb = np.asarray(traces.fallback)
+    n = child.shape[0]
+    cur = np.arange(n)
+    alive = np.ones(n, bool)
+    tokens = np.zeros(n, np.int64)
+    steps = np.zeros(n, np.int64)
+    fbs = np.zeros(n, np.int64)
+    correct = np.zeros(n, bool)
+    last = np.zeros(n, np.int64)
+    for _ in range(n + 1):
+        if not alive.any():
+            break
+        t1 = term[cur, 1]
+        tokens += np.where(alive, tok[cur, 1], 0)
+        steps += alive
+        ended = alive & t1
+        correct = np.where(ended, corr[cur, 1], correct)
+        last = np.where(ended, tok[cur, 1], last)
+        ch = child[cur, 1]
+        nxt = np.where(ch >= 0, ch, fb[cur])
+        fbs += alive & ~t1 & (ch < 0)
+        alive = alive & ~t1
+        cur = np.where(alive, nxt, cur)
+    if alive.any():
+        raise ValueError("traces: the LLM's branch from some node never reaches a terminal step")
+    i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    return LLMPath(tokens=i32(tokens), steps=i32(steps), correct=jnp.asarray(correct),
+                   fallbacks=i32(fbs), last_tokens=i32(last))
 
 
 @struct.dataclass
@@ -241,7 +330,8 @@ def _traces_to_jnp(traces: TraceSet) -> TraceSet:
 
 def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 lambda_s: float = 0.0, mu: float = 0.0, beta: float = 0.2,
-                tau_s: float = 0.05, num_servers: int = 4, bandwidth_hz: float = 20e6,
+                tau_s: float = 0.05, num_servers: int | None = None,
+                bandwidth_hz: float = 20e6,
                 arrival_rate_hz: float = 4.0, initial_users: int | None = None,
                 default_gain: float = 0.05, max_wait_slots: int = 20,
                 rsd_threshold: float = 0.7, reward_mode: str = "coarse",
@@ -249,10 +339,13 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 server_kv_cache: bool = False, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
                 scenario=None, llm_only: bool = False, hardware: str = lat.DEFAULT_PAIR,
-                latency: lat.LatencyParams | None = None, **latency_overrides) -> EnvParams:
+                latency: lat.LatencyParams | None = None, server_model: str = "serving",
+                max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+                prm_prefix_cache: bool = False, **latency_overrides) -> EnvParams:
     """Builds validated env params from a trace set.
 
-    Defaults are assumptions (the paper does not publish them): τ = 50 ms, M = 4 server jobs,
+    Defaults are assumptions (the paper does not publish them): τ = 50 ms, M = 4 server jobs
+    (``DEFAULT_MAX_NUM_SEQS`` = 256 concurrent sequences under the serving server),
     B = 20 MHz, λ = 4 users/s, β = 0.2 PRM units per second, ΔQ = 0.05 for plain-int actions,
     at most 20 slots (1 s) of queueing, ``initial_users`` = ``num_users``.
 
@@ -273,6 +366,11 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         (docs/latency.md). Ignored when ``latency`` is given (its own ``clock`` holds).
       latency: latency constants (default ``prada_jax.latency.pair_latency_params(hardware)``);
         extra keyword arguments override its fields by name (e.g. ``snr_threshold_db=-inf``).
+      server_model: ``serving`` (default) or ``legacy`` (``SERVER_MODELS``); only a roofline
+        pair reads it. ``legacy`` also drops the lm_head FLOPs and uses the 7B LLM's shape as
+        the PRM, as the results before issue 41 did.
+      max_batched_tokens: the serving server's per-iteration token budget; must exceed M.
+      prm_prefix_cache: ``EnvParams.prm_prefix_cache``.
 
     Raises:
       ValueError: naming the field that is out of range. ``errors.BadInput`` (a ValueError)
@@ -281,6 +379,11 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
     """
     if int(num_users) < 1:
         raise ValueError(f"num_users (U) must be >= 1, got {num_users}")
+    if server_model not in SERVER_MODELS:
+        raise BadInput(f"server_model must be one of {SERVER_MODELS}, got {server_model!r}")
+    if num_servers is None:
+        num_servers = (DEFAULT_MAX_NUM_SEQS if server_model == "serving"
+                       and hardware != lat.PAPER and latency is None else 4)
     checks = (("num_servers (M)", num_servers), ("bandwidth_hz (B)", bandwidth_hz),
               ("tau_s (τ)", tau_s))
     for name, v in checks:
@@ -325,14 +428,27 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         hardware = "(the given latency params)"
         if latency_overrides:
             latency = latency.replace(**latency_overrides)
+    if latency.roofline and server_model == "legacy":
+        no_head = lambda m: m.replace(head_flops=0.0)  # noqa: E731
+        latency = latency.replace(slm=no_head(latency.slm), llm=no_head(latency.llm),
+                                  prm=no_head(lat.qwen25_7b()))
     lat.validate_latency_params(latency, hardware=hardware)
     scn = scenarios.validate(scenarios.static() if scenario is None else scenario)
+    path = llm_path(traces)
+    serving_on = latency.roofline and server_model == "serving"
     if latency.roofline:
         # M sequences must fit the server's KV memory at the longest server sequence (the
-        # context plus the LLM step) of the trace set, at the scenario's largest M_t.
+        # context plus the LLM step; the LLM alone's whole solution under the serving server)
+        # of the trace set, at the scenario's largest M_t.
         m_max = int(math.floor(float(num_servers) * float(np.max(np.asarray(scn.servers)))
                                + 0.5))
-        check_num_servers(latency, traces, m_max, hardware)
+        check_num_servers(latency, traces, m_max, hardware,
+                          server_model=server_model, path=path)
+    if serving_on and not (int(max_batched_tokens) == max_batched_tokens
+                           and int(max_batched_tokens) > int(num_servers)):
+        raise BadInput(f"max_batched_tokens must be an integer > num_servers (M = "
+                       f"{int(num_servers)}: every running sequence decodes one token per "
+                       f"iteration, and a prefill needs room), got {max_batched_tokens}")
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return EnvParams(
@@ -346,25 +462,40 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         ctx_scale=f32(ctx_scale), scn_arrival=f32(scn.arrival), scn_bandwidth=f32(scn.bandwidth),
         scn_channel_db=f32(scn.channel_db), scn_servers=f32(scn.servers),
         num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"),
-        llm_only=jnp.asarray(bool(llm_only)))
+        llm_only=jnp.asarray(bool(llm_only)), server_model=server_model,
+        max_batched_tokens=i32(max_batched_tokens if serving_on else DEFAULT_MAX_BATCHED_TOKENS),
+        prm_prefix_cache=jnp.asarray(bool(prm_prefix_cache)), llm_path=path)
 
 
-def max_num_servers(latency: lat.LatencyParams, traces: TraceSet) -> int:
-    """The largest M (concurrent server sequences) the server profile's KV memory holds at
-    the trace set's longest server sequence (context + LLM step); host-side. Unbounded (a
-    very large int) under ``paper``."""
+def _longest_sequence(traces: TraceSet, server_model: str = "legacy", path=None) -> float:
+    """Tokens of the longest server sequence: context + LLM step; under the serving server
+    also the LLM alone's resident sequence (root context + its whole solution)."""
     longest = float(np.max(np.asarray(traces.ctx_tokens) + np.asarray(traces.cand_tokens)[:, 1]))
-    return lat.max_sequences(latency, longest)
+    if server_model == "serving":
+        path = llm_path(traces) if path is None else path
+        root = np.asarray(traces.root)
+        whole = np.asarray(traces.ctx_tokens)[root] + np.asarray(path.tokens)[root]
+        longest = max(longest, float(np.max(whole)))
+    return longest
+
+
+def max_num_servers(latency: lat.LatencyParams, traces: TraceSet, server_model: str = "legacy",
+                    path=None) -> int:
+    """The largest M (concurrent server sequences) the server profile's KV memory holds at
+    the trace set's longest server sequence (``_longest_sequence``); host-side. The serving
+    server hosts the online PRM's weights beside the LLM's (the RSD row runs on it).
+    Unbounded (a very large int) under ``paper``."""
+    return lat.max_sequences(latency, _longest_sequence(traces, server_model, path),
+                             with_prm=server_model == "serving")
 
 
 def check_num_servers(latency: lat.LatencyParams, traces: TraceSet, num_servers: int,
-                      hardware: str = "") -> None:
+                      hardware: str = "", server_model: str = "legacy", path=None) -> None:
     """Raises ``errors.BadInput`` if ``num_servers`` (M, e.g. a sweep's grid value set with
     ``params.replace``) exceeds ``max_num_servers``; ``make_params`` calls it."""
-    cap = max_num_servers(latency, traces)
+    cap = max_num_servers(latency, traces, server_model, path)
     if int(num_servers) > cap:
-        longest = float(np.max(np.asarray(traces.ctx_tokens)
-                               + np.asarray(traces.cand_tokens)[:, 1]))
+        longest = _longest_sequence(traces, server_model, path)
         raise BadInput(f"num_servers (M) = {int(num_servers)} concurrent sequences exceeds the "
                        f"{cap} the server's KV memory holds under hardware {hardware} "
                        f"(sequences up to {longest:.0f} tokens)")
@@ -397,6 +528,15 @@ def free_resources(state: EnvState, params: EnvParams):
     B_t minus what running jobs hold, floored at 0 (a job keeps its unit when M_t drops)."""
     c = slot_conditions(params, state.t)
     in_service = state.phase == SERVICE
+    if params.serving:
+        # Serving server: a sequence is held until its last token; the uplink is shared per
+        # slot (the uploads in flight need their slot-average bandwidth).
+        in_job = in_service | (state.phase == SCORE)
+        held = serving.holds_sequence(state.job, in_job)
+        free_units = c["num_servers"] - jnp.sum(held.astype(jnp.int32))
+        free_bw = c["bandwidth_hz"] - jnp.sum(serving.uplink_demand_hz(state.job, in_job,
+                                                                         params.tau_s))
+        return jnp.maximum(free_units, 0), jnp.maximum(free_bw, 0.0)
     free_units = c["num_servers"] - jnp.sum(in_service.astype(jnp.int32))
     free_bw = c["bandwidth_hz"] - jnp.sum(jnp.where(in_service, state.svc_bw_hz, 0.0))
     return jnp.maximum(free_units, 0), jnp.maximum(free_bw, 0.0)
@@ -408,7 +548,7 @@ def replace_traces(params: EnvParams, traces: TraceSet) -> EnvParams:
     if np.asarray(traces.feat).shape[1] != params.feature_dim:
         raise ValueError(f"traces.feat has feature dim {np.asarray(traces.feat).shape[1]}, the "
                          f"params were built for {params.feature_dim}")
-    return params.replace(traces=_traces_to_jnp(traces))
+    return params.replace(traces=_traces_to_jnp(traces), llm_path=llm_path(traces))
 
 
 def sched_params(params: EnvParams) -> SchedParams:
@@ -485,7 +625,8 @@ def _start_draft(params: EnvParams, node, edge_cached, rsd_on):
     dtok = tr.cand_tokens[node, 0]
     cached = jnp.minimum(edge_cached, ctx)
     delay = lat.draft_delay_s(params.latency, ctx - cached, cached, dtok)
-    delay = delay + jnp.where(rsd_on, lat.prm_delay_s(params.latency, ctx + dtok), 0.0)
+    if not params.serving:   # the serving server runs the PRM as a server job (SCORE)
+        delay = delay + jnp.where(rsd_on, lat.prm_delay_s(params.latency, ctx + dtok), 0.0)
     delay = jnp.where(params.llm_only, 0.0, delay)
     slots = jnp.where(params.llm_only, 0, _slots(delay, params.tau_s))
     return delay, slots, ctx + dtok
@@ -498,6 +639,43 @@ def _successor(tr: TraceSet, node, branch):
     used_fb = ~term & (child < 0)
     nxt = jnp.where(term, node, jnp.where(child >= 0, child, tr.fallback[node]))
     return nxt, term, tr.correct[node, branch].astype(bool), used_fb
+
+
+def _begin_score(s: EnvState, params: EnvParams, mask, fading, t):
+    """Starts the online PRM's scoring job of the users in ``mask`` (serving server, RSD):
+    they upload the context + draft (only what the PRM has not scored, with
+    ``prm_prefix_cache``) over this slot's channel and wait in SCORE until the PRM's prefill
+    pass ran on the server; the score returns in a few bytes (no download charged). An upload
+    below γ_th is not modelled as an outage here (the PRM has no local fallback).
+
+    Returns ``(state, prm_load_s)``: the offered load of the new jobs [s] (``job_load_s`` · M_t).
+    """
+    tr, lp = params.traces, params.latency
+    n = s.node
+    total = tr.ctx_tokens[n] + tr.cand_tokens[n, 0]
+    cached = jnp.where(params.prm_prefix_cache, jnp.minimum(s.prm_cached, total), 0)
+    new = total - cached
+    cond = slot_conditions(params, t)
+    snr = lat.snr_linear(lp, jnp.maximum(fading * cond["channel_gain"], 1e-12))
+    bits = new.astype(jnp.float32) * lp.bits_per_token
+    bw = lat.request_bandwidth_hz(lp, bits, snr, cond["bandwidth_hz"])
+    t_up = lat.transfer_delay_s(bits, bw, snr)
+    pf_flops = lat.roofline_prefill_flops(lp.prm, new, cached)
+    full = jnp.maximum(cond["num_servers"], 1).astype(jnp.float32)
+    load = lat.job_load_s(lp.prm, lp.server_hw, pf_flops, 0.0, total, full,
+                          holds_sequence=False) * full
+    j = s.job
+    w = lambda new_, old: jnp.where(mask, new_, old)  # noqa: E731
+    zf = jnp.zeros_like(j.up_s)
+    job = j.replace(up_s=w(t_up, j.up_s), up_hz=w(bw, j.up_hz),
+                    pf_tok=w(new.astype(jnp.float32), j.pf_tok), pf_flops=w(pf_flops, j.pf_flops),
+                    dec_tok=w(zf, j.dec_tok), ctx=w(total.astype(jnp.float32), j.ctx),
+                    down_s=w(zf, j.down_s), down_hz=w(zf, j.down_hz), seq=w(False, j.seq),
+                    prm=w(True, j.prm), ticket=w(t + 1, j.ticket))
+    s = s.replace(job=job, phase=jnp.where(mask, SCORE, s.phase),
+                  remaining=jnp.where(mask, 1, s.remaining),
+                  prm_cached=jnp.where(mask, total, s.prm_cached))
+    return s, jnp.sum(jnp.where(mask, load, 0.0))
 
 
 def _observe(state: EnvState, params: EnvParams):
@@ -541,19 +719,23 @@ def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot, draft=
         proc_s=w(zf, state.proc_s), comm_s=w(zf, state.comm_s), queue_s=w(zf, state.queue_s),
         offloads=w(zi, state.offloads), outages=w(zi, state.outages), steps=w(zi, state.steps),
         fallbacks=w(zi, state.fallbacks),
+        prm_cached=None if state.prm_cached is None else w(zi, state.prm_cached),
         arrived=state.arrived + n_arrivals, blocked=state.blocked + n_arrivals - n_admit)
     return state, n_arrivals - n_admit, admit
 
 
-def _empty_state(u: int, roofline: bool = False) -> EnvState:
+def _empty_state(u: int, roofline: bool = False, serving_on: bool = False) -> EnvState:
     zi = jnp.zeros((u,), jnp.int32)
     zf = jnp.zeros((u,), jnp.float32)
     s0 = jnp.asarray(0, jnp.int32)
     job = ServiceJob(up_s=zf, prefill_s=zf, dec_tok=zf, ctx=zf, down_s=zf) if roofline else None
+    if serving_on:
+        job = serving.empty_job(u)
     return EnvState(phase=zi, node=zi, remaining=zi, wait=zi, gain=zf, draft_s=zf, svc_bw_hz=zf,
                     svc_comm_frac=zf, edge_cached=zi, server_cached=zi, arrival_slot=zi,
                     proc_s=zf, comm_s=zf, queue_s=zf, offloads=zi, outages=zi, steps=zi,
-                    fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0, job=job)
+                    fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0, job=job,
+                    prm_cached=zi if serving_on else None)
 
 
 # ----------------------------------------------------------------------------- reset / step
@@ -565,7 +747,8 @@ def reset(key, params: EnvParams):
       obs [U, F+2] float32, state ``EnvState``.
     """
     noise = draw_noise(key, params)
-    state, _, _ = _admit(_empty_state(params.num_users, params.latency.roofline), params,
+    state, _, _ = _admit(_empty_state(params.num_users, params.latency.roofline,
+                                      params.serving), params,
                          params.initial_users, noise.problem, jnp.asarray(0, jnp.int32))
     return _observe(state, params), state
 
@@ -578,7 +761,13 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
 
     Returns a dict of [U] arrays: ``snr`` (linear), ``outage`` (bool), ``bandwidth_hz``,
     ``upload_s``, ``server_s``, ``download_s``, ``delay_s`` (D = their sum), ``upload_tokens``;
-    under a roofline clock also ``prefill_s`` (the server prefill part of ``server_s``).
+    under a roofline clock also ``prefill_s`` (the server prefill part of ``server_s``). Under
+    the serving server ``bandwidth_hz`` is the slot-average uplink bandwidth the upload needs
+    (``up_hz · min(upload_s, τ) / τ``: what it takes of B_t this slot), ``up_hz`` /
+    ``down_hz`` the bandwidths the upload / download transmit at, ``pf_flops`` the prefill's
+    FLOPs, ``dec_tok`` the tokens the job decodes (the LLM alone: its whole solution), and
+    ``load_s`` the job's offered load ``M_t · latency.job_load_s`` [s] (so Σ load_s over
+    offered jobs / Σ M_t·τ is ρ).
 
     ``delay_s`` is the seconds the job holds one of the M server sequence slots when the server
     runs a full batch: under ``paper`` the job's fixed service time; under a roofline clock
@@ -598,6 +787,25 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
     t_up = lat.transfer_delay_s(up_bits, bw, snr)
     t_down = jnp.where(params.downlink, lat.transfer_delay_s(
         llm_tok.astype(jnp.float32) * lp.bits_per_token, bw, snr), 0.0)
+    if params.serving:
+        # The LLM alone decodes its whole solution in one resident sequence and downloads its
+        # last step; a download asks for the bandwidth its own bits need.
+        path = params.llm_path
+        dec_tok = jnp.where(params.llm_only, path.tokens[n], llm_tok)
+        down_tok = jnp.where(params.llm_only, path.last_tokens[n], llm_tok)
+        full = jnp.maximum(cond["num_servers"], 1).astype(jnp.float32)
+        down_bits = down_tok.astype(jnp.float32) * lp.bits_per_token
+        bw_dn = lat.request_bandwidth_hz(lp, down_bits, snr, cond["bandwidth_hz"])
+        t_down = jnp.where(params.downlink, lat.transfer_delay_s(down_bits, bw_dn, snr), 0.0)
+        pf_flops = lat.roofline_prefill_flops(lp.llm, up_tokens, srv_cached)
+        t_pre = pf_flops / (lp.server_hw.peak_flops * lp.server_hw.eta)
+        t_srv = t_pre + lat.decode_s(lp.llm, lp.server_hw, dec_tok, ctx, full)
+        load = lat.job_load_s(lp.llm, lp.server_hw, pf_flops, dec_tok, ctx, full) * full
+        return dict(snr=snr, outage=lat.in_outage(lp, snr),
+                    bandwidth_hz=bw * jnp.minimum(t_up, params.tau_s) / params.tau_s,
+                    up_hz=bw, down_hz=bw_dn, upload_s=t_up, server_s=t_srv, download_s=t_down,
+                    delay_s=t_up + t_srv + t_down, upload_tokens=up_tokens, prefill_s=t_pre,
+                    pf_flops=pf_flops, dec_tok=dec_tok.astype(jnp.float32), load_s=load)
     if lp.roofline:
         # Service time on a full server: M_t sequences share every decode step.
         full = jnp.maximum(cond["num_servers"], 1).astype(jnp.float32)
@@ -697,23 +905,35 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     dec, out_hit = _decide(state, params, cs)
     s, reward, res = _resolve(state, params, cs, dec, out_hit)
     s, in_draft, in_svc, slot_use = _charge_slot(s, params)
-    s, done, info_user, cont_svc, cache_in = _end_of_slot(s, params, res, in_draft, in_svc, t)
+    s, done, info_user, cont_svc, cache_in, score_done = _end_of_slot(s, params, res, in_draft,
+                                                                      in_svc, t)
     s, blocked = _start_drafts(s, params, noise, n_arrivals, res.cont_local, cont_svc, cache_in,
                                t)
+    prm_load = jnp.zeros((), jnp.float32)
+    if params.serving:
+        # RSD under the serving server: every finished draft is scored by the PRM on the
+        # server (a SCORE job) before its decision.
+        to_score = ((params.scheduler == RSD_INDEX) & (s.phase == DECIDE) & ~score_done
+                    & ~params.llm_only)
+        s, prm_load = _begin_score(s, params, to_score, noise.fading, t)
     decision = jnp.where(cs.x.candidate | cs.deciding, dec, -1)
     decision = jnp.where(cs.deciding & ~cs.nominated, LOCAL, decision)
     # Offered server work (evals' load ρ): new nominations that asked for the server (queued,
     # admitted, or lost to an outage), each at the slots it would hold a unit.
     offered = cs.nominated & ((dec != LOCAL) | out_hit)
-    offered_s = jnp.where(offered, _slots(cs.req["delay_s"], params.tau_s), 0).astype(
-        jnp.float32) * params.tau_s
+    if params.serving:
+        offered_s = jnp.where(offered, cs.req["load_s"], 0.0)
+    else:
+        offered_s = jnp.where(offered, _slots(cs.req["delay_s"], params.tau_s), 0).astype(
+            jnp.float32) * params.tau_s
     info = dict(
         decision_mask=cs.deciding, nominated=cs.nominated, decision=decision, outage=out_hit,
         at_decision=s.phase == DECIDE, terminated=done, truncated=jnp.zeros_like(done),
         **info_user,
         **slot_use,
         arrivals=n_arrivals, blocked=blocked, num_servers_t=cond["num_servers"],
-        offered_jobs=jnp.sum(offered.astype(jnp.int32)), offered_job_s=jnp.sum(offered_s),
+        offered_jobs=jnp.sum(offered.astype(jnp.int32)),
+        offered_job_s=jnp.sum(offered_s) + prm_load, prm_load_s=prm_load,
         bandwidth_t_hz=cond["bandwidth_hz"],
         active_users=jnp.sum(s.active.astype(jnp.int32)),
         arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
@@ -805,7 +1025,17 @@ def _resolve(state: EnvState, params: EnvParams, cs: CandidateSet, dec, out_hit)
         steps=state.steps + resolved.astype(jnp.int32),
         fallbacks=state.fallbacks + (res_local & fb0 | res_imm & fb1).astype(jnp.int32),
     )
-    if params.latency.roofline:
+    if params.serving:
+        j = state.job
+        w = lambda new, old: jnp.where(res_imm, new, old)  # noqa: E731
+        s = s.replace(job=j.replace(
+            up_s=w(req["upload_s"], j.up_s), up_hz=w(req["up_hz"], j.up_hz),
+            pf_tok=w(req["upload_tokens"].astype(jnp.float32), j.pf_tok),
+            pf_flops=w(req["pf_flops"], j.pf_flops), dec_tok=w(req["dec_tok"], j.dec_tok),
+            ctx=w(tr.ctx_tokens[n].astype(jnp.float32), j.ctx),
+            down_s=w(req["download_s"], j.down_s), down_hz=w(req["down_hz"], j.down_hz),
+            seq=w(True, j.seq), prm=w(False, j.prm), ticket=w(state.t, j.ticket)))
+    elif params.latency.roofline:
         j = state.job
         w = lambda new, old: jnp.where(res_imm, new, old)  # noqa: E731
         s = s.replace(job=ServiceJob(
@@ -820,7 +1050,11 @@ def _charge_slot(s: EnvState, params: EnvParams):
     """This slot's time, by the phase each user occupies.
 
     Returns ``(state, in_draft [U], in_svc [U], slot_use)``, ``slot_use`` the scalars
-    ``server_in_use``, ``bandwidth_in_use_hz`` [Hz] and ``queue_len`` of the slot. Under a
+    ``server_in_use``, ``bandwidth_in_use_hz`` [Hz] and ``queue_len`` of the slot, and the
+    serving server's ``server_batch``, ``prefill_tokens``, ``decode_tokens``,
+    ``server_busy_s`` [s], ``uplink_demand`` and ``downlink_demand`` (demand / capacity of
+    the link; 0 under the other servers). Under the serving server ``in_svc`` is every user
+    with a server job (SERVICE or SCORE) and ``server_in_use`` counts held sequences. Under a
     roofline clock the running jobs progress by ``_serve_slot`` and ``remaining`` is 0 for a job
     whose work is done, 1 otherwise.
     """
@@ -828,9 +1062,36 @@ def _charge_slot(s: EnvState, params: EnvParams):
     in_draft = s.phase == DRAFT
     in_svc = s.phase == SERVICE
     in_q = s.phase == QUEUE_PHASE
+    zero = jnp.zeros((), jnp.float32)
+    server_stats = dict(server_batch=zero, prefill_tokens=zero, decode_tokens=zero,
+                        server_busy_s=zero, uplink_demand=zero, downlink_demand=zero)
+    if params.serving:
+        in_job = in_svc | (s.phase == SCORE)
+        b_t = slot_conditions(params, s.t)["bandwidth_hz"]
+        up_hz = jnp.sum(serving.uplink_demand_hz(s.job, in_job, tau))
+        slot_use = dict(
+            server_in_use=jnp.sum(serving.holds_sequence(s.job, in_job).astype(jnp.int32)),
+            bandwidth_in_use_hz=jnp.minimum(up_hz, b_t),
+            queue_len=jnp.sum(in_q.astype(jnp.int32)))
+        job, comm, left, st = serving.serve_slot(s.job, in_job, params.latency, tau, b_t,
+                                                 params.max_batched_tokens)
+        server_stats = dict(server_batch=st["batch"], prefill_tokens=st["prefill_tokens"],
+                            decode_tokens=st["decode_tokens"], server_busy_s=st["busy_s"],
+                            uplink_demand=st["uplink_demand"],
+                            downlink_demand=st["downlink_demand"])
+        comm_part = jnp.where(in_job, comm, 0.0)
+        s = s.replace(
+            job=job,
+            proc_s=s.proc_s + jnp.where(in_draft | in_job, tau, 0.0) - comm_part,
+            comm_s=s.comm_s + comm_part,
+            queue_s=s.queue_s + jnp.where(in_q, tau, 0.0),
+            wait=s.wait + in_q.astype(jnp.int32),
+            remaining=jnp.where(in_job, left.astype(jnp.int32),
+                                s.remaining - in_draft.astype(jnp.int32)))
+        return s, in_draft, in_job, dict(slot_use, **server_stats)
     slot_use = dict(server_in_use=jnp.sum(in_svc.astype(jnp.int32)),
                     bandwidth_in_use_hz=jnp.sum(jnp.where(in_svc, s.svc_bw_hz, 0.0)),
-                    queue_len=jnp.sum(in_q.astype(jnp.int32)))
+                    queue_len=jnp.sum(in_q.astype(jnp.int32)), **server_stats)
     if params.latency.roofline:
         job, comm_svc, left = _serve_slot(s.job, in_svc, params)
         comm_part = jnp.where(in_svc, comm_svc, 0.0)
@@ -905,20 +1166,33 @@ def _serve_slot(job: ServiceJob, in_svc, params: EnvParams):
 def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_svc, t):
     """End of slot ``t``: drafts become decision points; finished jobs move to the LLM's step.
 
-    Returns ``(state, done [U], info_user, cont_svc [U], cache_in [U])``: the users whose
-    solution ended, their ``user_*`` info entries, the users whose service finished with
-    steps left, and each user's SLM cache before a new draft.
+    Returns ``(state, done [U], info_user, cont_svc [U], cache_in [U], score_done [U])``: the
+    users whose solution ended, their ``user_*`` info entries, the users whose service
+    finished with steps left, each user's SLM cache before a new draft, and the users whose
+    online PRM score returned (serving server; they decide next slot).
     """
     tr = params.traces
     tau = params.tau_s
     draft_done = in_draft & ~res.cont_local & (s.remaining <= 0)
-    svc_done = in_svc & (s.remaining <= 0)
+    score_done = in_svc & (s.phase == SCORE) & (s.remaining <= 0)
+    svc_done = in_svc & (s.phase == SERVICE) & (s.remaining <= 0)
     nxt1, term1, corr1, _ = _successor(tr, s.node, jnp.ones_like(s.node))
+    if params.serving:
+        # The LLM alone's resident sequence decoded the whole solution: it ends here.
+        path = params.llm_path
+        whole = params.llm_only
+        term1 = term1 | whole
+        corr1 = jnp.where(whole, path.correct[s.node], corr1)
+        more = jnp.where(svc_done & whole, path.steps[s.node] - 1, 0)
+        _, _, _, fb1 = _successor(tr, s.node, jnp.ones_like(s.node))
+        s = s.replace(steps=s.steps + more, offloads=s.offloads + more,
+                      fallbacks=s.fallbacks + jnp.where(
+                          svc_done & whole, path.fallbacks[s.node] - fb1.astype(jnp.int32), 0))
     fin_svc = svc_done & term1
     cont_svc = svc_done & ~term1
     # SLM cache before each new draft: kept draft → as after drafting; LLM step → the prefix.
     cache_in = jnp.where(cont_svc, tr.ctx_tokens[s.node], s.edge_cached)
-    phase2 = jnp.where(draft_done, DECIDE, s.phase)
+    phase2 = jnp.where(draft_done | score_done, DECIDE, s.phase)
     phase2 = jnp.where(cont_svc, DRAFT, phase2)
     phase2 = jnp.where(fin_svc, EMPTY, phase2)
     s = s.replace(
@@ -941,7 +1215,7 @@ def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_
         user_steps=jnp.where(done, s.steps, 0),
         user_fallbacks=jnp.where(done, s.fallbacks, 0))
     s = s.replace(finished=s.finished + n_done, t=t + 1)
-    return s, done, info_user, cont_svc, cache_in
+    return s, done, info_user, cont_svc, cache_in, score_done
 
 
 def _start_drafts(s: EnvState, params: EnvParams, noise: Noise, n_arrivals, cont_local,

@@ -32,6 +32,11 @@ class Arch:
     kv_heads: float = 0.0
     head_dim: float = 128.0
     weights: float = 0.0       # weights read per forward pass (non-embedding + lm_head)
+    head: float = 1.0          # 1: lm_head products count in the roofline FLOPs; 0: legacy
+
+    def token_params(self) -> float:
+        """Parameters one decoded token multiplies by under the roofline clock."""
+        return self.p + self.head * (self.weights - self.p)
 
 
 @dataclass
@@ -69,7 +74,8 @@ _HW_FIELDS = ("peak_flops", "mem_bw", "mem_bytes", "eta", "eta_mem", "weight_byt
 def consts_from_jax(lp) -> LatencyConsts:
     """Reads a ``prada_jax.latency.LatencyParams`` into plain floats."""
     arch = lambda m: Arch(float(m.params), float(m.layers), float(m.d_model),  # noqa: E731
-                          float(m.n_kv_heads), float(m.head_dim), float(m.weight_params))
+                          float(m.n_kv_heads), float(m.head_dim), float(m.weight_params),
+                          float(m.head_flops))
     hw = lambda h: None if h is None else {f: float(getattr(h, f)) for f in _HW_FIELDS}  # noqa
     names = [f for f in LatencyConsts.__dataclass_fields__
              if f not in ("slm", "llm", "prm", "clock", "edge_hw", "server_hw")]
@@ -87,7 +93,7 @@ def kv_token_bytes(a: Arch, hw: dict) -> float:
 
 def roofline_step(a: Arch, hw: dict, contexts) -> float:
     """Seconds of one decode step of a batch whose sequences hold ``contexts`` tokens."""
-    flops = sum(2.0 * a.p + 4.0 * a.layers * a.d * c for c in contexts)
+    flops = sum(2.0 * a.token_params() + 4.0 * a.layers * a.d * c for c in contexts)
     byts = a.weights * hw["weight_bytes"] + sum(kv_token_bytes(a, hw) * c for c in contexts)
     return max(flops / (hw["peak_flops"] * hw["eta"]), byts / (hw["mem_bw"] * hw["eta_mem"]))
 
@@ -100,10 +106,17 @@ def roofline_decode(a: Arch, hw: dict, m: int, start: int, batch: int = 1) -> fl
 def roofline_prefill(a: Arch, hw: dict, new: float, cached: float) -> float:
     if new <= 0:
         return 0.0
-    t_flop = flops_prefill(a, new, cached) / (hw["peak_flops"] * hw["eta"])
+    t_flop = roofline_prefill_flops(a, new, cached) / (hw["peak_flops"] * hw["eta"])
     t_mem = (a.weights * hw["weight_bytes"] + kv_token_bytes(a, hw) * cached) / (
         hw["mem_bw"] * hw["eta_mem"])
     return max(t_flop, t_mem)
+
+
+def roofline_prefill_flops(a: Arch, new: float, cached: float) -> float:
+    """Prefill FLOPs under the roofline clock: ``flops_prefill`` + the last position's logits."""
+    if new <= 0:
+        return 0.0
+    return flops_prefill(a, new, cached) + 2.0 * a.head * (a.weights - a.p)
 
 
 def flops_prefill(a: Arch, new: float, cached: float) -> float:
@@ -199,7 +212,7 @@ def schedule(name, cands, free_units, free_bw, cfg):
 class _User:
     __slots__ = ("phase", "node", "left", "wait", "gain", "draft_s", "bw", "frac", "slm_kv",
                  "srv_kv", "t0", "proc", "comm", "queue", "offloads", "outages", "steps",
-                 "fallbacks", "job")
+                 "fallbacks", "job", "prm_kv", "scored")
 
     def __init__(self):
         self.phase = "empty"
@@ -220,6 +233,9 @@ class EdgeEnvNumPy:
         self.t = 0
         self.arrived = self.finished = self.blocked = 0
         self.roof = self.c.clock != "paper"
+        self.serving = self.roof and cfg.get("server_model", "serving") == "serving"
+        self.budget = float(cfg.get("max_batched_tokens", 2048))
+        self._paths = {}
         self.snr_bar = mean_snr(self.c)
         self.snr_th = 10.0 ** (self.c.snr_threshold_db / 10.0) if \
             self.c.snr_threshold_db != -math.inf else 0.0
@@ -241,11 +257,14 @@ class EdgeEnvNumPy:
     def _begin_draft(self, u: _User, node: int, slm_kv: int):
         c = self.c
         ctx, dtok = self.ctx[node], self.tok[node][0]
+        if self.cfg.get("llm_only", False):   # the server LLM alone: no draft, decide at once
+            u.phase, u.node, u.draft_s, u.left, u.slm_kv = "decide", node, 0.0, 0, ctx + dtok
+            return
         kv = min(slm_kv, ctx)
         if self.roof:
             sec = roofline_prefill(c.slm, c.edge_hw, ctx - kv, kv) + roofline_decode(
                 c.slm, c.edge_hw, dtok, ctx, 1)
-            if self.sched == "rsd":
+            if self.sched == "rsd" and not self.serving:
                 sec += roofline_prefill(c.prm, c.server_hw, ctx + dtok, 0)
         else:
             fl = flops_prefill(c.slm, ctx - kv, kv) + flops_decode(c.slm, dtok, ctx)
@@ -281,7 +300,56 @@ class EdgeEnvNumPy:
             pmf *= rate / (k + 1)
         return min(n, max_count)
 
+    def _path(self, node: int):
+        """(tokens, steps, correct, fallbacks, last step's tokens) of the LLM's branch from
+        ``node`` to the end of the solution."""
+        if node not in self._paths:
+            tokens = steps = fbs = 0
+            n = node
+            while True:
+                tokens += self.tok[n][1]
+                steps += 1
+                nxt, corr, used_fb = self._next(n, 1)
+                fbs += int(used_fb)
+                if nxt is None:
+                    self._paths[node] = (tokens, steps, corr, fbs, self.tok[n][1])
+                    break
+                n = nxt
+        return self._paths[node]
+
+    def _request_serving(self, u: _User, fading: float):
+        c, cfg, tau = self.c, self.cfg, self.cfg["tau_s"]
+        _, bw_t, m_t, gain_t = self._cond(self.t)
+        n = u.node
+        ctx = self.ctx[n]
+        cached = min(u.srv_kv, ctx) if cfg.get("server_kv_cache", False) else 0
+        up = ctx - cached
+        if cfg.get("llm_only", False):
+            dec, _, _, _, dtok = self._path(n)
+        else:
+            dec = dtok = self.tok[n][1]
+        snr = self.snr_bar * max(fading * gain_t, 1e-12)
+        se = math.log2(1.0 + snr)
+        need = lambda bits: min(max(bits / (se * c.uplink_target_s), c.min_request_hz), bw_t)  # noqa
+        bw = need(up * c.bits_per_token)
+        t_up = up * c.bits_per_token / (bw * se)
+        bw_dn = need(dtok * c.bits_per_token)
+        t_dn = dtok * c.bits_per_token / (bw_dn * se) if cfg.get("downlink", True) else 0.0
+        hw = c.server_hw
+        pk = hw["peak_flops"] * hw["eta"]
+        pf_flops = roofline_prefill_flops(c.llm, up, cached)
+        m = max(m_t, 1)
+        hold = pf_flops / pk + roofline_decode(c.llm, hw, dec, ctx, m)
+        dec_flops = sum(2.0 * c.llm.token_params() + 4.0 * c.llm.layers * c.llm.d * j
+                        for j in range(ctx, ctx + dec))
+        load = max(hold / m, (pf_flops + dec_flops) / pk) * m
+        return dict(snr=snr, outage=snr < self.snr_th, bw=bw * min(t_up, tau) / tau,
+                    up_hz=bw, dn_hz=bw_dn, up=t_up, dn=t_dn, srv=hold, pf_flops=pf_flops,
+                    pf_tok=float(up), dec=float(dec), delay=t_up + hold + t_dn, load=load)
+
     def _request(self, u: _User, fading: float):
+        if self.serving:
+            return self._request_serving(u, fading)
         c, cfg = self.c, self.cfg
         _, bw_t, m_t, gain_t = self._cond(self.t)
         ctx = self.ctx[u.node]
@@ -319,6 +387,7 @@ class EdgeEnvNumPy:
                 break
             if u.phase == "empty":
                 u.wait, u.gain, u.bw, u.frac, u.srv_kv, u.t0 = 0, 0.0, 0.0, 0.0, 0, slot
+                u.prm_kv, u.scored, u.job = 0, False, None
                 u.proc = u.comm = u.queue = 0.0
                 u.offloads = u.outages = u.steps = u.fallbacks = 0
                 self._begin_draft(u, self.root[int(problems[i])], 0)
@@ -357,8 +426,13 @@ class EdgeEnvNumPy:
         decided = np.zeros(U, bool)
         users = self.users
         res = [None] * U
-        busy_units = sum(1 for u in users if u.phase == "service")
-        busy_bw = sum(u.bw for u in users if u.phase == "service")
+        if self.serving:
+            busy_units = sum(1 for u in users if self._holds(u))
+            busy_bw = sum(self._up_demand(u) for u in users)
+        else:
+            busy_units = sum(1 for u in users if u.phase == "service")
+            busy_bw = sum(u.bw for u in users if u.phase == "service")
+        offered_load = 0.0
         queue_len = sum(1 for u in users if u.phase == "queue")
 
         cands = []
@@ -389,7 +463,8 @@ class EdgeEnvNumPy:
             if dec[i] == QUEUE and expired:
                 dec[i] = LOCAL
             if dec[i] == IMMEDIATE and res[i]["outage"]:
-                dec[i] = LOCAL
+                # an outage keeps the draft; the LLM alone has none and waits a slot
+                dec[i] = QUEUE if cfg.get("llm_only", False) else LOCAL
                 outage[i] = True
         asked_units, asked_bw = 0, 0.0
         for i in sorted(dec):
@@ -399,6 +474,10 @@ class EdgeEnvNumPy:
             asked_bw += res[i]["bw"]
             if asked_units > free_units or asked_bw > free_bw:
                 dec[i] = LOCAL if users[i].wait >= cfg["max_wait_slots"] else QUEUE
+        if self.serving:   # offered load: new nominations that asked for the server
+            for i in dec:
+                if users[i].phase == "nominated" and (dec[i] != LOCAL or outage[i]):
+                    offered_load += res[i]["load"]
 
         finished_now = {}
         for i, u in enumerate(users):
@@ -411,6 +490,7 @@ class EdgeEnvNumPy:
             decision[i] = d
             if d == QUEUE:
                 u.phase = "queue"
+                u.outages += int(outage[i])
                 continue
             b = 1 if d == IMMEDIATE else 0
             n = u.node
@@ -443,6 +523,11 @@ class EdgeEnvNumPy:
                 u.frac = (r["up"] + r["dn"]) / max(r["delay"], 1e-30)
                 u.srv_kv = self.ctx[n] + self.tok[n][1]
                 u.offloads += 1
+                if self.serving:
+                    u.job = dict(up=r["up"], up_hz=r["up_hz"], pf=r["pf_tok"],
+                                 pf_flops=r["pf_flops"], dec=r["dec"], ctx=float(self.ctx[n]),
+                                 dn=r["dn"], dn_hz=r["dn_hz"], seq=True, prm=False, ticket=self.t)
+                    continue
                 # Batching server: remaining upload s, prefill s, tokens, context, download s.
                 u.job = dict(up=r["up"], pf=r["pf"], dec=float(self.tok[n][1]),
                              ctx=float(self.ctx[n]), dn=r["dn"])
@@ -451,9 +536,39 @@ class EdgeEnvNumPy:
         in_use = sum(1 for u in users if u.phase == "service")
         bw_use = sum(u.bw for u in users if u.phase == "service")
         qlen = sum(1 for u in users if u.phase == "queue")
-        if self.roof:
+        stats = {}
+        if self.serving:
+            in_use = sum(1 for u in users if self._holds(u))
+            bw_use = min(sum(self._up_demand(u) for u in users), bw_t)
+            stats = self._serve_serving(users, tau, bw_t)
+        elif self.roof:
             self._serve(users, tau)
+        t_old = self.t
         for i, u in enumerate(users):
+            if self.serving and u.phase in ("service", "score"):
+                u.comm += u.job["comm"]
+                u.proc += tau - u.job["comm"]
+                if any(u.job[k] > 0 for k in ("up", "pf", "dec", "dn")):
+                    continue
+                if u.phase == "score":
+                    u.phase, u.scored = "decide", True
+                    continue
+                if cfg.get("llm_only", False):   # the resident sequence ended the solution
+                    _, steps, corr, fbs, _ = self._path(u.node)
+                    first_fb = int(self._next(u.node, 1)[2])
+                    u.steps += steps - 1
+                    u.offloads += steps - 1
+                    u.fallbacks += fbs - first_fb
+                    finished_now[i] = (corr, self.t + 1)
+                    u.phase = "empty"
+                    continue
+                nxt, corr, _ = self._next(u.node, 1)
+                if nxt is None:
+                    finished_now[i] = (corr, self.t + 1)
+                    u.phase = "empty"
+                else:
+                    self._begin_draft(u, nxt, self.ctx[u.node])
+                continue
             if u.phase == "draft":
                 u.proc += tau
                 u.left -= 1
@@ -500,13 +615,143 @@ class EdgeEnvNumPy:
         self.t += 1
         n_arr = self._poisson(float(noise["u_arrival"]), rate_t * tau)
         blocked = self._arrive(n_arr, noise["problem"], self.t)
-        info = dict(decision_mask=decided, decision=decision, outage=outage, terminated=done,
+        if self.serving:
+            for i, u in enumerate(users):
+                if (self.sched == "rsd" and not cfg.get("llm_only", False)
+                        and u.phase == "decide" and not u.scored):
+                    offered_load += self._begin_score(u, float(noise["fading"][i]), t_old)
+                u.scored = False
+        info = dict(offered_job_s=offered_load, **stats,decision_mask=decided, decision=decision, outage=outage, terminated=done,
                     server_in_use=in_use, bandwidth_in_use_hz=bw_use, queue_len=qlen,
                     arrivals=n_arr, num_servers_t=m_t, bandwidth_t_hz=bw_t,
                     blocked=blocked, arrived=self.arrived, finished=self.finished,
                     blocked_total=self.blocked,
                     in_flight=sum(1 for u in users if u.phase != "empty"), **info_user)
         return self.observe(), reward, done, info
+
+    # -- the serving server (rules in ``envs.serving``), job by job
+    @staticmethod
+    def _holds(u: _User) -> bool:
+        j = u.job
+        return (u.phase in ("service", "score") and j["seq"]
+                and (j["up"] > 0 or j["pf"] > 0 or j["dec"] > 0))
+
+    def _up_demand(self, u: _User) -> float:
+        if u.phase not in ("service", "score") or u.job["up"] <= 0:
+            return 0.0
+        tau = self.cfg["tau_s"]
+        return u.job["up_hz"] * min(u.job["up"], tau) / tau
+
+    def _begin_score(self, u: _User, fading: float, t: int) -> float:
+        """The online PRM's scoring job of an RSD user whose draft is done; returns its
+        offered load [s]."""
+        c, cfg = self.c, self.cfg
+        _, bw_t, m_t, gain_t = self._cond(t)
+        total = self.ctx[u.node] + self.tok[u.node][0]
+        cached = min(u.prm_kv, total) if cfg.get("prm_prefix_cache", False) else 0
+        new = total - cached
+        snr = self.snr_bar * max(fading * gain_t, 1e-12)
+        se = math.log2(1.0 + snr)
+        bw = min(max(new * c.bits_per_token / (se * c.uplink_target_s), c.min_request_hz), bw_t)
+        pf_flops = roofline_prefill_flops(c.prm, new, cached)
+        u.job = dict(up=new * c.bits_per_token / (bw * se), up_hz=bw, pf=float(new),
+                     pf_flops=pf_flops, dec=0.0, ctx=float(total), dn=0.0, dn_hz=0.0, seq=False,
+                     prm=True, ticket=t + 1)
+        u.phase, u.left, u.prm_kv = "score", 1, total
+        hw = c.server_hw
+        return pf_flops / (hw["peak_flops"] * hw["eta"]) * max(m_t, 1)
+
+    def _serve_serving(self, users, tau: float, bw_t: float) -> dict:
+        """One slot of the serving server, written job by job in float64."""
+        c = self.c
+        hw = c.server_hw
+        pk = hw["peak_flops"] * hw["eta"]
+        bwm = hw["mem_bw"] * hw["eta_mem"]
+        idx = [i for i, u in enumerate(users) if u.phase in ("service", "score")]
+        jobs = {i: users[i].job for i in idx}
+        # uplink: processor sharing
+        dem = sum(j["up_hz"] * min(j["up"], tau) for j in jobs.values() if j["up"] > 0)
+        phi = 1.0 if dem <= bw_t * tau else bw_t * tau / dem
+        up_new, comm_up = {}, {}
+        for i, j in jobs.items():
+            need = min(j["up"], tau) if j["up"] > 0 else 0.0
+            left = j["up"] - phi * need
+            up_new[i] = left if left > 1e-9 else 0.0
+            comm_up[i] = 0.0 if j["up"] <= 0 else (need if up_new[i] == 0.0 else tau)
+        decoding = [i for i, j in jobs.items() if j["up"] <= 0 and j["pf"] <= 0 and j["dec"] > 0]
+        backlog = [i for i, j in jobs.items() if up_new[i] <= 0 and j["pf"] > 0]
+        b = len(decoding)
+        ctx_sum = sum(jobs[i]["ctx"] for i in decoding)
+        total = sum(jobs[i]["pf"] for i in backlog)
+        total_flops = sum(jobs[i]["pf_flops"] for i in backlog)
+        f_dec = sum(2.0 * c.llm.token_params() + 4.0 * c.llm.layers * c.llm.d * jobs[i]["ctx"]
+                    for i in decoding)
+        kv = kv_token_bytes(c.llm, hw) * ctx_sum
+        w_llm = c.llm.weights * hw["weight_bytes"]
+        w_prm = c.prm.weights * hw["weight_bytes"]
+        t_b = max(f_dec / pk, (w_llm + kv) / bwm) if b else 0.0
+        n_a = time_a = prefilled = 0.0
+        t_a = 0.0
+        clears = True
+        if total > 0:
+            chunk = min(max(self.budget - b, 1.0), total)
+            llm_p = any(not jobs[i]["prm"] for i in backlog)
+            prm_p = any(jobs[i]["prm"] for i in backlog)
+            byts = (w_llm if (b or llm_p) else 0.0) + (w_prm if prm_p else 0.0) + kv
+            t_a = max((f_dec + chunk * total_flops / total) / pk, byts / bwm)
+            need_it = total / chunk
+            if need_it * t_a <= tau:
+                n_a, time_a, prefilled = need_it, need_it * t_a, total
+            else:
+                clears = False
+                n_a, time_a = tau / t_a, tau
+                prefilled = n_a * chunk
+        n_b = (tau - time_a) / t_b if b else 0.0
+        got_total = 0.0
+        rest = prefilled
+        for i in sorted(backlog, key=lambda k: (jobs[k]["ticket"], k)):
+            j = jobs[i]
+            got = j["pf"] if clears else min(j["pf"], max(rest, 0.0))
+            rest -= j["pf"]
+            got_total += got
+            left = j["pf"] - got
+            left = left if left > 1e-9 * max(j["pf"], 1.0) else 0.0
+            j["pf_flops"] = j["pf_flops"] * left / j["pf"]
+            j["pf"] = left
+        n_it = n_a + n_b
+        dec_total = 0.0
+        comm_dn = {i: 0.0 for i in jobs}
+        dn_need, avail = {}, {}
+        for i, j in jobs.items():
+            was_down = j["up"] <= 0 and j["dec"] <= 0 and j["dn"] > 0 and i not in backlog \
+                and j["pf"] <= 0
+            if i in decoding:
+                n_tok = min(j["dec"], n_it)
+                dec_total += n_tok
+                j["dec"] -= n_tok
+                j["ctx"] += n_tok
+                t_last = n_tok * t_a if n_tok <= n_a else time_a + (n_tok - n_a) * t_b
+                if j["dec"] <= 0 and j["dn"] > 0:
+                    avail[i] = max(tau - t_last, 0.0)
+            elif was_down:
+                avail[i] = tau
+        for i, a in avail.items():
+            dn_need[i] = min(jobs[i]["dn"], a)
+        dem_dn = sum(jobs[i]["dn_hz"] * dn_need[i] for i in dn_need)
+        phi_dn = 1.0 if dem_dn <= bw_t * tau else bw_t * tau / dem_dn
+        for i, need in dn_need.items():
+            j = jobs[i]
+            left = j["dn"] - phi_dn * need
+            j["dn"] = left if left > 1e-9 else 0.0
+            if need > 0:
+                comm_dn[i] = need if j["dn"] == 0.0 else avail[i]
+        for i, j in jobs.items():
+            j["up"] = up_new[i]
+            j["comm"] = comm_up[i] + comm_dn[i]
+        busy = tau if b else time_a
+        return dict(server_batch=b, prefill_tokens=got_total, decode_tokens=dec_total,
+                    server_busy_s=busy, uplink_demand=dem / (bw_t * tau),
+                    downlink_demand=dem_dn / (bw_t * tau))
 
     def _serve(self, users, tau: float):
         """One slot of the batching server (rules in ``envs.edge._serve_slot``), job by job:

@@ -67,6 +67,11 @@ class ModelSpec:
         non-embedding ``params`` plus the output projection (lm_head; the tied embedding matrix
         where input and output embeddings are tied). The embedding lookup reads one row per
         token and is not counted. Only the roofline clock reads this field.
+      head_flops: 1 (default): the roofline clock counts the output projection's FLOPs too
+        (``2·weight_params`` per decoded token, and one lm_head product per prefill pass: only
+        the last position's logits are computed); 0: only ``2·params`` (the clock of results
+        before issue 41, kept by the ``legacy`` server preset). The ``paper`` clock never
+        reads it (PRADA Eqs. (14)-(16) count ``2·P``).
     """
 
     params: float
@@ -76,6 +81,14 @@ class ModelSpec:
     n_kv_heads: float
     head_dim: float = 128.0
     weight_params: float = 0.0
+    head_flops: float = 1.0
+
+
+def token_flop_params(spec: ModelSpec):
+    """Parameters whose products one decoded token costs under the roofline clock:
+    ``params + head_flops·(weight_params − params)`` (with the default ``head_flops`` = 1, the
+    non-embedding parameters plus lm_head: 7.075e9 for the 7B, +8 % over ``params``)."""
+    return spec.params + spec.head_flops * (spec.weight_params - spec.params)
 
 
 def qwen25_1p5b() -> ModelSpec:
@@ -95,7 +108,30 @@ def qwen25_7b() -> ModelSpec:
                      head_dim=128.0, weight_params=6.53e9 + 152064.0 * 3584.0)
 
 
-PRESETS = {"qwen2.5-1.5b": qwen25_1p5b, "qwen2.5-7b": qwen25_7b}
+def qwen25_math_prm_7b() -> ModelSpec:
+    """Qwen2.5-Math-PRM-7B (the online PRM of the RSD baseline, the size the PRADA paper's PRM
+    has): the Qwen2.5-7B backbone (d 3584, 28 layers, 28/4 heads, head dim 128, P = 6.53e9)
+    with a two-layer value head on the hidden states instead of the 152064-row lm_head: a
+    scoring pass reads 6.53e9 + 3584·3584 + 3584·2 ≈ 6.543e9 weights. Source: the model card and
+    config.json of Qwen/Qwen2.5-Math-PRM-7B (Qwen2ForProcessRewardModel: score head
+    Linear(3584, 3584) → ReLU → Linear(3584, 2))."""
+    head = 3584.0 * 3584.0 + 3584.0 * 2.0
+    return ModelSpec(params=6.53e9, layers=28.0, d_model=3584.0, n_heads=28.0, n_kv_heads=4.0,
+                     head_dim=128.0, weight_params=6.53e9 + head)
+
+
+def qwen25_prm_1p5b() -> ModelSpec:
+    """A 1.5B PRM option: the Qwen2.5-1.5B backbone (d 1536, 28 layers, 12/2 heads, P = 1.31e9)
+    with the same kind of value head (1536·1536 + 1536·2 weights) instead of the lm_head.
+    ASSUMED shape (a PRM of that size, e.g. Skywork-o1-Open-PRM-Qwen-2.5-1.5B, has this
+    backbone)."""
+    head = 1536.0 * 1536.0 + 1536.0 * 2.0
+    return ModelSpec(params=1.31e9, layers=28.0, d_model=1536.0, n_heads=12.0, n_kv_heads=2.0,
+                     head_dim=128.0, weight_params=1.31e9 + head)
+
+
+PRESETS = {"qwen2.5-1.5b": qwen25_1p5b, "qwen2.5-7b": qwen25_7b,
+           "qwen2.5-math-prm-7b": qwen25_math_prm_7b, "qwen2.5-prm-1.5b": qwen25_prm_1p5b}
 
 
 @struct.dataclass
@@ -220,7 +256,9 @@ class LatencyParams:
     Attributes:
       slm: edge small model (drafts every step).
       llm: server large model (runs nominated steps).
-      prm: process reward model, charged only to the online-PRM (RSD) baseline.
+      prm: process reward model, charged only to the online-PRM (RSD) baseline. Default
+        ``qwen25_math_prm_7b`` (its FLOPs equal the 7B LLM's under ``paper``, which counts
+        ``2·P``); ``qwen25_prm_1p5b`` is the smaller option.
       edge_peak_flops: edge device peak, FLOP/s. Default 4e12 (a phone/laptop NPU class, assumed).
       edge_eta: edge utilisation η, dimensionless. Default 0.3.
       server_peak_flops: server peak, FLOP/s. Default 3.12e14 (A100 bf16 dense, assumed).
@@ -271,7 +309,7 @@ class LatencyParams:
 
 def default_latency_params(**overrides) -> LatencyParams:
     """The default (assumed) constants; keyword overrides replace fields by name."""
-    p = LatencyParams(slm=qwen25_1p5b(), llm=qwen25_7b(), prm=qwen25_7b())
+    p = LatencyParams(slm=qwen25_1p5b(), llm=qwen25_7b(), prm=qwen25_math_prm_7b())
     bad = set(overrides) - set(LatencyParams.__dataclass_fields__)
     if bad:
         raise ValueError(f"unknown latency field(s) {sorted(bad)}; known: "
@@ -424,14 +462,17 @@ def kv_bytes_per_token(spec: ModelSpec, hw: HardwareProfile):
     return 2.0 * spec.layers * spec.n_kv_heads * spec.head_dim * hw.kv_bytes
 
 
-def max_sequences(p: LatencyParams, max_context_tokens: float) -> int:
+def max_sequences(p: LatencyParams, max_context_tokens: float, with_prm: bool = False) -> int:
     """Most concurrent server sequences the server profile's memory holds (host-side):
-    ``floor((mem_bytes − LLM weight bytes) / KV bytes of one sequence at max_context_tokens)``.
-    Unbounded (a very large int) under the ``paper`` clock."""
+    ``floor((mem_bytes − LLM weight bytes [− PRM weight bytes]) / KV bytes of one sequence at
+    max_context_tokens)``; ``with_prm``: the online PRM's weights share the server's memory
+    (the RSD row under the serving server). Unbounded (a very large int) under ``paper``."""
     if not p.roofline:
         return 2 ** 31 - 1
     hw = p.server_hw
     free = float(hw.mem_bytes) - float(model_weight_bytes(p.llm, hw))
+    if with_prm:
+        free -= float(model_weight_bytes(p.prm, hw))
     per_seq = float(kv_bytes_per_token(p.llm, hw)) * max(float(max_context_tokens), 1.0)
     return max(int(math.floor(free / per_seq)), 0)
 
@@ -530,6 +571,22 @@ def compute_delay_s(flops, peak_flops, eta):
 
 # ----------------------------------------------------------------------------- roofline
 
+def roofline_prefill_flops(spec: ModelSpec, n_new, n_cached=0.0):
+    """FLOPs of one prefill pass under the roofline clock: ``prefill_flops`` plus one output
+    projection (the last position's logits; ``2·head_flops·(weight_params − params)``) when
+    ``n_new > 0``. Elementwise."""
+    n = jnp.asarray(n_new, jnp.float32)
+    head = 2.0 * spec.head_flops * (spec.weight_params - spec.params)
+    return prefill_flops(spec, n, n_cached) + jnp.where(n > 0, head, 0.0)
+
+
+def decode_step_flops(spec: ModelSpec, batch, ctx_sum):
+    """FLOPs of one decode step of ``batch`` sequences whose contexts sum to ``ctx_sum``
+    (roofline clock): ``2·token_flop_params·b + 4·L·d·Σc``."""
+    return (2.0 * token_flop_params(spec) * jnp.asarray(batch, jnp.float32)
+            + 4.0 * spec.layers * spec.d_model * jnp.asarray(ctx_sum, jnp.float32))
+
+
 def prefill_s(spec: ModelSpec, hw: HardwareProfile, n_new, n_cached=0.0):
     """Roofline seconds of one forward pass over ``n_new`` tokens after ``n_cached`` cached:
     ``max(prefill_flops / (peak·η), (W + KV(n_cached)) / (BW·η_mem))``, W the weight bytes
@@ -543,7 +600,7 @@ def prefill_s(spec: ModelSpec, hw: HardwareProfile, n_new, n_cached=0.0):
     """
     n = jnp.asarray(n_new, jnp.float32)
     c = jnp.asarray(n_cached, jnp.float32)
-    t_flop = prefill_flops(spec, n, c) / (hw.peak_flops * hw.eta)
+    t_flop = roofline_prefill_flops(spec, n, c) / (hw.peak_flops * hw.eta)
     t_mem = (model_weight_bytes(spec, hw) + kv_bytes_per_token(spec, hw) * c) / (
         hw.mem_bw * hw.eta_mem)
     return jnp.where(n > 0, jnp.maximum(t_flop, t_mem), 0.0)
@@ -556,8 +613,7 @@ def decode_step_s(spec: ModelSpec, hw: HardwareProfile, batch, ctx_sum):
     in the contexts, so only their sum matters. Elementwise; ``batch`` ≥ 1 expected."""
     b = jnp.asarray(batch, jnp.float32)
     csum = jnp.asarray(ctx_sum, jnp.float32)
-    t_flop = (2.0 * spec.params * b + 4.0 * spec.layers * spec.d_model * csum) / (
-        hw.peak_flops * hw.eta)
+    t_flop = decode_step_flops(spec, b, csum) / (hw.peak_flops * hw.eta)
     t_mem = (model_weight_bytes(spec, hw) + kv_bytes_per_token(spec, hw) * csum) / (
         hw.mem_bw * hw.eta_mem)
     return jnp.maximum(t_flop, t_mem)
@@ -579,7 +635,8 @@ def decode_s(spec: ModelSpec, hw: HardwareProfile, n_tokens, start_position, bat
     b = jnp.asarray(batch, jnp.float32)
     pf = hw.peak_flops * hw.eta
     bwm = hw.mem_bw * hw.eta_mem
-    a1, b1 = 2.0 * spec.params * b / pf, 4.0 * spec.layers * spec.d_model * b / pf   # FLOP line
+    a1 = 2.0 * token_flop_params(spec) * b / pf                                       # FLOP line
+    b1 = 4.0 * spec.layers * spec.d_model * b / pf
     a2 = model_weight_bytes(spec, hw) / bwm                                          # byte line
     b2 = kv_bytes_per_token(spec, hw) * b / bwm
     db = b1 - b2
@@ -686,3 +743,32 @@ def request_bandwidth_hz(p: LatencyParams, upload_bits, snr, max_hz):
 def transfer_delay_s(bits, bandwidth_hz, snr):
     """Seconds to send ``bits`` at rate ``bandwidth_hz · log2(1 + snr)``."""
     return jnp.asarray(bits, jnp.float32) / (bandwidth_hz * spectral_efficiency(snr))
+
+
+# ----------------------------------------------------------------------------- server load
+
+def decode_seq_flops(spec: ModelSpec, n_tokens, start_position):
+    """FLOPs for one sequence to decode ``n_tokens`` from context ``start_position`` under the
+    roofline clock: ``2·P_tok·m + 4·L·d·(m·c + m(m−1)/2)`` (``P_tok = token_flop_params``)."""
+    m = jnp.asarray(n_tokens, jnp.float32)
+    c = jnp.asarray(start_position, jnp.float32)
+    return (2.0 * token_flop_params(spec) * m
+            + 4.0 * spec.layers * spec.d_model * (m * c + 0.5 * m * (m - 1.0)))
+
+
+def job_load_s(spec: ModelSpec, hw: HardwareProfile, prefill_flops_, n_tokens, ctx, batch,
+               holds_sequence=True):
+    """Server-seconds one job costs a saturated serving server (roofline clock; the unit of the
+    offered load ρ under ``envs.serving``): ``max(S/M, F/(peak·η))`` with M = ``batch``,
+    S = the seconds the job holds one of the M sequence slots at a full batch (its prefill at
+    the compute roofline + ``decode_s(n_tokens, ctx, M)``; 0 for a job that holds no sequence,
+    the PRM's scoring pass) and F its FLOPs (prefill + decode). Whichever of the two server
+    resources (sequence slots, compute) the job uses more of binds first; summed over jobs
+    this is an upper bound of the load (exact when every job binds on the same one).
+    Elementwise."""
+    pk = hw.peak_flops * hw.eta
+    m = jnp.maximum(jnp.asarray(batch, jnp.float32), 1.0)
+    t_pf = jnp.asarray(prefill_flops_, jnp.float32) / pk
+    seq_s = jnp.where(holds_sequence, t_pf + decode_s(spec, hw, n_tokens, ctx, m), 0.0)
+    flop_s = t_pf + decode_seq_flops(spec, n_tokens, ctx) / pk
+    return jnp.maximum(seq_s / m, flop_s)

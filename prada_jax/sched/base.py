@@ -107,6 +107,24 @@ def priority_rank(*keys):
     return jnp.sum(before.astype(jnp.int32), axis=1)
 
 
+#: Above this many candidates per slot ``auto_rank`` ranks by one stable sort (C log C); at or
+#: below it by C² pairwise comparisons, which are cheaper there under vmap (measured with
+#: ``benchmarks.sched_vs_milp``, 256 slots vmapped on the 2-core CPU: C = 32: pairwise 4.4×
+#: the sort's slots/s, C = 128: 1.2×, C = 256: the sort 3.8×, C = 1024: 14×; docs/BENCHMARKS.md).
+#: Both give the same ranks (ties by user slot), so no decision depends on it.
+SORT_ABOVE = 128
+
+
+def auto_rank(*keys):
+    """[C] int32 rank ascending by ``keys`` (first most significant), ties by position:
+    ``fill.sorted_rank`` if C > ``SORT_ABOVE`` else ``priority_rank`` (C is static). Every rule
+    ranks through this, so its cost stays C log C at thousands of user slots (the pairwise
+    form allocates C² booleans: 4·U² bytes at U = 100 000 is 40 GB)."""
+    if keys[0].shape[0] > SORT_ABOVE:
+        return _fill.sorted_rank(*keys)
+    return priority_rank(*keys)
+
+
 def greedy_fill_ranked(want, rank, bandwidth_hz, free_units, free_bw_hz):
     """``greedy_fill`` with the priority given as a rank ([C] int32, a permutation of 0..C-1).
 

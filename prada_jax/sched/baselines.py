@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
-                                  greedy_fill_ranked, priority_rank)
+                                  greedy_fill_ranked, auto_rank)
 
 
 def _finish(x: SchedInputs, sp: SchedParams, admitted, wants_queue):
@@ -30,7 +30,7 @@ def keep_local(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):
 
 def _arrival_rank(x: SchedInputs):
     """[C] int32 service order: longest-waiting request first, ties by user slot."""
-    return priority_rank(-x.wait_slots)
+    return auto_rank(-x.wait_slots)
 
 
 def offload_all(x: SchedInputs, free_units, free_bw_hz, sp: SchedParams):

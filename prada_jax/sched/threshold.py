@@ -42,22 +42,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, expired,
-                                  greedy_fill_ranked, priority_rank)
-from prada_jax.sched.fill import sorted_rank
-
-#: Above this many candidates per slot the repair ranks by one stable sort (C log C); at or
-#: below it by C² pairwise comparisons, which are cheaper there under vmap (measured with
-#: ``benchmarks.sched_vs_milp``, 256 slots vmapped on the 2-core CPU: C = 32: pairwise 4.4×
-#: the sort's slots/s, C = 128: 1.2×, C = 256: the sort 3.8×, C = 1024: 14×; docs/BENCHMARKS.md).
-#: Both give the same ranks (ties by user slot), so the decisions do not depend on it.
-SORT_ABOVE = 128
+from prada_jax.sched.base import SORT_ABOVE  # noqa: F401  (re-exported: the rank switch)
+from prada_jax.sched.base import (IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, auto_rank,
+                                  expired, greedy_fill_ranked)
 
 
 def repair_rank(*keys):
     """[C] int32 rank ascending by ``keys`` (first most significant), ties by position:
-    ``fill.sorted_rank`` if C > ``SORT_ABOVE`` else ``base.priority_rank`` (C is static)."""
-    return sorted_rank(*keys) if keys[0].shape[0] > SORT_ABOVE else priority_rank(*keys)
+    ``base.auto_rank`` (one stable sort if C > ``SORT_ABOVE``, else pairwise comparisons)."""
+    return auto_rank(*keys)
 
 
 def wait_cost(x: SchedInputs, sp: SchedParams):
@@ -165,7 +158,7 @@ def threshold_fifo_decide(x: SchedInputs, free_units, free_bw_hz, sp: SchedParam
     by value lost. Between FIFO-greedy (no filter) and the rule, it separates what the filter
     buys from what the value order buys. Returns [C] int8."""
     want_imm, _, live, queue_ok = admission_priority(x, sp)
-    rank = priority_rank(jnp.where(want_imm, -x.wait_slots.astype(jnp.float32), jnp.inf))
+    rank = auto_rank(jnp.where(want_imm, -x.wait_slots.astype(jnp.float32), jnp.inf))
     admitted = greedy_fill_ranked(want_imm, rank, x.bandwidth_hz, free_units, free_bw_hz)
     queue = live & ~admitted & queue_ok
     return jnp.where(admitted, IMMEDIATE, jnp.where(queue, QUEUE, LOCAL)).astype(jnp.int8)
