@@ -53,6 +53,9 @@ def main(argv):
     from evals import suite  # lazy: pulls in orbax, which defines absl flags
 
     config_utils.reject_extra_argv(argv)
+    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "eval" if FLAGS.policy
+                                            else Path("checkpoints/eval"))
+    config_utils.check_output_dir(out, "--out")   # before the evaluation, not after it
     if FLAGS.warmup_slots >= FLAGS.slots:
         raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
@@ -61,8 +64,6 @@ def main(argv):
     logging.info(config_utils.runtime_info())
     for p in ([policy] if policy else []) + extras:
         logging.info("evaluating policy %s at update %s", p.workdir, p.meta.get("step"))
-    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "eval" if FLAGS.policy
-                                            else Path("checkpoints/eval"))
     per_seed, info = suite.evaluate_rows(
         traces, env_kw, policy=policy, multipliers=mult, seeds=FLAGS.seeds,
         slots=FLAGS.slots, warmup_slots=FLAGS.warmup_slots, extra_policies=extras,

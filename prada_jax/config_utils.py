@@ -346,6 +346,24 @@ def check_output_file(path: os.PathLike | str, flag: str) -> Path:
     return p
 
 
+def check_output_dir(path: os.PathLike | str, flag: str) -> Path:
+    """Checks, before any work, that a command can later write into the folder ``path``
+    given by ``flag`` (e.g. ``--out``): it is a folder or does not exist yet, and its nearest
+    existing ancestor is a folder this process may write in. Returns the path; raises
+    ConfigError naming ``flag`` (a file there was a traceback after the whole evaluation)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag}={path}: exists and is not a folder")
+    up = p.absolute()
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        raise ConfigError(f"{flag}={path}: {up} is not a folder")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}={path}: not writable")
+    return p
+
+
 def reject_extra_argv(argv: Sequence[str]) -> None:
     """absl leaves unparsed positional args in ``argv[1:]``: refuse them (ConfigError, exit 2)."""
     if len(argv) > 1:

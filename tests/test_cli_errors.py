@@ -573,6 +573,13 @@ CASES: list[Case] = [
     Case("evals.sweep", ("--m_grid=4,3000000000", "--out={out}"), r"--m_grid: 3000000000"),
     Case("evals.sweep", ("--lam_grid=1,nan", "--out={out}"), r"--lam_grid: nan: NaN"),
     Case("evals.run", ("--slots=3000000000", "--out={out}"), r"--slots=3000000000"),
+    # an --out that cannot be a folder: refused before the evaluation (it was a traceback
+    # after it)
+    Case("evals.run", ("--out={traces_ok}/meta.json",), r"--out=.*meta\.json: exists and is not"),
+    Case("evals.run", ("--out={traces_ok}/meta.json/sub",), r"--out=.*meta\.json is not a folder"),
+    Case("evals.sweep", ("--out={traces_ok}/meta.json",), r"--out=.*meta\.json: exists and is"),
+    Case("evals.calibration", ("--out={traces_ok}/meta.json",), r"--out=.*meta\.json: exists"),
+    Case("evals.sweep", ("--axes=", "--out={out}"), r"--axes: empty"),
     Case("evals.curve", ("--drain_slots=3000000000", "--out={out}"), r"--drain_slots=3000000000"),
     Case("evals.sweep", ("--warmup_slots=3000000000", "--out={out}"),
          r"--warmup_slots=3000000000"),

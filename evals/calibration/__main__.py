@@ -43,7 +43,7 @@ def main(argv):
 
     FLAGS = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    out = Path(FLAGS.out)
+    out = config_utils.check_output_dir(FLAGS.out, "--out")   # before the work, not after
     if FLAGS.problems is not None and FLAGS.problems < 1:
         raise suite.EvalError(f"--problems={FLAGS.problems}: must be >= 1")
     if FLAGS.prm_miscalibration <= -1:

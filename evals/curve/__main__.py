@@ -69,6 +69,8 @@ def main(argv):
     policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
     if policy is None:
         raise BadInput("--policy: the curve's PRADA row needs a train.ppo run directory")
+    out = config_utils.check_output_dir(   # before the evaluation, not after it
+        Path(FLAGS.out) if FLAGS.out else Path(FLAGS.policy) / "curve", "--out")
     seed0 = suite.evaluation_seed0(traces.info, policy, FLAGS.seeds, 0, flag="--seeds")
     # every pair's env (M against its server's KV memory included) before any evaluation
     params_of = {}
@@ -87,7 +89,6 @@ def main(argv):
         say(f"curve [{pair}]: {len(rows)} rows x {len(loads)} loads x {FLAGS.seeds} seeds, "
             "one evaluation")
         results[pair] = curve.run_curve(e, rows, loads)
-    out = Path(FLAGS.out) if FLAGS.out else Path(FLAGS.policy) / "curve"
     synthetic = traces.info.get("synthetic", False)
     label = suite.split_label(traces.info, policy)
     timeout = FLAGS.drain_slots * float(env_kw.get("tau_s", 0.05))

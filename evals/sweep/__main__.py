@@ -43,9 +43,14 @@ def _define_flags():
 def main(argv):
     FLAGS = flags.FLAGS
     config_utils.reject_extra_argv(argv)
+    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "sweep" if FLAGS.policy
+                                            else Path("checkpoints/sweep"))
+    config_utils.check_output_dir(out, "--out")   # before the sweep, not after it
     grids = {"M": parse_grid(FLAGS.m_grid, "m_grid", integer=True),
              "B": parse_grid(FLAGS.b_grid_mhz, "b_grid_mhz", 1e6),
              "lam": parse_grid(FLAGS.lam_grid, "lam_grid")}
+    if not FLAGS.axes:
+        raise BadInput("--axes: empty; choose from M, B, lam")
     bad = [a for a in FLAGS.axes if a not in AXES]
     if bad:
         raise BadInput(f"--axes: unknown axis {bad[0]!r} (choose from M, B, lam)")
@@ -65,8 +70,6 @@ def main(argv):
     rows = sweep_rows(policy is not None, mult)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results = {a: run_sweep(evaluator, rows, a, grids[a], say) for a in FLAGS.axes}
-    out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "sweep" if FLAGS.policy
-                                            else Path("checkpoints/sweep"))
     synthetic = traces.info.get("synthetic", False)
     label = suite.split_label(traces.info, policy)
     title = (f"{traces.info['benchmark']}{' (SYNTHETIC)' if synthetic else ''}, U="
