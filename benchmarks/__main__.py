@@ -428,6 +428,9 @@ def main(argv=None) -> dict:
     args = argparse.Namespace(**{k: fv[k].value for k in
                                  ("gpu", "quick", "only", "repeats", "out", "md")})
     parts = [p.strip() for p in args.only if p.strip()] or list(PARTS)
+    if args.only and not any(p.strip() for p in args.only):   # --only=, ran every part
+        raise BadInput(f"--only={','.join(args.only)}: no part named; choose from "
+                       f"{','.join(PARTS)}")
     bad = [p for p in parts if p not in PARTS]
     if bad:
         raise BadInput(f"--only: unknown part(s) {bad}; choose from {','.join(PARTS)}")

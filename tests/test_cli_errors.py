@@ -496,6 +496,7 @@ CASES: list[Case] = [
     Case("benchmarks", ("--only=nope", "--out={out}"), r"--only"),
     # an output the suite could not write: refused before the benchmarks run (issue 43)
     Case("benchmarks", ("--only=env", "--out={empty_dir}"), r"--out=.*empty_dir: is a folder"),
+    Case("benchmarks", ("--only=,", "--out={out}"), r"--only=,: no part named"),
     Case("benchmarks", ("--only=env", "--md={empty_dir}"), r"--md=.*empty_dir: is a folder"),
     Case("benchmarks", ("--only=env", "--out={traces_toplist}/meta.json/r.json"),
          r"--out=.*meta\.json is not a folder"),
