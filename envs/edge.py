@@ -662,8 +662,8 @@ def _begin_score(s: EnvState, params: EnvParams, mask, fading, t):
     t_up = lat.transfer_delay_s(bits, bw, snr)
     pf_flops = lat.roofline_prefill_flops(lp.prm, new, cached)
     full = jnp.maximum(cond["num_servers"], 1).astype(jnp.float32)
-    load = lat.job_load_s(lp.prm, lp.server_hw, pf_flops, 0.0, total, full,
-                          holds_sequence=False) * full
+    load = lat.job_load_s(lp.llm, lp.server_hw, pf_flops, 0.0, total, full,
+                          extra_weight_bytes=lat.model_weight_bytes(lp.prm, lp.server_hw)) * full
     j = s.job
     w = lambda new_, old: jnp.where(mask, new_, old)  # noqa: E731
     zf = jnp.zeros_like(j.up_s)

@@ -340,9 +340,7 @@ class EdgeEnvNumPy:
         pf_flops = roofline_prefill_flops(c.llm, up, cached)
         m = max(m_t, 1)
         hold = pf_flops / pk + roofline_decode(c.llm, hw, dec, ctx, m)
-        dec_flops = sum(2.0 * c.llm.token_params() + 4.0 * c.llm.layers * c.llm.d * j
-                        for j in range(ctx, ctx + dec))
-        load = max(hold / m, (pf_flops + dec_flops) / pk) * m
+        load = self._load(pf_flops, dec, ctx, m) * m
         return dict(snr=snr, outage=snr < self.snr_th, bw=bw * min(t_up, tau) / tau,
                     up_hz=bw, dn_hz=bw_dn, up=t_up, dn=t_dn, srv=hold, pf_flops=pf_flops,
                     pf_tok=float(up), dec=float(dec), delay=t_up + hold + t_dn, load=load)
@@ -621,7 +619,9 @@ class EdgeEnvNumPy:
                         and u.phase == "decide" and not u.scored):
                     offered_load += self._begin_score(u, float(noise["fading"][i]), t_old)
                 u.scored = False
-        info = dict(offered_job_s=offered_load, **stats,decision_mask=decided, decision=decision, outage=outage, terminated=done,
+        if self.serving:
+            stats = dict(stats, offered_job_s=offered_load)
+        info = dict(**stats,decision_mask=decided, decision=decision, outage=outage, terminated=done,
                     server_in_use=in_use, bandwidth_in_use_hz=bw_use, queue_len=qlen,
                     arrivals=n_arr, num_servers_t=m_t, bandwidth_t_hz=bw_t,
                     blocked=blocked, arrived=self.arrived, finished=self.finished,
@@ -658,8 +658,23 @@ class EdgeEnvNumPy:
                      pf_flops=pf_flops, dec=0.0, ctx=float(total), dn=0.0, dn_hz=0.0, seq=False,
                      prm=True, ticket=t + 1)
         u.phase, u.left, u.prm_kv = "score", 1, total
+        m = max(m_t, 1)
+        return self._load(pf_flops, 0, total, m, c.prm.weights * c.server_hw["weight_bytes"]) * m
+
+    def _load(self, pf_flops: float, dec: int, ctx: int, m: int, extra: float = 0.0) -> float:
+        """Server-seconds of a job on a saturated server of m sequences: its share of the
+        full-batch decode steps + the stall its prefill adds to one full-batch step."""
+        c = self.c
         hw = c.server_hw
-        return pf_flops / (hw["peak_flops"] * hw["eta"]) * max(m_t, 1)
+        share = sum(roofline_step(c.llm, hw, [j] * m) for j in range(ctx, ctx + dec)) / m
+        if pf_flops <= 0:
+            return share
+        cbar = ctx + dec / 2.0
+        pk = hw["peak_flops"] * hw["eta"]
+        bwm = hw["mem_bw"] * hw["eta_mem"]
+        f = m * (2.0 * c.llm.token_params() + 4.0 * c.llm.layers * c.llm.d * cbar)
+        byts = c.llm.weights * hw["weight_bytes"] + kv_token_bytes(c.llm, hw) * m * cbar
+        return share + max((f + pf_flops) / pk, (byts + extra) / bwm) - max(f / pk, byts / bwm)
 
     def _serve_serving(self, users, tau: float, bw_t: float) -> dict:
         """One slot of the serving server, written job by job in float64."""

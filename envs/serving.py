@@ -131,7 +131,7 @@ def serve_slot(job: ServingJob, in_job, lp: lat.LatencyParams, tau_s, bandwidth_
     tau = tau_s
     hw = lp.server_hw
     llm, prm = lp.llm, lp.prm
-    f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
 
     # Uplink (processor sharing over the slot).
     up = jnp.where(in_job, job.up_s, 0.0)

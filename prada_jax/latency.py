@@ -757,18 +757,29 @@ def decode_seq_flops(spec: ModelSpec, n_tokens, start_position):
 
 
 def job_load_s(spec: ModelSpec, hw: HardwareProfile, prefill_flops_, n_tokens, ctx, batch,
-               holds_sequence=True):
-    """Server-seconds one job costs a saturated serving server (roofline clock; the unit of the
-    offered load ρ under ``envs.serving``): ``max(S/M, F/(peak·η))`` with M = ``batch``,
-    S = the seconds the job holds one of the M sequence slots at a full batch (its prefill at
-    the compute roofline + ``decode_s(n_tokens, ctx, M)``; 0 for a job that holds no sequence,
-    the PRM's scoring pass) and F its FLOPs (prefill + decode). Whichever of the two server
-    resources (sequence slots, compute) the job uses more of binds first; summed over jobs
-    this is an upper bound of the load (exact when every job binds on the same one).
-    Elementwise."""
+               extra_weight_bytes=0.0):
+    """Server-seconds one job costs a saturated serving server of ``batch`` = M sequences
+    (roofline clock; the unit of the offered load ρ under ``envs.serving``):
+
+    ``decode_s(n_tokens, ctx, M) / M`` (its share of the full-batch decode iterations) +
+    the stall its prefill adds to one iteration of the full batch,
+    ``max((F_step + F_prefill)/(peak·η), (B_step + extra)/(BW·η_mem)) − t_step`` with F_step,
+    B_step, t_step the FLOPs, bytes and roofline time of a decode step of M sequences at the
+    job's mean context ``ctx + n_tokens/2`` (``extra_weight_bytes``: another model's weights
+    the prefill reads, the PRM's). Summed over a saturated server's jobs this is its busy time,
+    so users/s at ρ = 1 is ``1 / E[job_load_s]`` (tests/envs/test_serving.py checks it against
+    the env). A prefill piggybacks on a memory-bound batch up to the compute roofline; on a
+    compute-bound batch it costs its FLOPs. ``spec`` is the model of the running batch (the
+    LLM). Elementwise."""
     pk = hw.peak_flops * hw.eta
+    bwm = hw.mem_bw * hw.eta_mem
     m = jnp.maximum(jnp.asarray(batch, jnp.float32), 1.0)
-    t_pf = jnp.asarray(prefill_flops_, jnp.float32) / pk
-    seq_s = jnp.where(holds_sequence, t_pf + decode_s(spec, hw, n_tokens, ctx, m), 0.0)
-    flop_s = t_pf + decode_seq_flops(spec, n_tokens, ctx) / pk
-    return jnp.maximum(seq_s / m, flop_s)
+    n = jnp.asarray(n_tokens, jnp.float32)
+    f_pf = jnp.asarray(prefill_flops_, jnp.float32)
+    cbar = jnp.asarray(ctx, jnp.float32) + 0.5 * n
+    f_step = decode_step_flops(spec, m, m * cbar)
+    b_step = model_weight_bytes(spec, hw) + kv_bytes_per_token(spec, hw) * m * cbar
+    t_step = jnp.maximum(f_step / pk, b_step / bwm)
+    t_mix = jnp.maximum((f_step + f_pf) / pk, (b_step + extra_weight_bytes) / bwm)
+    stall = jnp.where(f_pf > 0, t_mix - t_step, 0.0)
+    return decode_s(spec, hw, n, ctx, m) / m + stall

@@ -1,5 +1,7 @@
-"""The batching server of the roofline clock (``envs.edge._serve_slot``): against a direct
-computation, against the NumPy reference env, and its invariants (M sequences, no user lost)."""
+"""The legacy batching server of the roofline clock (``envs.edge._serve_slot``,
+``server_model="legacy"``, the server of the results before issue 41): against a direct
+computation, against the NumPy reference env, and its invariants (M sequences, no user lost).
+The serving server has its own tests (``test_serving.py``)."""
 import math
 
 import jax
@@ -20,7 +22,8 @@ PAIR = "a100_orin_int4"
 FULL_DEFAULTS = dict(num_users=U, tau_s=0.05, beta=0.2, lambda_s=0.0, mu=0.0, num_servers=4,
                      bandwidth_hz=20e6, arrival_rate_hz=4.0, initial_users=U, default_gain=0.05,
                      max_wait_slots=20, rsd_threshold=0.7, reward_mode="coarse",
-                     server_kv_cache=False, downlink=True, ctx_scale=1e-3)
+                     server_kv_cache=False, downlink=True, ctx_scale=1e-3,
+                     server_model="legacy")
 # A100 at bf16 serving Qwen2.5-7B, written out here from the datasheet figures and the model
 # shape (not read from prada_jax.latency): weights 7.075e9 · 2 B, KV 2·28·4·128·2 B per token.
 A100_BW = 2.039e12 * 0.8
@@ -35,7 +38,8 @@ def _step_by_hand(contexts):
 
 
 def _params(**kw):
-    return edge.make_params(TRACES, **dict(dict(num_users=U, hardware=PAIR), **kw))
+    return edge.make_params(TRACES, **dict(dict(num_users=U, hardware=PAIR,
+                                                server_model="legacy"), **kw))
 
 
 def _job(n, **kw):
@@ -114,7 +118,8 @@ def test_prefill_stalls_the_batch_and_upload_download_are_communication():
 
 
 def _run_pair(sched, cfg, seed, hardware=PAIR):
-    params = edge.make_params(TRACES, num_users=U, scheduler=sched, hardware=hardware, **cfg)
+    params = edge.make_params(TRACES, num_users=U, scheduler=sched, hardware=hardware,
+                              server_model="legacy", **cfg)
     rng = np.random.default_rng(seed)
     screens = rng.integers(0, 2, (S, T, U)).astype(np.int32)
     gains = rng.normal(0.05, 0.1, (S, T, U)).astype(np.float32)
@@ -179,7 +184,8 @@ def test_m_beyond_kv_memory_is_bad_input():
     cap = lat.max_sequences(lp, longest)
     # By hand: (80 GB − 14.15 GB) / (57 344 B · longest).
     assert cap == math.floor((80e9 - W_7B) / (KV_7B * longest))
-    edge.make_params(TRACES, num_users=U, hardware=PAIR, num_servers=cap)
+    edge.make_params(TRACES, num_users=U, hardware=PAIR, num_servers=cap,
+                     server_model="legacy")
     with pytest.raises(BadInput, match="num_servers"):
         edge.make_params(TRACES, num_users=U, hardware=PAIR, num_servers=cap + 1)
 

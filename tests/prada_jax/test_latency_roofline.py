@@ -22,7 +22,8 @@ def _hw(h):
 
 def _step_ref(a, h, contexts):
     """One decode step of a batch with the given contexts, written as a loop over sequences."""
-    flops = sum(2 * a["P"] + 4 * a["L"] * a["d"] * c for c in contexts)
+    # lm_head counts: every decoded token multiplies all Wn weights (issue 41)
+    flops = sum(2 * a["Wn"] + 4 * a["L"] * a["d"] * c for c in contexts)
     byts = a["Wn"] * h["weight_bytes"] + sum(a["kv"] * h["kv_bytes"] * c for c in contexts)
     return max(flops / (h["peak_flops"] * h["eta"]), byts / (h["mem_bw"] * h["eta_mem"]))
 
@@ -37,7 +38,9 @@ def test_prefill_against_closed_form(pair):
         a, h = _arch(spec), _hw(hw)
         n = np.array([1, 7, 64, 512, 2000], float)
         c = np.array([0, 300, 0, 100, 1500], float)
-        t_flop = (2 * a["P"] * n + 2 * a["L"] * a["d"] * (n ** 2 + 2 * n * c)) / (
+        # one lm_head product per pass: only the last position's logits
+        t_flop = (2 * a["P"] * n + 2 * a["L"] * a["d"] * (n ** 2 + 2 * n * c)
+                  + 2 * (a["Wn"] - a["P"])) / (
             h["peak_flops"] * h["eta"])
         t_mem = (a["Wn"] * h["weight_bytes"] + a["kv"] * h["kv_bytes"] * c) / (
             h["mem_bw"] * h["eta_mem"])
@@ -73,7 +76,7 @@ def test_decode_sum_splits_where_the_bound_changes():
         a, h = _arch(spec), _hw(hw)
         for b in (150, 400, 1000):
             per = [_step_ref(a, h, [j] * b) for j in range(0, 4000, 50)]
-            flop = [(2 * a["P"] + 4 * a["L"] * a["d"] * j) * b / (h["peak_flops"] * h["eta"])
+            flop = [(2 * a["Wn"] + 4 * a["L"] * a["d"] * j) * b / (h["peak_flops"] * h["eta"])
                     for j in range(0, 4000, 50)]
             want = sum(_step_ref(a, h, [j] * b) for j in range(0, 4000))
             np.testing.assert_allclose(float(lat.decode_s(spec, hw, 4000, 0, b)), want,
@@ -88,7 +91,7 @@ def test_memory_to_compute_crossover_batch():
     p = lat.pair_latency_params("a100_orin_bf16")
     a, h = _arch(p.llm), _hw(p.server_hw)
     c = 500.0
-    f = (2 * a["P"] + 4 * a["L"] * a["d"] * c) / (h["peak_flops"] * h["eta"])
+    f = (2 * a["Wn"] + 4 * a["L"] * a["d"] * c) / (h["peak_flops"] * h["eta"])
     k = a["kv"] * h["kv_bytes"] * c / (h["mem_bw"] * h["eta_mem"])
     w = a["Wn"] * h["weight_bytes"] / (h["mem_bw"] * h["eta_mem"])
     b_star = w / (f - k)
