@@ -29,7 +29,8 @@ from prada_jax.jsonio import write_json
 from studies.reopd_kg import resume
 from studies.reopd_regime import curves
 
-PARTS = ("cost", "teacher", "cold", "depth", "pilot", "gate")
+PARTS = ("cost", "teacher", "cold", "depth", "pilot", "gate", "reopd_pilot", "secondary",
+         "compare")
 GATE_OPD_MIN = 0.05     # gate: OPD's gain over the cold start >= this (and CI above 0)
 GATE_SFT_MAX = 0.01     # gate: SFT continuation's gain <= this
 HEADROOM_MIN = 0.10     # gate: teacher − cold start on the gate set >= this
@@ -89,6 +90,12 @@ QUICK = Sizes(teacher=dict(hidden=16, layers=1, heads=2, kv_heads=1, intermediat
               probe_n=4, curve_every=1, n_boot=200, ckpt_every=1_000_000, teacher_min=0.0,
               student=dict(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
                            intermediate_size=32))
+
+# the comparison's sizes (README, "Setup fixed in advance"); outside Sizes so that the study's
+# config fingerprint, pinned when the cold start ran, stays the same
+COMPARE = dict(seeds=tuple(range(8)), verdict_sets=(11, 12, 13, 14), n_verdict=512,
+               kappas=(0.6, 0.8, 1.0))
+QUICK_COMPARE = dict(seeds=(0, 1), verdict_sets=(11, 12), n_verdict=4, kappas=(0.6, 0.8, 1.0))
 
 # the cost model's declared scenario (README, claim (b)) and sweep
 COST_HW = "h100_sxm_bf16"
@@ -209,8 +216,9 @@ def record_counts(per_update: list, mode: str, action_tokens: int) -> gpucost.Co
 
 # ---------------------------------------------------------------------------- the study
 class Study:
-    def __init__(self, cache: Path, out: Path, sizes: Sizes):
+    def __init__(self, cache: Path, out: Path, sizes: Sizes, cmp: dict | None = None):
         self.cache, self.out, self.s = Path(cache), Path(out), sizes
+        self.cmp = dict(cmp or COMPARE)
         self.log: list[str] = []
         self._score = None
         self.fp: dict = {}
@@ -291,16 +299,20 @@ class Study:
             self._score = hf_teacher_scorer(self.cache / "teacher", self.s.top_k)
         return self._score
 
-    def outcomes(self, hf_dir: Path, sets: dict) -> dict:
-        """Greedy 0/1 success per problem of each named set ``{name: (eval_seed, n)}``."""
+    def outcomes(self, hf_dir: Path, sets: dict, temperature: float = 0.0) -> dict:
+        """0/1 success per problem of each named set ``{name: (eval_seed, n)}``: greedy, or
+        one sample per problem at ``temperature`` (key 7 per set: the same draws for every
+        student)."""
+        import jax  # lazy: jax loads only for the parts that evaluate
         import jax.numpy as jnp  # lazy: jax loads only for the parts that evaluate
 
         from prada_jax.lm.hf import load_hf  # lazy: jax, as above
         model, _ = load_hf(hf_dir, dtype=jnp.float32, param_dtype=jnp.float32)
         out = {}
         for name, (es, n) in sets.items():
-            res = kg_short.run_episodes(kg_short.make_problems(es * 1000 + 3, n),
-                                        kg.flax_generate_fn(model, batch=64))
+            fn = kg.flax_generate_fn(model, batch=64, temperature=temperature,
+                                     key=jax.random.key(7) if temperature > 0 else None)
+            res = kg_short.run_episodes(kg_short.make_problems(es * 1000 + 3, n), fn)
             out[name] = "".join("1" if r.success else "0" for r in res)
         return out
 
@@ -451,13 +463,19 @@ class Study:
         return out
 
     # ------------------------------------------------------------------ one run per seed
-    def unit(self, mode: str, lr: float, seed: int, cold: dict, B: int | None) -> dict:
-        """One (pilot, mode, lr, seed) run from the cold start, as a record in
-        ``<out>/runs/pilot/<mode>_lr<lr>_seed<seed>.json`` (reused when it exists with the same
-        fingerprint; a killed trainer resumes from its last checkpoint)."""
+    def unit(self, mode: str, lr: float, seed: int, cold: dict, B: int | None, *,
+             part: str = "pilot", name: str | None = None, kappa: float | None = None,
+             estimator: str | None = None, updates: int | None = None,
+             sets: dict | None = None, sampled: bool = False) -> dict:
+        """One (part, method, lr, seed) run from the cold start, as a record in
+        ``<out>/runs/<part>/<name>_seed<seed>.json`` (reused when it exists with the same
+        fingerprint; a killed trainer resumes from its last checkpoint). Defaults: the pilot
+        (name ``<mode>_lr<lr>``, the registered arm, ``updates`` updates, greedy outcomes on
+        the pilot and gate sets); ``sampled``: τ = 1 outcomes beside (``tau1:<set>``)."""
         s = self.s
-        name = f"{mode}_lr{lr:g}"
-        path = resume.record_path(self.out, "pilot", name, seed)
+        name = name or f"{mode}_lr{lr:g}"
+        estimator = estimator or s.estimator
+        path = resume.record_path(self.out, part, name, seed)
         fp = {**self.fp, "cold_sha": cold["cold_sha"]}
         rec = resume.load_record(path, fp)
         if rec is not None:
@@ -467,23 +485,25 @@ class Study:
              "eval.n_problems": s.probe_n}
         if mode == "opd":
             f.update({"opd.episodes": s.episodes, "opd.tool_latency_s": 0.0,
-                      "loss.rkl_estimator": s.estimator})
+                      "loss.rkl_estimator": estimator})
         elif mode == "reopd":
-            f.update({"train.batch_size": int(B), "loss.rkl_estimator": s.estimator})
+            f.update({"train.batch_size": int(B), "loss.rkl_estimator": estimator,
+                      "sampler.kappa": float(kappa if kappa is not None else 0.6)})
         else:
             f["train.batch_size"] = int(B)
-        c = self.config(mode, s.updates, seed, **f)
-        wd = self.out / "pilot" / name / f"seed_{seed}"
+        c = self.config(mode, updates or s.updates, seed, **f)
+        wd = self.out / part / name / f"seed_{seed}"
         started, load0, t0 = resume._utc(), os.getloadavg()[0], time.perf_counter()
         res = self.train(str(wd.relative_to(self.out)), c)
         if res.get("finished") is False:
             raise RuntimeError(f"{wd}: stopped before the end ({res.get('stopped_by')})")
         secs = time.perf_counter() - t0
         cost = res["cost"]
-        sets = {"pilot": (s.pilot_eval_seed, s.pilot_n), "gate": (s.gate_eval_seed, s.gate_n)}
+        sets = sets or {"pilot": (s.pilot_eval_seed, s.pilot_n),
+                        "gate": (s.gate_eval_seed, s.gate_n)}
         t1 = time.perf_counter()
-        rec = {"synthetic": True, "part": "pilot", "mode": mode, "seed": int(seed), "lr": lr,
-               "estimator": s.estimator if mode != "sft" else None,
+        rec = {"synthetic": True, "part": part, "mode": mode, "seed": int(seed), "lr": lr,
+               "estimator": estimator if mode != "sft" else None,
                "B": None if mode == "opd" else int(B), "updates": int(cost["updates"]),
                "totals": cost["totals"],
                "per_update_counts": [{k: u[k] for k in ("supervised_turns", "student_tokens",
@@ -498,13 +518,19 @@ class Study:
                "fingerprint": {k: fp[k] for k in ("cache_sha", "config_sha", "cold_sha")},
                "workdir": str(wd.relative_to(self.out)), "train_s": secs,
                "started_utc": started, "trainer_reused": bool(res.get("already_finished"))}
+        if mode == "reopd":
+            rec["kappa"] = float(kappa if kappa is not None else 0.6)
+        if sampled:
+            got = self.outcomes(wd / "student_hf", sets, temperature=1.0)
+            rec["outcomes"].update({f"tau1:{k}": v for k, v in got.items()})
         rec["success"] = {k: float(np.mean([int(ch) for ch in v]))
                           for k, v in rec["outcomes"].items()}
         rec.update(eval_s=time.perf_counter() - t1, finished_utc=resume._utc(),
                    load_avg_1min=[load0, os.getloadavg()[0]], adopted_from=None)
         resume.save_record(path, rec)
-        self.say(f"pilot/{name} seed {seed}: pilot {rec['success']['pilot']:.3f}, gate "
-                 f"{rec['success']['gate']:.3f} ({secs:.0f} s train) -> {path}")
+        first = next(iter(rec["success"]))
+        self.say(f"{part}/{name} seed {seed}: {first} {rec['success'][first]:.3f} "
+                 f"({secs:.0f} s train) -> {path}")
         return rec
 
     def grid(self, mode: str, cold: dict, B: int | None) -> dict:
@@ -570,20 +596,123 @@ class Study:
         return g
 
 
+    # ------------------------------------------------------------------ after the gate
+    def reopd_pilot(self, cold: dict, pil: dict, g: dict) -> dict:
+        """ReOPD κ 0.6's lr grid (exact arm) on the pilot seeds, at B pairs per update; only
+        once the gate passed."""
+        _passed(g)
+        r = self.grid("reopd", cold, pil["B"])
+        self.say(f"ReOPD pilot: lr {r['lr']:g}")
+        return {"grid": r["grid"], "means": r["means"], "lr": r["lr"],
+                "runs": [x["workdir"] for x in r["records"]]}
+
+    def secondary(self, cold: dict, pil: dict, rp: dict, g: dict) -> dict:
+        """The secondary arm (single-sample estimator with the per-token mean baseline) of OPD
+        and ReOPD κ 0.6 on the pilot seeds at the primary arm's lrs: reported, never a
+        verdict."""
+        _passed(g)
+        out = {}
+        for mode, lr in (("opd", pil["opd"]["lr"]), ("reopd", rp["lr"])):
+            recs = [self.unit(mode, lr, sd, cold, pil["B"], part="secondary",
+                              name=f"{mode}_pg_baseline", estimator="pg_baseline", kappa=0.6)
+                    for sd in self.s.pilot_seeds]
+            out[mode] = {"lr": lr, "estimator": "pg_baseline",
+                         "success": {k: float(np.mean([r["success"][k] for r in recs]))
+                                     for k in recs[0]["success"]}}
+        return out
+
+    def methods(self, n_cost: int) -> list:
+        """(name, mode, κ, updates) of the compared methods."""
+        out = [("opd", "opd", None, self.s.updates)]
+        out += [(f"reopd_k{k:g}", "reopd", k, self.s.updates) for k in self.cmp["kappas"]]
+        out += [("sft_cont", "sft", None, self.s.updates), ("opd_cost", "opd", None, n_cost)]
+        return out
+
+    def n_cost(self, pil: dict, rp: dict, cold: dict) -> dict:
+        """N_c: OPD's updates of the same modelled cost as ReOPD κ 0.6's N (claim (b)), from
+        the chosen-lr pilot records' counts (H100, Qwen2.5-1.5B / 7B, 0.5 s per tool round),
+        rounded to a multiple of 25 (at least 25)."""
+        fp = {**self.fp, "cold_sha": cold["cold_sha"]}
+        cost = {}
+        for mode, lr in (("opd", pil["opd"]["lr"]), ("reopd", rp["lr"])):
+            recs = [resume.load_record(resume.record_path(self.out, "pilot", f"{mode}_lr{lr:g}",
+                                                          sd), fp) for sd in self.s.pilot_seeds]
+            per = sum((r["per_update_counts"] for r in recs), [])
+            cost[mode] = gpucost.price(record_counts(per, mode, kg.MAX_ACTION_TOKENS),
+                                       gpucost.profile(COST_HW), latency.qwen25_1p5b(),
+                                       latency.qwen25_7b(), COST_TOOL_S)["total_s"]
+        n = self.s.updates * cost["reopd"] / cost["opd"]
+        return {"cost_per_update_s": cost, "hardware": COST_HW, "tool_s": COST_TOOL_S,
+                "n_cost": int(max(self.s.curve_every, round(n / self.s.curve_every)
+                                  * self.s.curve_every))}
+
+    def compare(self, cold: dict, pil: dict, rp: dict, g: dict) -> dict:
+        """Every method on every verdict seed from the cold start; per-seed per-problem greedy
+        and τ = 1 outcomes on the verdict sets; the registered claims
+        (:func:`studies.reopd_regime.verdicts.verdicts`)."""
+        from studies.reopd_regime import verdicts as V  # lazy: only once the gate passed
+        _passed(g)
+        s, cmp = self.s, self.cmp
+        nc = self.n_cost(pil, rp, cold)
+        sets = {f"v{es}": (es, cmp["n_verdict"]) for es in cmp["verdict_sets"]}
+        lr = {"opd": pil["opd"]["lr"], "reopd": rp["lr"], "sft": pil["sft"]["lr"]}
+        recs: dict = {}
+        for sd in cmp["seeds"]:
+            for name, mode, kappa, upd in self.methods(nc["n_cost"]):
+                recs.setdefault(name, []).append(self.unit(
+                    mode, lr[mode], sd, cold, pil["B"], part="compare", name=name,
+                    kappa=kappa, updates=upd, sets=sets, sampled=True))
+        cold_out = self.outcomes(Path(cold["student"]), sets)
+        cold_probe = self.outcomes(Path(cold["student"]),
+                                   {"probe": (s.probe_eval_seed, s.probe_n)})["probe"]
+        keys = list(sets)
+
+        def mat(rs, prefix=""):
+            return np.array([[int(ch) for k in keys for ch in r["outcomes"][prefix + k]]
+                             for r in rs], np.float64)
+        X = {k: mat(v) for k, v in recs.items()}
+        cold_row = np.array([int(ch) for k in keys for ch in cold_out[k]], np.float64)
+        steps = [0] + [p[0] for p in recs["opd"][0]["curves"]["eval/success_rate"]]
+        cp = float(np.mean([int(ch) for ch in cold_probe]))
+
+        def curve(rs):
+            return np.array([[cp] + [p[1] for p in r["curves"]["eval/success_rate"]]
+                             for r in rs])
+        cu_ = {"steps": steps, "opd": curve(recs["opd"]), V.R: curve(recs[V.R]), "cold": cp,
+               "cost": {"opd": nc["cost_per_update_s"]["opd"],
+                        V.R: nc["cost_per_update_s"]["reopd"]}}
+        calls = {k: sum(r["tool_calls"] for r in v) for k, v in recs.items()}
+        ver = V.verdicts(X, cold_row, [cmp["n_verdict"]] * len(keys), calls, s.n_boot, cu_)
+        tau1 = {k: float(mat(v, "tau1:").mean()) for k, v in recs.items()}
+        self.say(f"compare: {{k: v['verdict'] for k, v in ver.items() if 'verdict' in v}}")
+        return {"n_cost": nc, "lr": lr, "B": pil["B"], "verdicts": ver,
+                "success": {k: float(x.mean()) for k, x in X.items()},
+                "success_tau1": tau1, "cold_success": float(cold_row.mean()),
+                "cold_probe": cp, "seeds": list(cmp["seeds"]),
+                "verdict_sets": list(cmp["verdict_sets"]), "n_verdict": cmp["n_verdict"]}
+
+
+def _passed(g: dict) -> None:
+    if not g.get("passed"):
+        raise BadInput(f"--parts: the gate did not pass ({g.get('outcome')}); the study gives "
+                       "no verdicts and runs nothing after it")
+
+
 # ---------------------------------------------------------------------------- run
-def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
-    """Runs ``parts`` in order, merging each into ``<out>/study.json`` and ``report.md``."""
+def run(cache: Path, out: Path, sizes: Sizes, parts: tuple, cmp: dict | None = None) -> dict:
+    """Runs ``parts`` in order, merging each into ``<out>/study.json`` and ``report.md``
+    (``cmp``: the comparison's sizes, default :data:`COMPARE`)."""
     from studies.reopd_regime.report import markdown  # lazy: the report imports this module
     out.mkdir(parents=True, exist_ok=True)
     path = out / "study.json"
     res = json.loads(path.read_text()) if path.exists() else {
         "synthetic": True, "task": kg_short.TASK_NAME, "cache": str(cache),
         "sizes": dataclasses.asdict(sizes), "log": []}
-    st = Study(cache, out, sizes)
+    st = Study(cache, out, sizes, cmp)
     for part in parts:
         t0 = time.perf_counter()
         started = resume._utc()
-        if part in ("cold", "depth", "pilot", "gate"):
+        if part not in ("cost", "teacher"):
             fp = resume.study_fingerprint(cache, sizes)
             resume.check_study(out, fp)
             resume.write_study(out, fp)
@@ -599,8 +728,17 @@ def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
             res["depth"] = st.depth({"cold": _need(res, "cold")["student"]})
         elif part == "pilot":
             res["pilot"] = st.pilot(_need(res, "cold"))
-        else:
+        elif part == "gate":
             res["gate"] = st.gate(_need(res, "cold"), _need(res, "pilot"))
+        elif part == "reopd_pilot":
+            res["reopd_pilot"] = st.reopd_pilot(_need(res, "cold"), _need(res, "pilot"),
+                                                _need(res, "gate"))
+        elif part == "secondary":
+            res["secondary"] = st.secondary(_need(res, "cold"), _need(res, "pilot"),
+                                            _need(res, "reopd_pilot"), _need(res, "gate"))
+        else:
+            res["compare"] = st.compare(_need(res, "cold"), _need(res, "pilot"),
+                                        _need(res, "reopd_pilot"), _need(res, "gate"))
         res[part]["started_utc"] = started
         res[part]["part_wall_s"] = time.perf_counter() - t0
         res["log"] = res.get("log", []) + st.log

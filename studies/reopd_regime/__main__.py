@@ -4,7 +4,7 @@ studies/reopd_regime/README.md), SYNTHETIC.
     python -m studies.reopd_regime --out=DIR [--cache=DIR] [--parts=P,...]
     python -m studies.reopd_regime --quick --out=DIR       # tiny end-to-end run (a test)
 
-Parts (``--parts``, in the order given; default all):
+Parts (``--parts``, in the order given; default the six up to the gate):
 
 * ``cost``: the declared GPU cost model's OPD / ReOPD ratio sweep (no run needed);
 * ``teacher``: T on solved + error-and-recovery episodes (``--inject_rate``), its τ = 1 pool
@@ -14,7 +14,13 @@ Parts (``--parts``, in the order given; default all):
 * ``depth``: the cold start's own τ = 1 episodes on the probe set: T's log-prob of its
   actions and the exact reverse KL to T, by agent turn (items 2, 3);
 * ``pilot``: the lr grids of OPD (exact arm) and SFT continuation on the pilot seeds;
-* ``gate``: the registered gate; "no distillation regime" stops the study.
+* ``gate``: the registered gate; "no distillation regime" stops the study: the parts below
+  then refuse to run (exit 2);
+* ``reopd_pilot``: ReOPD κ 0.6's lr grid (exact arm) on the pilot seeds;
+* ``secondary``: the single-sample + baseline arm of OPD and ReOPD κ 0.6 (reported only);
+* ``compare``: every method (OPD, ReOPD κ 0.6 / 0.8 / 1, SFT continuation, OPD at ReOPD's
+  modelled cost) on the 8 verdict seeds, greedy and τ = 1 outcomes on the 2 048 verdict
+  problems, the registered claims (``studies.reopd_regime.verdicts``).
 
 Resumable (``studies.reopd_kg.resume``): every pilot run is written at once as
 ``<out>/runs/pilot/<mode>_lr<lr>_seed<s>.json`` and skipped on a restart; a killed trainer
@@ -30,7 +36,9 @@ import json
 import math
 from pathlib import Path
 
-PREREQ = {"cold": ("teacher",), "depth": ("cold",), "pilot": ("cold",), "gate": ("pilot",)}
+PREREQ = {"cold": ("teacher",), "depth": ("cold",), "pilot": ("cold",), "gate": ("pilot",),
+          "reopd_pilot": ("gate",), "secondary": ("reopd_pilot",),
+          "compare": ("reopd_pilot",)}
 
 
 def _define(fv) -> None:
@@ -57,7 +65,7 @@ def main(argv=None) -> int:
     if not (math.isfinite(a.inject_rate) and 0.0 <= a.inject_rate <= 1.0):
         raise BadInput(f"--inject_rate: {a.inject_rate} is outside [0, 1]")
     from studies import reopd_regime as S  # lazy: after the flags are checked
-    parts = tuple(a.parts) or S.PARTS
+    parts = tuple(a.parts) or S.PARTS[:6]   # default: up to the gate
     bad = [p for p in parts if p not in S.PARTS]
     if bad:
         raise BadInput(f"--parts: unknown part {bad[0]!r}; choose from {list(S.PARTS)}")
@@ -80,7 +88,7 @@ def main(argv=None) -> int:
     if (out / "fingerprint.json").exists() and (cache / "pool").is_dir():
         from studies.reopd_kg import resume  # lazy: refused here, before anything is written
         resume.check_study(out, resume.study_fingerprint(cache, sizes))
-    S.run(cache, out, sizes, parts)
+    S.run(cache, out, sizes, parts, S.QUICK_COMPARE if a.quick else S.COMPARE)
     print((out / "report.md").read_text())
     print(f"{out / 'study.json'}: parts {parts}")
     return 0

@@ -30,7 +30,8 @@ def markdown(res: dict) -> str:
                 f"SFT stopped at update {c['stopped_at']} (rule {c['rule']}); success on the "
                 f"gate set {_f(c['success']['gate'])}, teacher {_f(c['teacher_success']['gate'])}"
                 ".", "", "| update | success (3003) |", "|---:|---:|"]
-        out += [f"| {s} | {_f(v)} |" for s, v in curve] + [""]
+        # the trainer writes its final evaluation at the planned last update: leave it out
+        out += [f"| {s} | {_f(v)} |" for s, v in curve if s <= c["stopped_at"]] + [""]
     d = res.get("depth")
     if d:
         out += ["## Depth: T's log-prob of the student's actions and the exact KL by turn "
@@ -72,6 +73,33 @@ def markdown(res: dict) -> str:
                 f"{g['thresholds']['sft_max']} | {g['checks']['sft_plateau']} |",
                 f"| headroom (T − cold) | {_f(g['headroom'])} | ≥ "
                 f"{g['thresholds']['headroom_min']} | {g['checks']['headroom']} |", ""]
+    rp = res.get("reopd_pilot")
+    if rp:
+        out += ["## ReOPD κ 0.6 lr pilot", "", "| lr | mean pilot success |", "|---:|---:|"]
+        out += [f"| {lr}{' (chosen)' if float(lr) == rp['lr'] else ''} | {_f(v)} |"
+                for lr, v in sorted(rp["means"].items(), key=lambda kv: float(kv[0]))] + [""]
+    cm = res.get("compare")
+    if cm:
+        v = cm["verdicts"]
+        out += ["## The comparison (item 8)", "",
+                f"N_c (OPD at ReOPD's modelled cost): {cm['n_cost']['n_cost']} updates; cold "
+                f"start {_f(cm['cold_success'])} on the verdict sets.", "",
+                "| method | greedy | τ = 1 | change from cold (CI) |", "|---|---:|---:|---|"]
+        for k, x in cm["success"].items():
+            out.append(f"| {k} | {_f(x)} | {_f(cm['success_tau1'][k])} | "
+                       f"{_ci(v['moved'][k])} |")
+        out += ["", "| claim | difference (CI) | MDE | verdict |", "|---|---|---:|---|"]
+        for key in ("a_equal_turns", "b_equal_cost", "d_kappa", "e_vs_sft"):
+            if key in v:
+                out.append(f"| {key} | {_ci(v[key])} | {_f(v[key]['mde'])} | "
+                           f"{v[key]['verdict']} |")
+        if "c_time_to_80" in v:
+            c8 = v["c_time_to_80"]
+            out.append(f"| c_time_to_80 | ratio {_f(c8['ratio'])} [{_f(c8['ci_low'])}, "
+                       f"{_f(c8['ci_high'])}] | — | {c8['verdict']} |")
+        out += [f"| f_tool_calls | {v['f_tool_calls']['reopd']} vs OPD "
+                f"{v['f_tool_calls']['opd']} | — | {v['f_tool_calls']['verdict']} |", "",
+                f"Budget moved a student (one-sided): {v['budget_moved']}.", ""]
     k = res.get("cost")
     if k:
         out += ["## Declared GPU cost model (item 7)", "", f"Unit: {k['unit']}.", "",

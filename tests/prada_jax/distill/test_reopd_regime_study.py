@@ -137,7 +137,7 @@ def test_quick_study_runs_end_to_end_and_resumes(tmp_path):
     out = tmp_path / "q"
     assert main(["--quick", f"--out={out}"]) == 0
     res = json.loads((out / "study.json").read_text())
-    assert set(S.PARTS) <= set(res)
+    assert set(S.PARTS[:6]) <= set(res)     # the default: every part up to the gate
     kl = res["depth"]["students"]["cold"]["exact_kl"]["depth"]
     assert kl and all(r["mean"] >= 0 for r in kl)      # a KL is never negative
     assert res["gate"]["outcome"] in (S.NO_REGIME, "pass: the comparison runs")
@@ -152,6 +152,24 @@ def test_quick_study_runs_end_to_end_and_resumes(tmp_path):
     assert before == after
     res2 = json.loads((out / "study.json").read_text())
     assert res2["gate"]["opd_gain"] == res["gate"]["opd_gain"]
+    # after a failed gate nothing runs; with the gate forced open (a test of the wiring only)
+    # the ReOPD pilot, the secondary arm and the comparison run and give every claim
+    if not res2["gate"]["passed"]:
+        with pytest.raises(BadInput, match="gate did not pass"):
+            main(["--quick", f"--out={out}", "--parts=reopd_pilot"])
+        res2["gate"]["passed"] = True
+        (out / "study.json").write_text(json.dumps(res2))
+    assert main(["--quick", f"--out={out}", "--parts=reopd_pilot,secondary,compare"]) == 0
+    res3 = json.loads((out / "study.json").read_text())
+    v = res3["compare"]["verdicts"]
+    for key in ("a_equal_turns", "b_equal_cost", "c_time_to_80", "d_kappa", "e_vs_sft",
+                "f_tool_calls"):
+        assert "verdict" in v[key]
+    assert v["f_tool_calls"]["verdict"] == "pass" or v["f_tool_calls"]["opd"] == 0
+    rec = json.loads((out / "runs/compare/reopd_k0.8_seed1.json").read_text())
+    assert rec["kappa"] == 0.8 and rec["tool_calls"] == 0 and "tau1:v11" in rec["outcomes"]
+    assert set(res3["compare"]["success"]) == {"opd", "reopd_k0.6", "reopd_k0.8", "reopd_k1",
+                                               "sft_cont", "opd_cost"}
     # another injection rate is another config: refused, nothing written
     with pytest.raises(BadInput, match="inject_rate"):
         main(["--quick", f"--out={out}", "--parts=pilot", "--inject_rate=0.2"])
