@@ -17,6 +17,8 @@ not already a project command (``python -m studies.real_smollm2 --step=... --wor
   norm and its decoder layers 0, 10, 20 and 29 (evenly spaced, first and last kept), saved as
   an HF folder for ``--config.student.init`` (a layer-dropped start, so the KL starts finite
   and the curve shows the offline distillation path learning; not a claim about students).
+* ``heldout``: the same forward KL of the start and the final student on a second pool of
+  teacher chats (``--seed=1``) that training never saw → ``results/heldout_kl.json``.
 * ``curve``: ``distill/kl`` by update from the run's TensorBoard events → ``kl_curve.json`` and
   ``kl_curve.png`` in ``results/``.
 """
@@ -156,7 +158,57 @@ def kl_curve(run_dir: Path, out_dir: Path = HERE / "results") -> dict:
     return {"first": curve["distill/kl"][0], "last": curve["distill/kl"][-1]}
 
 
-STEPS = ("prm", "chats", "student", "curve")
+def heldout_kl(pool_dir: Path, logits_dir: Path, students: dict, out: Path,
+               batch: int = 4) -> dict:
+    """Forward KL (the training loss: teacher top-k + tail buckets) of each student to the
+    teacher on the agent tokens of a pool none of them trained on, per student folder."""
+    import jax.numpy as jnp  # lazy: only this step runs a model
+    from flax import nnx  # lazy: only this step runs a model
+
+    from prada_jax.distill.logits_store import TeacherLogits
+    from prada_jax.distill.losses import forward_kl_topk
+    from prada_jax.distill.pool import load_pool
+    from prada_jax.lm.hf import load_hf
+
+    pool = load_pool(pool_dir)
+    store = TeacherLogits.open(logits_dir, require_complete=True)
+    offs = np.asarray(pool.traj_offsets)
+    toks, amask = np.asarray(pool.tokens), np.asarray(pool.action_mask)
+    n = len(offs) - 1
+    L = int(np.diff(offs).max())
+    k = store.top_k
+    ids = np.zeros((n, L), np.int32)
+    att = np.zeros((n, L), np.int32)
+    tk_ids = np.zeros((n, L - 1, k), np.int32)
+    tk_logp = np.zeros((n, L - 1, k), np.float32)
+    tail = np.zeros((n, L - 1), np.float32)
+    mask = np.zeros((n, L - 1), np.float32)
+    for i in range(n):   # right-padded: a causal model's real positions ignore the padding
+        s, e = int(offs[i]), int(offs[i + 1])
+        ids[i, :e - s], att[i, :e - s] = toks[s:e], 1
+        t = store.get(str(i))
+        tk_ids[i, :e - s - 1], tk_logp[i, :e - s - 1] = t["topk_ids"], t["topk_logp"]
+        tail[i, :e - s - 1] = t["tail_mass"]
+        mask[i, :e - s - 1] = amask[s + 1:e]   # row j predicts token j + 1
+    fwd = nnx.jit(lambda m, x, a: m(x, a))
+    res = {"pool": pool_dir.name, "sequences": n, "agent_tokens": int(mask.sum()),
+           "top_k": k, "kl_nats_per_token": {}}
+    for name, d in students.items():
+        model, _ = load_hf(d)
+        tot = 0.0
+        for b in range(0, n, batch):
+            logits = fwd(model, jnp.asarray(ids[b:b + batch]), jnp.asarray(att[b:b + batch]))
+            _, per_tok = forward_kl_topk(logits[:, :-1], jnp.asarray(tk_ids[b:b + batch]),
+                                         jnp.asarray(tk_logp[b:b + batch]),
+                                         jnp.asarray(tail[b:b + batch]),
+                                         jnp.asarray(mask[b:b + batch]))
+            tot += float(per_tok.sum())
+        res["kl_nats_per_token"][name] = tot / float(mask.sum())
+    out.write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
+STEPS = ("prm", "chats", "student", "curve", "heldout")
 
 
 def _define(fv) -> None:
@@ -165,6 +217,8 @@ def _define(fv) -> None:
     flags.DEFINE_string("workdir", "checkpoints/real_smollm2", "the run folder", flag_values=fv)
     flags.DEFINE_integer("n", 48, "conversations (step chats)", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("seed", 0, "problem seed (step chats)", flag_values=fv)
+    flags.DEFINE_string("name", "chats", "step chats writes <workdir>/<name>.jsonl",
+                        flag_values=fv)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -179,9 +233,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if fv.step == "prm":
         res = {"prm": str(make_prm_folder(model_dir, w / f"{MODEL}-as-PRM"))}
     elif fv.step == "chats":
-        res = teacher_chats(model_dir, w / "chats.jsonl", fv.n, fv.seed)
+        res = teacher_chats(model_dir, w / f"{fv.name}.jsonl", fv.n, fv.seed)
     elif fv.step == "student":
         res = truncated_student(model_dir, w / "student_init")
+    elif fv.step == "heldout":
+        res = heldout_kl(w / "pool_heldout", w / "logits_heldout",
+                         {"start (layer-dropped)": w / "student_init",
+                          "after 60 updates": w / "distill" / "student_hf"},
+                         HERE / "results" / "heldout_kl.json")
     else:
         res = kl_curve(w / "distill")
     print(json.dumps(res))

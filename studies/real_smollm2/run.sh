@@ -3,7 +3,7 @@
 #   make real-model && studies/real_smollm2/run.sh [WORKDIR]
 # Every step is a project command (or a step of `python -m studies.real_smollm2`); outputs go
 # to WORKDIR (default checkpoints/real_smollm2, git-ignored); the small records are copied to
-# studies/real_smollm2/results/. About 13 min on 2 CPU cores.
+# studies/real_smollm2/results/. About 15 min on 2 otherwise idle CPU cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${1:-checkpoints/real_smollm2}
@@ -51,5 +51,13 @@ t distill "$PY" -m train.distill --config=prada_jax/configs/distill.py --workdir
   --config.optim.lr=3e-4 --config.optim.warmup_steps=5 --config.log.every=5 \
   --config.log.ckpt_every=60 --config.log.progress=False
 "$PY" -m studies.real_smollm2 --step=curve --workdir="$W"
+# held out: 16 more teacher chats (another seed) that training never saw, same KL, both students
+"$PY" -m studies.real_smollm2 --step=chats --workdir="$W" --n=16 --seed=1 --name=chats_heldout
+rm -rf "$W/pool_heldout" "$W/logits_heldout"
+"$PY" -m prada_jax.distill.pool convert --jsonl="$W/chats_heldout.jsonl" --tokenizer="$M" \
+  --out="$W/pool_heldout" --task=smollm2_arith_chat
+"$PY" -m prada_jax.distill.export --teacher="$M" --pool="$W/pool_heldout" \
+  --out="$W/logits_heldout" --top_k=64 --noprogress
+"$PY" -m studies.real_smollm2 --step=heldout --workdir="$W"
 { echo "{"; first=1; for k in "${!T[@]}"; do [ $first = 1 ] || echo ","; first=0; printf '  "%s_s": %s' "$k" "${T[$k]}"; done; echo; echo "}"; } > "$R/timings.json"
 cat "$R/timings.json"
