@@ -616,7 +616,7 @@ class EdgeEnvNumPy:
         if self.serving:
             for i, u in enumerate(users):
                 if (self.sched == "rsd" and not cfg.get("llm_only", False)
-                        and u.phase == "decide" and not u.scored):
+                        and u.phase == "decide" and not getattr(u, "scored", False)):
                     offered_load += self._begin_score(u, float(noise["fading"][i]), t_old)
                 u.scored = False
         if self.serving:
@@ -632,9 +632,10 @@ class EdgeEnvNumPy:
     # -- the serving server (rules in ``envs.serving``), job by job
     @staticmethod
     def _holds(u: _User) -> bool:
+        if u.phase not in ("service", "score"):
+            return False
         j = u.job
-        return (u.phase in ("service", "score") and j["seq"]
-                and (j["up"] > 0 or j["pf"] > 0 or j["dec"] > 0))
+        return j["seq"] and (j["up"] > 0 or j["pf"] > 0 or j["dec"] > 0)
 
     def _up_demand(self, u: _User) -> float:
         if u.phase not in ("service", "score") or u.job["up"] <= 0:

@@ -9,7 +9,11 @@ Row flags (``row_flags``, from the summary; the measurement rule is ``evals.eval
 state: the row's latencies, which then measure the window and the timeout, are withheld
 everywhere: the table prints ``unstable``, JSON and CSV carry no mean, TensorBoard no tag);
 ``not steady`` when the mean relative drift between the two halves of the window exceeds
-``STEADY_TOL`` in size and its 95 % CI excludes 0.
+``STEADY_TOL`` in size and its 95 % CI excludes 0; ``U binds`` when more than ``BLOCKED_TOL``
+of the arrivals were blocked because all U user slots were full (the population was sized too
+small for the point: its numbers describe the cell, not the server); ``link binds`` when the
+uplink or downlink asked more than the cell's bandwidth in more than ``LINK_TOL`` of the slots
+(serving server).
 """
 from __future__ import annotations
 
@@ -58,6 +62,12 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
                              "units busy", 3, 1.0),
     "bandwidth_bound_share": ("bw binds", "share of slots where a request waits with a unit "
                               "free (its bandwidth does not fit)", 3, 1.0),
+    "uplink_bound_share": ("up binds", "share of slots whose uploads ask more than B_t·τ "
+                           "(serving server; they share the link)", 3, 1.0),
+    "downlink_bound_share": ("down binds", "share of slots whose downloads ask more than "
+                             "B_t·τ (serving server)", 3, 1.0),
+    "server_batch": ("batch", "mean sequences in the server's decode batch per slot (serving "
+                     "server)", 1, 1.0),
 }
 TABLE_METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
                  "queueing_s", "offload_rate", "server_util", "outage_rate", "blocked_rate",
@@ -69,12 +79,19 @@ LATENCY_METRICS = ("latency_mean_s", "latency_p95_s", "processing_s", "communica
 #: excludes 0): 10 %.
 STEADY_TOL = 0.10
 UNSTABLE, NOT_STEADY = "unstable", "not steady"
+U_BINDS, LINK_BINDS = "U binds", "link binds"
+#: Largest share of arrivals a row may lose to a full population before it is flagged: 0.1 %.
+BLOCKED_TOL = 0.001
+#: Largest share of slots in which a link may be over-asked before the row is flagged: 1 %.
+LINK_TOL = 0.01
 
 
 def row_flags(row: Mapping[str, stats.MeanCI]) -> list[str]:
     """Flags of one summarised row (see the module docstring): ``unstable`` if mean ρ ≥ 1,
     ``not steady`` if |mean drift| > ``STEADY_TOL`` and its CI excludes 0 (with one seed,
-    no CI: the size alone). Rows without ρ / drift (older results) get none."""
+    no CI: the size alone), ``U binds`` if the mean blocked share > ``BLOCKED_TOL``,
+    ``link binds`` if a link was over-asked in > ``LINK_TOL`` of the slots. Rows without these
+    metrics (older results) get none of their flags."""
     out = []
     rho = row.get("rho")
     if rho is not None and math.isfinite(rho.mean) and rho.mean >= 1.0:
@@ -83,6 +100,12 @@ def row_flags(row: Mapping[str, stats.MeanCI]) -> list[str]:
     if dr is not None and math.isfinite(dr.mean) and abs(dr.mean) > STEADY_TOL:
         if not math.isfinite(dr.half_width) or dr.low > 0 or dr.high < 0:
             out.append(NOT_STEADY)
+    bl = row.get("blocked_rate")
+    if bl is not None and math.isfinite(bl.mean) and bl.mean > BLOCKED_TOL:
+        out.append(U_BINDS)
+    links = [row.get(k) for k in ("uplink_bound_share", "downlink_bound_share")]
+    if any(v is not None and math.isfinite(v.mean) and v.mean > LINK_TOL for v in links):
+        out.append(LINK_BINDS)
     return out
 
 

@@ -391,6 +391,11 @@ def define_input_flags(env_note: str = "") -> None:
                         f"{', '.join(latency.PAIRS)}, or a .json file of two profiles "
                         "(docs/latency.md). Default: the policy run's (env.hardware; paper "
                         f"for runs stored without one), else {latency.CONFIG_PAIR}.", **kw)
+    flags.DEFINE_enum("server_model", None, list(edge.SERVER_MODELS), "server of a roofline "
+                      "pair: serving (continuous batching, chunked prefill, the online PRM as a "
+                      "server job; envs.serving) or legacy (the server before issue 41). "
+                      "Default: the policy run's (env.server_model; legacy for runs stored "
+                      "without one), else serving.", **kw)
 
 
 class FlagInputs(NamedTuple):
@@ -412,6 +417,9 @@ def inputs_from_flags(F) -> FlagInputs:
     if hardware is not None:
         check_hardware(hardware, "--hardware")
         overrides["hardware"] = hardware
+    server_model = getattr(F, "server_model", None)
+    if server_model is not None:
+        overrides["server_model"] = server_model
     policy, mult, dual_info, traces = load_inputs(F.policy, F.step, F.dual, F.traces,
                                                   F.problems, F.trace_seed, split=F.split)
     env_kw = env_kwargs_from(policy.config if policy else None, overrides)
@@ -456,12 +464,14 @@ def env_kwargs_from(config: Any | None, overrides: dict) -> dict:
     flags). A ``hardware`` override other than the policy's prints one ``note:`` line on
     stderr (the policy is evaluated under a clock it was not trained under)."""
     kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0, beta=0.02,
-              tau_s=0.05, hardware=latency.CONFIG_PAIR)   # β, pair: the configs' defaults
+              tau_s=0.05, hardware=latency.CONFIG_PAIR,
+              server_model="serving")   # β, pair, server: the configs' defaults
     if config is not None:
         env = config.env
         kw["hardware"] = latency.DEFAULT_PAIR   # a run stored without a pair ran the paper clock
+        kw["server_model"] = "legacy"           # ... and without a server model, the legacy one
         for k in ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s",
-                  "hardware"):
+                  "hardware", "server_model"):
             if k in env:
                 kw[k] = type(kw[k])(env[k])
         hw = overrides.get("hardware")

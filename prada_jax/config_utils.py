@@ -75,6 +75,8 @@ ADDED_FIELDS: dict[str, AddedField] = {
     "env.split": AddedField("all", ("ppo", "dual"), "3494956 (config.env.split)"),
     # before hardware pairs every run used the paper's FLOP clock
     "env.hardware": AddedField("paper", ("ppo", "dual"), "6bf8362 (hardware pairs)"),
+    # before the serving server (issue 41) a roofline pair ran the legacy batching server
+    "env.server_model": AddedField("legacy", ("ppo", "dual"), "issue 41 (serving server)"),
     # stage 2 before scenario schedules: the stationary load, no time-varying schedule
     "env.scenario": AddedField("nominal", ("dual",), "1eb8ad0 (per-scenario stage 2)"),
     "env.scenario_length": AddedField(1200, ("dual",), "1eb8ad0 (per-scenario stage 2)"),

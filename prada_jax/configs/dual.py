@@ -58,6 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.tau_s = 0.05              # slot length τ [s]
     c.env.hardware = latency.CONFIG_PAIR  # (edge, server) pair of the clock: A100 + Orin INT4
                                     # (prada_jax.latency.PAIRS or a .json file; docs/latency.md)
+    c.env.server_model = "serving"  # "serving" (envs.serving) or "legacy" (before issue 41)
     c.env.max_wait_slots = 20       # a request that waited this many slots is kept local
     c.env.reward_mode = "true"      # "coarse" or "true" (the env's reward; logged only; the
                                     # policy's training reward is read from its metadata)

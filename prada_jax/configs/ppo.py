@@ -56,6 +56,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.hardware = latency.CONFIG_PAIR  # (edge, server) pair of the clock: A100 + Orin INT4
                                     # (prada_jax.latency.PAIRS or a .json file; docs/latency.md):
                                     # "paper" = the FLOP-only clock, fixed-slot server jobs
+    c.env.server_model = "serving"  # server of a roofline pair: "serving" (continuous batching,
+                                    # chunked prefill; envs.serving) or "legacy" (before
+                                    # issue 41); docs/latency.md
     c.env.pass_gain = True          # nominations carry the critic's ΔQ (EdgeAction)
     c.env.toy_threshold = 0.3       # toy env: nominate pays feat[0] − threshold
 

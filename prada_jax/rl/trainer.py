@@ -151,7 +151,7 @@ def build_env(config, traces=None):
         traces, info = load_traces(config)
     kw = dict(num_users=int(config.env.num_users), reward_mode=config.env.reward_mode,
               beta=float(config.env.beta), tau_s=float(config.env.tau_s),
-              hardware=hardware_of(config))
+              hardware=hardware_of(config), server_model=str(config.env.server_model))
     if config.env.contention:
         kw.update(scheduler=config.env.scheduler, num_servers=int(config.env.num_servers),
                   bandwidth_hz=float(config.env.bandwidth_hz),

@@ -154,7 +154,7 @@ def build_env_params(config, traces, reward_mode: str | None = None):
         arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
         max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
         policy_reward_mode=reward_mode, scenario=scn,
-        hardware=str(e.hardware),
+        hardware=str(e.hardware), server_model=str(e.server_model),
         **scenarios.latency_overrides({"server_speed": e.server_speed}))
     return params
 

@@ -88,7 +88,8 @@ def _without(tree: dict, fields) -> dict:
 
 # Added fields whose default in today's config differs from the behaviour of a run stored
 # before them (every other added field's default IS the old behaviour).
-CHANGED_DEFAULTS = {"env.split", "env.hardware", "eval.env_chunks", "sampler.auto_gap_max"}
+CHANGED_DEFAULTS = {"env.split", "env.hardware", "env.server_model", "eval.env_chunks",
+                    "sampler.auto_gap_max"}
 
 
 @pytest.mark.parametrize("kind", ["ppo", "dual", "distill"])

@@ -1,0 +1,146 @@
+"""Capacity of the serving server, closed form beside the env: the numbers of docs/latency.md.
+
+    python -m benchmarks.serving_capacity [--pair a100_orin_int4] [--m 4,32,64,128,256,kv]
+                                          [--seeds 2] [--json FILE]
+
+For the server LLM alone (a resident sequence per user: prefill the question, decode the whole
+solution, download its last step) on the *synthetic* gsm8k preset (test split problems of the
+generator, 256 problems):
+
+* ``closed users/s``: ``1 / E[latency.job_load_s]`` over problems (each user's share of the
+  full-batch decode steps + its prefill's stall of one step), the capacity at ρ = 1;
+* ``env users/s``: completions per second of the env overloaded at 1.3× that rate (U = M + 128
+  user slots, arrivals beyond U blocked), slots 400-2000 of ``--seeds`` runs;
+* ``slot-adjusted``: the closed form less the ≈ 1.5 slots per user a sequence idles at the
+  env's slot granularity (``closed / (1 + 1.5·τ·closed / M)``);
+* the RSD baseline's online PRM (Qwen2.5-Math-PRM-7B shape, no prefix cache) per user: its
+  scoring passes' server-seconds (``job_load_s`` of every step's pass along the SLM's branch,
+  every step scored) and the share of the GPU it would take at the LLM alone's capacity.
+
+``kv`` in ``--m`` is the KV bound of the pair at the longest sequence (``edge.max_num_servers``).
+"""
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+
+from envs import edge
+from prada_jax import cli
+from prada_jax import latency as lat
+from prada_jax.errors import BadInput
+from prada_jax.traces import synthetic
+
+TAU = 0.05
+
+
+def closed_form(traces, lp, m: int) -> tuple[float, float]:
+    """(LLM alone users/s at ρ = 1, mean PRM server-seconds per RSD user) at M = m."""
+    path = edge.llm_path(traces)
+    root = np.asarray(traces.root)
+    ctx = np.asarray(traces.ctx_tokens)[root]
+    dec = np.asarray(path.tokens)[root]
+    pf = lat.roofline_prefill_flops(lp.llm, ctx, 0.0)
+    load = np.asarray(lat.job_load_s(lp.llm, lp.server_hw, pf, dec, ctx, m))
+    # RSD: one PRM pass per step along the SLM's branch (the draft kept), context + draft.
+    child = np.asarray(traces.child)
+    term = np.asarray(traces.terminal).astype(bool)
+    fb = np.asarray(traces.fallback)
+    tok = np.asarray(traces.cand_tokens)
+    allctx = np.asarray(traces.ctx_tokens)
+    w_prm = lat.model_weight_bytes(lp.prm, lp.server_hw)
+    prm = []
+    for r in root.tolist():
+        n, total = r, 0.0
+        while True:
+            t = float(allctx[n] + tok[n, 0])
+            f = lat.roofline_prefill_flops(lp.prm, t, 0.0)
+            total += float(lat.job_load_s(lp.llm, lp.server_hw, f, 0.0, t, m,
+                                          extra_weight_bytes=w_prm))
+            if term[n, 0]:
+                break
+            n = int(child[n, 0]) if child[n, 0] >= 0 else int(fb[n])
+        prm.append(total)
+    return 1.0 / float(load.mean()), float(np.mean(prm))
+
+
+def env_throughput(traces, pair: str, m: int, rate: float, seeds: int,
+                   slots: int = 2000, warm: int = 400) -> float:
+    users = m + 128
+    params = edge.make_params(traces, num_users=users, hardware=pair, num_servers=m,
+                              scheduler="offload_all", llm_only=True, server_kv_cache=True,
+                              max_wait_slots=10 ** 6, arrival_rate_hz=rate, initial_users=0)
+
+    def one(key):
+        _, s = edge.reset(key, params)
+
+        def body(s, t):
+            _, s, _, d, _ = edge.step(jax.random.fold_in(key, t), s,
+                                      jnp.ones(users, jnp.int32), params)
+            return s, jnp.where(t >= warm, jnp.sum(d.astype(jnp.float32)), 0.0)
+        _, ys = jax.lax.scan(body, s, jnp.arange(slots))
+        return jnp.sum(ys)
+    done = jax.device_get(jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(3), seeds)))
+    return float(np.sum(done)) / ((slots - warm) * TAU * seeds)
+
+
+def run(pair: str, ms, seeds: int = 2) -> dict:
+    traces, _ = synthetic.generate("gsm8k", seed=0, problems=256)
+    probe = edge.make_params(traces, num_users=1, hardware=pair, num_servers=1)
+    lp = probe.latency
+    kv = edge.max_num_servers(lp, traces, "serving")
+    rows = []
+    for m in ms:
+        m = kv if m == "kv" else int(m)
+        cap, prm_s = closed_form(traces, lp, m)
+        adj = cap / (1.0 + 1.5 * TAU * cap / m)
+        thr = env_throughput(traces, pair, m, 1.3 * cap, seeds)
+        rows.append(dict(num_servers=m, closed_users_per_s=cap, slot_adjusted=adj,
+                         env_users_per_s=thr, env_over_adjusted=thr / adj,
+                         prm_server_s_per_user=prm_s, prm_gpu_share_at_capacity=prm_s * cap))
+    return dict(pair=pair, kv_bound=kv, rows=rows, seeds=seeds,
+                traces="synthetic gsm8k (256 problems)")
+
+
+def table(res: dict) -> str:
+    out = [f"pair {res['pair']}, KV bound {res['kv_bound']} sequences, {res['traces']}",
+           "| M | closed users/s | slot-adjusted | env users/s | env / adjusted | "
+           "PRM server-s per RSD user | PRM's GPU share at that rate |",
+           "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        out.append(f"| {r['num_servers']} | {r['closed_users_per_s']:.1f} | "
+                   f"{r['slot_adjusted']:.1f} | {r['env_users_per_s']:.1f} | "
+                   f"{r['env_over_adjusted']:.3f} | {r['prm_server_s_per_user']:.3f} | "
+                   f"{r['prm_gpu_share_at_capacity']:.2f} |")
+    return "\n".join(out)
+
+
+def _define_flags():
+    flags.DEFINE_string("pair", lat.CONFIG_PAIR, "hardware pair (a roofline pair).")
+    flags.DEFINE_list("m", ["4", "32", "64", "128", "256", "kv"], "max_num_seqs values "
+                      "(kv: the KV bound).")
+    flags.DEFINE_integer("seeds", 2, "env runs per M.", lower_bound=1)
+    flags.DEFINE_string("json", None, "write the results here as JSON.")
+
+
+def main(argv):
+    del argv
+    F = flags.FLAGS
+    if F.pair == lat.PAPER:
+        raise BadInput("--pair: the serving server needs a roofline pair, not paper")
+    lat.check_pair(F.pair, "--pair")
+    for m in F.m:
+        if m != "kv" and not (m.isdigit() and int(m) >= 1):
+            raise BadInput(f"--m: positive integers or 'kv', got {m!r}")
+    res = run(F.pair, F.m, F.seeds)
+    print(table(res))
+    if F.json:
+        with open(F.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    cli.run(main, define_flags=_define_flags)
