@@ -5,12 +5,14 @@ Kept free of flags so ``train.main`` and ``evals.sweep`` call the same functions
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
+import jax
 import numpy as np
 from absl import flags
 
@@ -172,10 +174,6 @@ def params_sha256(params: Any) -> str:
     """sha256 of a parameter pytree's content: every leaf's tree path, dtype, shape and bytes,
     in tree order. The same restored parameters give the same hash wherever the run folder is
     stored (copied, moved, on another machine)."""
-    import hashlib
-
-    import jax
-
     h = hashlib.sha256()
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
         a = np.ascontiguousarray(np.asarray(leaf))

@@ -261,7 +261,7 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
     the dict (module docstring). Checks every input before writing anything."""
     from evals import stage2 as s2
-    from evals import suite
+    from evals import suite  # lazy: imports jax; --help stays light
     from evals.stage2 import hier
     from prada_jax.jsonio import write_json
 

@@ -37,7 +37,9 @@ import math
 import time
 from pathlib import Path
 
-from prada_jax.jsonio import write_json
+from prada_jax.config_utils import SEED_MAX
+from prada_jax.errors import BadInput
+from prada_jax.jsonio import read_json, write_json
 
 MARGIN = 0.02          # non-inferiority margin of rules (a) and (d) [task success]
 SPEED_MIN = 4.0        # rule (b): OPD / ReOPD rollout seconds per supervised turn
@@ -522,8 +524,6 @@ MAX_STUDY_SEEDS = 1000
 
 
 def _range(text: str, flag: str) -> tuple:
-    from prada_jax.config_utils import SEED_MAX
-    from prada_jax.errors import BadInput
     try:
         a, _, b = text.partition("-")
         lo, hi = int(a), int(b or a)
@@ -562,8 +562,6 @@ def check_study_folder(out: Path, kind: str) -> dict:
     one) a folder holding the kg study's ``fingerprint.json``. The two ReOPD studies wrote
     into each other's folders (replacing ``study.json`` and ``report.md``). Returns the stored
     ``study.json`` ({} when there is none). Raises ``BadInput`` naming ``--out`` and the file."""
-    from prada_jax.errors import BadInput
-    from prada_jax.jsonio import read_json
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out={out}: exists and is not a folder")
