@@ -179,6 +179,7 @@ def main(argv):
         raise BadInput(f"--policy={F.policy}: no such policy folder")
     if not F.out:
         raise BadInput("--out is required (a JSON file)")
+    config_utils.check_output_file(F.out, "--out")   # a folder there: refused before measuring
     if F.seeds < 2:
         raise BadInput(f"--seeds must be >= 2, got {F.seeds}")
     cands = parse_candidates(F.candidates)
