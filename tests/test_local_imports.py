@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("prada_jax", "envs", "evals", "train", "benchmarks", "studies")
 #: Unmarked function-local imports allowed today; lower it as the count falls, never raise it.
-CEILING = 259
+CEILING = 258
 MARK = "# lazy:"
 
 

@@ -32,9 +32,14 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from prada_jax import cli
+from prada_jax.distill.logits_store import TeacherLogits
+from prada_jax.distill.losses import forward_kl_topk
+from prada_jax.distill.pool import load_pool
 from prada_jax.errors import BadInput
+from prada_jax.lm.hf import load_hf
 
 HERE = Path(__file__).resolve().parent
 MODEL = "SmolLM2-135M-Instruct"
@@ -110,8 +115,6 @@ def teacher_chats(model_dir: Path, out: Path, n: int, seed: int = 0,
 
 def truncated_student(model_dir: Path, out: Path, layers: Sequence[int] = STUDENT_LAYERS) -> dict:
     """The layer-dropped student HF folder (module docstring)."""
-    from safetensors.numpy import load_file, save_file
-
     src = load_file(str(model_dir / "model.safetensors"))
     keep = {}
     for k, v in src.items():
@@ -132,6 +135,7 @@ def truncated_student(model_dir: Path, out: Path, layers: Sequence[int] = STUDEN
 
 def kl_curve(run_dir: Path, out_dir: Path = HERE / "results") -> dict:
     """``distill/kl`` (and ``distill/loss``) by update from ``<run_dir>/tb``."""
+    # lazy: tensorboard's reader only for this step
     from tensorboard.backend.event_processing import event_accumulator
 
     acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
@@ -164,11 +168,6 @@ def heldout_kl(pool_dir: Path, logits_dir: Path, students: dict, out: Path,
     teacher on the agent tokens of a pool none of them trained on, per student folder."""
     import jax.numpy as jnp  # lazy: only this step runs a model
     from flax import nnx  # lazy: only this step runs a model
-
-    from prada_jax.distill.logits_store import TeacherLogits
-    from prada_jax.distill.losses import forward_kl_topk
-    from prada_jax.distill.pool import load_pool
-    from prada_jax.lm.hf import load_hf
 
     pool = load_pool(pool_dir)
     store = TeacherLogits.open(logits_dir, require_complete=True)
