@@ -42,6 +42,12 @@ Model (every choice below is an assumption where the PRADA paper is silent):
   (bounded by the server's KV memory), and a job progresses each slot at the rate the current
   batch allows (``_serve_slot``): upload, prefill (all prefills of a slot stall the batch),
   decode at ``decode_step_s(b, Σ contexts)``, download; it ends when its work is done.
+* Server model of a roofline pair (``make_params(server_model=...)``, static): ``serving`` (the
+  default) is the continuous-batching server of ``envs.serving`` (M concurrent sequences, each
+  held until its last token; chunked prefill in a per-iteration token budget; the LLM alone
+  keeps one resident sequence for its whole solution; the RSD baseline's PRM runs on the server
+  as a SCORE job before each decision; uploads and downloads share the cell's links by
+  processor sharing); ``legacy`` the batching server above (results before issue 41).
 
 With ``U = 1``, ``arrival_rate_hz = 0``, ``initial_users = 1``, unlimited M and B, no outage
 (``snr_threshold_db = -inf``) and the ``offload_all`` scheduler, one episode is the single-user

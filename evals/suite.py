@@ -431,6 +431,16 @@ def inputs_from_flags(F) -> FlagInputs:
     return FlagInputs(policy, mult, dual_info, traces, env_kw)
 
 
+def users_for(rate_hz: float, worst_latency_s: float, margin: float = 1.25) -> int:
+    """User slots U a population needs so that arrivals at ``rate_hz`` are (almost) never
+    blocked while users stay up to ``worst_latency_s`` (Little's law with a margin):
+    ``ceil(margin · λ · L / 64) · 64``, at least 16. An evaluation that sizes U this way and
+    still blocks arrivals has users staying longer than ``worst_latency_s`` (an overloaded
+    row), which its ``U binds`` flag shows."""
+    need = margin * max(float(rate_hz), 0.0) * max(float(worst_latency_s), 0.0)
+    return max(16, int(math.ceil(need / 64.0)) * 64)
+
+
 def check_env_overrides(overrides: dict) -> None:
     """Refuses scenario flags that cannot describe an env: U, M, B, λ must be > 0 and β >= 0
     (finite), U and M at most ``MAX_ENV_COUNT``; ``EvalError`` naming the flag. ``None``

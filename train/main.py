@@ -105,12 +105,15 @@ def settings_for(mode: str, seeds: int | None = None,
         "ppo_variant": "",                 # prada_jax/configs/ppo.py variant
         # demo: the ppo.py default sizes with 150 instead of 300 updates (compile-dominated
         # on CPU; see docs/evals.md for timings)
-        "ppo_overrides": {"ppo.total_env_steps": 16 * 64 * 150},
+        # The demo's scenario stays the legacy server's (issue 41): its table is the README's
+        # old-scenario headline until the capacity headline (issue 42) replaces it; the
+        # serving server is the configs' default everywhere else.
+        "ppo_overrides": {"ppo.total_env_steps": 16 * 64 * 150, "env.server_model": "legacy"},
         # Critic refit for the final actor (prada_jax.rl.critic_refit); None: use the PPO
         # critic as trained (docs/dual.md, "Stage-1 critic calibration").
         "critic_refit": {"fit_states": 20000, "eval_states": 2000, "steps": 2000, "seed": 0},
         "dual_variant": "",
-        "dual_overrides": {},
+        "dual_overrides": {"env.server_model": "legacy"},
         # Every evaluation: empty start, the cohort arriving in [warmup, slots), a drain of
         # drain_slots after it (the timeout of a measured user: drain_slots·τ = 20 s).
         "eval": {"seeds": seeds or 5, "slots": 2000, "warmup_slots": 200, "drain_slots": 400},
@@ -136,7 +139,7 @@ def settings_for(mode: str, seeds: int | None = None,
     }
     if mode == "smoke":
         s.update(summary_problems=40, train_problems=60, ppo_variant="smoke",
-                 ppo_overrides={}, dual_variant="smoke",
+                 ppo_overrides={"env.server_model": "legacy"}, dual_variant="smoke",
                  critic_refit={"fit_states": 200, "eval_states": 100, "steps": 50, "seed": 0})
         s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40}
         s["curve"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40,
@@ -148,7 +151,8 @@ def settings_for(mode: str, seeds: int | None = None,
         s["stage2"] = None  # tests run evals.stage2 on their own
         s["calibration"] = {"problems": 40, "stress_miscalibration": None}
     elif mode == "full":
-        s.update(ppo_overrides={}, dual_overrides={},
+        s.update(ppo_overrides={"env.server_model": "legacy"},
+                 dual_overrides={"env.server_model": "legacy"},
                  critic_refit={"fit_states": 40000, "eval_states": 6000, "steps": 4000,
                                "seed": 0})
         s["eval"] = {"seeds": seeds or 5, "slots": 4000, "warmup_slots": 400,

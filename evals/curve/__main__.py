@@ -67,6 +67,18 @@ def main(argv):
         suite.check_hardware(pair, "--pairs")
     curve.pair_tags(pairs)   # two pair files drawn under one name: refused now, not at the end
     policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
+    if FLAGS.num_users is None and env_kw.get("server_model") == "serving" and all(
+            p != lat.PAPER for p in pairs):
+        # Size the population from the largest arrival rate and the timeout (the worst
+        # latency a measured user has), not by hand; a point that still blocks is flagged.
+        worst = FLAGS.drain_slots * float(env_kw.get("tau_s", 0.05))
+        env_kw["num_users"] = suite.users_for(max(loads) * env_kw["num_servers"], worst)
+        print(f"note: U = {env_kw['num_users']} user slots, sized for λ = "
+              f"{max(loads) * env_kw['num_servers']:g}/s and a {worst:g} s timeout "
+              "(--num_users overrides)", file=sys.stderr, flush=True)
+        if env_kw["num_users"] > suite.MAX_ENV_COUNT:
+            raise BadInput(f"--loads: the largest load needs U = {env_kw['num_users']} user "
+                           f"slots (more than {suite.MAX_ENV_COUNT}); pass --num_users")
     if policy is None:
         raise BadInput("--policy: the curve's PRADA row needs a train.ppo run directory")
     out = config_utils.check_output_dir(   # before the evaluation, not after it

@@ -272,3 +272,25 @@ def test_littles_law_at_steady_state(gsm8k):
     np.testing.assert_allclose(in_flight / slots, arrivals_per_s * mean_lat, rtol=0.05)
     rho = out[:, 3].sum() / (64 * secs * out.shape[0])
     assert 0.4 < rho < 0.6 and out[:, 4].sum() == 0
+
+
+def test_rsd_prm_shows_in_load_and_latency():
+    """RSD that never calls the LLM (threshold 0: every draft kept) still runs a PRM pass per
+    step on the server: prefill tokens on the server, offered load > 0 and users slower than
+    All-SLM (keep_local) on the same randomness. Fails if the PRM costs the server nothing."""
+    kw = dict(num_users=U, hardware=PAIR, num_servers=4, arrival_rate_hz=6.0, initial_users=U)
+    rsd = edge.make_params(TRACES, scheduler="rsd", rsd_threshold=0.0, **kw)
+    slm = edge.make_params(TRACES, scheduler="keep_local", **kw)
+    keys = jax.random.split(jax.random.key(1), 1)
+    screens = np.zeros((1, 150, U), np.int32)
+    gains = np.zeros((1, 150, U), np.float32)
+    out = {}
+    for name, p in (("rsd", rsd), ("slm", slm)):
+        *_, (_, _, d, info) = jax.device_get(rollout(keys, p, screens, gains))
+        lat_s = np.asarray(info["user_latency_s"])[np.asarray(d)]
+        out[name] = (lat_s.mean(), np.asarray(info["prefill_tokens"]).sum(),
+                     np.asarray(info["offered_job_s"]).sum(), np.asarray(info["decision"]))
+    assert out["rsd"][1] > 0 and out["rsd"][2] > 0
+    assert out["slm"][1] == 0 and out["slm"][2] == 0
+    assert not np.any(out["rsd"][3] == edge.IMMEDIATE)      # the LLM never ran
+    assert out["rsd"][0] > out["slm"][0]

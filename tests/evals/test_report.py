@@ -63,3 +63,18 @@ def test_tb_scalars_leave_out_undefined_values():
     assert sc["eval/PRADA/accuracy"] == pytest.approx(0.85)
     assert "eval/PRADA/accuracy_ci95" not in sc      # one seed: no interval
     assert all(np.isfinite(v) for v in sc.values())
+
+
+def test_u_binding_and_link_binding_are_flagged():
+    """A row that lost more than BLOCKED_TOL of its arrivals to a full population is flagged
+    ``U binds``; one whose uplink was over-asked in more than LINK_TOL of its slots ``link
+    binds``; a row below both is not."""
+    from evals import report
+    from prada_jax import stats
+    ok = {"rho": stats.mean_ci([0.5, 0.5]), "blocked_rate": stats.mean_ci([0.0, 0.0005]),
+          "uplink_bound_share": stats.mean_ci([0.0, 0.0])}
+    assert report.row_flags(ok) == []
+    full = dict(ok, blocked_rate=stats.mean_ci([0.01, 0.03]))
+    assert report.U_BINDS in report.row_flags(full)
+    link = dict(ok, uplink_bound_share=stats.mean_ci([0.05, 0.02]))
+    assert report.row_flags(link) == [report.LINK_BINDS]
