@@ -37,13 +37,14 @@ cp "$W/traces/meta.json" "$R/trace_meta.json"
 cp "$W/eval/table.txt" "$R/eval_table.txt"
 
 # 3. distillation smoke: SmolLM2 teacher, a 4-layer student of its tokenizer, offline top-k KL
-t chats "$PY" -m studies.real_smollm2 --step=chats --workdir="$W" --n=48 | tee "$R/chats.json"
+t chats "$PY" -m studies.real_smollm2 --step=chats --workdir="$W" --n=48 > "$R/chats.json"
 rm -rf "$W/pool" "$W/logits" "$W/distill" "$W/student_init"
 "$PY" -m prada_jax.distill.pool convert --jsonl="$W/chats.jsonl" --tokenizer="$M" \
   --out="$W/pool" --task=smollm2_arith_chat
 t export "$PY" -m prada_jax.distill.export --teacher="$M" --pool="$W/pool" --out="$W/logits" \
-  --top_k=64 --noprogress | tee "$R/export.json"
-"$PY" -m studies.real_smollm2 --step=student --workdir="$W" | tee "$R/student.json"
+  --top_k=64 --noprogress > "$R/export.json"
+"$PY" -m studies.real_smollm2 --step=student --workdir="$W" > "$R/student.json"
+cat "$R/chats.json" "$R/export.json" "$R/student.json"
 t distill "$PY" -m train.distill --config=prada_jax/configs/distill.py --workdir="$W/distill" \
   --config.data.pool_dir="$W/pool" --config.data.logits_dir="$W/logits" \
   --config.data.teacher_dir="$M" --config.student.init="$W/student_init" \
