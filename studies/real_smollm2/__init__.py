@@ -218,6 +218,8 @@ def _define(fv) -> None:
     flags.DEFINE_integer("seed", 0, "problem seed (step chats)", flag_values=fv)
     flags.DEFINE_string("name", "chats", "step chats writes <workdir>/<name>.jsonl",
                         flag_values=fv)
+    flags.DEFINE_string("results", str(HERE / "results"), "steps curve and heldout write "
+                        "their records here", flag_values=fv)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -239,8 +241,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res = heldout_kl(w / "pool_heldout", w / "logits_heldout",
                          {"start (layer-dropped)": w / "student_init",
                           "after 60 updates": w / "distill" / "student_hf"},
-                         HERE / "results" / "heldout_kl.json")
+                         Path(fv.results) / "heldout_kl.json")
     else:
-        res = kl_curve(w / "distill")
+        res = kl_curve(w / "distill", Path(fv.results))
     print(json.dumps(res))
     return res

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${1:-checkpoints/real_smollm2}
 PY=${PY:-.venv/bin/python}
-R=studies/real_smollm2/results
+R=${R:-studies/real_smollm2/results}   # the records (override to check a rerun elsewhere)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 mkdir -p "$W" "$R"
 M="$W/SmolLM2-135M-Instruct"
@@ -51,7 +51,7 @@ t distill "$PY" -m train.distill --config=prada_jax/configs/distill.py --workdir
   --config.eval.n_problems=0 --config.train.steps=60 --config.train.batch_size=8 \
   --config.optim.lr=3e-4 --config.optim.warmup_steps=5 --config.log.every=5 \
   --config.log.ckpt_every=60 --config.log.progress=False
-"$PY" -m studies.real_smollm2 --step=curve --workdir="$W"
+"$PY" -m studies.real_smollm2 --step=curve --workdir="$W" --results="$R"
 # held out: 16 more teacher chats (another seed) that training never saw, same KL, both students
 "$PY" -m studies.real_smollm2 --step=chats --workdir="$W" --n=16 --seed=1 --name=chats_heldout
 rm -rf "$W/pool_heldout" "$W/logits_heldout"
@@ -59,6 +59,6 @@ rm -rf "$W/pool_heldout" "$W/logits_heldout"
   --out="$W/pool_heldout" --task=smollm2_arith_chat
 "$PY" -m prada_jax.distill.export --teacher="$M" --pool="$W/pool_heldout" \
   --out="$W/logits_heldout" --top_k=64 --noprogress
-"$PY" -m studies.real_smollm2 --step=heldout --workdir="$W"
+"$PY" -m studies.real_smollm2 --step=heldout --workdir="$W" --results="$R"
 { echo "{"; first=1; for k in "${!T[@]}"; do [ $first = 1 ] || echo ","; first=0; printf '  "%s_s": %s' "$k" "${T[$k]}"; done; echo; echo "}"; } > "$R/timings.json"
 cat "$R/timings.json"
