@@ -475,6 +475,10 @@ CASES: list[Case] = [
     Case("evals.clairvoyant", ("--scenario=nope",), r"nope"),
     Case("evals.stage2", ("--policy={out}", "--out={out}"), r"--policy="),
     Case("evals.stage2", ("--out={out}", "stray"), r"stray"),
+    Case("evals.stage2", ("--quick", "--out={traces_ok}/meta.json/sub"),
+         r"--out=.*meta\.json is not a folder"),
+    Case("evals.stage2", ("--quick", "--num_users=2147483648", "--out={out}"),
+         r"--num_users must lie in \[1, 1048576\]"),
     # evals.calibration
     Case("evals.calibration", ("--traces=nope", "--out={out}"), r"--traces=nope"),
     Case("evals.calibration", ("--bins=0", "--out={out}"), r"--bins"),

@@ -61,13 +61,13 @@ def main(argv):
         raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
     if F.seed0 < 0:
         raise BadInput(f"--seed0 must be >= 0, got {F.seed0}")
-    if F.num_users is not None and F.num_users < 1:
-        raise BadInput(f"--num_users must be >= 1, got {F.num_users}")
+    from evals.suite import MAX_ENV_COUNT  # lazy: imports jax; --help stays light
+    if F.num_users is not None and not 1 <= F.num_users <= MAX_ENV_COUNT:
+        raise BadInput(f"--num_users must lie in [1, {MAX_ENV_COUNT}], got {F.num_users}")
     if F.policy and not Path(F.policy).is_dir():
         raise BadInput(f"--policy={F.policy}: no such run directory")
-    out = Path(F.out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out={F.out} exists and is not a folder")
+    from prada_jax import config_utils  # lazy: with the check below, after the flag checks
+    out = config_utils.check_output_dir(F.out, "--out")   # a file, or under one: refused
     from prada_jax.traces import splits
 
     splits.check_split_name(F.split, "--split")

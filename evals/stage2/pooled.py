@@ -286,9 +286,8 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     if budget is not None:
         s2.check_budget(budget)
     resamples = int(resamples or hier.DEFAULT_RESAMPLES)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out={out} exists and is not a folder")
+    from prada_jax import config_utils  # lazy: --help stays light
+    out = config_utils.check_output_dir(out, "--out")   # a file, or under one: refused
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     grid_cache: dict = {}
