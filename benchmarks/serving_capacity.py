@@ -10,7 +10,8 @@ generator, 256 problems):
 * ``closed users/s``: ``1 / E[latency.job_load_s]`` over problems (each user's share of the
   full-batch decode steps + its prefill's stall of one step), the capacity at ρ = 1;
 * ``env users/s``: completions per second of the env overloaded at 1.3× that rate (U = M + 128
-  user slots, arrivals beyond U blocked), slots 400-2000 of ``--seeds`` runs;
+  user slots, arrivals beyond U blocked) over 1 600 slots after a warm-up of
+  ``max(400, 2·M / (capacity·τ))`` slots (two sequence lifetimes), ``--seeds`` runs;
 * ``slot-adjusted``: the closed form less the ≈ 1.5 slots per user a sequence idles at the
   env's slot granularity (``closed / (1 + 1.5·τ·closed / M)``);
 * the RSD baseline's online PRM (Qwen2.5-Math-PRM-7B shape, no prefix cache) per user: its
@@ -97,7 +98,9 @@ def run(pair: str, ms, seeds: int = 2) -> dict:
         m = kv if m == "kv" else int(m)
         cap, prm_s = closed_form(traces, lp, m)
         adj = cap / (1.0 + 1.5 * TAU * cap / m)
-        thr = env_throughput(traces, pair, m, 1.3 * cap, seeds)
+        # steady state: a sequence lives about M / capacity seconds; warm up two lifetimes
+        warm = max(400, int(2 * m / (cap * TAU)))
+        thr = env_throughput(traces, pair, m, 1.3 * cap, seeds, slots=warm + 1600, warm=warm)
         rows.append(dict(num_servers=m, closed_users_per_s=cap, slot_adjusted=adj,
                          env_users_per_s=thr, env_over_adjusted=thr / adj,
                          prm_server_s_per_user=prm_s, prm_gpu_share_at_capacity=prm_s * cap))
