@@ -89,6 +89,7 @@ def test_dual_config_matches_the_train_dual_command_line(tmp_path):
     argv = ["train.dual", f"--config={REPO / 'prada_jax/configs/dual.py'}:smoke,gsm8k",
             "--config.env.trace_seed=0", "--config.env.problems=60",
             f"--config.policy_dir={tmp_path / 'ppo'}"]
+    argv += [f"--config.{k}={v}" for k, v in s["dual_overrides"].items()]
     argv += [f"--config.env.{k}={v}" for k, v in env_kw.items()]
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
