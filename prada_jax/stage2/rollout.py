@@ -5,6 +5,13 @@ prices every slot with ``mult_fn(prices, batch)``, where ``prices`` is whatever 
 (a learner state, ``prada_jax.stage2.learner``, or a fixed pair, :func:`fixed_prices`), and,
 with ``learn_fn``, updates ``prices`` after every slot on the E envs' slots (the online
 learner modes).
+
+Measurement (the rule of ``evals``, ``prada_jax.stage2.measure``): every rollout starts from an
+empty system (``initial_users = 0`` whatever the params say), and each slot reports who
+resolved in it — users finished within the timeout (``ok_*``), users unfinished ``timeout_slots``
+after their arrival (``timed_out``) and blocked arrivals — so that every arrival is counted
+once, failures at the timeout. Before issue 41 rollouts started with U users and reported only
+finished users.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from envs import edge
+from prada_jax.stage2.measure import DEFAULT_TIMEOUT_SLOTS, resolve
 from prada_jax.stage2.problem import Multipliers, SlotBatch, env_slot
 
 #: Bandwidth unit (Hz) in which a fixed pair holds µ: the learner's default ``bw_scale_hz``,
@@ -58,8 +66,10 @@ def fixed_mult_fn(prices: jax.Array, batch: SlotBatch) -> Multipliers:
 
 def init_rollout(key, env_params, num_envs: int, init_prices: Callable[[jax.Array], Any]
                  ) -> RolloutCarry:
-    """Resets ``num_envs`` edge envs; ``prices = init_prices(k)`` with its own key ``k``."""
+    """Resets ``num_envs`` edge envs, empty (``initial_users = 0``, as ``evals`` starts every
+    run); ``prices = init_prices(k)`` with its own key ``k``."""
     k_prices, k_reset, k_next = jax.random.split(key, 3)
+    env_params = env_params.replace(initial_users=jnp.zeros_like(env_params.initial_users))
     obs, env_state = jax.vmap(edge.reset, in_axes=(0, None))(
         jax.random.split(k_reset, num_envs), env_params)
     return RolloutCarry(env_state=env_state, obs=obs, prices=init_prices(k_prices),
@@ -67,7 +77,8 @@ def init_rollout(key, env_params, num_envs: int, init_prices: Callable[[jax.Arra
 
 
 def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
-                 learn_fn: Callable | None = None):
+                 learn_fn: Callable | None = None,
+                 timeout_slots: int = DEFAULT_TIMEOUT_SLOTS):
     """``rollout(carry, env_params) -> (carry, out)``: ``rollout_len`` slots of E envs.
 
     Every env runs its scheduler (``env_params.scheduler``, the threshold rule for stage 2)
@@ -78,9 +89,21 @@ def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
     ``out``: ``batch`` SlotBatch [T, E, U], ``x`` SchedInputs [T, E, U], ``lambda_s``/``mu``
     [T, E] used, ``reward`` [T, E] (sum over users), and per-slot env metrics [T, E]
     (``server_in_use``, ``bandwidth_in_use_hz``, ``queue_len``, ``finished``, ``correct``,
-    ``latency_s`` (sum over finished users), ``blocked``), and the env's own
-    ``decision`` / ``outage`` [T, E, U] (after its enforcement).
+    ``latency_s`` (sum over finished users, whatever their latency), ``blocked``), and the
+    env's own ``decision`` / ``outage`` [T, E, U] (after its enforcement).
+
+    Every arrival counted (``prada_jax.stage2.measure.resolve``, timeout D = ``timeout_slots``):
+    ``arrivals`` [T, E] (blocked included), ``ok`` / ``ok_correct`` / ``ok_latency_s`` [T, E]
+    (users finished within D slots of their arrival: count, correct answers, latency sum),
+    ``timed_out`` [T, E] (users still unfinished D slots after their arrival), and per user
+    [T, E, U] ``user_ok``, ``user_correct``, ``user_latency_s`` and ``user_arrival_slot``
+    (the arrival slot before the step: an arrival counted in slot s has s + 1) for a cohort
+    measurement (``prada_jax.stage2.gap.rollout_stats``).
     """
+    if int(timeout_slots) < 1:
+        raise ValueError(f"timeout_slots must be >= 1, got {timeout_slots}")
+    timeout_slots = int(timeout_slots)
+
     def _one_env(key, env_state, obs, prices, env_params):
         k_noise, k_pol = jax.random.split(key)
         noise = edge.draw_noise(k_noise, env_params)
@@ -88,7 +111,11 @@ def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
         cs, batch = env_slot(env_state, action, env_params, noise)
         mult = mult_fn(prices, batch)
         p = env_params.replace(lambda_s=mult.lambda_s, mu=mult.mu)
+        t, active, arrival_slot = env_state.t, env_state.active, env_state.arrival_slot
         obs, env_state, reward, done, info = edge.step_with_noise(env_state, action, p, noise)
+        ok, timed_out = resolve(t, active, arrival_slot, done, info["user_latency_s"],
+                                env_params.tau_s, timeout_slots)
+        n = lambda m: jnp.sum(m.astype(jnp.int32))  # noqa: E731
         stats = dict(reward=jnp.sum(reward), server_in_use=info["server_in_use"],
                      bandwidth_in_use_hz=info["bandwidth_in_use_hz"],
                      queue_len=info["queue_len"], blocked=info["blocked"],
@@ -96,7 +123,12 @@ def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
                      correct=jnp.sum(info["user_correct"].astype(jnp.int32)),
                      latency_s=jnp.sum(info["user_latency_s"]),
                      decision=info["decision"], outage=info["outage"],
-                     lambda_s=mult.lambda_s, mu=mult.mu)
+                     lambda_s=mult.lambda_s, mu=mult.mu,
+                     arrivals=info["arrivals"], ok=n(ok),
+                     ok_correct=n(ok & info["user_correct"]),
+                     ok_latency_s=jnp.sum(jnp.where(ok, info["user_latency_s"], 0.0)),
+                     timed_out=n(timed_out), user_ok=ok, user_correct=info["user_correct"],
+                     user_latency_s=info["user_latency_s"], user_arrival_slot=arrival_slot)
         return env_state, obs, batch, cs.x, stats
 
     def _slot(carry: RolloutCarry, env_params):

@@ -44,6 +44,7 @@ from prada_jax.rl import policy as rl_policy
 from prada_jax.rl.greedy import NOMINATE_BY
 from prada_jax.stage2 import files, gap, learner
 from prada_jax.stage2.learner import DualConfig
+from prada_jax.stage2.measure import DEFAULT_TIMEOUT_SLOTS, censored_means
 from prada_jax.stage2.nominate import make_ppo_policy, make_trace_rule_policy
 from prada_jax.stage2.problem import LOAD_FEATURES, Multipliers, excess_demand, weighted_mean
 from prada_jax.stage2.rollout import RolloutCarry, cached, init_rollout, make_rollout
@@ -263,9 +264,13 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
     takes ``sgd_steps`` optax steps on the relaxed long-run dual objective of all T·E
     collected slots. ``metrics`` (scalars): ``learner.metrics`` on the collected slots after
     learning, plus ``env/reward_per_slot`` (sum over users, mean over envs and slots),
-    ``env/server_in_use``, ``env/bandwidth_in_use_hz``, ``env/queue_len``, ``env/finished``,
-    ``env/accuracy`` and ``env/latency_s`` (over users finished in this chunk; NaN if none),
-    ``env/blocked``, ``dual/candidates_per_slot``, and ``dual/rollout_*``: the multipliers each
+    ``env/server_in_use``, ``env/bandwidth_in_use_hz``, ``env/queue_len``, and per arrival,
+    by the rule of ``evals`` (``prada_jax.stage2.measure``; the envs start empty):
+    ``env/accuracy`` and ``env/latency_s`` over the users resolved in this chunk — finished
+    within the timeout D (``measure.DEFAULT_TIMEOUT_SLOTS``), unfinished D slots after
+    arriving, or blocked — the last two at accuracy 0 and latency D·τ (NaN if none resolved);
+    ``env/finished`` (within D), ``env/timed_out``, ``env/blocked``, ``env/arrivals`` (counts
+    in the chunk), ``dual/candidates_per_slot``, and ``dual/rollout_*``: the multipliers each
     slot actually ran with and the long-run occupancy excess (before repair,
     ``problem.excess_demand``: busy unit-slots asked − ρ·M) they produced, averaged over the
     chunk; ``dual/load_mean`` [K] is the mean load-feature vector of the chunk (not a
@@ -288,16 +293,21 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
         used = Multipliers(out["lambda_s"], out["mu"])  # [T, E], what each slot ran with
         e_used = excess_demand(batch, used, utilisation=config.utilisation)
         w_used = learner.slot_weights(batch, config)
-        fin = jnp.sum(out["finished"])
+        blocked, timed_out, ok = (jnp.sum(out[k]) for k in ("blocked", "timed_out", "ok"))
+        acc, lat = censored_means(ok + timed_out + blocked, ok, jnp.sum(out["ok_correct"]),
+                                  jnp.sum(out["ok_latency_s"]),
+                                  DEFAULT_TIMEOUT_SLOTS * env_params.tau_s)
         m.update({
             "env/reward_per_slot": jnp.mean(out["reward"]),
             "env/server_in_use": jnp.mean(out["server_in_use"]),
             "env/bandwidth_in_use_hz": jnp.mean(out["bandwidth_in_use_hz"]),
             "env/queue_len": jnp.mean(out["queue_len"]),
-            "env/finished": fin.astype(jnp.float32),
-            "env/accuracy": jnp.sum(out["correct"]) / fin,
-            "env/latency_s": jnp.sum(out["latency_s"]) / fin,
-            "env/blocked": jnp.sum(out["blocked"]).astype(jnp.float32),
+            "env/finished": ok.astype(jnp.float32),
+            "env/accuracy": acc,
+            "env/latency_s": lat,
+            "env/timed_out": timed_out.astype(jnp.float32),
+            "env/blocked": blocked.astype(jnp.float32),
+            "env/arrivals": jnp.sum(out["arrivals"]).astype(jnp.float32),
             "dual/candidates_per_slot": jnp.mean(jnp.sum(batch.valid, -1)),
             "dual/rollout_lambda_s": jnp.mean(used.lambda_s),
             "dual/rollout_mu_per_mhz": jnp.mean(used.mu) * 1e6,
@@ -405,7 +415,7 @@ def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
                 carry, lambda c, _: chunk_fn(c, setup.env_params), start=start,
                 total=num_chunks, max_calls=max_chunks, writers=[writer], ckpt=ckpt,
                 scalars_fn=scalars_fn, x_fn=lambda c, chunk: chunk * slots_per_chunk,
-                # accuracy / latency are NaN in a chunk where no user finished: not an error
+                # accuracy / latency are NaN in a chunk where no user resolved: not an error
                 # (such points are just not written)
                 check=lambda tag: tag not in ("env/accuracy", "env/latency_s"),
                 meta_fn=meta_fn, after_save=after_save, progress=bool(config.log.progress),
