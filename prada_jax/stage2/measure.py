@@ -1,4 +1,4 @@
-"""Counts every arrival as evals does: blocked or timed-out users at accuracy 0, latency = the timeout.
+"""Counts every arrival as evals does: blocked or timed-out users at accuracy 0, latency D·τ.
 
 The rule of ``evals.evaluate`` (module docstring): a run starts empty; a user that finishes
 within the timeout ``D`` slots of its arrival counts with its answer and latency; a blocked
