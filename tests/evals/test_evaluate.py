@@ -80,7 +80,8 @@ def test_reductions_match_numpy():
         "processing_s", "communication_s", "queueing_s",
         "offloads", "outages", "steps", "fallbacks", "server_busy", "slots",
         "decisions", "nominations", "queue_len", "capacity_bound",
-        "bandwidth_bound", "offered_job_s", "capacity_s")}
+        "bandwidth_bound", "offered_job_s", "capacity_s", "uplink_bound", "downlink_bound",
+        "server_batch")}
     arr = rng.integers(20, 40, size=(2, 2)).astype(np.float64)
     blk = rng.integers(0, 5, size=(2, 2)).astype(np.float64)
     fin = arr - blk - rng.integers(0, 3, size=(2, 2))
@@ -111,6 +112,10 @@ def test_reductions_match_numpy():
                                totals["capacity_bound"] / totals["slots"])
     np.testing.assert_allclose(m["bandwidth_bound_share"],
                                totals["bandwidth_bound"] / totals["slots"])
+    for metric, key in (("uplink_bound_share", "uplink_bound"),
+                        ("downlink_bound_share", "downlink_bound"),
+                        ("server_batch", "server_batch")):
+        np.testing.assert_allclose(m[metric], totals[key] / totals["slots"])
     empty = dict(totals, half_arrivals=np.zeros((2, 2)), half_finished=np.zeros((2, 2)),
                  half_blocked=np.zeros((2, 2)), latency_hist=np.zeros((2, 40)))
     assert np.all(np.isnan(ev.per_seed_metrics(empty, tau)["accuracy"]))
