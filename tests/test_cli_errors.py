@@ -456,6 +456,9 @@ CASES: list[Case] = [
          r"dual_badjson/runs\.json"),
     # evals.sweep
     Case("evals.sweep", ("--m_grid=0,2", "--out={out}"), r"--m_grid"),
+    # issue 43: an M beyond the server's KV memory (a100_orin_int4 holds ~1300 sequences)
+    Case("evals.sweep", ("--m_grid=4,100000", "--axes=M", "--hardware=a100_orin_int4",
+                         "--out={out}"), r"--m_grid.*KV memory"),
     Case("evals.sweep", ("--traces={traces_corrupt}", "--out={out}"),
          r"traces_corrupt/nodes\.safetensors"),
     Case("evals.sweep", ("--axes=Q", "--out={out}"), r"--axes"),

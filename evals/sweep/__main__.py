@@ -58,6 +58,14 @@ def main(argv):
         raise BadInput(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                        f"({FLAGS.slots})")
     policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
+    if "M" in FLAGS.axes:   # every M of the grid against the server's KV memory, up front
+        probe = edge.make_params(traces.traces, **env_kw)
+        try:
+            edge.check_num_servers(probe.latency, traces.traces, int(max(grids["M"])),
+                                   env_kw.get("hardware", ""),
+                                   server_model=probe.server_model, path=probe.llm_path)
+        except BadInput as e:
+            raise BadInput(f"--m_grid: {e}") from None
     if "M" in FLAGS.axes and max(grids["M"]) > env_kw["num_users"]:
         print(f"note: M values above U={env_kw['num_users']} cannot be used at once",
               file=sys.stderr)
