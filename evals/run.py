@@ -60,6 +60,7 @@ def main(argv):
         raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
     policy, mult, dual_info, traces, env_kw = suite.inputs_from_flags(FLAGS)
+    suite.check_fits(FLAGS.seeds, env_kw["num_users"])   # one row at a time, seeds vmapped
     extras = [suite.load_policy(p, flag="--checkpoints") for p in FLAGS.checkpoints]
     logging.info(config_utils.runtime_info())
     for p in ([policy] if policy else []) + extras:

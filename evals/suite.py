@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
@@ -439,6 +440,28 @@ def users_for(rate_hz: float, worst_latency_s: float, margin: float = 1.25) -> i
     row), which its ``U binds`` flag shows."""
     need = margin * max(float(rate_hz), 0.0) * max(float(worst_latency_s), 0.0)
     return max(16, int(math.ceil(need / 64.0)) * 64)
+
+
+#: Memory one user slot of one vmapped env costs an evaluation, upper estimate [bytes]: measured
+#: 1.08 GB peak for 16 envs × 2 048 users (an ``evals.curve`` point, process included) and
+#: 1.09 GB for 6 rows × 1 seed × 100 000 users run one row at a time (docs/BENCHMARKS.md).
+BYTES_PER_USER_ENV = 32e3
+
+
+def check_fits(num_envs: int, num_users: int, flag: str = "--num_users") -> None:
+    """Refuses an evaluation of ``num_envs`` vmapped envs × ``num_users`` user slots whose
+    estimated memory (``BYTES_PER_USER_ENV`` each) exceeds 80 % of this machine's physical
+    memory, before anything is compiled: ``EvalError`` naming ``flag``, the estimate and the
+    limit."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):   # not a POSIX sysconf: no check
+        return
+    need = float(num_envs) * float(num_users) * BYTES_PER_USER_ENV
+    if need > 0.8 * total:
+        raise EvalError(f"{flag}={num_users}: {num_envs} envs × {num_users} user slots need about "
+                        f"{need / 1e9:.1f} GB, more than 80 % of this machine's "
+                        f"{total / 1e9:.1f} GB; use fewer user slots, seeds, rows or loads")
 
 
 def check_env_overrides(overrides: dict) -> None:

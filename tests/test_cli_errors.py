@@ -584,6 +584,11 @@ CASES: list[Case] = [
          r"--num_servers=2147483648: must be at most"),
     Case("evals.run", ("--num_users=2147483648", "--out={out}"),
          r"--num_users=2147483648: must be at most"),
+    # issue 43: a size this machine cannot hold is refused before compiling, with the estimate
+    Case("evals.run", ("--num_users=1000000", "--seeds=8", "--out={out}"),
+         r"--num_users=1000000: 8 envs .* GB"),
+    Case("evals.curve", ("--policy={policy_smoke}", "--num_users=100000", "--out={out}"),
+         r"--num_users=100000: \d+ envs .* GB"),
     Case("evals.sweep", ("--m_grid=4,3000000000", "--out={out}"), r"--m_grid: 3000000000"),
     Case("evals.sweep", ("--lam_grid=1,nan", "--out={out}"), r"--lam_grid: nan: NaN"),
     Case("evals.run", ("--slots=3000000000", "--out={out}"), r"--slots=3000000000"),

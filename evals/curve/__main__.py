@@ -81,6 +81,9 @@ def main(argv):
                            f"slots (more than {suite.MAX_ENV_COUNT}); pass --num_users")
     if policy is None:
         raise BadInput("--policy: the curve's PRADA row needs a train.ppo run directory")
+    # rows × loads × seeds in one vmapped evaluation
+    suite.check_fits(len(curve.curve_rows(mult)) * len(loads) * FLAGS.seeds,
+                     env_kw["num_users"])
     out = config_utils.check_output_dir(   # before the evaluation, not after it
         Path(FLAGS.out) if FLAGS.out else Path(FLAGS.policy) / "curve", "--out")
     seed0 = suite.evaluation_seed0(traces.info, policy, FLAGS.seeds, 0, flag="--seeds")
