@@ -13,6 +13,8 @@ from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
 from envs.testing import rollout
 from prada_jax import latency as lat
 from prada_jax.traces.testing import random_traces
+from tests.helpers.serving import (BWM, D_, KV_7B, L_, P_TOK, PK, W_7B, llm_alone_cost_by_hand,
+                                   step_by_hand)
 
 S, T, U = 1, 200, 12
 TRACES = random_traces(seed=3, problems=10, depth=5, feature_dim=4)
@@ -21,13 +23,6 @@ BASE = dict(num_users=U, tau_s=0.05, beta=0.2, lambda_s=0.0, mu=0.0, bandwidth_h
             arrival_rate_hz=6.0, initial_users=U, default_gain=0.05, max_wait_slots=20,
             rsd_threshold=0.7, reward_mode="coarse", server_kv_cache=False, downlink=True,
             ctx_scale=1e-3)
-# A100 at bf16 serving Qwen2.5-7B, written out from the datasheet and the model shape (not read
-# from prada_jax.latency): lm_head included in the per-token products (7.075e9 parameters).
-PK = 312e12 * 0.5
-BWM = 2.039e12 * 0.8
-P_TOK = 6.53e9 + 152064 * 3584
-W_7B = P_TOK * 2.0
-KV_7B = 2 * 28 * 4 * 128 * 2.0
 
 
 def _run_pair(sched, cfg, seed=0, slots=T):
@@ -86,8 +81,6 @@ def test_jax_serving_matches_numpy_reference(case):
 
 # ----------------------------------------------------------------------------- one slot by hand
 
-L_, D_ = 28, 3584
-
 
 def _lp():
     return lat.pair_latency_params(PAIR)
@@ -105,18 +98,14 @@ def _serve(job, n, tau=0.05, bw=20e6, budget=2048):
     return jax.device_get(serving.serve_slot(job, jnp.ones(n, bool), _lp(), tau, bw, budget))
 
 
-def _step_by_hand(b, ctx_sum):
-    return max((2 * P_TOK * b + 4 * L_ * D_ * ctx_sum) / PK, (W_7B + KV_7B * ctx_sum) / BWM)
-
-
 @pytest.mark.parametrize("b", [4, 64, 256])
 def test_decode_batch_costs_its_roofline_at_its_size(b):
     """b sequences decode τ / t_step(b) tokens each, t_step by hand from the datasheet; at
     b = 256 the compute term binds (so a batch size dropped from the FLOPs fails here)."""
     ctx = np.full(b, 500.0)
-    new, comm, left, st = _serve(_job(b, dec_tok=np.full(b, 1e6), ctx=ctx), b)
-    step = _step_by_hand(b, ctx.sum())
-    np.testing.assert_allclose(new.dec_tok, 1e6 - 0.05 / step, rtol=1e-5)
+    new, comm, left, st = _serve(_job(b, dec_tok=np.full(b, 100.0), ctx=ctx), b)
+    step = step_by_hand(b, ctx.sum())
+    np.testing.assert_allclose(100.0 - new.dec_tok, 0.05 / step, rtol=1e-4)
     assert st["batch"] == b and np.all(left) and np.all(comm == 0)
     compute = (2 * P_TOK * b + 4 * L_ * D_ * ctx.sum()) / PK
     assert (compute > (W_7B + KV_7B * ctx.sum()) / BWM) == (b == 256)
@@ -124,19 +113,21 @@ def test_decode_batch_costs_its_roofline_at_its_size(b):
 
 def test_chunked_prefill_takes_the_token_budget_first_come_first_served():
     """One decoding sequence and three prefills of 1 000 tokens (tickets 2, 0, 1) under a
-    64-token budget: each iteration decodes 1 token and prefills 63, at the roofline of the
-    mixed batch; the prefills progress in admission order; none runs "in parallel for free"."""
+    512-token budget: each iteration decodes 1 token and prefills 511, at the roofline of the
+    mixed batch (compute-bound here: the chunk stalls the decode); the prefills progress in
+    admission order; none runs "in parallel for free"."""
     n_pf = 1000.0
     f_tok = 2 * 6.53e9 + 2 * L_ * D_ * n_pf        # mean FLOPs per prefill token (c = 0)
-    job = _job(4, dec_tok=[1e6, 0, 0, 0], ctx=[300, 0, 0, 0], pf_tok=[0, n_pf, n_pf, n_pf],
+    job = _job(4, dec_tok=[100, 0, 0, 0], ctx=[300, 0, 0, 0], pf_tok=[0, n_pf, n_pf, n_pf],
                pf_flops=[0] + [f_tok * n_pf] * 3, ticket=[0, 2, 0, 1])
-    new, _, _, st = _serve(job, 4, budget=64)
+    new, _, _, st = _serve(job, 4, budget=512)
     f_dec = 2 * P_TOK + 4 * L_ * D_ * 300
-    t_iter = max((f_dec + 63 * f_tok) / PK, (W_7B + KV_7B * 300) / BWM)
+    t_iter = max((f_dec + 511 * f_tok) / PK, (W_7B + KV_7B * 300) / BWM)
+    assert (f_dec + 511 * f_tok) / PK > 2 * (W_7B + KV_7B * 300) / BWM   # the chunk binds
     iters = 0.05 / t_iter
-    prefilled = iters * 63
+    prefilled = iters * 511
     np.testing.assert_allclose(st["prefill_tokens"], prefilled, rtol=1e-4)
-    np.testing.assert_allclose(new.dec_tok[0], 1e6 - iters, rtol=1e-6)
+    np.testing.assert_allclose(100.0 - new.dec_tok[0], iters, rtol=1e-4)
     # FCFS: ticket 0 (user 2) first, then ticket 1 (user 3), then ticket 2 (user 1).
     want = {2: min(n_pf, prefilled), 3: min(n_pf, max(prefilled - n_pf, 0)),
             1: min(n_pf, max(prefilled - 2 * n_pf, 0))}
@@ -156,7 +147,7 @@ def test_sequence_is_freed_at_its_last_token_not_after_the_download():
     held = jax.device_get(serving.holds_sequence(jax.tree.map(jnp.asarray, new),
                                                  jnp.ones(2, bool)))
     assert held.tolist() == [False, True]
-    step = _step_by_hand(2, 200)
+    step = step_by_hand(2, 200)
     np.testing.assert_allclose(comm[0], 0.05 - 2 * step, rtol=1e-4)   # downloads after 2 tokens
     # the env counts it free: M − 1 free units with one sequence still decoding
     params = edge.make_params(TRACES, num_users=2, hardware=PAIR, num_servers=2,
@@ -195,28 +186,6 @@ def gsm8k():
     return synthetic.generate("gsm8k", seed=0, problems=64)[0]
 
 
-def _llm_alone_cost_by_hand(traces, m):
-    """Per problem: the server-seconds one LLM-alone user costs a saturated server of M
-    sequences, from the datasheet figures and a plain walk of the LLM's branch: its share of
-    the full-batch decode steps (Σ_k t_step(M, M·(c+k)) / M) plus the stall its prefill adds to
-    one full-batch step (t_mix − t_step at its mean context). Time balance of a saturated
-    server: users/s = 1 / E[cost]."""
-    ref = EdgeEnvNumPy(traces, dict(num_users=1, scheduler="offload_all", tau_s=0.05))
-    ctx = np.asarray(traces.ctx_tokens)
-    cost = []
-    for r in np.asarray(traces.root).tolist():
-        n, c = float(ctx[r]), float(ctx[r])
-        dec = ref._path(r)[0]
-        f_pf = 2 * 6.53e9 * n + 2 * L_ * D_ * n * n + 2 * (P_TOK - 6.53e9)
-        share = sum(_step_by_hand(m, m * (c + k)) for k in range(dec)) / m
-        cbar = c + dec / 2
-        f_step = m * (2 * P_TOK + 4 * L_ * D_ * cbar)
-        b_step = W_7B + KV_7B * m * cbar
-        stall = max((f_step + f_pf) / PK, b_step / BWM) - max(f_step / PK, b_step / BWM)
-        cost.append(share + stall)
-    return np.array(cost)
-
-
 def _llm_alone_run(traces, m, rate, users, slots, warm, seeds=4):
     params = edge.make_params(traces, num_users=users, hardware=PAIR, num_servers=m,
                               scheduler="offload_all", llm_only=True, server_kv_cache=True,
@@ -245,7 +214,7 @@ def test_llm_alone_capacity_matches_the_closed_form(gsm8k, m):
     """Overloaded (arrivals 1.4× the closed-form capacity), the LLM alone's completions per
     second match ``1 / E[c]`` (c from ``_llm_alone_cost_by_hand``, less the slots a
     sequence idles) within 5 %, with the batch full and the blocked arrivals counted."""
-    c = _llm_alone_cost_by_hand(gsm8k, m)
+    c = llm_alone_cost_by_hand(gsm8k, m)
     cap = 1.0 / c.mean()
     # Slot granularity: a sequence idles about 1.5 slots per user (its prefill slot, and the
     # rest of the slot its last token comes in), so ≈ 1.5·τ·X of the M slots hold no token.
@@ -262,7 +231,7 @@ def test_llm_alone_capacity_matches_the_closed_form(gsm8k, m):
 def test_littles_law_at_steady_state(gsm8k):
     """At half the closed-form capacity (M = 64): users in the system = arrival rate × mean
     latency (Little's law) within 5 %, and ρ ≈ 0.5."""
-    c = _llm_alone_cost_by_hand(gsm8k, 64)
+    c = llm_alone_cost_by_hand(gsm8k, 64)
     rate = 0.5 / c.mean()
     out, secs = _llm_alone_run(gsm8k, 64, rate, users=256, slots=1600, warm=400)
     done, lat_sum, in_flight = out[:, 0].sum(), out[:, 1].sum(), out[:, 2].sum()
