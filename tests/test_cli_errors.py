@@ -286,6 +286,8 @@ CASES: list[Case] = [
     Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}", "--config.ppo.lr=abc"),
          r"--config\.ppo\.lr=abc"),
     Case("train.ppo", ("--bogus",), r"bogus"),
+    Case("train.ppo", (f"--config={PPO_CFG}:smoke", "--workdir={out}",
+                       "--config.env.server_model=bogus"), r"config\.env\.server_model"),
     Case("train.ppo", ("--config={repo}/prada_jax/configs/nope.py", "--workdir={out}"),
          r"--config=.*nope\.py"),
     Case("train.ppo", (f"--config={PPO_CFG}:smoke",), r"--workdir"),

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import registry
-from envs.edge import EdgeAction
+from envs.edge import SERVER_MODELS, EdgeAction
 from prada_jax import checkpointing, config_utils, latency, parallel, run_state, runloop
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import learner, losses, networks, policy, toy_env
@@ -74,6 +74,7 @@ def validate_config(config, env_given: bool = False) -> None:
         if config.env.name == "edge" and not config.env.trace_dir:
             cu.check_choice(config, "env.preset", sorted(synthetic.PRESETS))
         latency.check_pair(hardware_of(config), "config.env.hardware")
+        cu.check_choice(config, "env.server_model", SERVER_MODELS)
         if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
             raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a "
                                  "directory")

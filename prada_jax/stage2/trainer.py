@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import registry, scenarios
-from envs.edge import REWARD_MODES
+from envs.edge import REWARD_MODES, SERVER_MODELS
 from prada_jax import config_utils, latency, run_state, runloop
 from prada_jax.checkpointing import Checkpointer
 from prada_jax.errors import BadInput
@@ -80,6 +80,7 @@ def validate_config(config) -> DualConfig:
     cu.check_int(config, "env.scenario_length", minimum=1)
     cu.check_positive(config, "env.server_speed")
     latency.check_pair(str(config.env.hardware), "config.env.hardware")
+    cu.check_choice(config, "env.server_model", SERVER_MODELS)
     cu.check_choice(config, "policy.nominate_by", NOMINATE_BY)
     if not config.env.trace_dir:
         cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
