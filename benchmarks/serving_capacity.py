@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import json
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
 from envs import edge
+from envs.testing import llm_alone_window_sums
 from prada_jax import cli
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
@@ -70,22 +69,9 @@ def closed_form(traces, lp, m: int) -> tuple[float, float]:
 
 def env_throughput(traces, pair: str, m: int, rate: float, seeds: int,
                    slots: int = 2000, warm: int = 400) -> float:
-    users = m + 128
-    params = edge.make_params(traces, num_users=users, hardware=pair, num_servers=m,
-                              scheduler="offload_all", llm_only=True, server_kv_cache=True,
-                              max_wait_slots=10 ** 6, arrival_rate_hz=rate, initial_users=0)
-
-    def one(key):
-        _, s = edge.reset(key, params)
-
-        def body(s, t):
-            _, s, _, d, _ = edge.step(jax.random.fold_in(key, t), s,
-                                      jnp.ones(users, jnp.int32), params)
-            return s, jnp.where(t >= warm, jnp.sum(d.astype(jnp.float32)), 0.0)
-        _, ys = jax.lax.scan(body, s, jnp.arange(slots))
-        return jnp.sum(ys)
-    done = jax.device_get(jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(3), seeds)))
-    return float(np.sum(done)) / ((slots - warm) * TAU * seeds)
+    """Completions per second of the LLM alone (U = M + 128) over slots [warm, slots)."""
+    out = llm_alone_window_sums(traces, pair, m, rate, m + 128, slots, warm, seeds, seed=3)
+    return float(out[:, 0].sum()) / ((slots - warm) * TAU * seeds)
 
 
 def run(pair: str, ms, seeds: int = 2) -> dict:

@@ -1182,7 +1182,7 @@ def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_
     draft_done = in_draft & ~res.cont_local & (s.remaining <= 0)
     score_done = in_svc & (s.phase == SCORE) & (s.remaining <= 0)
     svc_done = in_svc & (s.phase == SERVICE) & (s.remaining <= 0)
-    nxt1, term1, corr1, _ = _successor(tr, s.node, jnp.ones_like(s.node))
+    nxt1, term1, corr1, fb1 = _successor(tr, s.node, jnp.ones_like(s.node))
     if params.serving:
         # The LLM alone's resident sequence decoded the whole solution: it ends here.
         path = params.llm_path
@@ -1190,7 +1190,6 @@ def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_
         term1 = term1 | whole
         corr1 = jnp.where(whole, path.correct[s.node], corr1)
         more = jnp.where(svc_done & whole, path.steps[s.node] - 1, 0)
-        _, _, _, fb1 = _successor(tr, s.node, jnp.ones_like(s.node))
         s = s.replace(steps=s.steps + more, offloads=s.offloads + more,
                       fallbacks=s.fallbacks + jnp.where(
                           svc_done & whole, path.fallbacks[s.node] - fb1.astype(jnp.int32), 0))

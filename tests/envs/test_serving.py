@@ -10,7 +10,7 @@ import pytest
 
 from envs import edge, serving
 from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
-from envs.testing import rollout
+from envs.testing import llm_alone_window_sums, rollout
 from prada_jax import latency as lat
 from prada_jax.traces.testing import random_traces
 from tests.helpers.serving import (BWM, D_, KV_7B, L_, P_TOK, PK, W_7B, llm_alone_cost_by_hand,
@@ -187,25 +187,7 @@ def gsm8k():
 
 
 def _llm_alone_run(traces, m, rate, users, slots, warm, seeds=4):
-    params = edge.make_params(traces, num_users=users, hardware=PAIR, num_servers=m,
-                              scheduler="offload_all", llm_only=True, server_kv_cache=True,
-                              max_wait_slots=10 ** 6, arrival_rate_hz=rate, initial_users=0)
-
-    def one(key):
-        _, s = edge.reset(key, params)
-
-        def body(s, t):
-            _, s, _, d, info = edge.step(jax.random.fold_in(key, t), s,
-                                         jnp.ones(users, jnp.int32), params)
-            w = (t >= warm).astype(jnp.float32)
-            return s, w * jnp.stack([jnp.sum(d.astype(jnp.float32)),
-                                     jnp.sum(jnp.where(d, info["user_latency_s"], 0.0)),
-                                     info["in_flight"].astype(jnp.float32),
-                                     info["offered_job_s"], info["blocked"].astype(jnp.float32),
-                                     info["server_in_use"].astype(jnp.float32)])
-        _, ys = jax.lax.scan(body, s, jnp.arange(slots))
-        return ys.sum(0)
-    out = jax.device_get(jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(7), seeds)))
+    out = llm_alone_window_sums(traces, PAIR, m, rate, users, slots, warm, seeds, seed=7)
     return out, (slots - warm) * 0.05
 
 
