@@ -4,16 +4,29 @@ TensorBoard scalars.
 Input everywhere: ``per_seed = {policy: {metric: [value per seed]}}`` (S seeds, the same seeds
 for every policy so ratios can be paired). Metric names and units are listed in ``METRICS``.
 
-Row flags (``row_flags``, from the summary; the measurement rule is ``evals.evaluate``'s):
-``unstable`` when the mean offered server load ρ over seeds is ≥ 1 (the queue has no steady
-state: the row's latencies, which then measure the window and the timeout, are withheld
-everywhere: the table prints ``unstable``, JSON and CSV carry no mean, TensorBoard no tag);
-``not steady`` when the mean relative drift between the two halves of the window exceeds
-``STEADY_TOL`` in size and its 95 % CI excludes 0; ``U binds`` when more than ``BLOCKED_TOL``
-of the arrivals were blocked because all U user slots were full (the population was sized too
-small for the point: its numbers describe the cell, not the server); ``link binds`` when the
-uplink or downlink asked more than the cell's bandwidth in more than ``LINK_TOL`` of the slots
-(serving server).
+Row flags (``row_flags``, from the summary; the measurement rule is ``evals.evaluate``'s).
+Stability and every flag are **per seed** (issue 42): ``summarize`` adds, from the per-seed
+values, the indicator metrics of ``SEED_FLAG_METRICS`` (1 on a seed that trips the rule, 0
+otherwise; their mean is the share of seeds that trip it), and a flag is raised when any seed
+trips it:
+
+* ``unstable`` when the offered server load ρ is ≥ 1 on any seed (the queue has no steady
+  state there: the row's latencies, which then measure the window and the timeout, are
+  withheld everywhere: the table prints ``unstable``, JSON and CSV carry no mean, TensorBoard
+  no tag);
+* ``not steady`` when the mean relative drift between the two halves of the window exceeds
+  ``STEADY_TOL`` in size and its 95 % CI excludes 0, **or** any seed drifts by more than
+  ``SEED_DRIFT_TOL`` in size (a CI that merely includes 0 does not pass seeds drifting −0.6 and
+  +0.7);
+* ``U binds`` when more than ``BLOCKED_TOL`` of the arrivals were blocked on any seed because
+  all U user slots were full (the population was sized too small for the point: its numbers
+  describe the cell, not the server);
+* ``link binds`` when the uplink or downlink asked more than the cell's bandwidth in more than
+  ``LINK_TOL`` of the slots (mean over seeds; serving server).
+
+A row is **stable** (``stable``) when neither ``unstable`` nor ``U binds`` is raised: only a
+stable row's objective may enter a crossover or a capacity (``evals.curve``,
+``evals.capacity``). Results without per-seed ρ (older JSON) fall back to the mean rule.
 """
 from __future__ import annotations
 
@@ -35,6 +48,13 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
                        "users at the timeout (s)", 2, 1.0),
     "latency_p95_s": ("lat p95 s", "95th percentile end-to-end latency per arrival, censored at "
                       "the timeout (s)", 2, 1.0),
+    "latency_p90_s": ("lat p90 s", "90th percentile end-to-end latency per arrival, censored at "
+                      "the timeout (s); the capacity SLO's latency term", 2, 1.0),
+    "unstable_seed": ("unstable seeds", "share of seeds with ρ ≥ 1", 2, 1.0),
+    "u_binds_seed": ("U-bound seeds", "share of seeds blocking more than BLOCKED_TOL of the "
+                     "arrivals", 2, 1.0),
+    "drift_seed": ("drifting seeds", "share of seeds whose |drift| exceeds SEED_DRIFT_TOL", 2,
+                   1.0),
     "goodput_hz": ("goodput/s", "correct answers per second of window", 2, 1.0),
     "rho": ("ρ", "offered server load: requested server-unit seconds / available (M·τ per "
             "slot), scaled up for blocked arrivals", 2, 1.0),
@@ -73,7 +93,7 @@ TABLE_METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "processing_s", 
                  "queueing_s", "offload_rate", "server_util", "outage_rate", "blocked_rate",
                  "timeout_rate", "fallback_share", "objective", "goodput_hz", "rho")
 #: Metrics a row with ρ ≥ 1 does not report (they would read as a stable latency).
-LATENCY_METRICS = ("latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
+LATENCY_METRICS = ("latency_mean_s", "latency_p90_s", "latency_p95_s", "processing_s", "communication_s",
                    "queueing_s")
 #: Largest relative drift between the window's halves a steady row may show (when its 95 % CI
 #: excludes 0): 10 %.
@@ -84,29 +104,82 @@ U_BINDS, LINK_BINDS = "U binds", "link binds"
 BLOCKED_TOL = 0.001
 #: Largest share of slots in which a link may be over-asked before the row is flagged: 1 %.
 LINK_TOL = 0.01
+#: Largest relative drift between the window's halves one seed may show: 50 % (a large
+#: drift; a small window's noise reaches 30 % on a stationary seed with ~50 arrivals).
+SEED_DRIFT_TOL = 0.5
+#: Per-seed indicator metrics ``summarize`` derives (1 where the seed trips the rule).
+SEED_FLAG_METRICS = ("unstable_seed", "u_binds_seed", "drift_seed")
+
+
+def _indicator(values, rule) -> list[float]:
+    out = []
+    for v in values:
+        v = float(v)
+        out.append(float(math.isfinite(v) and rule(v)))
+    return out
+
+
+def with_seed_flags(per_seed: Mapping[str, Mapping[str, Sequence[float]]]
+                    ) -> dict[str, dict[str, Sequence[float]]]:
+    """``per_seed`` with the indicator metrics of ``SEED_FLAG_METRICS`` added to every row
+    that has the metric they read (``rho``, ``blocked_rate``, ``steady_drift``)."""
+    out = {}
+    for pol, metrics in per_seed.items():
+        row = dict(metrics)
+        if "rho" in row:
+            row["unstable_seed"] = _indicator(row["rho"], lambda v: v >= 1.0)
+        if "blocked_rate" in row:
+            row["u_binds_seed"] = _indicator(row["blocked_rate"], lambda v: v > BLOCKED_TOL)
+        if "steady_drift" in row:
+            row["drift_seed"] = _indicator(row["steady_drift"],
+                                           lambda v: abs(v) > SEED_DRIFT_TOL)
+        out[pol] = row
+    return out
+
+
+def _any_seed(row: Mapping[str, stats.MeanCI], key: str) -> bool | None:
+    """True if some seed tripped ``key``'s rule; None if the row has no such indicator."""
+    v = row.get(key)
+    if v is None or not math.isfinite(v.mean):
+        return None
+    return v.mean > 0
 
 
 def row_flags(row: Mapping[str, stats.MeanCI]) -> list[str]:
-    """Flags of one summarised row (see the module docstring): ``unstable`` if mean ρ ≥ 1,
-    ``not steady`` if |mean drift| > ``STEADY_TOL`` and its CI excludes 0 (with one seed,
-    no CI: the size alone), ``U binds`` if the mean blocked share > ``BLOCKED_TOL``,
-    ``link binds`` if a link was over-asked in > ``LINK_TOL`` of the slots. Rows without these
-    metrics (older results) get none of their flags."""
+    """Flags of one summarised row (see the module docstring): ``unstable`` if ρ ≥ 1 on any
+    seed, ``not steady`` if |mean drift| > ``STEADY_TOL`` and its CI excludes 0 (with one
+    seed, no CI: the size alone) or any seed's |drift| > ``SEED_DRIFT_TOL``, ``U binds`` if
+    the blocked share > ``BLOCKED_TOL`` on any seed, ``link binds`` if a link was over-asked
+    in > ``LINK_TOL`` of the slots. A summary without the per-seed indicators (older results)
+    uses the means; rows without these metrics get none of their flags."""
     out = []
     rho = row.get("rho")
-    if rho is not None and math.isfinite(rho.mean) and rho.mean >= 1.0:
+    seed = _any_seed(row, "unstable_seed")
+    if seed or (seed is None and rho is not None and math.isfinite(rho.mean)
+                and rho.mean >= 1.0):
         out.append(UNSTABLE)
     dr = row.get("steady_drift")
+    drifts = bool(_any_seed(row, "drift_seed"))
     if dr is not None and math.isfinite(dr.mean) and abs(dr.mean) > STEADY_TOL:
         if not math.isfinite(dr.half_width) or dr.low > 0 or dr.high < 0:
-            out.append(NOT_STEADY)
+            drifts = True
+    if drifts:
+        out.append(NOT_STEADY)
     bl = row.get("blocked_rate")
-    if bl is not None and math.isfinite(bl.mean) and bl.mean > BLOCKED_TOL:
+    seed = _any_seed(row, "u_binds_seed")
+    if seed or (seed is None and bl is not None and math.isfinite(bl.mean)
+                and bl.mean > BLOCKED_TOL):
         out.append(U_BINDS)
     links = [row.get(k) for k in ("uplink_bound_share", "downlink_bound_share")]
     if any(v is not None and math.isfinite(v.mean) and v.mean > LINK_TOL for v in links):
         out.append(LINK_BINDS)
     return out
+
+
+def stable(row: Mapping[str, stats.MeanCI]) -> bool:
+    """True if the row is stable on every seed: neither ``unstable`` nor ``U binds``."""
+    fl = row_flags(row)
+    return UNSTABLE not in fl and U_BINDS not in fl
 
 
 def withheld(row: Mapping[str, stats.MeanCI], metric: str) -> bool:
@@ -116,9 +189,10 @@ def withheld(row: Mapping[str, stats.MeanCI], metric: str) -> bool:
 
 def summarize(per_seed: Mapping[str, Mapping[str, Sequence[float]]],
               confidence: float = 0.95) -> dict[str, dict[str, stats.MeanCI]]:
-    """policy -> metric -> MeanCI over seeds."""
+    """policy -> metric -> MeanCI over seeds, the per-seed flag indicators included
+    (``with_seed_flags``)."""
     return {pol: {m: stats.mean_ci(v, confidence) for m, v in metrics.items()}
-            for pol, metrics in per_seed.items()}
+            for pol, metrics in with_seed_flags(per_seed).items()}
 
 
 def ratios(per_seed: Mapping[str, Mapping[str, Sequence[float]]], policy: str, reference: str,
@@ -165,6 +239,7 @@ def format_table(summary: Mapping[str, Mapping[str, stats.MeanCI]],
 def to_json_dict(per_seed, summary, extra: Mapping | None = None) -> dict:
     """JSON-ready dict: per policy, per metric, the summary and the per-seed values."""
     out = {"policies": {}, "flags": {}}
+    per_seed = with_seed_flags(per_seed)
     for pol, row in summary.items():
         entry = {}
         for m, ci in row.items():

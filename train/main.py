@@ -53,6 +53,7 @@ from absl import app, flags  # noqa: E402
 
 from envs import edge  # noqa: E402
 from evals import calibration, curve, stage2, suite, sweep  # noqa: E402
+from evals.capacity import run as capacity  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
 from evals import pipeline  # noqa: E402
 from prada_jax import cli, config_utils, latency  # noqa: E402
@@ -105,10 +106,14 @@ def settings_for(mode: str, seeds: int | None = None,
         "ppo_variant": "",                 # prada_jax/configs/ppo.py variant
         # demo: the ppo.py default sizes with 150 instead of 300 updates (compile-dominated
         # on CPU; see docs/evals.md for timings)
-        # The demo's scenario stays the legacy server's (issue 41): its table is the README's
-        # old-scenario headline until the capacity headline (issue 42) replaces it; the
-        # serving server is the configs' default everywhere else.
-        "ppo_overrides": {"ppo.total_env_steps": 16 * 64 * 150, "env.server_model": "legacy"},
+        # The demo (issue 42): the policy on the serving server (the configs' default), then
+        # the headline, capacity per server GPU under the registered SLO (studies/capacity at
+        # its "demo" size: this policy as the one sample, 4 seeds, rates a factor 2 apart).
+        # The old scenario (the legacy 4-sequence server: dual, curve, table; docs/history.md)
+        # runs in --full and --smoke.
+        "ppo_overrides": {"ppo.total_env_steps": 16 * 64 * 150},
+        "legacy_stages": False,
+        "capacity": {"size": "demo"},
         # Critic refit for the final actor (prada_jax.rl.critic_refit); None: use the PPO
         # critic as trained (docs/dual.md, "Stage-1 critic calibration").
         "critic_refit": {"fit_states": 20000, "eval_states": 2000, "steps": 2000, "seed": 0},
@@ -140,6 +145,7 @@ def settings_for(mode: str, seeds: int | None = None,
     if mode == "smoke":
         s.update(summary_problems=40, train_problems=60, ppo_variant="smoke",
                  ppo_overrides={"env.server_model": "legacy"}, dual_variant="smoke",
+                 legacy_stages=True, capacity={"size": "quick"},
                  critic_refit={"fit_states": 200, "eval_states": 100, "steps": 50, "seed": 0})
         s["eval"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40}
         s["curve"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40,
@@ -151,7 +157,8 @@ def settings_for(mode: str, seeds: int | None = None,
         s["stage2"] = None  # tests run evals.stage2 on their own
         s["calibration"] = {"problems": 40, "stress_miscalibration": None}
     elif mode == "full":
-        s.update(ppo_overrides={"env.server_model": "legacy"},
+        s.update(ppo_overrides={"env.server_model": "legacy"}, legacy_stages=True,
+                 capacity=None,
                  dual_overrides={"env.server_model": "legacy"},
                  critic_refit={"fit_states": 40000, "eval_states": 6000, "steps": 4000,
                                "seed": 0})
@@ -550,6 +557,43 @@ def stage_stage2(workdir: Path, s: dict, preset: str, policy_dir: Path, log, red
     return result
 
 
+def stage_capacity(workdir: Path, s: dict, preset: str, policy_dir: Path, hardware: str, log,
+                   redo: bool) -> dict | None:
+    """Capacity per server GPU under the registered SLO (``studies.capacity`` at the
+    settings' size, this run's policy as the one sample) for the run's hardware pair; None
+    when the mode has none or the pair is the paper clock (no serving server)."""
+    cfg = s.get("capacity")
+    if not cfg or hardware == latency.PAPER:
+        return None
+    d = workdir / "capacity" / preset
+    key = {"capacity": cfg, "policy": str(policy_dir), "hardware": hardware}
+    done = None if redo else stage_done(d, key)
+    if done:
+        log(f"capacity [{preset}]: reusing the finished table in {d}")
+        print(done["result"]["text"])
+        return done["result"]
+    size = cfg["size"]
+    log(f"capacity [{preset}]: studies.capacity at size {size!r} on {hardware} "
+        f"({len(capacity.SIZES[size].rates)} rates, "
+        f"{capacity.SIZES[size].seeds} test seeds; prices fitted per rate on "
+        "validation)")
+    res = capacity.run_study(d, [hardware], size, log=lambda m: log(f"capacity: {m}"),
+                                   policy_dirs=[policy_dir])
+    a = res["results"][hardware]
+    text = "\n".join([
+        f"Capacity per server GPU under the SLO (users/s; {preset} SYNTHETIC, test split; "
+        f"size {size!r}: 1 policy sample, {capacity.SIZES[size].seeds} seeds, rates "
+        f"{list(capacity.SIZES[size].rates)} — fewer than the registered study "
+        "(studies/capacity/README.md), so no verdict; the study's numbers are in "
+        "studies/capacity/results):", res["table"],
+        f"gate: {'passed' if a['gate']['passed'] else 'not passed'}; report "
+        f"{d / 'report.md'}, plot {d / 'capacity_slo.png'}"])
+    print(text)
+    result = {"text": text, "report": str(d / "report.md")}
+    mark_done(d, key, result)
+    return result
+
+
 def stage_calibration(workdir: Path, s: dict, policy_dirs: dict, log, redo: bool) -> dict:
     d = workdir / "calibration"
     key = s["calibration"]
@@ -640,15 +684,18 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         ppo_dir = stage_ppo(workdir, s, preset, log, redo)
         pol = stage_critic(workdir, s, preset, ppo_dir, log, redo)
         policy_dirs[preset] = pol
-        dual = stage_dual(workdir, s, preset, pol, log, redo)
-        cv_res = stage_curve(workdir, s, preset, pol, dual, log, redo)
-        ev_res = stage_eval(workdir, s, preset, pol, dual, log, redo, cv_res["points"])
-        sw_res = stage_sweep(workdir, s, preset, pol, dual, log, redo)
-        s2_res = stage_stage2(workdir, s, preset, pol, log, redo)
-        out["benchmarks"][preset] = {"ppo": str(ppo_dir), "policy": str(pol),
-                                     "dual": str(dual) if dual else None,
-                                     "curve": cv_res, "eval": ev_res, "sweep": sw_res,
-                                     "stage2": s2_res}
+        cap_res = stage_capacity(workdir, s, preset, pol, hardware, log, redo)
+        b = {"ppo": str(ppo_dir), "policy": str(pol), "capacity": cap_res, "dual": None,
+             "curve": None, "eval": None, "sweep": None, "stage2": None}
+        if s.get("legacy_stages", True):   # the old scenario (docs/history.md)
+            dual = stage_dual(workdir, s, preset, pol, log, redo)
+            cv_res = stage_curve(workdir, s, preset, pol, dual, log, redo)
+            b.update(dual=str(dual) if dual else None, curve=cv_res,
+                     eval=stage_eval(workdir, s, preset, pol, dual, log, redo,
+                                     cv_res["points"]),
+                     sweep=stage_sweep(workdir, s, preset, pol, dual, log, redo),
+                     stage2=stage_stage2(workdir, s, preset, pol, log, redo))
+        out["benchmarks"][preset] = b
     out["calibration"] = stage_calibration(workdir, s, policy_dirs, log, redo)
     log("done")
     print()
@@ -659,11 +706,15 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         if b["policy"] != b["ppo"]:
             print(f"  [{preset}] refit critic:       {Path(b['policy'])} (critic_check.json; "
                   "the policy the later stages use)")
+        if b["capacity"]:
+            print(f"  [{preset}] capacity (headline): {b['capacity']['report']} "
+                  f"(+ capacity_slo.png, curve_*.png, study.json)")
         if b["dual"]:
             print(f"  [{preset}] multipliers:        {b['dual']}")
-        print(f"  [{preset}] load curve:         {workdir / 'curve' / preset}/curve_*.png "
-              f"(+ curve.json per seed, curve.txt)")
-        for name in b["eval"]["points"]:
+        if b["curve"]:
+            print(f"  [{preset}] load curve (old scenario): {workdir / 'curve' / preset}/"
+                  "curve_*.png (+ curve.json per seed, curve.txt)")
+        for name in (b["eval"] or {}).get("points", {}):
             print(f"  [{preset}] results table:      "
                   f"{workdir / 'eval' / preset / name / 'table.txt'} (+ results.json, "
                   f"results.csv, *.png; {b['eval'].get('split', '?')} split)")
@@ -673,10 +724,12 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         if b.get("stage2"):
             print(f"  [{preset}] stage-2 verdict:    {workdir / 'stage2' / preset}/stage2.md "
                   f"(+ stage2.json, stage2.png)")
-        for line in b["curve"]["lines"][-2:]:
+        for line in (b["curve"] or {}).get("lines", [])[-2:]:
             print(f"  [{preset}] {line}")
-        for name, r in b["eval"]["points"].items():
+        for name, r in (b["eval"] or {}).get("points", {}).items():
             print(f"  [{preset}] {name}: {r['headline_text']}")
+        if b["capacity"]:
+            print(f"  [{preset}] " + b["capacity"]["text"].replace("\n", f"\n  [{preset}] "))
     print(f"  calibration:       {workdir / 'calibration'}")
     print(f"tensorboard --logdir {workdir}")
     return out

@@ -14,7 +14,9 @@ kind: the paper clock and the roofline clock are different programs).
 
 **Crossover** (``crossover``): the first load, in increasing order, at which PRADA's objective
 exceeds the server LLM alone's with a paired 95 % CI (Student t over seeds, the same seeds
-for both rows) whose lower bound is > 0. Needs at least ``MIN_CROSSOVER_SEEDS`` (8) seeds;
+for both rows) whose lower bound is > 0, counting only loads where **both rows are stable on
+every seed** (``evals.report.stable``: ρ < 1 and no ``U binds`` on any seed); an unstable
+row's objective is shown but never makes a crossover. Needs at least ``MIN_CROSSOVER_SEEDS`` (8) seeds;
 with fewer it is reported as undetermined. "None in the range tried" when no load qualifies.
 """
 from __future__ import annotations
@@ -116,17 +118,21 @@ def crossover(results: Mapping[float, Mapping[str, Mapping[str, np.ndarray]]],
     """The first load where ``policy``'s objective beats ``reference``'s with a paired 95 % CI
     > 0 (module docstring). Returns ``{"load": float | None, "status": "found" | "none in the
     range tried" | "undetermined (fewer than 8 seeds)" | "rows missing", "diffs": {load:
-    MeanCI dict}}``."""
+    MeanCI dict}, "unstable_loads": [loads skipped: a row unstable on some seed]}``."""
     loads = sorted(results)
     if not loads or any(policy not in results[x] or reference not in results[x] for x in loads):
         return {"load": None, "status": "rows missing", "policy": policy,
                 "reference": reference, "diffs": {}}
-    diffs, found = {}, None
+    diffs, found, skipped = {}, None, []
     n_seeds = len(np.asarray(results[loads[0]][policy]["objective"]))
     for x in loads:
         d = stats.mean_ci(np.asarray(results[x][policy]["objective"])
                           - np.asarray(results[x][reference]["objective"]))
         diffs[x] = d
+        summ = report.summarize({r: results[x][r] for r in (policy, reference)})
+        if not all(report.stable(summ[r]) for r in (policy, reference)):
+            skipped.append(x)
+            continue
         if found is None and math.isfinite(d.low) and d.low > 0:
             found = x
     if n_seeds < min_seeds:
@@ -134,7 +140,8 @@ def crossover(results: Mapping[float, Mapping[str, Mapping[str, np.ndarray]]],
     else:
         status = "found" if found is not None else "none in the range tried"
     return {"load": found, "status": status, "policy": policy, "reference": reference,
-            "seeds": n_seeds, "diffs": {str(x): d.to_json_dict() for x, d in diffs.items()}}
+            "seeds": n_seeds, "diffs": {str(x): d.to_json_dict() for x, d in diffs.items()},
+            "unstable_loads": skipped}
 
 
 def summarize_curve(results) -> dict[float, dict[str, dict[str, stats.MeanCI]]]:

@@ -1,0 +1,65 @@
+"""Capacity per server GPU under an SLO (issue 42; registration: studies/capacity/README.md),
+SYNTHETIC gsm8k.
+
+    python -m studies.capacity --out=DIR [--pairs=a100_orin_int4,...] [--size=study]
+    python -m studies.capacity --out=DIR --size=quick          # tiny end-to-end run (a test)
+
+The measurement and analysis are ``evals.capacity`` (``evals.capacity.run.run_study``); this
+command runs them at the registered size. Parts, in order, each written at once and reused on
+a rerun with the same sizes:
+
+* ``DIR/policies/seed_<k>/``: the screening-policy samples (``evals.stage2.policies``);
+* per pair, ``DIR/<pair>/reference.json``: the LLM alone at the lightest rate on validation
+  (the SLO's reference); ``prices.json``: λ_s fitted per rate and sample on validation;
+  ``test.json``: every row at every rate on test, per seed;
+* ``DIR/study.json``, ``DIR/report.md``, ``DIR/capacity_slo.png`` (capacity against the SLO
+  sweep), ``DIR/curve_<pair>.png`` (the objective curve).
+
+Bad input (an unknown pair or size, a folder that is a file): one stderr line, exit 2,
+nothing written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from absl import flags
+
+from evals import suite
+from evals.capacity import run as capacity
+from prada_jax import cli, config_utils
+from prada_jax import latency as lat
+from prada_jax.errors import BadInput
+
+DEFAULT_PAIRS = ("a100_orin_int4", "a100_phone_int4", "h100_orin_int4")
+
+
+def _define_flags():
+    flags.DEFINE_string("out", None, "study folder (policies, per-pair JSON, report)")
+    flags.DEFINE_list("pairs", list(DEFAULT_PAIRS), "hardware pairs (prada_jax.latency.PAIRS)")
+    flags.DEFINE_enum("size", "study", sorted(capacity.SIZES), "sizes: study (registered), "
+                      "demo (make demo: 1 policy sample, 4 seeds, coarser grid), quick (tests)")
+
+
+def main(argv):
+    F = flags.FLAGS
+    config_utils.reject_extra_argv(argv)
+    if not F.out:
+        raise BadInput("--out is required (the study folder)")
+    pairs = list(dict.fromkeys(F.pairs))
+    if not pairs:
+        raise BadInput("--pairs: empty list")
+    for pair in pairs:
+        suite.check_hardware(pair, "--pairs")
+        if pair == lat.PAPER:
+            raise BadInput("--pairs=paper: the capacity study needs a roofline pair (the "
+                           "serving server)")
+    out = Path(F.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out={F.out} exists and is not a folder")
+    res = capacity.run_study(out, pairs, F.size)
+    print(res["report"] + "\n[synthetic traces]")
+    print(f"report: {out / 'report.md'}; plot: {out / 'capacity_slo.png'}")
+
+
+if __name__ == "__main__":
+    cli.run(main, define_flags=_define_flags)

@@ -1,0 +1,77 @@
+"""evals.capacity.run (studies.capacity's measurement; issue 42), end to end at the quick size: every part runs, the report's
+capacities are what a plain loop over the committed per-seed test grid gives, the fitted
+price is the validation argmax, and a rerun reuses every part."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evals import capacity as cap
+from evals.capacity import analysis, measure
+from evals.capacity.run import SIZES, run_study
+from prada_jax.jsonio import read_json
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capacity")
+    return out, run_study(out, ["a100_orin_int4"], "quick", log=lambda m: None)
+
+
+def test_quick_study_writes_every_part(quick):
+    out, res = quick
+    for f in ("study.json", "report.md", "capacity_slo.png", "curve_a100_orin_int4.png",
+              "a100_orin_int4/reference.json", "a100_orin_int4/prices.json",
+              "a100_orin_int4/test.json"):
+        assert (out / f).is_file(), f
+    assert "SYNTHETIC" in res["report"]
+    a = res["results"]["a100_orin_int4"]
+    assert set(a["gate"]) >= {"contended", "passed"}
+    assert a["samples"] == list(SIZES["quick"].samples)
+
+
+def test_capacities_follow_the_registered_rule(quick):
+    out, res = quick
+    a = res["results"]["a100_orin_int4"]
+    test = read_json(out / "a100_orin_int4/test.json")["data"]
+    ref = read_json(out / "a100_orin_int4/reference.json")["data"]
+    slo = cap.SLO(2.0 * np.nanmean(ref["latency_p90_s"]), 0.95 * np.nanmean(ref["accuracy"]))
+    assert a["slo"]["latency_p90_s"] == pytest.approx(slo.latency_p90_s)
+    rates = sorted(float(r) for r in test)
+    for row, c in a["capacities"].items():
+        per_seed = []
+        for s in range(SIZES["quick"].seeds):
+            c_s = 0.0
+            for r in rates:
+                m = test[str(r)][row]
+                if not (m["rho"][s] < 1 and m["blocked_rate"][s] <= 0.001
+                        and m["latency_p90_s"][s] <= slo.latency_p90_s
+                        and m["accuracy"][s] >= slo.accuracy):
+                    break
+                c_s = r
+            per_seed.append(c_s)
+        assert c["per_seed"] == per_seed, row
+
+
+def test_fitted_price_is_the_validation_argmax(quick):
+    out, _ = quick
+    prices = read_json(out / "a100_orin_int4/prices.json")["data"]
+    for rate, per_sample in prices.items():
+        for k, fit in per_sample.items():
+            best = max(fit["objective"].values())
+            name = f"λ_s={fit['lambda_s']:g}"
+            assert fit["objective"][name] == best, (rate, k)
+
+
+def test_rerun_reuses_every_part(quick, monkeypatch):
+    out, res = quick
+
+    def boom(*a, **k):
+        raise AssertionError("a finished part was recomputed")
+
+    monkeypatch.setattr(measure, "test_grid", boom)
+    monkeypatch.setattr(measure, "fit_prices", boom)
+    monkeypatch.setattr(measure, "reference_run", boom)
+    again = run_study(out, ["a100_orin_int4"], "quick", log=lambda m: None)
+    assert again["table"] == res["table"]
+    assert analysis.headline_table(again["results"]) == res["table"]
