@@ -579,15 +579,16 @@ def stage_capacity(workdir: Path, s: dict, preset: str, policy_dir: Path, hardwa
         "validation)")
     res = capacity.run_study(d, [hardware], size, log=lambda m: log(f"capacity: {m}"),
                                    policy_dirs=[policy_dir])
-    a = res["results"][hardware]
+    a = res["results"]["same split"][hardware]
     text = "\n".join([
-        f"Capacity per server GPU under the SLO (users/s; {preset} SYNTHETIC, test split; "
-        f"size {size!r}: 1 policy sample, {capacity.SIZES[size].seeds} seeds, rates "
+        f"Capacity per server GPU under the SLO (users/s; {preset} SYNTHETIC, test split; SLO "
+        "p90 ≤ 2 × and accuracy ≥ 0.95 × the LLM alone's at the lightest rate on the same "
+        f"problems; size {size!r}: 1 policy sample, {capacity.SIZES[size].seeds} seeds, rates "
         f"{list(capacity.SIZES[size].rates)} — fewer than the registered study "
         "(studies/capacity/README.md), so no verdict; the study's numbers are in "
-        "studies/capacity/results):", res["table"],
+        "studies/capacity/results):", res["tables"]["same split"],
         f"gate: {'passed' if a['gate']['passed'] else 'not passed'}; report "
-        f"{d / 'report.md'}, plot {d / 'capacity_slo.png'}"])
+        f"{d / 'report.md'}, plot {d / 'capacity_slo_same_split.png'}"])
     print(text)
     result = {"text": text, "report": str(d / "report.md")}
     mark_done(d, key, result)
@@ -708,7 +709,7 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
                   "the policy the later stages use)")
         if b["capacity"]:
             print(f"  [{preset}] capacity (headline): {b['capacity']['report']} "
-                  f"(+ capacity_slo.png, curve_*.png, study.json)")
+                  f"(+ capacity_slo_*.png, curve_*.png, study.json)")
         if b["dual"]:
             print(f"  [{preset}] multipliers:        {b['dual']}")
         if b["curve"]:

@@ -5,9 +5,9 @@ under the output folder and reused on a rerun with the same sizes; then the anal
 report and the plots.
 
 Output under ``out``: ``policies/seed_<k>/`` (unless given), ``<pair>/reference.json``,
-``<pair>/prices.json``, ``<pair>/test.json``, ``study.json``, ``report.md``,
-``capacity_slo.png`` (capacity against the SLO sweep), ``curve_<pair>.png`` (the objective
-curve). Every number is from the traces the policies were trained on (SYNTHETIC unless a
+``<pair>/prices.json``, ``<pair>/test.json``, ``study.json``, ``report.md`` (both SLO
+anchors of ``analysis.ANCHORS``), ``capacity_slo_<anchor>.png`` (capacity against the SLO
+sweep), ``curve_<pair>.png`` (the objective curve). Every number is from the traces the policies were trained on (SYNTHETIC unless a
 real trace set is used).
 """
 from __future__ import annotations
@@ -87,22 +87,26 @@ def run_study(out: Path, pairs, size: str = "study", log=_log, policy_dirs=None)
         log(f"[{pair}] test grid")
         test = _cached(d / "test.json", dict(key, prices=prices),
                        lambda: measure.test_grid(pols, pair, sizes, prices, log))
-        results[pair] = analysis.analyse({"reference": ref, "prices": prices, "test": test})
-        results[pair]["prices"] = prices
+        data = {"reference": ref, "prices": prices, "test": test}
+        for anchor in analysis.ANCHORS:
+            a = analysis.analyse(data, anchor)
+            a["prices"] = prices
+            results.setdefault(anchor, {})[pair] = a
         tests[pair] = test
     meta = {"synthetic": True, "size": size, "sizes": sizes._asdict(),
             "samples": list(sizes.samples), "policies": [str(d) for d in dirs],
             "pairs": list(pairs), "wall_s": round(time.time() - t0, 1),
             "load_conditioned_map": "not run (registration: prices fitted per operating point)"}
     write_json(out / "study.json", {"meta": meta, "results": results})
-    md = analysis.to_markdown(results, meta)
+    md = analysis.to_markdown(results, meta, tests)
     (out / "report.md").write_text(md)
-    analysis.plot(results, out / "capacity_slo.png")
+    for anchor, res in results.items():
+        analysis.plot(res, out / f"capacity_slo_{anchor.replace(' ', '_')}.png")
     for pair in pairs:
         tag = curve.pair_tags([pair])[pair]
-        analysis.curve_plot({pair: results[pair]}, {pair: tests[pair]},
+        analysis.curve_plot({pair: results["same split"][pair]}, {pair: tests[pair]},
                             out / f"curve_{tag}.png")
     return {"results": results, "report": md, "meta": meta,
-            "table": analysis.headline_table(results)}
+            "tables": {a: analysis.headline_table(r) for a, r in results.items()}}
 
 

@@ -12,7 +12,8 @@ a rerun with the same sizes:
 * per pair, ``DIR/<pair>/reference.json``: the LLM alone at the lightest rate on validation
   (the SLO's reference); ``prices.json``: λ_s fitted per rate and sample on validation;
   ``test.json``: every row at every rate on test, per seed;
-* ``DIR/study.json``, ``DIR/report.md``, ``DIR/capacity_slo.png`` (capacity against the SLO
+* ``DIR/study.json``, ``DIR/report.md`` (both SLO anchors: the registered validation one and
+  deviation 2's same-split one), ``DIR/capacity_slo_<anchor>.png`` (capacity against the SLO
   sweep), ``DIR/curve_<pair>.png`` (the objective curve).
 
 Bad input (an unknown pair or size, a folder that is a file): one stderr line, exit 2,
@@ -58,7 +59,7 @@ def main(argv):
         raise BadInput(f"--out={F.out} exists and is not a folder")
     res = capacity.run_study(out, pairs, F.size)
     print(res["report"] + "\n[synthetic traces]")
-    print(f"report: {out / 'report.md'}; plot: {out / 'capacity_slo.png'}")
+    print(f"report: {out / 'report.md'}; plots: {out}/capacity_slo_*.png")
 
 
 if __name__ == "__main__":

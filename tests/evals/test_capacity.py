@@ -158,3 +158,29 @@ def test_quantile_from_hist_is_the_lower_empirical_quantile(seed):
         want = np.sort(lat)[math.ceil(q * lat.size) - 1] * 0.05
         assert ev.quantile_from_hist(hist, 0.05, q) == pytest.approx(want)
     assert math.isnan(ev.quantile_from_hist(np.zeros(5), 0.05, 0.9))
+
+
+# ----------------------------------------------------------------------------- the gate
+
+def test_gate_needs_the_llm_alone_limited_by_load_not_by_accuracy():
+    """A capacity of 0 from the accuracy target is below the grid's top, but it is not
+    contention: the gate fails (deviation 1 of studies/capacity/README.md)."""
+    from evals.capacity import analysis
+    from evals.capacity.measure import ALL_SLM, LLM_ALONE, ZERO, sample_row
+
+    def pt(acc, rho, p90=1.0):
+        return {"rho": [rho] * 2, "blocked_rate": [0.0] * 2, "latency_p90_s": [p90] * 2,
+                "accuracy": [acc] * 2, "objective": [acc] * 2}
+
+    def grid(llm_acc):
+        return {str(r): {LLM_ALONE: pt(llm_acc, rho), ALL_SLM: pt(0.8, 0.0),
+                         sample_row(ZERO, 0): pt(0.85, rho / 2)}
+                for r, rho in ((1.0, 0.3), (2.0, 0.6), (4.0, 1.2))}
+
+    slo = cap.SLO(2.0, 0.9)
+    for llm_acc, by_load in ((0.95, True), (0.85, False)):
+        test = grid(llm_acc)
+        caps = analysis.capacities(test, slo)
+        g = analysis.gate(test, caps, [0])
+        assert g["contended"] is True
+        assert g["contended_by_load"] is by_load and g["passed"] is by_load

@@ -20,24 +20,28 @@ def quick(tmp_path_factory):
 
 def test_quick_study_writes_every_part(quick):
     out, res = quick
-    for f in ("study.json", "report.md", "capacity_slo.png", "curve_a100_orin_int4.png",
+    for f in ("study.json", "report.md", "capacity_slo_validation.png",
+              "capacity_slo_same_split.png", "curve_a100_orin_int4.png",
               "a100_orin_int4/reference.json", "a100_orin_int4/prices.json",
               "a100_orin_int4/test.json"):
         assert (out / f).is_file(), f
     assert "SYNTHETIC" in res["report"]
-    a = res["results"]["a100_orin_int4"]
-    assert set(a["gate"]) >= {"contended", "passed"}
+    a = res["results"]["validation"]["a100_orin_int4"]
+    assert set(a["gate"]) >= {"contended", "contended_by_load", "passed"}
     assert a["samples"] == list(SIZES["quick"].samples)
 
 
-def test_capacities_follow_the_registered_rule(quick):
+@pytest.mark.parametrize("anchor", ["validation", "same split"])
+def test_capacities_follow_the_registered_rule(quick, anchor):
     out, res = quick
-    a = res["results"]["a100_orin_int4"]
+    a = res["results"][anchor]["a100_orin_int4"]
     test = read_json(out / "a100_orin_int4/test.json")["data"]
-    ref = read_json(out / "a100_orin_int4/reference.json")["data"]
+    rates = sorted(float(r) for r in test)
+    ref = (read_json(out / "a100_orin_int4/reference.json")["data"] if anchor == "validation"
+           else test[str(rates[0])]["All-LLM"])
     slo = cap.SLO(2.0 * np.nanmean(ref["latency_p90_s"]), 0.95 * np.nanmean(ref["accuracy"]))
     assert a["slo"]["latency_p90_s"] == pytest.approx(slo.latency_p90_s)
-    rates = sorted(float(r) for r in test)
+    assert a["slo"]["accuracy"] == pytest.approx(slo.accuracy)
     for row, c in a["capacities"].items():
         per_seed = []
         for s in range(SIZES["quick"].seeds):
@@ -73,5 +77,6 @@ def test_rerun_reuses_every_part(quick, monkeypatch):
     monkeypatch.setattr(measure, "fit_prices", boom)
     monkeypatch.setattr(measure, "reference_run", boom)
     again = run_study(out, ["a100_orin_int4"], "quick", log=lambda m: None)
-    assert again["table"] == res["table"]
-    assert analysis.headline_table(again["results"]) == res["table"]
+    assert again["tables"] == res["tables"]
+    for anchor in analysis.ANCHORS:
+        assert analysis.headline_table(again["results"][anchor]) == res["tables"][anchor]
