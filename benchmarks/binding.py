@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 
 _ROWS = (("PRADA (λ=µ=0)", "threshold", False), ("FIFO-greedy", "fifo_greedy", False),
@@ -103,8 +103,7 @@ def measure(policy_dir: str, names, seeds: int, slots: int, warmup: int, num_use
 
 def main(argv):
     F = flags.FLAGS
-    if len(argv) > 1:
-        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    config_utils.reject_extra_argv(argv)
     if not F.policy:
         raise BadInput("--policy is required (a train.ppo run directory)")
     from envs import scenarios

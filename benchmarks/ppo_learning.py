@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.rl import evaluate, policy, trainer
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "train.ppo run directory")
@@ -94,8 +94,7 @@ def run(workdir, num_slots=1500, num_envs=16, eval_seed=1234, step=None) -> dict
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    config_utils.reject_extra_argv(argv)
     if not _WORKDIR.value:
         raise app.UsageError("--workdir is required")
     res = run(_WORKDIR.value, _NUM_SLOTS.value, _NUM_ENVS.value, _EVAL_SEED.value, _STEP.value)

@@ -26,9 +26,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.rl import learner, networks, trainer
 from prada_jax.configs import ppo as ppo_configs
 
@@ -206,8 +206,7 @@ def _line(res: dict) -> str:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    config_utils.reject_extra_argv(argv)
     if _COMPARE.value:
         res = compare(_VARIANT.value, _NUM_ENVS.value, _NUM_SEEDS.value, _REPEATS.value)
         print(json.dumps(res, indent=2))

@@ -15,7 +15,7 @@ import time
 from absl import flags
 
 from envs import scenarios
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 
 
@@ -67,8 +67,7 @@ def _define_flags():
 
 def main(argv):
     F = flags.FLAGS
-    if len(argv) > 1:
-        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    config_utils.reject_extra_argv(argv)
     if F.slots < 1 or F.num_users < 1:
         raise BadInput("--slots and --num_users must be >= 1")
     if not F.lambda_s >= 0:

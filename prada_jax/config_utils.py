@@ -370,7 +370,8 @@ def reject_extra_argv(argv: Sequence[str]) -> None:
     """absl leaves unparsed positional args in ``argv[1:]``: refuse them (ConfigError, exit 2)."""
     if len(argv) > 1:
         raise ConfigError(f"unexpected command-line arguments: {' '.join(argv[1:])} "
-                         "(use --config.<field>=<value> to override config fields)")
+                         "(flags take the form --name=value; config fields "
+                         "--config.<field>=<value>)")
 
 
 def runtime_info() -> str:

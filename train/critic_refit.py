@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 
 
@@ -37,8 +37,7 @@ def _define_flags():
 
 def main(argv):
     F = flags.FLAGS
-    if len(argv) > 1:
-        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    config_utils.reject_extra_argv(argv)
     if not F.policy:
         raise BadInput("--policy is required (a train.ppo run directory)")
     if not F.out:

@@ -11,7 +11,7 @@ from absl import flags
 
 from envs import scenarios
 from evals.stage2 import parse_dual_overrides, run, to_markdown
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 
 
@@ -52,8 +52,7 @@ def main(argv):
     """The command (``prada_jax.cli.run``): flags and a given ``--policy`` are checked before
     ``--out`` is created; bad input raises ``BadInput`` (one stderr line, exit 2)."""
     F = flags.FLAGS
-    if len(argv) > 1:
-        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    config_utils.reject_extra_argv(argv)
     if not F.out:
         raise BadInput("--out is required (a folder for stage2.json)")
     names = scenarios.parse_names(F.scenarios)
@@ -66,7 +65,6 @@ def main(argv):
         raise BadInput(f"--num_users must lie in [1, {MAX_ENV_COUNT}], got {F.num_users}")
     if F.policy and not Path(F.policy).is_dir():
         raise BadInput(f"--policy={F.policy}: no such run directory")
-    from prada_jax import config_utils  # lazy: with the check below, after the flag checks
     out = config_utils.check_output_dir(F.out, "--out")   # a file, or under one: refused
     from prada_jax.traces import splits
 

@@ -173,8 +173,7 @@ def _define_flags():
 
 def main(argv):
     F = flags.FLAGS
-    if len(argv) > 1:
-        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    config_utils.reject_extra_argv(argv)
     if not F.policy or not Path(F.policy).is_dir():
         raise BadInput(f"--policy={F.policy}: no such policy folder")
     if not F.out:

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from evals import pipeline
+from prada_jax import config_utils
 from prada_jax.errors import BadInput
 from prada_jax.rl import critic_refit
 
@@ -76,8 +77,7 @@ def _define_flags():
 def main(argv):
     from absl import flags
     F = flags.FLAGS
-    if len(argv) > 1:
-        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    config_utils.reject_extra_argv(argv)
     if not F.out:
         raise BadInput("--out is required (a folder for the policy samples)")
     seeds = parse_seeds(F.seeds)

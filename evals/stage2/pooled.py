@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from prada_jax import config_utils
 from prada_jax.errors import BadInput
 
 #: Claims judged on each scenario: name → (row a, row b) of the paired difference a − b.
@@ -286,7 +287,6 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     if budget is not None:
         s2.check_budget(budget)
     resamples = int(resamples or hier.DEFAULT_RESAMPLES)
-    from prada_jax import config_utils  # lazy: --help stays light
     out = config_utils.check_output_dir(out, "--out")   # a file, or under one: refused
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -441,8 +441,7 @@ def main(argv):
 
     from envs import scenarios
     F = flags.FLAGS
-    if len(argv) > 1:
-        raise BadInput(f"unexpected command-line arguments: {' '.join(argv[1:])}")
+    config_utils.reject_extra_argv(argv)
     if not F.out:
         raise BadInput("--out is required (a folder for pooled.json)")
     if not F.policies:
