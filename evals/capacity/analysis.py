@@ -21,7 +21,7 @@ from evals.capacity.measure import ALL_SLM, FITTED, LLM_ALONE, RSD, ZERO, sample
 #: The registered SLO (README) and the sweep beside it.
 LATENCY_SCALE, RETENTION = 2.0, 0.95
 SWEEP_SCALES = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0)
-SWEEP_RETENTIONS = (0.85, 0.9, 0.95, 0.975, 1.0)
+SWEEP_RETENTIONS = (0.85, 0.875, 0.9, 0.925, 0.95, 0.975, 1.0)
 #: PRADA (fitted prices) may be below All-SLM by at most this much objective at any rate.
 ALL_SLM_MARGIN = 0.01
 BASELINES = (LLM_ALONE, ALL_SLM, RSD)
@@ -323,35 +323,42 @@ def _pair_sections(results: Mapping[str, Mapping], tests) -> list[str]:
 
 
 def plot(results: Mapping[str, Mapping], path: Path) -> Path:
-    """Capacity against the SLO sweep (latency scale; accuracy retention), one line per row
-    and pair (PRADA: the median over samples)."""
+    """Capacity against the SLO sweep: one column per pair, the latency scale (top) and the
+    accuracy retention (bottom); one line per row (PRADA: the median over samples, the band
+    its range)."""
     import matplotlib  # lazy: plotting only when a report is written
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: as above
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    styles = ["-", "--", ":"]
+    n = len(results)
+    fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 6.4), squeeze=False)
     for i, (p, a) in enumerate(results.items()):
         sw, samples = a["sweep"], a["samples"]
-        for j, row in enumerate(BASELINES + (FITTED,)):
-            for ax, axis in zip(axes, ("latency_scale", "retention")):
-                if row == FITTED:
-                    ys = np.median([[v for v in sw[sample_row(FITTED, k)][axis].values()]
-                                    for k in samples], axis=0)
+        for j, row in enumerate(BASELINES + (FITTED, ZERO)):
+            for ax, axis in zip(axes[:, i], ("latency_scale", "retention")):
+                if row in BASELINES:
+                    xs = [float(x) for x in sw[row][axis]]
+                    lo = hi = ys = np.array(list(sw[row][axis].values()))
                 else:
-                    ys = list(sw[row][axis].values())
-                xs = [float(x) for x in sw[row if row != FITTED else
-                                           sample_row(FITTED, samples[0])][axis]]
-                ax.plot(xs, ys, styles[i % 3], marker="o", ms=3, color=f"C{j}",
-                        label=f"{row} [{p}]")
-    axes[0].set_xlabel("latency SLO: p90 ≤ scale × LLM alone's light-load p90")
-    axes[1].set_xlabel("accuracy SLO: ≥ retention × LLM alone's light-load accuracy")
-    for ax in axes:
-        ax.set_ylabel("capacity (users/s per GPU)")
+                    per = np.array([list(sw[sample_row(row, k)][axis].values())
+                                    for k in samples])
+                    xs = [float(x) for x in sw[sample_row(row, samples[0])][axis]]
+                    ys, lo, hi = np.median(per, 0), per.min(0), per.max(0)
+                ax.plot(xs, ys, marker="o", ms=3, color=f"C{j}", label=row)
+                if row not in BASELINES:
+                    ax.fill_between(xs, lo, hi, color=f"C{j}", alpha=0.15, linewidth=0)
+        axes[0, i].set_title(f"{p} ({a['anchor']} anchor)", fontsize=9)
+        axes[0, i].set_xlabel("latency SLO: p90 ≤ scale × LLM alone's", fontsize=8)
+        axes[1, i].set_xlabel("accuracy SLO: ≥ retention × LLM alone's", fontsize=8)
+        axes[0, i].axvline(LATENCY_SCALE, ls=":", color="grey")
+        axes[1, i].axvline(RETENTION, ls=":", color="grey")
+    for ax in axes.flat:
+        ax.set_ylabel("capacity (users/s per GPU)", fontsize=8)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=6)
-    fig.suptitle("Capacity under an SLO sweep (SYNTHETIC gsm8k, test split); registered: "
-                 f"scale {LATENCY_SCALE:g}, retention {RETENTION:g}", fontsize=9)
+    axes[0, -1].legend(fontsize=7)
+    fig.suptitle("Capacity under a sweep of SLOs (SYNTHETIC gsm8k, test split; dotted: the "
+                 f"registered scale {LATENCY_SCALE:g} and retention {RETENTION:g}; the other "
+                 "term held at it)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
