@@ -633,6 +633,7 @@ CASES: list[Case] = [
     Case("studies.reopd_regime", ("--parts=nope", "--out={out}"), r"--parts"),
     Case("studies.capacity", ("--pairs=nope", "--out={out}"), r"--pairs"),
     Case("studies.capacity", ("--pairs=paper", "--out={out}"), r"--pairs=paper"),
+    Case("studies.capacity", ("--report_only", "--out={empty_dir}"), r"--report_only"),
     Case("studies.capacity", ("--out={traces_ok}/meta.json",), r"--out=.*meta\.json"),
     Case("studies.reopd_regime", ("--inject_rate=1.5", "--out={out}"), r"--inject_rate"),
     Case("studies.reopd_kg", ("--latencies_ms=10,-1", "--cache={empty_dir}", "--out={out}"),

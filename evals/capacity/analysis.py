@@ -226,14 +226,16 @@ def headline_table(results: Mapping[str, Mapping]) -> str:
                              f"{_c(h['max'], top)}]")
             else:
                 cells.append(_c(h, top))
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+        name = "LLM alone (All-LLM)" if row == LLM_ALONE else row
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for ref in (LLM_ALONE, RSD):
         cells = []
         for p in pairs:
             m = results[p]["multipliers"][ref]
             cells.append("—" if m["mean"] is None else
                          f"{m['mean']:.2f} [{m['lo']:.2f}, {m['hi']:.2f}] {m['reading']}")
-        lines.append(f"| PRADA (fitted) / {ref} | " + " | ".join(cells) + " |")
+        name = "LLM alone" if ref == LLM_ALONE else ref
+        lines.append(f"| PRADA (fitted) / {name} | " + " | ".join(cells) + " |")
     slo = [f"L {results[p]['slo']['latency_p90_s']:.2f} s, A {results[p]['slo']['accuracy']:.3f}"
            for p in pairs]
     lines.append("| SLO (p90 latency, accuracy) | " + " | ".join(slo) + " |")
@@ -308,9 +310,10 @@ def _pair_sections(results: Mapping[str, Mapping], tests) -> list[str]:
                 f"{min(t['fitted_minus_all_slm'] for t in a['targets'].values()):+.3f})",
                 "* largest share of slots with a link over-asked (any rate): " + ", ".join(
                     f"{k} {v:.3f}" for k, v in a["link_binding"].items())
-                + (" — a link binds (> 0.01): µ would matter there" if max(
-                    a["link_binding"].values()) > report.LINK_TOL else
-                   " — no link binds: µ = 0 is not a restriction here"),
+                + (" — a link binds under PRADA (> 0.01): µ would matter there" if max(
+                    a["link_binding"].get(FITTED, 0.0), a["link_binding"].get(ZERO, 0.0))
+                    > report.LINK_TOL else
+                   " — no link binds under PRADA: µ = 0 is not a restriction here"),
                 f"* objective crossover vs the LLM alone (stable rates only): "
                 f"{a['crossover']['rate']} (rates skipped as unstable: "
                 f"{a['crossover']['unstable_rates']})", ""]

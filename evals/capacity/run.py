@@ -74,29 +74,56 @@ def run_study(out: Path, pairs, size: str = "study", log=_log, policy_dirs=None)
     pols = [suite.load_policy(str(d)) for d in dirs]
     key = {"sizes": sizes._asdict(), "policies": [suite.params_sha256(p.params) for p in pols],
            "price_grid": list(measure.PRICE_GRID)}
-    results, tests = {}, {}
     for pair in pairs:
         d = out / curve.pair_tags([pair])[pair]
         d.mkdir(parents=True, exist_ok=True)
         log(f"[{pair}] reference (LLM alone, λ = {sizes.rates[0]:g}/s, validation)")
-        ref = _cached(d / "reference.json", key,
+        _cached(d / "reference.json", key,
                       lambda: measure.reference_run(pols, pair, sizes))
         log(f"[{pair}] prices fitted per rate on validation")
         prices = _cached(d / "prices.json", key,
                          lambda: measure.fit_prices(pols, pair, sizes, log))
         log(f"[{pair}] test grid")
-        test = _cached(d / "test.json", dict(key, prices=prices),
-                       lambda: measure.test_grid(pols, pair, sizes, prices, log))
-        data = {"reference": ref, "prices": prices, "test": test}
-        for anchor in analysis.ANCHORS:
-            a = analysis.analyse(data, anchor)
-            a["prices"] = prices
-            results.setdefault(anchor, {})[pair] = a
-        tests[pair] = test
+        _cached(d / "test.json", dict(key, prices=prices),
+                lambda: measure.test_grid(pols, pair, sizes, prices, log))
+    results, tests = analyse_pairs(out, pairs)   # from the files just written or reused
     meta = {"synthetic": True, "size": size, "sizes": sizes._asdict(),
             "samples": list(sizes.samples), "policies": [str(d) for d in dirs],
             "pairs": list(pairs), "wall_s": round(time.time() - t0, 1),
             "load_conditioned_map": "not run (registration: prices fitted per operating point)"}
+    return write_report(out, pairs, results, tests, meta)
+
+
+def analyse_pairs(out: Path, pairs) -> tuple[dict, dict]:
+    """``(results {anchor: {pair: analysis}}, tests {pair: test grid})`` from the per-pair
+    files under ``out`` (whatever run wrote them)."""
+    results, tests = {}, {}
+    for pair in pairs:
+        d = Path(out) / curve.pair_tags([pair])[pair]
+        data = {k: read_json(d / f"{k}.json")["data"] for k in ("reference", "prices", "test")}
+        for anchor in analysis.ANCHORS:
+            a = analysis.analyse(data, anchor)
+            a["prices"] = data["prices"]
+            results.setdefault(anchor, {})[pair] = a
+        tests[pair] = data["test"]
+    return results, tests
+
+
+def report_only(out: Path, pairs, size: str = "study") -> dict:
+    """The analysis, report and plots again from the per-pair files under ``out`` (no
+    policy, no evaluation): what regenerates a committed study's results."""
+    results, tests = analyse_pairs(out, pairs)
+    meta = {"synthetic": True, "size": size, "sizes": SIZES[size]._asdict(),
+            "samples": list(SIZES[size].samples), "pairs": list(pairs),
+            "report_only": True,
+            "load_conditioned_map": "not run (registration: prices fitted per operating point)"}
+    return write_report(out, pairs, results, tests, meta)
+
+
+def write_report(out: Path, pairs, results: dict, tests: dict, meta: dict) -> dict:
+    """``study.json``, ``report.md``, ``capacity_slo_<anchor>.png`` and ``curve_<pair>.png``
+    under ``out``."""
+    out = Path(out)
     write_json(out / "study.json", {"meta": meta, "results": results})
     md = analysis.to_markdown(results, meta, tests)
     (out / "report.md").write_text(md)

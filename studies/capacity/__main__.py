@@ -25,7 +25,7 @@ from pathlib import Path
 
 from absl import flags
 
-from evals import suite
+from evals import curve, suite
 from evals.capacity import run as capacity
 from prada_jax import cli, config_utils
 from prada_jax import latency as lat
@@ -39,6 +39,8 @@ def _define_flags():
     flags.DEFINE_list("pairs", list(DEFAULT_PAIRS), "hardware pairs (prada_jax.latency.PAIRS)")
     flags.DEFINE_enum("size", "study", sorted(capacity.SIZES), "sizes: study (registered), "
                       "demo (make demo: 1 policy sample, 4 seeds, coarser grid), quick (tests)")
+    flags.DEFINE_bool("report_only", False, "only the analysis, report and plots, from the "
+                      "per-pair JSON already under --out (e.g. the committed results/)")
 
 
 def main(argv):
@@ -57,7 +59,14 @@ def main(argv):
     out = Path(F.out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out={F.out} exists and is not a folder")
-    res = capacity.run_study(out, pairs, F.size)
+    if F.report_only:
+        missing = [f"{p}/{k}.json" for p in pairs for k in ("reference", "prices", "test")
+                   if not (out / curve.pair_tags([p])[p] / f"{k}.json").is_file()]
+        if missing:
+            raise BadInput(f"--report_only: {out} lacks {', '.join(missing)}")
+        res = capacity.report_only(out, pairs, F.size)
+    else:
+        res = capacity.run_study(out, pairs, F.size)
     print(res["report"] + "\n[synthetic traces]")
     print(f"report: {out / 'report.md'}; plots: {out}/capacity_slo_*.png")
 

@@ -80,3 +80,14 @@ def test_rerun_reuses_every_part(quick, monkeypatch):
     assert again["tables"] == res["tables"]
     for anchor in analysis.ANCHORS:
         assert analysis.headline_table(again["results"][anchor]) == res["tables"][anchor]
+
+
+def test_report_only_reproduces_the_report_from_the_files(quick):
+    """What regenerates a committed study's results: the analysis from the per-pair JSON."""
+    from evals.capacity.run import report_only
+    out, res = quick
+    again = report_only(out, ["a100_orin_int4"], "quick")
+    assert again["tables"] == res["tables"]
+    for anchor in analysis.ANCHORS:
+        assert again["results"][anchor]["a100_orin_int4"]["capacities"] == \
+            res["results"][anchor]["a100_orin_int4"]["capacities"]
