@@ -53,16 +53,22 @@ def test_contention_shrinks_with_capacity(sweep_out):
                                   results["M"][8]["All-SLM"]["accuracy"])
     # The knee is a stable grid value (or None) and at least the point where latency stops
     # improving; an unstable point (ρ ≥ 1) reports no latency and is left out of the knee.
+    # Stability is per seed (issue 42): a point with ρ ≥ 1 on any seed is unstable.
     k = res["knees"]["M"]["All-LLM"]
-    rho = {m: np.mean(results["M"][m]["All-LLM"]["rho"]) for m in (1, 2, 8)}
-    assert rho[1] >= 1.0 > rho[8]      # 40 users/s: one unit cannot carry it
-    stable = [m for m in (1, 2, 8) if rho[m] < 1.0]
-    assert k in stable
-    lat = [np.mean(results["M"][m]["All-LLM"]["latency_mean_s"]) for m in stable]
-    i = stable.index(k)
-    assert all((lat[i] - later) / lat[i] < sweep.KNEE_TOL for later in lat[i + 1:])
+    rho = {m: np.asarray(results["M"][m]["All-LLM"]["rho"]) for m in (1, 2, 8)}
+    assert np.mean(rho[1]) >= 1.0 and np.all(rho[8] < 1.0)   # 40 users/s: one unit cannot
+    stable = [m for m in (1, 2, 8) if np.all(rho[m] < 1.0)]
+    if len(stable) < 2:
+        assert k is None   # a knee needs two stable points
+    else:
+        assert k in stable
+        lat = [np.mean(results["M"][m]["All-LLM"]["latency_mean_s"]) for m in stable]
+        i = stable.index(k)
+        assert all((lat[i] - later) / lat[i] < sweep.KNEE_TOL for later in lat[i + 1:])
     text = (sweep_out[0] / "knees.txt").read_text()
-    assert "unstable (ρ ≥ 1, latency withheld) along M: All-SLM: none; All-LLM: 1" in text
+    unstable = ", ".join(str(m) for m in (1, 2, 8) if m not in stable)
+    assert ("unstable (ρ ≥ 1, latency withheld) along M: All-SLM: none; All-LLM: "
+            f"{unstable}") in text
 
 
 def test_parse_grid_errors():
