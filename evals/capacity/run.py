@@ -56,18 +56,18 @@ def _cached(path: Path, key: dict, make):
 
 
 def run_study(out: Path, pairs, size: str = "study", log=_log, policy_dirs=None) -> dict:
-    """Runs (or resumes) every part under ``out``; returns ``{"results", "report", "table",
-    "meta"}``. ``policy_dirs``: refit policy folders to use as the samples (one per entry of
-    the size's ``samples``; ``make demo`` passes its own policy) instead of training them
-    under ``out/policies``."""
+    """Runs (or resumes) every part under ``out``; returns ``{"results", "report", "tables",
+    "meta"}``. ``policy_dirs``: refit policy folders to use as the samples 0, 1, ... (``make
+    demo`` passes its own policy) instead of training the size's samples under
+    ``out/policies``."""
     sizes = SIZES[size]
     out = Path(out)
     t0 = time.time()
-    if policy_dirs is not None:
-        if len(policy_dirs) != len(sizes.samples):
-            raise ValueError(f"size {size!r} needs {len(sizes.samples)} policies, got "
-                             f"{len(policy_dirs)}")
+    if policy_dirs is not None:   # the given policies are the samples 0, 1, ...
+        if not policy_dirs:
+            raise ValueError("policy_dirs: give at least one policy folder")
         dirs = [Path(d) for d in policy_dirs]
+        sizes = sizes._replace(samples=tuple(range(len(dirs))))
     else:
         dirs = [policy_samples.train_sample(out / "policies", k, sizes.policy_size, log=log)
                 for k in sizes.samples]

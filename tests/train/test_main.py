@@ -112,6 +112,9 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
     assert "knee in M" in out and "All-LLM" in out
     assert "crossover" in out and "table points" in out
     assert (work / "curve" / "gsm8k" / "curve.json").is_file()
+    # the capacity stage (issue 42) at the tests' size, this run's policy as the one sample
+    assert "Capacity per server GPU under the SLO" in out
+    assert (work / "capacity" / "gsm8k" / "report.md").is_file()
     table = work / "eval" / "gsm8k" / "uncontended"
     for f in ("results.json", "results.csv", "table.txt", "accuracy.png"):
         assert (table / f).is_file(), f
