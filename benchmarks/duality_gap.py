@@ -24,8 +24,8 @@ from absl import flags
 
 from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
-from prada_jax.stage2 import files, gap as gap_lib
-from prada_jax.stage2.trainer import (build_env_params, build_policy, load_traces, policy_key,
+from prada_jax.dual import files, gap as gap_lib
+from prada_jax.dual.trainer import (build_env_params, build_policy, load_traces, policy_key,
                                       validate_config)
 
 

@@ -72,7 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import edge
-from prada_jax.rl.greedy import critic_screen, screen_and_gain
+from prada_jax.rl.screen import critic_screen, screen_and_gain
 from prada_jax.sched.registry import scheduler_index
 
 SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC = 0, 1, 2, 3, 4
@@ -91,7 +91,7 @@ class PolicySpec(NamedTuple):
     """One evaluated system (host side).
 
     name: row label. screen: "never" | "always" | "random" | "policy" (the actor's greedy
-    action) | "critic" (nominate iff the critic's ΔQ > 0; ``prada_jax.rl.greedy``'s
+    action) | "critic" (nominate iff the critic's ΔQ > 0; ``prada_jax.rl.screen``'s
     ``nominate_by="critic"``). scheduler: a name in
     ``prada_jax.sched.registry.SCHEDULER_NAMES``. lambda_s, mu: multipliers (mu per Hz).
     unlimited: lift M and B (M = U, B = 1e12 Hz). p_random: nomination probability ("random").

@@ -14,7 +14,7 @@ from pathlib import Path
 from prada_jax import config_utils
 from prada_jax.rl import critic_refit
 from prada_jax.rl import trainer as ppo_trainer
-from prada_jax.stage2 import trainer as stage2_trainer
+from prada_jax.dual import trainer as dual_trainer
 from prada_jax.configs import dual as dual_cfg
 from prada_jax.configs import ppo as ppo_cfg
 
@@ -78,10 +78,10 @@ def learn_multipliers(config, workdir: str | Path):
     ``(result, dcfg, env_params)``: the trainer's result dict, the learner's validated
     ``DualConfig`` and the env params it trained on (their scheduler and value accounting
     are what the PRADA rows of an evaluation run)."""
-    dcfg = stage2_trainer.validate_config(config)
-    traces, _ = stage2_trainer.load_traces(config)
-    env_params = stage2_trainer.build_env_params(config, traces)
-    result = stage2_trainer.train_and_evaluate(config, Path(workdir))
+    dcfg = dual_trainer.validate_config(config)
+    traces, _ = dual_trainer.load_traces(config)
+    env_params = dual_trainer.build_env_params(config, traces)
+    result = dual_trainer.train_and_evaluate(config, Path(workdir))
     return result, dcfg, env_params
 
 

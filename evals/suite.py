@@ -26,7 +26,7 @@ from prada_jax.jsonio import write_json
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import policy as policy_files
 from prada_jax.rl.policy import LoadedPolicy
-from prada_jax.stage2 import files as dual_lib
+from prada_jax.dual import files as dual_lib
 from prada_jax.traces import splits
 from prada_jax.traces.loader import load_trace_set
 
@@ -214,7 +214,7 @@ def load_multipliers(dual_workdir: str) -> tuple[float, float, dict]:
     """(λ_s, µ per Hz, info) from a ``train.dual`` run; ``EvalError`` naming the folder.
 
     ``info`` holds ``file`` and every other field of ``multipliers.json`` (the ``scenario`` it
-    was learned for, ...), read by ``prada_jax.stage2.files.read_multipliers`` (the range
+    was learned for, ...), read by ``prada_jax.dual.files.read_multipliers`` (the range
     checks live there).
     """
     path = Path(dual_workdir)

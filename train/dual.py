@@ -4,10 +4,10 @@
         [--policy=PPO_WORKDIR] [--config.env.num_servers=2 ...] [--max_chunks=N]
 
 Without ``--policy`` (and an empty ``config.policy_dir``) nominations come from the privileged
-trace rule of ``prada_jax.stage2.nominate.make_trace_rule_policy`` (tests / smoke runs only).
+trace rule of ``prada_jax.dual.nominate.make_trace_rule_policy`` (tests / smoke runs only).
 Rerunning on an existing workdir resumes from its latest checkpoint. The training loop,
 checkpoints, curves, ``multipliers.json`` and ``gap.json`` live in the library
-``prada_jax.stage2`` (``trainer.train_and_evaluate``); this file only parses flags. Workdir
+``prada_jax.dual`` (``trainer.train_and_evaluate``); this file only parses flags. Workdir
 layout and measured numbers: docs/dual.md.
 
 Flags are defined only when run as a program (``_define_flags``), so ``from train import dual``
@@ -50,7 +50,7 @@ def _build_setup(config):
     is written; each failure is one BadInput line. Returns the Setup for the trainer."""
     # Lazy: the library imports orbax and chex, which define absl flags; importing train.dual
     # must define none (another absl program may import it).
-    from prada_jax.stage2.trainer import build_setup
+    from prada_jax.dual.trainer import build_setup
 
     if config.policy_dir:
         flag = "--policy" if FLAGS.policy is not None else "config.policy_dir"
@@ -71,7 +71,7 @@ def main(argv):
         with config.unlocked():
             config.policy_dir = FLAGS.policy
     setup = _build_setup(config)
-    from prada_jax.stage2.trainer import summary_lines, train_and_evaluate  # lazy: see above
+    from prada_jax.dual.trainer import summary_lines, train_and_evaluate  # lazy: see above
 
     result = train_and_evaluate(config, FLAGS.workdir, setup, max_chunks=FLAGS.max_chunks)
     for line in summary_lines(result):

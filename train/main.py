@@ -10,7 +10,7 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
    ``critic/``      the same actor with its critic refit on Monte-Carlo action values of the
                     final actor (``prada_jax.rl.critic_refit``; ``critic_check.json``): the
                     policy every later stage uses (docs/ppo.md, "Critic calibration");
-3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.stage2.trainer``, what
+3. ``dual/``        the learned multipliers λ_s, µ (``prada_jax.dual.trainer``, what
                     ``python -m train.dual`` runs, in this process);
 4. ``curve/``       the load curve, the headline (``evals.curve``): latency, accuracy,
                     objective, goodput and ρ of the server LLM alone, All-SLM, RSD and PRADA
@@ -61,7 +61,7 @@ from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.jsonio import read_json, write_json  # noqa: E402
 from prada_jax.presets import BENCHMARKS as PRESETS  # noqa: E402  (the one preset list)
 from prada_jax.rl import trainer  # noqa: E402
-from prada_jax.stage2 import trainer as stage2_trainer  # noqa: E402
+from prada_jax.dual import trainer as dual_trainer  # noqa: E402
 from prada_jax.traces import stats as tstats  # noqa: E402
 from prada_jax.traces import synthetic  # noqa: E402
 
@@ -299,7 +299,7 @@ def _dual_config(s: dict, preset: str, policy_dir: Path, env_kw: dict):
 
 
 def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo: bool) -> Path:
-    """Learns the multipliers in this process (``prada_jax.stage2.trainer``, what
+    """Learns the multipliers in this process (``prada_jax.dual.trainer``, what
     ``python -m train.dual`` runs); returns the run directory."""
     d = workdir / "dual" / preset
     policy = suite.load_policy(str(policy_dir))
@@ -309,9 +309,9 @@ def stage_dual(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo:
         log(f"dual [{preset}]: reusing the finished run in {d}")
         return d
     log(f"dual [{preset}]: learning λ_s and µ in {d} on the {config.env.split} split "
-        f"(seeds from {stage2_trainer.learner_seed(config)})")
-    result = stage2_trainer.train_and_evaluate(config, d)
-    for ln in stage2_trainer.summary_lines(result):
+        f"(seeds from {dual_trainer.learner_seed(config)})")
+    result = dual_trainer.train_and_evaluate(config, d)
+    for ln in dual_trainer.summary_lines(result):
         if ln.startswith(("done:", "duality gap")):
             print("    " + ln + " [synthetic traces]")
     mark_done(d, key, {})

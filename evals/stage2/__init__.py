@@ -1,7 +1,7 @@
 """Stage-2 verdict: ``python -m evals.stage2 --out=DIR [--scenarios=...] [--seeds=N] [--quick]``.
 
 For each scenario (``envs.scenarios`` presets) this learns the multipliers with the stage-2
-library (``prada_jax.stage2.trainer``: a constant pair by the ``prada_jax/configs/dual.py`` default
+library (``prada_jax.dual.trainer``: a constant pair by the ``prada_jax/configs/dual.py`` default
 learner — online subgradient, exported as the average of its iterates over the second half of
 the run, plain capacity constraint ρ = 1 — and a load-conditioned map, always by Adam), searches the
 best constant pair on a grid (``evals.grid``), and evaluates, on the same seeds (paired), the
@@ -34,7 +34,7 @@ params). Output in ``DIR``:
 
 Stored multipliers: none are taken from outside; each scenario's are learned here, on that
 scenario (``dual/<scenario>/...``), and a rerun reuses those runs only through
-``prada_jax.stage2.trainer``'s config-checked resume, so the scenario check of ``evals.run``
+``prada_jax.dual.trainer``'s config-checked resume, so the scenario check of ``evals.run``
 (``evals.suite.check_scenario``) has nothing to compare.
 
 ``ci95`` is the half-width of the two-sided 95% Student-t interval over seeds

@@ -29,7 +29,7 @@ def _define_flags():
     flags.DEFINE_string("policy", None, "train.ppo run to use (default: train one under --out).")
     flags.DEFINE_enum("nominate_by", "actor", ["actor", "critic"],
                       "The policy nominates by its actor's greedy action or iff its critic's "
-                      "ΔQ > 0 (prada_jax.rl.greedy.screen_and_gain).")
+                      "ΔQ > 0 (prada_jax.rl.screen.screen_and_gain).")
     flags.DEFINE_string("dual_overrides", "", "config.dual fields for the learner, e.g. "
                         "'utilisation=0.5,mode=subgradient' (mode: constant pair only; use a "
                         "fresh --out: learned runs under it are reused).")

@@ -24,8 +24,8 @@ from evals.stage2.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, 
 from prada_jax import config_utils, latency
 from prada_jax.errors import BadInput
 from prada_jax.sched.registry import SCHEDULER_NAMES
-from prada_jax.stage2 import learner
-from prada_jax.stage2.problem import env_slot
+from prada_jax.dual import learner
+from prada_jax.dual.problem import env_slot
 from prada_jax.configs import dual as dual_cfg
 
 
@@ -73,7 +73,7 @@ GRID_BATCH = 8  # grid pairs per vmapped call (memory: 8 × seeds × one env rol
 def conditioned_mult_fn(dcfg):
     """``mult_fn(learner_state, env_state, params, action, env_key) -> (λ_s, µ per Hz)`` of a
     conditioned learner with static config ``dcfg``: the slot's load features exactly as the
-    learner computed them (``prada_jax.stage2.problem.env_slot`` on the noise ``edge.step``
+    learner computed them (``prada_jax.dual.problem.env_slot`` on the noise ``edge.step``
     will draw from ``env_key``). Cached: one compiled evaluator per config."""
     def fn(learner_state, state, params, action, env_key):
         _, batch = env_slot(state, action, params, edge.draw_noise(env_key, params))
@@ -398,7 +398,7 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     ``budget``: an operator's cap on the long-run average server occupancy (busy units / M,
     in (0, 1]): the learners enforce it as the time-averaged constraint Σ admissions × their
     own service time ≤ budget·M_t (``config.dual.utilisation``; an upper bound of the
-    measured occupancy, ``prada_jax.stage2.problem``), the grid reference is the best
+    measured occupancy, ``prada_jax.dual.problem``), the grid reference is the best
     budget-feasible constant pair, and each scenario reports every row's occupancy against the cap.
     ``seed0``: the first evaluation seed as an offset into ``split``'s seed range (fresh seeds
     for a confirmation run; the validation seeds of the choices stay the same).

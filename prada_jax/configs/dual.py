@@ -93,12 +93,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dual.anneal_steps = 400       # updates over which T goes geometrically to the minimum
     c.dual.conditioned = False      # multipliers from load features through a tiny MLP
     c.dual.load_features = 5        # queue/M, active/U, free units/M, new nominations/U,
-                                    # channel (prada_jax.stage2.problem.LOAD_FEATURES; fixed)
+                                    # channel (prada_jax.dual.problem.LOAD_FEATURES; fixed)
     c.dual.hidden = 8               # hidden width of that MLP
     c.dual.skip_full_slots = False  # True: slots with no free unit do not count in learning
                                     # (the long-run constraints count every slot)
     c.dual.utilisation = 1.0        # ρ: long-run constraint Σ admit_i·k_i ≤ ρ·M; 1 = plain
-                                    # capacity (prada_jax.stage2.learner.DualConfig); variant dual_wait:
+                                    # capacity (prada_jax.dual.learner.DualConfig); variant dual_wait:
                                     # 0.5 (M/M/1 mean wait ≤ service time)
     c.dual.average_tail = 0.5       # online modes: the exported constant is the mean of the
                                     # iterates over the last half of the run's updates

@@ -21,7 +21,7 @@ from flax import nnx
 
 from prada_jax import config_utils as cu
 from prada_jax.checkpointing import Checkpointer
-from prada_jax.distill import tasks as tasks_lib
+from prada_jax.distill import task_registry as tasks_lib
 from prada_jax.distill.learner import init_state, stack_states
 from prada_jax.lm.config import LMConfig
 from prada_jax.lm.hf import load_hf, save_hf

@@ -17,7 +17,7 @@
    ``<workdir>/results.json``.
 
 The trainer knows no task: everything task-specific (token ids, tokenizer, environment call
-counter, teacher scorer, evaluator) comes from a :class:`prada_jax.distill.tasks.Task`, passed
+counter, teacher scorer, evaluator) comes from a :class:`prada_jax.distill.task_registry.Task`, passed
 in or looked up by the pool's ``task`` name. The shape is every trainer's:
 :func:`build_setup` validates the config once, loads pool / teacher logits / task and builds
 the student, optimiser and jitted step, writing nothing; :func:`train_and_evaluate` opens the
@@ -75,7 +75,7 @@ from prada_jax.metric_writer import MetricWriter
 from prada_jax.distill import opd as opd_lib
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import ratio as ratio_lib
-from prada_jax.distill import tasks as tasks_lib
+from prada_jax.distill import task_registry as tasks_lib
 from prada_jax.distill import teacher_table
 from prada_jax.distill.batches import (Drawn, bucket_width, bucketed, draw, opd_rows,  # noqa: F401
                                        stack_seeds)

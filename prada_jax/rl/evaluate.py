@@ -22,7 +22,7 @@ import optax
 
 from prada_jax import latency as lat
 from prada_jax.rl import learner, networks
-from prada_jax.rl.greedy import screen_and_gain
+from prada_jax.rl.screen import screen_and_gain
 
 __all__ = ["make_rollout_eval", "summarize", "node_observations", "oracle_labels",
            "fit_label_classifier"]

@@ -25,7 +25,7 @@ from prada_jax import checkpointing, config_utils, run_state
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 from prada_jax.rl import networks
-from prada_jax.rl.greedy import screen_and_gain
+from prada_jax.rl.screen import screen_and_gain
 
 __all__ = ["POLICY_META_FILE", "Policy", "policy_meta", "check_policy_meta",
            "write_policy_meta", "read_policy_meta", "check_traces_match", "make_act_fn",

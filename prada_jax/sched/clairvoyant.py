@@ -31,7 +31,7 @@ x_{i,s}. Simplifications (why it is an *upper bound*, and only for this value mo
 
 :func:`greedy_online` is a simple causal reference (serve waiting requests by value when
 capacity is free); :func:`synthetic_stream` draws a stream with documented distributions
-(synthetic, not extracted from an env rollout); ``prada_jax.stage2.clairvoyant`` reads a
+(synthetic, not extracted from an env rollout); ``prada_jax.dual.stream`` reads a
 stage-2 rollout as a stream. Pure NumPy/host code; scipy is imported inside the MILP function
 only.
 """

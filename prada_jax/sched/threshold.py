@@ -34,7 +34,7 @@ repair's rank is one stable sort for large slots and C² comparisons for small o
 Smoothed rule (temperature T > 0, :func:`soft_choice`): ``softmax((0, g − c, g) / T)``; the hard
 rule's unrepaired choice is its T → 0 limit. :func:`threshold_soft` adds the expected
 admissions ``Σ (p_queue + p_imm)`` and their bandwidth, differentiable in (λ_s, µ).
-The multiplier learner (``prada_jax.stage2``) uses :func:`choice_values`, :func:`hard_choice`
+The multiplier learner (``prada_jax.dual``) uses :func:`choice_values`, :func:`hard_choice`
 and :func:`soft_choice` on arrays, so the rule exists once.
 """
 from __future__ import annotations

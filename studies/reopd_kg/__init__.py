@@ -143,7 +143,7 @@ class Study:
     # ------------------------------------------------------------------ parts
     def paths(self) -> dict:
         """Item 4: how unique the pool's solution paths are, and the regime it puts SFT in."""
-        from prada_jax.distill import tasks as tasks_lib
+        from prada_jax.distill import task_registry as tasks_lib
         from prada_jax.distill.task import kg
         st = kg.path_stats(self.pool, tasks_lib.get(kg.TASK_NAME).pool_problems(self.pool))
         near = (st["share_equal_reference"] >= NEAR_UNIQUE_SHARE

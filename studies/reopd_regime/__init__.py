@@ -295,7 +295,7 @@ class Study:
     @property
     def score_fn(self):
         if self._score is None:
-            from prada_jax.distill.tasks import hf_teacher_scorer  # lazy: torch via its scorer
+            from prada_jax.distill.task_registry import hf_teacher_scorer  # lazy: torch via its scorer
             self._score = hf_teacher_scorer(self.cache / "teacher", self.s.top_k)
         return self._score
 
@@ -414,7 +414,7 @@ class Study:
         from prada_jax.distill import losses  # lazy: jax
         from prada_jax.distill import opd as opd_lib  # lazy: jax
         from prada_jax.distill import reliability as rel  # lazy: with the part
-        from prada_jax.distill import tasks as tasks_lib  # lazy: with the part
+        from prada_jax.distill import task_registry as tasks_lib  # lazy: with the part
         from prada_jax.distill.learner import student_logits_fn  # lazy: jax
         from prada_jax.lm.hf import load_hf  # lazy: jax
         s = self.s

@@ -146,7 +146,7 @@ class Study:
 
     def __init__(self, cache: Path, out: Path, sizes: Sizes):
         from prada_jax.distill import pool as pool_lib
-        from prada_jax.distill import tasks as tasks_lib
+        from prada_jax.distill import task_registry as tasks_lib
         self.cache, self.out, self.s = Path(cache), Path(out), sizes
         self.pool = pool_lib.load_pool(self.cache / "pool")
         self.task = tasks_lib.for_pool(self.pool.meta)

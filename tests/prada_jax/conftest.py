@@ -1,4 +1,4 @@
-"""Shared stage-2 env rollouts for tests/prada_jax/sched and tests/prada_jax/stage2: one trace
+"""Shared stage-2 env rollouts for tests/prada_jax/sched and tests/prada_jax/dual: one trace
 set, one env shape and one compiled rollout (and one compiled batched threshold rule), so the
 tests that check the env against the rule compile them once per session, not once per file."""
 import jax
@@ -8,7 +8,7 @@ import pytest
 
 from envs import edge, registry
 from prada_jax.sched.threshold import threshold_decide
-from prada_jax.stage2 import nominate, rollout
+from prada_jax.dual import nominate, rollout
 from prada_jax.traces.testing import random_traces
 
 #: Rollout shape shared by the stage-2 env tests: E envs, T slots, U user slots.

@@ -23,7 +23,7 @@ def _first_round(cache, workdir, **overrides):
     student), recorded by wrapping the real teacher scorer."""
     from prada_jax.configs.distill import get_config
 
-    from prada_jax.distill import tasks
+    from prada_jax.distill import task_registry as tasks
     from prada_jax.distill import pool as pool_lib
     from prada_jax.distill.trainer import train_and_evaluate
     c = get_config("smoke,onpolicy")

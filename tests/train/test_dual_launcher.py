@@ -1,4 +1,4 @@
-"""train.dual launcher + prada_jax.stage2 library: :smoke config, checkpoints + curves,
+"""train.dual launcher + prada_jax.dual library: :smoke config, checkpoints + curves,
 exact resume, exports, bad flags, no absl flags defined at import."""
 import json
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 
 from prada_jax import config_utils
 from prada_jax.errors import BadInput
-from prada_jax.stage2 import files, problem, trainer
+from prada_jax.dual import files, problem, trainer
 from prada_jax.traces import splits
 from prada_jax.configs import dual as dual_configs
 
@@ -173,7 +173,7 @@ before = set(flags.FLAGS)
 import train.dual
 added = set(flags.FLAGS) - before
 assert not added, sorted(added)
-import prada_jax.stage2.trainer
+import prada_jax.dual.trainer
 ours = [f for f in set(flags.FLAGS) - before
         if flags.FLAGS.find_module_defining_flag(f).startswith(("prada_jax", "train", "envs"))]
 assert not ours, ours

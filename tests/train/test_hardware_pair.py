@@ -9,7 +9,7 @@ from prada_jax.configs import dual as dual_cfg
 from prada_jax.configs import ppo as ppo_cfg
 from prada_jax.errors import BadInput
 from prada_jax.rl import policy, trainer
-from prada_jax.stage2 import trainer as stage2_trainer
+from prada_jax.dual import trainer as dual_trainer
 
 
 def test_defaults_and_paper_records_nothing_new():
@@ -51,12 +51,12 @@ def test_dual_config_builds_the_pair_env():
 
     c = dual_cfg.get_config("smoke")
     c.env.hardware = "a100_orin_int4"
-    stage2_trainer.validate_config(c)
+    dual_trainer.validate_config(c)
     traces, _ = synthetic.generate("gsm8k", seed=0, problems=20)
-    assert stage2_trainer.build_env_params(c, traces).latency.roofline
+    assert dual_trainer.build_env_params(c, traces).latency.roofline
     c.env.hardware = "tpu9"
     with pytest.raises(BadInput, match=r"config\.env\.hardware=tpu9"):
-        stage2_trainer.validate_config(c)
+        dual_trainer.validate_config(c)
 
 
 def test_multipliers_learned_under_another_pair_are_a_scenario_mismatch():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from prada_jax import checkpointing, errors, run_state
-from prada_jax.stage2 import trainer as stage2_trainer
+from prada_jax.dual import trainer as dual_trainer
 from prada_jax.rl import policy as policy_files, trainer
 from train import ppo as ppo_launcher
 from prada_jax.configs import dual as dual_configs
@@ -130,11 +130,11 @@ def _dual_config(chunks=3):
 
 
 def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
-    ref = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "ref")
-    part = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
+    ref = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "ref")
+    part = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
     assert part["chunk"] == 2 and not part["finished"]
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "2")   # killed after checkpoint 1
-    got = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
+    got = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
     assert got["start_chunk"] == 1 and got["chunk"] == 3
     assert got["multipliers"] == ref["multipliers"]
     assert _untimed(got["scalars"]) == _untimed(ref["scalars"])
@@ -142,13 +142,13 @@ def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
     _files_equal(tmp_path / "ref", tmp_path / "run", ("config.json",))
     ma, mb = (json.loads((tmp_path / d / "multipliers.json").read_text()) for d in ("ref", "run"))
     assert ma == mb
-    again = stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
+    again = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
     assert again["finished"] and again["start_chunk"] == 3
     assert again["scalars"] == got["scalars"]
     bad = _dual_config()
     bad.dual.learning_rate = 123.0
     with pytest.raises(run_state.ConfigMismatch, match="dual.learning_rate"):
-        stage2_trainer.train_and_evaluate(bad, tmp_path / "run")
+        dual_trainer.train_and_evaluate(bad, tmp_path / "run")
 
 
 def test_drop_removed_fields_deletes_only_the_listed_paths():
@@ -172,22 +172,22 @@ def test_config_json_with_a_removed_field_still_resumes(tmp_path):
     loads into the learner), and a changed live field is still refused."""
     from prada_jax import config_utils
 
-    ref = stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "ref")
-    stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old", max_chunks=1)
+    ref = dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "ref")
+    dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old", max_chunks=1)
     path = tmp_path / "old" / "config.json"
     stored = json.loads(path.read_text())
     stored["dual"]["queue_price"] = True     # as written before the field was removed
     path.write_text(json.dumps(stored, indent=2, sort_keys=True))
     loaded = config_utils.read_config_json(tmp_path / "old")
     assert "queue_price" not in loaded.dual
-    stage2_trainer.validate_config(loaded)
-    got = stage2_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old")
+    dual_trainer.validate_config(loaded)
+    got = dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old")
     assert got["start_chunk"] == 1 and got["finished"]
     assert got["multipliers"] == ref["multipliers"]
     bad = _dual_config(chunks=2)
     bad.dual.step_size = 0.5
     with pytest.raises(run_state.ConfigMismatch, match="dual.step_size") as e:
-        stage2_trainer.train_and_evaluate(bad, tmp_path / "old")
+        dual_trainer.train_and_evaluate(bad, tmp_path / "old")
     assert "queue_price" not in str(e.value)
 
 
@@ -202,7 +202,7 @@ def test_checkpoint_template_mismatch_is_found_before_config_json_is_rewritten(t
     files = {"ppo": ("config.json", "run.json", "policy_meta.json"),
              "dual": ("config.json", "run.json")}
     trainer.train_and_evaluate(_ppo_config(), tmp_path / "ppo", max_chunks=1)
-    stage2_trainer.train_and_evaluate(_dual_config(), tmp_path / "dual", max_chunks=1)
+    dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "dual", max_chunks=1)
     before = {k: {n: (tmp_path / k / n).read_text() for n in names}
               for k, names in files.items()}
     (tmp_path / "ppo" / "checkpoints").rename(tmp_path / "swap")
@@ -214,7 +214,7 @@ def test_checkpoint_template_mismatch_is_found_before_config_json_is_rewritten(t
         trainer.train_and_evaluate(longer, tmp_path / "ppo")
     more = _dual_config(chunks=4)                # train.num_chunks is observational
     with pytest.raises(checkpointing.CheckpointError):
-        stage2_trainer.train_and_evaluate(more, tmp_path / "dual")
+        dual_trainer.train_and_evaluate(more, tmp_path / "dual")
     after = {k: {n: (tmp_path / k / n).read_text() for n in names}
              for k, names in files.items()}
     assert after == before

@@ -9,7 +9,7 @@ policy_dir replaced by POLICY_DIR."""
 import json, sys
 import jax, numpy as np
 from prada_jax import config_utils
-from prada_jax.stage2 import trainer, rollout, problem
+from prada_jax.dual import trainer, rollout, problem
 from prada_jax.sched.base import LOCAL
 
 if len(sys.argv) < 3:

@@ -5,7 +5,7 @@ Usage (README.md here): python sweep.py POLICY_DIR DUAL_RUN_DIR lambda1,lambda2,
 import json, sys
 import jax, numpy as np
 from prada_jax import config_utils
-from prada_jax.stage2 import trainer, rollout, problem
+from prada_jax.dual import trainer, rollout, problem
 from prada_jax.sched.base import LOCAL
 
 if len(sys.argv) < 4:

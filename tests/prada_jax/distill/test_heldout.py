@@ -4,7 +4,7 @@ and the task registry's own calls, captured), at the default sizes, for several 
 import pytest
 
 from prada_jax.distill import pool as pool_lib
-from prada_jax.distill import tasks
+from prada_jax.distill import task_registry as tasks
 from prada_jax.distill.task import arith
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from prada_jax.distill import pool as P
-from prada_jax.distill import tasks
+from prada_jax.distill import task_registry as tasks
 from prada_jax.distill.task import kg
 from prada_jax.distill.task.kg_teacher import save_episodes
 

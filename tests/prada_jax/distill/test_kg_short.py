@@ -4,7 +4,7 @@ injected turn left out of the loss, the injection rate honoured, the registry en
 import numpy as np
 import pytest
 
-from prada_jax.distill import tasks
+from prada_jax.distill import task_registry as tasks
 from prada_jax.distill.task import kg, kg_short
 
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from prada_jax import config_utils as cu  # noqa: E402
 from prada_jax.distill import opd as opd_lib  # noqa: E402
-from prada_jax.distill import tasks as tasks_lib  # noqa: E402
+from prada_jax.distill import task_registry as tasks_lib  # noqa: E402
 from prada_jax.distill.task import arith  # noqa: E402
 from prada_jax.lm.config import LMConfig  # noqa: E402
 from prada_jax.lm.model import CausalLM  # noqa: E402

@@ -280,7 +280,7 @@ def test_trainer_counts_tool_rounds_once_per_turn_across_seeds(tmp_path):
     pytest.importorskip("torch")
     from prada_jax import config_utils as cu
     from prada_jax.configs.distill import get_config
-    from prada_jax.distill import tasks as tasks_lib
+    from prada_jax.distill import task_registry as tasks_lib
     from prada_jax.distill.task import arith
     from prada_jax.distill.task.teacher import tiny_cache
     from prada_jax.distill.trainer import train_and_evaluate

@@ -102,9 +102,9 @@ def test_stream_from_env_rollout_bounds_the_rule_that_ran(stage2_env):
     bound is ≥ the rule's and the greedy rule's value on that stream."""
     import jax
 
-    from prada_jax.stage2 import rollout
-    from prada_jax.stage2.clairvoyant import rollout_plan, stream_from_rollout
-    from prada_jax.stage2.problem import Multipliers
+    from prada_jax.dual import rollout
+    from prada_jax.dual.stream import rollout_plan, stream_from_rollout
+    from prada_jax.dual.problem import Multipliers
 
     params = stage2_env.params()  # structure-only traces, M = 1, U = 6
     carry = rollout.init_rollout(jax.random.key(0), params, stage2_env.num_envs,
@@ -131,12 +131,12 @@ def test_command_refuses_bad_flags_with_exit_2(tmp_path, run_command):
     root = str(Path(__file__).resolve().parents[3])
     env = dict(os.environ, PYTHONPATH=root, HF_HUB_OFFLINE="1")
     flag = "--scenario=nope"
-    r = subprocess.run([sys.executable, "-m", "evals.clairvoyant", flag], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "evals.open_loop_bound", flag], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, (flag, r.stderr)
     assert flag.split("=")[0] in r.stderr and len(r.stderr.strip().splitlines()) == 1
     for flag in ("--lambda_s=-1", "--slots=0"):
-        code, _, err = run_command("evals.clairvoyant", flag, cwd=tmp_path)
+        code, _, err = run_command("evals.open_loop_bound", flag, cwd=tmp_path)
         assert code == 2, (flag, err)
         assert flag.split("=")[0] in err and len(err.strip().splitlines()) == 1
         assert not any(tmp_path.iterdir())  # nothing written

@@ -12,7 +12,7 @@ from prada_jax import sched
 from prada_jax.sched import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams
 from prada_jax.sched import registry
 from prada_jax.sched.threshold import threshold_decide
-from prada_jax.stage2 import problem, rollout
+from prada_jax.dual import problem, rollout
 
 _admit = jax.jit(threshold_decide)
 _decide = jax.jit(sched.threshold_decide)

@@ -12,7 +12,7 @@ import pytest
 
 from evals import stage2
 from prada_jax.errors import BadInput
-from prada_jax.stage2 import learner, problem
+from prada_jax.dual import learner, problem
 
 N, SLOTS, M = 12, 128, 2.0
 

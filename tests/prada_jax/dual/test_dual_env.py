@@ -1,11 +1,11 @@
-"""prada_jax.stage2 over edge-env rollouts: extracted slots match the env, learning under load."""
+"""prada_jax.dual over edge-env rollouts: extracted slots match the env, learning under load."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from prada_jax.sched import oracle
-from prada_jax.stage2 import learner, nominate, problem, rollout, trainer
+from prada_jax.dual import learner, nominate, problem, rollout, trainer
 
 CFG = learner.DualConfig(mode="subgradient", step_size=0.005, decay_steps=400)
 

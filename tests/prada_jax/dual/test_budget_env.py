@@ -5,7 +5,7 @@ import jax
 import numpy as np
 
 from envs import scenarios
-from prada_jax.stage2 import learner, problem, rollout
+from prada_jax.dual import learner, problem, rollout
 
 CAP, M, CHUNKS = 0.6, 2, 120
 

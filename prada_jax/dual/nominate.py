@@ -2,14 +2,14 @@
 
 A ``policy_fn(key, obs [U, D], state, params) -> envs.edge.EdgeAction`` says which drafts are
 nominated for server recompute and the gain the threshold rule ranks them by. The trained
-policy goes through the one network → nomination helper, ``prada_jax.rl.greedy``.
+policy goes through the one network → nomination helper, ``prada_jax.rl.screen``.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 
 from envs import edge
-from prada_jax.rl.greedy import check_nominate_by, screen_and_gain
+from prada_jax.rl.screen import check_nominate_by, screen_and_gain
 
 
 def make_trace_rule_policy(threshold: float = 0.0):
@@ -32,7 +32,7 @@ def make_trace_rule_policy(threshold: float = 0.0):
 def make_ppo_policy(apply_fn, net_params, greedy: bool = True, nominate_by: str = "actor"):
     """The trained screening policy ``apply_fn(params, obs) -> (logits [U,2], q [U,2])``,
     nominating by its actor (argmax if ``greedy``, else a sample) or by its critic (ΔQ > 0),
-    as ``prada_jax.rl.greedy.screen_and_gain``; the nomination carries the critic's ΔQ. An
+    as ``prada_jax.rl.screen.screen_and_gain``; the nomination carries the critic's ΔQ. An
     unknown ``nominate_by`` raises ``BadInput`` naming ``config.policy.nominate_by``."""
     check_nominate_by(nominate_by)
 

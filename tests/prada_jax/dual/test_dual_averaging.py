@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prada_jax.stage2 import learner, problem, trainer
+from prada_jax.dual import learner, problem, trainer
 
 N = 1024
 STAR = 0.75

@@ -1,9 +1,9 @@
-"""``python -m evals.clairvoyant``: the clairvoyant open-loop bound on one replayed stream.
+"""``python -m evals.open_loop_bound``: the clairvoyant open-loop bound on one replayed stream.
 
 One env (synthetic gsm8k traces, the privileged trace-rule nominations of
-``prada_jax.stage2.nominate.make_trace_rule_policy(0)``, M = 1 server unit, the chosen
+``prada_jax.dual.nominate.make_trace_rule_policy(0)``, M = 1 server unit, the chosen
 scenario preset) runs the threshold rule with constant (λ_s, µ = 0) for ``--slots`` slots; its
-new nominations become a stream (``prada_jax.stage2.clairvoyant.stream_from_rollout``), valued
+new nominations become a stream (``prada_jax.dual.stream.stream_from_rollout``), valued
 in ``prada_jax.sched.clairvoyant``'s open-loop model with wait cost β·τ per slot. Prints one line per schedule: the
 rule that ran (``rollout_plan``), the causal greedy reference, and the clairvoyant MILP bound
 [PRM units, synthetic]. Bad flags: one stderr line, exit 2 (``prada_jax.cli.run``).
@@ -29,10 +29,10 @@ def measure(slots: int = 300, num_users: int = 16, scenario: str = "burst",
     from envs import edge
     from evals import suite
     from prada_jax.sched import clairvoyant as cv
-    from prada_jax.stage2.clairvoyant import rollout_plan, stream_from_rollout
-    from prada_jax.stage2.nominate import make_trace_rule_policy
-    from prada_jax.stage2.problem import Multipliers
-    from prada_jax.stage2.rollout import fixed_prices, init_rollout, make_rollout
+    from prada_jax.dual.stream import rollout_plan, stream_from_rollout
+    from prada_jax.dual.nominate import make_trace_rule_policy
+    from prada_jax.dual.problem import Multipliers
+    from prada_jax.dual.rollout import fixed_prices, init_rollout, make_rollout
 
     traces = suite.load_traces("gsm8k", 60, 1000).traces
     params = edge.make_params(traces, num_users=num_users, num_servers=1, bandwidth_hz=20e6,

@@ -3,10 +3,10 @@
 The duality gap (:func:`measure_gap`) is the per-slot value of the hard threshold decision at
 the learned multipliers (after its feasibility repair) as a fraction of the exact oracle's
 (``prada_jax.sched.oracle``), with λ_s = µ = 0 on the same slots as a reference; the slots come
-from stage-2 rollouts at fixed prices (``prada_jax.stage2.rollout``). :func:`rollout_stats`
+from stage-2 rollouts at fixed prices (``prada_jax.dual.rollout``). :func:`rollout_stats`
 adds the long-run env outcome the myopic per-slot oracle cannot see, measured as ``evals``
 measures (empty start, a warm-up, the window's cohort of arrivals, blocked and timed-out users
-at accuracy 0 and latency = the timeout; ``prada_jax.stage2.measure``). Numbers: docs/dual.md.
+at accuracy 0 and latency = the timeout; ``prada_jax.dual.measure``). Numbers: docs/dual.md.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from envs import edge
 from prada_jax.sched import oracle
 from prada_jax.sched.registry import scheduler_index
 from prada_jax.sched.threshold import threshold_decide
-from prada_jax.stage2.measure import DEFAULT_TIMEOUT_SLOTS, censored_means
-from prada_jax.stage2.problem import Multipliers
-from prada_jax.stage2.rollout import cached, fixed_prices, init_rollout, make_rollout
+from prada_jax.dual.measure import DEFAULT_TIMEOUT_SLOTS, censored_means
+from prada_jax.dual.problem import Multipliers
+from prada_jax.dual.rollout import cached, fixed_prices, init_rollout, make_rollout
 
 ZERO = Multipliers(0.0, 0.0)
 
@@ -72,7 +72,7 @@ def rollout_stats(env_params, policy_fn, mult: Multipliers, num_chunks: int, num
                   seed: int, rollout_len: int = 100, policy_key=None, warmup_chunks: int = 2,
                   timeout_slots: int = DEFAULT_TIMEOUT_SLOTS) -> dict:
     """Long-run env outcome of the hard threshold rule with fixed multipliers, measured by the
-    rule of ``evals`` (``evals.evaluate``; ``prada_jax.stage2.measure``).
+    rule of ``evals`` (``evals.evaluate``; ``prada_jax.dual.measure``).
 
     Rolls ``num_envs`` envs from an empty start (the same slots and noise for every ``mult``
     given the same seed, until decisions differ): ``warmup_chunks × rollout_len`` slots of

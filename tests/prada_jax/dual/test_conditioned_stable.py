@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import registry, scenarios
-from prada_jax.stage2 import learner, nominate, problem, rollout, trainer
+from prada_jax.dual import learner, nominate, problem, rollout, trainer
 from prada_jax.traces.testing import random_traces
 
 U, E, T = 48, 2, 24

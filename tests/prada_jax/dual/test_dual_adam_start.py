@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prada_jax.stage2 import learner, problem
+from prada_jax.dual import learner, problem
 
 STEPS = 160
 

@@ -2,11 +2,11 @@
 
 One rollout serves learning and evaluation: ``make_rollout(policy_fn, T, mult_fn, learn_fn)``
 prices every slot with ``mult_fn(prices, batch)``, where ``prices`` is whatever the carry holds
-(a learner state, ``prada_jax.stage2.learner``, or a fixed pair, :func:`fixed_prices`), and,
+(a learner state, ``prada_jax.dual.learner``, or a fixed pair, :func:`fixed_prices`), and,
 with ``learn_fn``, updates ``prices`` after every slot on the E envs' slots (the online
 learner modes).
 
-Measurement (the rule of ``evals``, ``prada_jax.stage2.measure``): every rollout starts from an
+Measurement (the rule of ``evals``, ``prada_jax.dual.measure``): every rollout starts from an
 empty system (``initial_users = 0`` whatever the params say), and each slot reports who
 resolved in it — users finished within the timeout (``ok_*``), users unfinished ``timeout_slots``
 after their arrival (``timed_out``) and blocked arrivals — so that every arrival is counted
@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from envs import edge
-from prada_jax.stage2.measure import DEFAULT_TIMEOUT_SLOTS, resolve
-from prada_jax.stage2.problem import Multipliers, SlotBatch, env_slot
+from prada_jax.dual.measure import DEFAULT_TIMEOUT_SLOTS, resolve
+from prada_jax.dual.problem import Multipliers, SlotBatch, env_slot
 
 #: Bandwidth unit (Hz) in which a fixed pair holds µ: the learner's default ``bw_scale_hz``,
 #: so a run's stored pair replays with the arithmetic of the rollouts that learned it.
@@ -92,13 +92,13 @@ def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
     ``latency_s`` (sum over finished users, whatever their latency), ``blocked``), and the
     env's own ``decision`` / ``outage`` [T, E, U] (after its enforcement).
 
-    Every arrival counted (``prada_jax.stage2.measure.resolve``, timeout D = ``timeout_slots``):
+    Every arrival counted (``prada_jax.dual.measure.resolve``, timeout D = ``timeout_slots``):
     ``arrivals`` [T, E] (blocked included), ``ok`` / ``ok_correct`` / ``ok_latency_s`` [T, E]
     (users finished within D slots of their arrival: count, correct answers, latency sum),
     ``timed_out`` [T, E] (users still unfinished D slots after their arrival), and per user
     [T, E, U] ``user_ok``, ``user_correct``, ``user_latency_s`` and ``user_arrival_slot``
     (the arrival slot before the step: an arrival counted in slot s has s + 1) for a cohort
-    measurement (``prada_jax.stage2.gap.rollout_stats``).
+    measurement (``prada_jax.dual.gap.rollout_stats``).
     """
     if int(timeout_slots) < 1:
         raise ValueError(f"timeout_slots must be >= 1, got {timeout_slots}")

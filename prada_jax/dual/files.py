@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
-from prada_jax.stage2.problem import Multipliers
+from prada_jax.dual.problem import Multipliers
 
 MULTIPLIERS_FILE = "multipliers.json"
 GAP_FILE = "gap.json"
@@ -60,6 +60,6 @@ def load_multipliers(workdir) -> Multipliers:
 
 
 def save_gap(path, gap: dict) -> Path:
-    """Writes a :func:`prada_jax.stage2.gap.measure_gap` report to ``path`` (``gap.json`` of a
+    """Writes a :func:`prada_jax.dual.gap.measure_gap` report to ``path`` (``gap.json`` of a
     run, or where ``benchmarks.duality_gap --out`` says); returns the path."""
     return write_json(Path(path), gap, newline=False)

@@ -5,7 +5,7 @@ call (``config``: a ``prada_jax/configs/dual.py`` ConfigDict, validated once by
 :func:`validate_config`, whose errors name the field). :func:`build_setup` derives everything
 else from the config (learner settings, traces, env params, the nomination function) without
 writing anything. Nominations come from the PPO policy of ``config.policy_dir`` or, if that is
-empty, from the privileged trace rule (``prada_jax.stage2.nominate``; tests / smoke runs only).
+empty, from the privileged trace rule (``prada_jax.dual.nominate``; tests / smoke runs only).
 A run directory holds::
 
     <workdir>/config.json         resolved config (the one in force)
@@ -16,8 +16,8 @@ A run directory holds::
     <workdir>/tb/                 TensorBoard curves (dual/*, env/*, perf/*, eval/gap_*),
                                   x = env slots (slots per env × envs)
     <workdir>/multipliers.json    λ_s (PRM units per server unit), µ (PRM units per Hz), ...;
-                                  rewritten at every checkpoint (``prada_jax.stage2.files``)
-    <workdir>/gap.json            duality-gap report (``prada_jax.stage2.gap``; end of the run,
+                                  rewritten at every checkpoint (``prada_jax.dual.files``)
+    <workdir>/gap.json            duality-gap report (``prada_jax.dual.gap``; end of the run,
                                   if eval.gap_slots > 0)
 
 Measured numbers: docs/dual.md.
@@ -41,13 +41,13 @@ from prada_jax.checkpointing import Checkpointer
 from prada_jax.errors import BadInput
 from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import policy as rl_policy
-from prada_jax.rl.greedy import NOMINATE_BY
-from prada_jax.stage2 import files, gap, learner
-from prada_jax.stage2.learner import DualConfig
-from prada_jax.stage2.measure import DEFAULT_TIMEOUT_SLOTS, censored_means
-from prada_jax.stage2.nominate import make_ppo_policy, make_trace_rule_policy
-from prada_jax.stage2.problem import LOAD_FEATURES, Multipliers, excess_demand, weighted_mean
-from prada_jax.stage2.rollout import RolloutCarry, cached, init_rollout, make_rollout
+from prada_jax.rl.screen import NOMINATE_BY
+from prada_jax.dual import files, gap, learner
+from prada_jax.dual.learner import DualConfig
+from prada_jax.dual.measure import DEFAULT_TIMEOUT_SLOTS, censored_means
+from prada_jax.dual.nominate import make_ppo_policy, make_trace_rule_policy
+from prada_jax.dual.problem import LOAD_FEATURES, Multipliers, excess_demand, weighted_mean
+from prada_jax.dual.rollout import RolloutCarry, cached, init_rollout, make_rollout
 from prada_jax.traces import splits
 from prada_jax.traces.loader import load_config_traces
 
@@ -266,7 +266,7 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
     collected slots. ``metrics`` (scalars): ``learner.metrics`` on the collected slots after
     learning, plus ``env/reward_per_slot`` (sum over users, mean over envs and slots),
     ``env/server_in_use``, ``env/bandwidth_in_use_hz``, ``env/queue_len``, and per arrival,
-    by the rule of ``evals`` (``prada_jax.stage2.measure``; the envs start empty):
+    by the rule of ``evals`` (``prada_jax.dual.measure``; the envs start empty):
     ``env/accuracy`` and ``env/latency_s`` over the users resolved in this chunk — finished
     within the timeout D (``measure.DEFAULT_TIMEOUT_SLOTS``), unfinished D slots after
     arriving, or blocked — the last two at accuracy 0 and latency D·τ (NaN if none resolved);

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from prada_jax.distill import pool as P
-from prada_jax.distill import tasks
+from prada_jax.distill import task_registry as tasks
 from prada_jax.distill.sampler import TurnSampler, exact_ratio_probs, pair_weights
 from prada_jax.distill.task import arith
 from prada_jax.errors import BadInput
@@ -22,7 +22,7 @@ def _modules_after(stmt: str) -> set[str]:
 
 def test_loop_imports_no_task_and_export_local_not_teacher():
     mods = _modules_after("import prada_jax.distill.trainer")
-    assert "prada_jax.distill.tasks" in mods
+    assert "prada_jax.distill.task_registry" in mods
     assert not {m for m in mods if m.startswith("prada_jax.distill.task.")
                 or m == "prada_jax.distill.task"}
     mods = _modules_after("import prada_jax.distill.task.export_local")

@@ -4,7 +4,7 @@ The rule of ``evals.evaluate`` (module docstring): a run starts empty; a user th
 within the timeout ``D`` slots of its arrival counts with its answer and latency; a blocked
 arrival, or one still unfinished ``D`` slots after it arrived, counts at accuracy 0 and latency
 ``D·τ``; means are per arrival. This module holds the pure pieces the stage-2 rollouts
-(``prada_jax.stage2.rollout``, ``trainer``, ``gap``) use, below ``evals`` in the layers:
+(``prada_jax.dual.rollout``, ``trainer``, ``gap``) use, below ``evals`` in the layers:
 
 * :func:`resolve` — per user and slot, who resolves: finished within the timeout, or timed
   out (each admitted user exactly once);

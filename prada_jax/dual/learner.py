@@ -4,7 +4,7 @@ Shaped like an optax transformation: ``init(config, key) -> state``,
 ``update(state, batch, config) -> (multipliers, state)`` and ``metrics(state, batch, config)``,
 all pure and jit-able (``config`` is a frozen, hashable :class:`DualConfig`: close over it or
 pass it as a static argument). The problem priced (the long-run dual function, its batch type)
-is ``prada_jax.stage2.problem``; derivation and measured numbers: docs/dual.md.
+is ``prada_jax.dual.problem``; derivation and measured numbers: docs/dual.md.
 
 Each learner mode (``DualConfig.mode``) has its own state type:
 
@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from prada_jax.stage2.problem import (Multipliers, SlotBatch, admitted, excess_demand,
+from prada_jax.dual.problem import (Multipliers, SlotBatch, admitted, excess_demand,
                                       service_time, slot_dual, weighted_mean)
 
 MODES = ("subgradient", "pid", "differentiable")
@@ -72,7 +72,7 @@ class DualConfig:
         (Polyak–Ruppert averaging; 0.5 = the second half of the run), in [0, 1]; 0 = the last
         iterate. Ignored by the differentiable mode (its export is the last iterate).
       average_horizon: number of updates the run will make (online modes: one per slot, set
-        by ``prada_jax.stage2.trainer.validate_config`` from ``train.*``); ≥ 0.
+        by ``prada_jax.dual.trainer.validate_config`` from ``train.*``); ≥ 0.
       utilisation: ρ in (0, 1], the share of the server capacity the long-run occupancy
         constraint allows: busy units the admissions ask for, each with its own service time,
         ≤ ρ·M_t per slot on average (bandwidth keeps B_t).

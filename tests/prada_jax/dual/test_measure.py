@@ -5,7 +5,7 @@ import jax
 import numpy as np
 
 from evals.evaluate import DEFAULT_DRAIN_SLOTS
-from prada_jax.stage2 import gap, learner, measure, nominate, problem, rollout, trainer
+from prada_jax.dual import gap, learner, measure, nominate, problem, rollout, trainer
 
 POLICY = nominate.make_trace_rule_policy(-0.05)
 D = 12         # a short timeout (finished latencies here: 5 … 27 slots): some users time out

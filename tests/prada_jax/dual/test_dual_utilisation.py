@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prada_jax.stage2 import learner, problem, trainer
+from prada_jax.dual import learner, problem, trainer
 
 
 def _train(cfg, batch_fn, steps, seed=0):

@@ -2,7 +2,7 @@
 
 The bound itself, its stream and plan types and the greedy online rule are the scheduling
 primitive ``prada_jax.sched.clairvoyant``; this module only adapts the output of
-``prada_jax.stage2.rollout.make_rollout`` to it (``evals.clairvoyant`` runs the comparison).
+``prada_jax.dual.rollout.make_rollout`` to it (``evals.open_loop_bound`` runs the comparison).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from prada_jax.sched.clairvoyant import Plan, Stream, make_stream, plan_value
 
 
 def stream_from_rollout(out, env: int = 0) -> Stream:
-    """The request stream one env saw in a stage-2 rollout (``prada_jax.stage2.rollout.make_rollout``
+    """The request stream one env saw in a stage-2 rollout (``prada_jax.dual.rollout.make_rollout``
     output ``out``; its ``batch`` is a SlotBatch [T, E, U]).
 
     Requests are the new nominations (``batch.fresh``) of env ``env``: arrival = the slot,

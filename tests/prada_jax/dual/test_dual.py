@@ -1,4 +1,4 @@
-"""prada_jax.stage2 (problem, learner): threshold rule = Lagrangian maximiser, relaxation, closed-form convergence."""
+"""prada_jax.dual (problem, learner): threshold rule = Lagrangian maximiser, relaxation, closed-form convergence."""
 import chex
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from prada_jax.sched.base import QUEUE
-from prada_jax.stage2 import learner, problem, trainer
+from prada_jax.dual import learner, problem, trainer
 from prada_jax.sched import oracle
 
 
