@@ -25,9 +25,11 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
 5. ``sweep/``       (``--full`` and ``--smoke`` only) accuracy / latency / delay components
                     against M, B and λ, with the knees (test split); ``python -m evals.sweep``
                     runs it on the demo's policy;
-6. ``stage2/``      (``--full`` only) stage 2 judged on five scenarios
-                    (``evals.stage2``: learned vs λ_s = µ = 0, FIFO-greedy, grid best pair);
-7. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
+6. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
+
+Stage 2's verdict (learned multipliers against λ_s = µ = 0, FIFO-greedy and the grid's best
+pair on five scenarios) is no stage here: it is its own study,
+``python -m studies.stage2_verdict``.
 
 Protocol (docs/evals.md): one generated trace set per benchmark, split by problem
 (``prada_jax.traces.splits``): PPO trains on ``train``; the critic refit and the dual learner
@@ -52,7 +54,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from envs import edge  # noqa: E402
-from evals import calibration, curve, stage2, suite, sweep  # noqa: E402
+from evals import calibration, curve, suite, sweep  # noqa: E402
 from evals.capacity import run as capacity  # noqa: E402
 from evals import evaluate as ev  # noqa: E402
 from evals import pipeline  # noqa: E402
@@ -135,11 +137,6 @@ def settings_for(mode: str, seeds: int | None = None,
                   "num_users": None, "axes": ["M", "B"],
                   "M": [1, 2, 3, 4, 6, 8], "B": [0.25e6, 0.5e6, 1e6, 2e6, 5e6, 10e6, 20e6],
                   "lam": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0]},
-        # Stage 2's verdict is its own command (evals.stage2, evals.stage2.pooled); the demo
-        # learns the multipliers (stage dual) and shows contention through the load curve.
-        # Dropped from the demo to keep it near 5 CPU minutes (issue 32: it cost ~2 min);
-        # --full still runs it.
-        "stage2": None,
         "calibration": {"problems": None, "stress_miscalibration": None},
     }
     if mode == "smoke":
@@ -154,7 +151,6 @@ def settings_for(mode: str, seeds: int | None = None,
         s["sweep"] = {"seeds": seeds or 2, "slots": 120, "warmup_slots": 20, "drain_slots": 40,
                       "M": [1, 4], "B": [1e6, 20e6], "lam": [2.0, 8.0], "num_users": None,
                       "axes": ["M", "B", "lam"]}
-        s["stage2"] = None  # tests run evals.stage2 on their own
         s["calibration"] = {"problems": 40, "stress_miscalibration": None}
     elif mode == "full":
         s.update(ppo_overrides={"env.server_model": "legacy"}, legacy_stages=True,
@@ -169,8 +165,6 @@ def settings_for(mode: str, seeds: int | None = None,
         s["sweep"].update(seeds=seeds or 5, slots=4000, warmup_slots=400, num_users=64,
                           M=[1, 2, 3, 4, 5, 6, 8, 12], axes=["M", "B", "lam"],
                           lam=[1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0])
-        s["stage2"] = {"size": "full", "scenarios": ["nominal", "heavy", "burst", "diurnal",
-                                                     "degraded"], "seeds": max(seeds or 8, 8)}
         s["calibration"] = {"problems": None, "stress_miscalibration": 1.0}
     else:
         # The demo skips the M/B sweep (≈ 90 of its ≈ 380 CPU seconds under the roofline
@@ -530,33 +524,6 @@ def stage_sweep(workdir: Path, s: dict, preset: str, policy_dir: Path, dual_dir:
     return result
 
 
-def stage_stage2(workdir: Path, s: dict, preset: str, policy_dir: Path, log, redo: bool
-                 ) -> dict | None:
-    """Stage 2 judged on the nominal and a contended scenario (``evals.stage2``): the table
-    shows the learned multipliers against λ_s = µ = 0, FIFO-greedy and the grid's best pair."""
-    cfg = s.get("stage2")
-    if not cfg:
-        return None
-    d = workdir / "stage2" / preset
-    key = {"stage2": cfg, "policy": str(policy_dir), "split": s["split"],
-           "choice_split": s["choice_split"]}
-    done = None if redo else stage_done(d, key)
-    if done:
-        log(f"stage2 [{preset}]: reusing the finished verdict in {d}")
-        print(done["result"]["table"])
-        return done["result"]
-    log(f"stage2 [{preset}]: scenarios {cfg['scenarios']} ({cfg['seeds']} seeds): learning "
-        "multipliers per scenario, grid search, paired evaluation")
-    res = stage2.run(d, cfg["scenarios"], seeds=cfg["seeds"], size=cfg["size"],
-                     policy_dir=str(policy_dir), log=lambda m: log(f"stage2: {m.strip()}"),
-                     split=s["split"])
-    table = stage2.to_markdown(res)
-    print(table)
-    result = {"table": table, "json": str(d / "stage2.json")}
-    mark_done(d, key, result)
-    return result
-
-
 def stage_capacity(workdir: Path, s: dict, preset: str, policy_dir: Path, hardware: str, log,
                    redo: bool) -> dict | None:
     """Capacity per server GPU under the registered SLO (``studies.capacity`` at the
@@ -687,15 +654,14 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         policy_dirs[preset] = pol
         cap_res = stage_capacity(workdir, s, preset, pol, hardware, log, redo)
         b = {"ppo": str(ppo_dir), "policy": str(pol), "capacity": cap_res, "dual": None,
-             "curve": None, "eval": None, "sweep": None, "stage2": None}
+             "curve": None, "eval": None, "sweep": None}
         if s.get("legacy_stages", True):   # the old scenario (docs/history.md)
             dual = stage_dual(workdir, s, preset, pol, log, redo)
             cv_res = stage_curve(workdir, s, preset, pol, dual, log, redo)
             b.update(dual=str(dual) if dual else None, curve=cv_res,
                      eval=stage_eval(workdir, s, preset, pol, dual, log, redo,
                                      cv_res["points"]),
-                     sweep=stage_sweep(workdir, s, preset, pol, dual, log, redo),
-                     stage2=stage_stage2(workdir, s, preset, pol, log, redo))
+                     sweep=stage_sweep(workdir, s, preset, pol, dual, log, redo))
         out["benchmarks"][preset] = b
     out["calibration"] = stage_calibration(workdir, s, policy_dirs, log, redo)
     log("done")
@@ -722,9 +688,6 @@ def run_pipeline(workdir: str | Path, mode: str = "demo", seeds: int | None = No
         if b["sweep"]:
             print(f"  [{preset}] sweep figures:      {workdir / 'sweep' / preset}/*.png "
                   f"(knees in knees.txt)")
-        if b.get("stage2"):
-            print(f"  [{preset}] stage-2 verdict:    {workdir / 'stage2' / preset}/stage2.md "
-                  f"(+ stage2.json, stage2.png)")
         for line in (b["curve"] or {}).get("lines", [])[-2:]:
             print(f"  [{preset}] {line}")
         for name, r in (b["eval"] or {}).get("points", {}).items():

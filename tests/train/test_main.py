@@ -23,9 +23,9 @@ def test_settings_modes():
     keys = ("seeds", "slots", "warmup_slots", "drain_slots")
     assert [smoke["sweep"][k] for k in keys] == [smoke["eval"][k] for k in keys]
     # Issue 32: the load curve is the headline (contention is shown there, with the 8 seeds a
-    # crossover needs, up to the LLM alone's saturation); the stage-2 verdict runs in --full
-    # only (and as its own command), which keeps the demo near 5 CPU minutes.
-    assert demo["stage2"] is None and "burst" in full["stage2"]["scenarios"]
+    # crossover needs, up to the LLM alone's saturation); the stage-2 verdict is its own study
+    # (studies.stage2_verdict), no stage of any mode.
+    assert all("stage2" not in s for s in (demo, smoke, full))
     assert demo["curve"]["seeds"] >= 8 and full["curve"]["seeds"] >= 8
     # The pre-registered grids (docs/results/load_curve.md): 2^(k/2), k = -8..2 (demo) and
     # k = -10..6 (full), geometric so one grid spans clocks whose capacities differ by 10x.
@@ -34,7 +34,6 @@ def test_settings_modes():
     assert demo["curve"]["num_users"] == 32
     # The demo skips the M/B sweep (≈ 90 of its CPU seconds); --full and evals.sweep keep it.
     assert demo["sweep"] is None and full["sweep"]["axes"] == ["M", "B", "lam"]
-    assert smoke["stage2"] is None
     # Issue 23: tables on test, choices (critic refit, dual learner) on validation.
     for s in (demo, smoke, full):
         assert s["split"] == "test" and s["choice_split"] == "validation"
