@@ -26,7 +26,7 @@ import platform
 import re
 import struct
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import ml_collections
 
@@ -193,6 +193,17 @@ def parse_variants(arg: str | None, known, where: str) -> list[str]:
                              "(comma-separated)")
         out.append(variant)
     return out
+
+
+def apply_variants(config: Any, arg: str | None, variants: Mapping[str, Mapping[str, Any]],
+                   where: str) -> Any:
+    """Applies the variants named in ``arg`` (``parse_variants``; left to right) to ``config``:
+    each variant is a table of dotted fields (``{"ppo.lr": 3e-3}``) set in order, so a later
+    variant overrides an earlier one. Returns ``config``."""
+    for variant in parse_variants(arg, variants, where):
+        for field, value in variants[variant].items():
+            set_field(config, field, value)
+    return config
 
 
 def check(condition: bool, field: str, message: str) -> None:
@@ -377,7 +388,7 @@ def reject_extra_argv(argv: Sequence[str]) -> None:
 def runtime_info() -> str:
     """One line: Python, JAX version, backend, devices, process index and the host CPU
     (:func:`host_cpu`: what XLA's CPU arithmetic depends on, docs/reproducibility.md)."""
-    import jax   # here, not at the top: a command's flag checks and --help need no JAX
+    import jax   # lazy: a command's flag checks and --help need no JAX
 
     devices = jax.devices()
     return (f"python {platform.python_version()}, jax {jax.__version__}, backend "

@@ -20,8 +20,77 @@ import ml_collections
 
 from prada_jax import config_utils, parallel
 
-VARIANTS = ("smoke", "uniform", "late", "auto", "exact", "sft", "jsd", "onpolicy", "opd", "bf16",
-            "kg")
+
+
+def _sampler() -> ml_collections.ConfigDict:
+    """``config.sampler``: which turn of a trajectory a pair trains on."""
+    sampler = ml_collections.ConfigDict()
+    sampler.kappa = 0.6               # κ in (0, 1]; p(t) ∝ κ^t over a trajectory's turns
+    sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t)) |
+    #   "auto" (κ = exp(−c̄), c̄ = mean per-turn teacher–student gap on the pool, re-estimated) |
+    #   "exact-ratio" (p(t|i) ∝ clipped prefix likelihood ratio br_{i,t}; prada_jax/distill/ratio.py)
+    sampler.refresh_every = 50        # updates between ratio diagnostics (logged as ratio/* in
+    #                                   every mode) and adaptive re-estimates; 0 = start and end
+    sampler.kappa_min = 1e-3          # "auto": floor of κ
+    sampler.auto_gap_max = 1.0        # "auto": while c̄ > this [nats per turn] the gap is
+    #   dominated by turns not learned yet (a random student has c̄ ≈ 20, κ = exp(−c̄) ≈ 0 would
+    #   starve every later turn), so the configured sampler.kappa is held; inf = never hold
+    sampler.ratio_min = 1e-3          # "exact-ratio": br clipped to [ratio_min, ratio_max]
+    sampler.ratio_max = 10.0
+    return sampler
+
+
+def _loss() -> ml_collections.ConfigDict:
+    """``config.loss``: the distillation loss."""
+    loss = ml_collections.ConfigDict()
+    loss.kind = "fkl"                 # offline: fkl | jsd | sft; on-policy: rkl
+    loss.temperature = 1.0            # τ of the top-k losses (student and teacher buckets)
+    loss.beta = 0.5                   # β of JSD(β), in (0, 1)
+    loss.rkl_coef = 1.0               # coefficient of the reverse-KL policy-gradient term
+    loss.fkl_coef = 0.0               # on-policy: + this × top-k forward KL at sampled tokens
+    loss.top_k = 8                    # on-policy: teacher top-k scored per sampled token
+    loss.rkl_estimator = "pg"         # on-policy / OPD reverse-KL arm: "pg" (single sample, the
+    #   published estimator) | "pg_baseline" (+ leave-one-out per-token mean baseline) | "exact"
+    #   (Σ_v π_S(v) log π_S(v)/π_T(v) over the vocabulary; needs loss.top_k >= the vocabulary)
+    return loss
+
+
+def _train() -> ml_collections.ConfigDict:
+    """``config.train``: run length, batch, dtype, seeds."""
+    train = ml_collections.ConfigDict()
+    train.steps = 300                 # optimizer updates
+    train.batch_size = 64             # (trajectory, turn) pairs per micro-batch
+    train.compute_dtype = "float32"   # "float32" | "bfloat16" (params stay float32)
+    train.prompt_bucket = 0           # offline / ReOPD: cut each batch's left-padded prompts to
+    #   the next multiple of this many tokens above its longest prefix (same numbers within
+    #   float tolerance, less compute; one compile per width); 0 = pad to the pool's longest
+    train.num_seeds = 1               # N students trained together in one vmapped step, seeds
+    #   config.seed + i (i < N); seed i equals a separate run with config.seed + i
+    #   (prada_jax/distill/trainer.py); tb/seed_<s>, seed_<s>/student_hf, results.json per_seed
+    return train
+
+
+# Each variant: the dotted fields it sets, in order (``config_utils.apply_variants``).
+_VARIANT_FIELDS = {
+    "smoke": {"train.steps": 4, "train.batch_size": 8, "log.every": 2, "log.ckpt_every": 2,
+              "eval.n_problems": 4, "eval.batch_size": 4,
+              "student.hidden_size": 32, "student.num_layers": 1, "student.intermediate_size": 64,
+              "optim.warmup_steps": 1, "log.progress": False, "opd.episodes": 4},
+    "uniform": {"sampler.kappa": 1.0},
+    "late": {"sampler.schedule": "late"},
+    "auto": {"sampler.schedule": "auto"},
+    "exact": {"sampler.schedule": "exact-ratio"},
+    "sft": {"loss.kind": "sft"},
+    "jsd": {"loss.kind": "jsd"},
+    "onpolicy": {"mode": "onpolicy", "loss.kind": "rkl"},
+    "opd": {"mode": "opd", "loss.kind": "rkl"},
+    "bf16": {"train.compute_dtype": "bfloat16"},
+    # kg_lookup_v1 (5-11 agent turns): 400 x 64 pairs is the budget at which plain SFT
+    # (":kg,sft,uniform") lands inside (0, 1) on held-out problems (docs/distill.md); the
+    # student and κ = 0.6 stay the method's defaults
+    "kg": {"data.cache": "checkpoints/kg_cache/seed0", "train.steps": 400},
+}
+VARIANTS = tuple(_VARIANT_FIELDS)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -36,30 +105,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.logits_dir = ""              # exported teacher logits; "" = <cache>/logits
     c.data.teacher_dir = ""             # HF teacher (on-policy scoring); "" = <cache>/teacher
 
-    c.sampler = ml_collections.ConfigDict()
-    c.sampler.kappa = 0.6               # κ in (0, 1]; p(t) ∝ κ^t over a trajectory's turns
-    c.sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t)) |
-    #   "auto" (κ = exp(−c̄), c̄ = mean per-turn teacher–student gap on the pool, re-estimated) |
-    #   "exact-ratio" (p(t|i) ∝ clipped prefix likelihood ratio br_{i,t}; prada_jax/distill/ratio.py)
-    c.sampler.refresh_every = 50        # updates between ratio diagnostics (logged as ratio/* in
-    #                                     every mode) and adaptive re-estimates; 0 = start and end
-    c.sampler.kappa_min = 1e-3          # "auto": floor of κ
-    c.sampler.auto_gap_max = 1.0        # "auto": while c̄ > this [nats per turn] the gap is
-    #   dominated by turns not learned yet (a random student has c̄ ≈ 20, κ = exp(−c̄) ≈ 0 would
-    #   starve every later turn), so the configured sampler.kappa is held; inf = never hold
-    c.sampler.ratio_min = 1e-3          # "exact-ratio": br clipped to [ratio_min, ratio_max]
-    c.sampler.ratio_max = 10.0
-
-    c.loss = ml_collections.ConfigDict()
-    c.loss.kind = "fkl"                 # offline: fkl | jsd | sft; on-policy: rkl
-    c.loss.temperature = 1.0            # τ of the top-k losses (student and teacher buckets)
-    c.loss.beta = 0.5                   # β of JSD(β), in (0, 1)
-    c.loss.rkl_coef = 1.0               # coefficient of the reverse-KL policy-gradient term
-    c.loss.fkl_coef = 0.0               # on-policy: + this × top-k forward KL at sampled tokens
-    c.loss.top_k = 8                    # on-policy: teacher top-k scored per sampled token
-    c.loss.rkl_estimator = "pg"         # on-policy / OPD reverse-KL arm: "pg" (single sample, the
-    #   published estimator) | "pg_baseline" (+ leave-one-out per-token mean baseline) | "exact"
-    #   (Σ_v π_S(v) log π_S(v)/π_T(v) over the vocabulary; needs loss.top_k >= the vocabulary)
+    c.sampler = _sampler()
+    c.loss = _loss()
 
     c.onpolicy = ml_collections.ConfigDict()
     c.onpolicy.temperature = 1.0        # student sampling temperature
@@ -92,16 +139,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     #   (AdamW moments) this run continues, its student being student.init; the learning-rate
     #   schedule restarts (warm-up included). "" = a fresh optimiser state
 
-    c.train = ml_collections.ConfigDict()
-    c.train.steps = 300                 # optimizer updates
-    c.train.batch_size = 64             # (trajectory, turn) pairs per micro-batch
-    c.train.compute_dtype = "float32"   # "float32" | "bfloat16" (params stay float32)
-    c.train.prompt_bucket = 0           # offline / ReOPD: cut each batch's left-padded prompts to
-    #   the next multiple of this many tokens above its longest prefix (same numbers within
-    #   float tolerance, less compute; one compile per width); 0 = pad to the pool's longest
-    c.train.num_seeds = 1               # N students trained together in one vmapped step, seeds
-    #   config.seed + i (i < N); seed i equals a separate run with config.seed + i
-    #   (prada_jax/distill/trainer.py); tb/seed_<s>, seed_<s>/student_hf, results.json per_seed
+    c.train = _train()
 
     c.log = ml_collections.ConfigDict()
     c.log.every = 25                    # curves every N updates
@@ -131,44 +169,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.before = True                # evaluate the students before training; False skips it (a
     #                                     continuation whose warm start was evaluated already)
 
-    for v in config_utils.parse_variants(arg, VARIANTS, "prada_jax/configs/distill.py"):
-        if v == "smoke":
-            c.train.steps = 4
-            c.train.batch_size = 8
-            c.log.every = 2
-            c.log.ckpt_every = 2
-            c.eval.n_problems = 4
-            c.eval.batch_size = 4
-            c.student.hidden_size = 32
-            c.student.num_layers = 1
-            c.student.intermediate_size = 64
-            c.optim.warmup_steps = 1
-            c.log.progress = False
-            c.opd.episodes = 4
-        elif v == "uniform":
-            c.sampler.kappa = 1.0
-        elif v == "late":
-            c.sampler.schedule = "late"
-        elif v == "auto":
-            c.sampler.schedule = "auto"
-        elif v == "exact":
-            c.sampler.schedule = "exact-ratio"
-        elif v == "sft":
-            c.loss.kind = "sft"
-        elif v == "jsd":
-            c.loss.kind = "jsd"
-        elif v == "onpolicy":
-            c.mode = "onpolicy"
-            c.loss.kind = "rkl"
-        elif v == "opd":
-            c.mode = "opd"
-            c.loss.kind = "rkl"
-        elif v == "bf16":
-            c.train.compute_dtype = "bfloat16"
-        elif v == "kg":
-            # kg_lookup_v1 (5-11 agent turns): 400 x 64 pairs is the budget at which plain SFT
-            # (":kg,sft,uniform") lands inside (0, 1) on held-out problems (docs/distill.md);
-            # the student and κ = 0.6 stay the method's defaults
-            c.data.cache = "checkpoints/kg_cache/seed0"
-            c.train.steps = 400
-    return c
+    return config_utils.apply_variants(c, arg, _VARIANT_FIELDS, "prada_jax/configs/distill.py")
