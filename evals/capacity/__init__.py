@@ -123,7 +123,7 @@ def sweep(results: Mapping[float, Mapping[str, Mapping[str, Sequence[float]]]], 
 
 
 def ratio_cells(num: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, int]:
-    """``num`` [P, S] / ``ref`` [S] per (policy sample, seed), as ``evals.stage2.hier``'s
+    """``num`` [P, S] / ``ref`` [S] per (policy sample, seed), as ``prada_jax.stats.hierarchical``'s
     [P, 1, S]; a seed whose reference capacity is 0 is NaN (dropped inside its cell). Returns
     the array and the number of dropped seeds."""
     num = np.asarray(num, np.float64)

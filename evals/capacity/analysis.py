@@ -15,7 +15,7 @@ import numpy as np
 
 from evals import capacity as cap
 from evals import plots, report
-from evals.stage2 import hier
+from prada_jax.stats import hierarchical as hier
 from evals.capacity.measure import ALL_SLM, FITTED, LLM_ALONE, RSD, ZERO, sample_row
 
 #: The registered SLO (README) and the sweep beside it.
@@ -45,7 +45,7 @@ def capacities(test: Mapping, slo: cap.SLO) -> dict:
 
 def multiplier(caps: Mapping, samples: list[int], ref: str, num: str = FITTED) -> dict:
     """m = mean over (sample, seed) of c_num(p, s) / c_ref(s) with both intervals
-    (``evals.stage2.hier.interval``) and the registered reading."""
+    (``prada_jax.stats.hierarchical_interval``) and the registered reading."""
     c_num = np.array([caps[sample_row(num, k)]["per_seed"] for k in samples])
     x, dropped = cap.ratio_cells(c_num, np.array(caps[ref]["per_seed"]))
     if np.all(np.isnan(x)):

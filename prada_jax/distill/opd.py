@@ -7,7 +7,7 @@ One OPD round (:func:`opd_round`, host side) for one student:
    on) are played by the student with the task's tool: at every agent turn the student samples
    its action (``prada_jax.lm.sampling.generate`` at ``temperature`` / ``top_p``, static shapes
    [episodes, context_len]), the tool answers it (``tool_delay_s`` seconds of simulated latency
-   per call), until an answer, a malformed action or the task's turn cap;
+   per turn round with a call: a round's calls run concurrently), until an answer, a malformed action or the task's turn cap;
 2. **scoring**: the teacher scores each whole episode once, teacher-forced (the exporter's
    contract, :func:`prada_jax.distill.scoring.score_sequences`); the log-prob of every student
    action token is read off it;
@@ -51,7 +51,7 @@ class RoundStats:
     the seeds of an update: tool calls of one turn can run concurrently across episodes and
     seeds); ``tool_rounds``: the number of such turn rounds (per update: the set bits of each
     micro-step's mask, summed; the fair clock charges the tool latency once per round,
-    :mod:`prada_jax.distill.fairclock`);
+    ``studies.reopd_kg.fairclock``);
     ``rollout_s``: student generation + tool calls (offline: building the batch);
     ``scoring_s``: the teacher's scoring; ``update_s``: the jitted step (set by the trainer).
     """

@@ -19,8 +19,9 @@ balanced array ``x`` [P, L, S] (NaN entries dropped inside their cell):
   variance, so this interval is exact under normality for any variance split; with P = 3 it is
   wide (t = 4.30).
 
-The pooled verdict (``evals.stage2.pooled``) calls a claim established only when *both*
-intervals say so, so its false-positive rate is at most the t interval's.
+The pooled verdict (``studies.stage2_pooled``) calls a claim established only when *both*
+intervals say so, so its false-positive rate is at most the t interval's. Its power:
+:func:`policy_means_mde`.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ import math
 
 import numpy as np
 
-from prada_jax import stats
+from prada_jax.stats.intervals import mean_ci
+from prada_jax.stats.power import min_detectable_effect
 
 #: Bootstrap resamples of the pooled verdict (percentile interval).
 DEFAULT_RESAMPLES = 10000
@@ -124,7 +126,7 @@ def cluster_t(x, confidence: float = 0.95) -> dict:
     """``{"mean", "lo", "hi", "se", "df", "method"}``: Student-t interval over the P policy
     means (:func:`policy_means`); NaN bounds with fewer than 2 policies."""
     m = policy_means(x)
-    ci = stats.mean_ci(m, confidence)
+    ci = mean_ci(m, confidence)
     se = float(np.std(m, ddof=1) / math.sqrt(m.size)) if m.size > 1 else float("nan")
     return {"mean": float(ci.mean), "lo": float(ci.low), "hi": float(ci.high), "se": se,
             "df": int(m.size - 1),
@@ -145,3 +147,14 @@ def interval(x, confidence: float = 0.95, resamples: int = DEFAULT_RESAMPLES,
             "cell_means": [[float(v) for v in row] for row in cell_means(x)],
             "shape": {"policies": int(np.shape(x)[0]), "learner_seeds": int(np.shape(x)[1]),
                       "eval_seeds": int(np.shape(x)[2])}}
+
+
+def policy_means_mde(x, alpha: float = 0.05, power: float = 0.8) -> float:
+    """MDE of a two-sided t-test over the P policy means of ``x`` [P, L, S]
+    (:func:`min_detectable_effect` of their sd, ddof = 1; policies with a NaN mean dropped;
+    NaN below two)."""
+    m = policy_means(x)
+    m = m[np.isfinite(m)]
+    if m.size < 2:
+        return float("nan")
+    return min_detectable_effect(float(np.std(m, ddof=1)), int(m.size), alpha, power)

@@ -10,9 +10,9 @@ Ratios such as "PRADA accuracy as a share of All-LLM" are computed per seed on p
 (both policies see the same arrivals and channels for a given seed) and then summarised the
 same way, so the interval covers the seed-to-seed spread of the ratio.
 
-The Student-t quantile is computed here (regularised incomplete beta by a continued fraction,
-then bisection), so running the evals needs no SciPy; the tests check it against
-``scipy.stats.t``.
+The Student-t quantile comes from :mod:`prada_jax.stats.tdist` (no SciPy at run time). Also
+here: the decision rules read off an interval (:func:`noninferior`, :func:`superior`) and the
+knee of a cost curve (:func:`find_knee`).
 """
 from __future__ import annotations
 
@@ -22,77 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz method)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def betainc_regularized(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularised incomplete beta function, for a, b > 0 and x in [0, 1]."""
-    if not (0.0 <= x <= 1.0):
-        raise ValueError(f"x must lie in [0, 1], got {x}")
-    if x in (0.0, 1.0):
-        return x
-    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                 + a * math.log(x) + b * math.log1p(-x))
-    front = math.exp(log_front)
-    # The continued fraction converges fast for x < (a + 1) / (a + b + 2); use symmetry otherwise.
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """CDF of Student's t distribution with ``df`` degrees of freedom at ``t``."""
-    if df <= 0:
-        raise ValueError(f"df must be > 0, got {df}")
-    tail = 0.5 * betainc_regularized(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-def t_ppf(q: float, df: float) -> float:
-    """Quantile of Student's t (inverse of ``t_cdf``), by bisection to ~1e-12 relative."""
-    if not (0.0 < q < 1.0):
-        raise ValueError(f"q must lie in (0, 1), got {q}")
-    if q == 0.5:
-        return 0.0
-    if q < 0.5:
-        return -t_ppf(1.0 - q, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < q:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-13 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+from prada_jax.stats.tdist import t_ppf
 
 
 @dataclass(frozen=True)
@@ -163,34 +93,15 @@ def mean_ci(samples: Sequence[float] | np.ndarray, confidence: float = 0.95) -> 
     return MeanCI(m, m - half, m + half, half, n, confidence)
 
 
-def min_detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Minimum detectable effect of a two-sided paired t-test over ``n`` seeds.
-
-    The usual definition (e.g. Cohen, *Statistical Power Analysis*, 1988): the smallest true
-    mean difference that a two-sided level-``alpha`` paired t-test rejects with probability
-    ``power``, in the normal-quantile form with t quantiles,
-    ``MDE = (t_{1-α/2, n-1} + t_{power, n-1}) · sd / sqrt(n)``, where ``sd`` is the standard
-    deviation of the per-seed differences (ddof = 1). Same units as ``sd``; NaN for ``n < 2``
-    or a non-finite ``sd``. The exact power at this effect (noncentral t) is within a point or
-    two of ``power`` for n >= 5 (tests compare with ``scipy.stats.nct``).
-    """
-    if not (0.0 < alpha < 1.0 and 0.0 < power < 1.0):
-        raise ValueError(f"alpha and power must lie in (0, 1), got {alpha}, {power}")
-    if n < 2 or not math.isfinite(sd):
-        return float("nan")
-    df = int(n) - 1
-    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * float(sd) / math.sqrt(n)
-
-
-def paired_mde(a: Sequence[float], b: Sequence[float], alpha: float = 0.05,
-               power: float = 0.8) -> float:
-    """:func:`min_detectable_effect` of the per-seed differences ``a − b`` [S] (paired seeds;
-    non-finite seeds dropped)."""
-    d = np.asarray(a, np.float64).reshape(-1) - np.asarray(b, np.float64).reshape(-1)
-    d = d[np.isfinite(d)]
-    if d.size < 2:
-        return float("nan")
-    return min_detectable_effect(float(d.std(ddof=1)), int(d.size), alpha, power)
+def paired_diff_ci(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                   confidence: float = 0.95) -> MeanCI:
+    """Student-t CI of the mean per-seed difference ``a[s] − b[s]`` (paired seeds; a seed with
+    a non-finite value in either is dropped, as in :func:`mean_ci`)."""
+    x = np.asarray(a, np.float64).reshape(-1)
+    y = np.asarray(b, np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"paired difference needs equal seed counts, got {x.shape} and {y.shape}")
+    return mean_ci(x - y, confidence)
 
 
 def paired_ratio_ci(numerator: Sequence[float], denominator: Sequence[float],
@@ -207,6 +118,29 @@ def paired_ratio_ci(numerator: Sequence[float], denominator: Sequence[float],
         raise ValueError(f"paired ratio needs equal seed counts, got {a.shape} and {b.shape}")
     ok = np.isfinite(a) & np.isfinite(b) & (b != 0)
     return mean_ci(a[ok] / b[ok], confidence)
+
+
+def _bounds(d: dict) -> tuple:
+    return d.get("ci_low"), d.get("ci_high")
+
+
+def noninferior(d: dict, margin: float) -> str:
+    """Non-inferiority by an interval ``d`` (``ci_low``/``ci_high`` of a difference a − b):
+    "pass" if its lower bound is above −``margin``, "fail" if its upper bound is below it,
+    else (or without bounds: None) "unresolved"."""
+    lo, hi = _bounds(d)
+    if lo is None or hi is None:
+        return "unresolved"
+    return "pass" if lo > -margin else ("fail" if hi < -margin else "unresolved")
+
+
+def superior(d: dict) -> str:
+    """Superiority by an interval ``d``: "pass" if it lies above 0, "fail" if below, else (or
+    without bounds) "unresolved"."""
+    lo, hi = _bounds(d)
+    if lo is None or hi is None:
+        return "unresolved"
+    return "pass" if lo > 0 else ("fail" if hi < 0 else "unresolved")
 
 
 def find_knee(xs: Sequence[float], ys: Sequence[float], rel_tol: float = 0.05) -> float | None:

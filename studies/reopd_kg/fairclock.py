@@ -1,6 +1,7 @@
-"""A fair clock for OPD against ReOPD (issue 35, item 3): what one supervised turn costs each
-method, from the trainer's per-update cost records (:func:`prada_jax.distill.opd.cost_summary`'s
-``per_update``), with the simulated tool latency added arithmetically instead of slept.
+"""A fair clock for OPD against ReOPD (issue 35, item 3), a measurement of ``studies.reopd_kg``:
+what one supervised turn costs each method, from the trainer's per-update cost records
+(:func:`prada_jax.distill.opd.cost_summary`'s ``per_update``), with the simulated tool latency
+added arithmetically instead of slept.
 
 The issue-24 clock was unfair both ways: it slept the tool latency once per *call*, serially
 across all episodes and seeds; it left ReOPD's teacher scoring of the replayed prefixes out of

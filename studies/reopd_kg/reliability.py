@@ -1,4 +1,6 @@
-"""The teacher's reliability by turn depth (issue 35, item 2), and the κ it implies.
+"""The teacher's reliability by turn depth (issue 35, item 2), and the κ it implies: a
+measurement of ``studies.reopd_kg`` (also read by ``studies.reopd_regime``); its statistics
+(the cluster bootstrap, percentile intervals) are ``prada_jax.stats``.
 
 ReOPD weights turn t of a replayed prefix by κ^t on the premise that the teacher's supervision
 grows less reliable the deeper the prefix, roughly geometrically: log-reliability falling
@@ -25,6 +27,8 @@ import math
 from typing import Callable, Sequence
 
 import numpy as np
+
+from prada_jax import stats
 
 
 def _fit(depths: np.ndarray, means: np.ndarray, weights: np.ndarray, degree: int = 1
@@ -56,33 +60,20 @@ def depth_curve(clusters: Sequence, depths: Sequence[int], values: Sequence[floa
     through the fitted depths' means, ``quad`` the quadratic coefficient with its CI, depths
     used), ``n_rows``, ``n_clusters``.
     """
-    clusters, depths = np.asarray(clusters), np.asarray(depths, np.int64)
-    values = np.asarray(values, np.float64)
     if not (len(clusters) == len(depths) == len(values)):
         raise ValueError("clusters, depths and values must be equal-length")
     if len(values) == 0:
         return {"depth": [], "n_rows": 0, "n_clusters": 0, "min_rows": int(min_rows),
                 "fit": None}
-    ids, cidx = np.unique(clusters, return_inverse=True)
-    D = int(depths.max()) + 1
-    S = np.zeros((len(ids), D))
-    N = np.zeros((len(ids), D))
-    np.add.at(S, (cidx, depths), values)
-    np.add.at(N, (cidx, depths), 1.0)
-    n, tot = N.sum(0), S.sum(0)
-    mean = np.where(n > 0, tot / np.maximum(n, 1), np.nan)
-    rng = np.random.default_rng(seed)
-    W = rng.multinomial(len(ids), np.full(len(ids), 1.0 / len(ids)), size=n_boot).astype(float)
-    bn, bs = W @ N, W @ S
-    bmean = np.where(bn > 0, bs / np.maximum(bn, 1e-12), np.nan)
-    a = (1 - level) / 2
-    lo = np.nanpercentile(bmean, 100 * a, axis=0) if n_boot else mean
-    hi = np.nanpercentile(bmean, 100 * (1 - a), axis=0) if n_boot else mean
+    g = stats.cluster_group_means(clusters, depths, values, n_boot=n_boot, seed=seed,
+                                  level=level)
+    n, mean, lo, hi = g["n"], g["mean"], g["ci_low"], g["ci_high"]
+    bmean, bn = g["boot_mean"], g["boot_n"]
     rows = [{"t": t, "n": int(n[t]), "mean": float(mean[t]) if n[t] else None,
              "ci_low": float(lo[t]) if n[t] else None, "ci_high": float(hi[t]) if n[t] else None}
-            for t in range(D)]
+            for t in range(len(n))]
     use = np.flatnonzero(n >= min_rows)
-    out = {"depth": rows, "n_rows": int(len(values)), "n_clusters": int(len(ids)),
+    out = {"depth": rows, "n_rows": int(len(values)), "n_clusters": g["n_clusters"],
            "min_rows": int(min_rows), "fit": None}
     if len(use) < 2:
         return out
@@ -102,8 +93,7 @@ def depth_curve(clusters: Sequence, depths: Sequence[int], values: Sequence[floa
         if ok.sum() >= 3:
             quads.append(_fit(t[ok], m[ok], w[ok], 2)[0])
     def pct(xs):
-        return ([float(np.percentile(xs, 100 * a)), float(np.percentile(xs, 100 * (1 - a)))]
-                if xs else [None, None])
+        return list(stats.percentile_interval(xs, stats.tail_percents(level)))
     s_ci = pct(slopes)
     out["fit"] = {"depths": [int(x) for x in use], "intercept": float(b0), "slope": float(b1),
                   "slope_ci": s_ci, "kappa": kappa_of_slope(float(b1)),

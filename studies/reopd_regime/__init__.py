@@ -5,7 +5,7 @@ is ``studies/reopd_regime/README.md``; the command is ``python -m studies.reopd_
 
 Everything here is wiring: the trainer runs each method (``prada_jax.distill.trainer``, loss arm
 ``loss.rkl_estimator``), the task and the teacher data are ``prada_jax.distill.task.kg_short``,
-the statistics ``prada_jax.distill.paired``, the cost model ``prada_jax.distill.gpucost``, the
+the statistics ``prada_jax.stats``, the cost model ``prada_jax.distill.gpucost``, the
 resume machinery the kg study's (``studies.reopd_kg.resume``). The decision rules are the pure
 functions :func:`plateau`, :func:`extend_grid` and :func:`gate`.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from prada_jax import latency
 from prada_jax.distill import gpucost
-from prada_jax.distill import paired as pr
+from prada_jax import stats
 from prada_jax.distill.task import kg, kg_short
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
@@ -155,8 +155,8 @@ def gate(opd: np.ndarray, sft: np.ndarray, cold: np.ndarray, teacher: np.ndarray
     two-way bootstrap CI above 0, SFT continuation's gain <= :data:`GATE_SFT_MAX` and the
     teacher's headroom over the cold start >= :data:`HEADROOM_MIN`."""
     c = np.asarray(cold, np.float64)[None, :]
-    g_opd = pr.two_way_bootstrap(opd - c, n_boot=n_boot, seed=1)
-    g_sft = pr.two_way_bootstrap(sft - c, n_boot=n_boot, seed=2)
+    g_opd = stats.two_way_bootstrap(opd - c, n_boot=n_boot, seed=1)
+    g_sft = stats.two_way_bootstrap(sft - c, n_boot=n_boot, seed=2)
     head = float(np.mean(teacher) - np.mean(cold))
     checks = {"opd_gain": g_opd["mean"] >= GATE_OPD_MIN and g_opd["ci_low"] > 0,
               "sft_plateau": g_sft["mean"] <= GATE_SFT_MAX,
@@ -406,14 +406,14 @@ class Study:
         (summed over its tokens; the reliability reading of item 2) and the exact reverse KL
         KL(π_S || π_T) summed over the action's tokens (the per-turn gap of item 3), each with
         cluster-bootstrap CIs over episodes and a line through the per-turn means
-        (``prada_jax.distill.reliability.depth_curve``)."""
+        (``studies.reopd_kg.reliability.depth_curve``)."""
         import jax  # lazy: jax loads only for the parts that evaluate
         import jax.numpy as jnp  # lazy: as above
         from flax import nnx  # lazy: as above
 
         from prada_jax.distill import losses  # lazy: jax
         from prada_jax.distill import opd as opd_lib  # lazy: jax
-        from prada_jax.distill import reliability as rel  # lazy: with the part
+        from studies.reopd_kg import reliability as rel  # lazy: with the part
         from prada_jax.distill import task_registry as tasks_lib  # lazy: with the part
         from prada_jax.distill.learner import student_logits_fn  # lazy: jax
         from prada_jax.lm.hf import load_hf  # lazy: jax

@@ -4,8 +4,8 @@ only after the gate passed; nothing here decides the gate.
 
 Outcomes: ``X[name]`` [S seeds, P problems] 0/1 (greedy success on the verdict sets laid side by
 side, ``strata`` their sizes), the same seeds in the same order for every method; ``cold`` [P]
-the cold start's. Statistics: ``prada_jax.distill.paired`` (two-way bootstrap, variance
-components, MDE).
+the cold start's. Statistics: ``prada_jax.stats`` (two-way bootstrap, variance components,
+MDE).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from prada_jax.distill import paired as pr
+from prada_jax import stats
 
 MARGIN = 0.02           # non-inferiority margin of (a), (b), the κ reading beside (d)
 MDE_TARGET = 0.02
@@ -24,9 +24,9 @@ R = "reopd_k0.6"        # the verdicts' ReOPD
 def contrast(a: np.ndarray, b: np.ndarray, strata, n_boot: int, seed: int) -> dict:
     """``a − b`` by the two-way bootstrap, with the variance components beside (≥ 2 seeds)."""
     d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    out = pr.two_way_bootstrap(d, strata, n_boot=n_boot, seed=seed)
+    out = stats.two_way_bootstrap(d, strata, n_boot=n_boot, seed=seed)
     if d.shape[0] >= 2 and d.shape[1] >= 2:
-        out["components"] = pr.variance_components(d)
+        out["components"] = stats.variance_components(d)
     out["mde_target"] = MDE_TARGET
     out["powered"] = bool(out["mde"] <= MDE_TARGET)
     return out
@@ -47,21 +47,9 @@ def share_of_gain(r: np.ndarray, o: np.ndarray, cold: np.ndarray, strata, n_boot
     counted."""
     r, o = np.asarray(r, np.float64), np.asarray(o, np.float64)
     c = np.asarray(cold, np.float64)[None, :]
-    dr, do = r - c, o - c
-    S, P = dr.shape
-    strata = list(strata) if strata else [P]
-    rng = np.random.default_rng(seed)
-    ws = rng.multinomial(S, np.full(S, 1.0 / S), size=n_boot).astype(np.float64)
-    wp = np.concatenate([rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)
-                         for n in strata], axis=1).astype(np.float64)
-    nr = np.einsum("rs,sp,rp->r", ws, dr, wp)
-    no = np.einsum("rs,sp,rp->r", ws, do, wp)
-    ok = no > 0
-    vals = nr[ok] / no[ok]
-    point = float(dr.mean() / do.mean()) if do.mean() > 0 else None
-    return {"share": point, "ci_low": float(np.percentile(vals, 2.5)) if ok.any() else None,
-            "ci_high": float(np.percentile(vals, 97.5)) if ok.any() else None,
-            "dropped_replicates": int((~ok).sum()), "n_boot": n_boot}
+    b = stats.two_way_ratio_bootstrap(r - c, o - c, strata, n_boot=n_boot, seed=seed)
+    return {"share": b["ratio"], "ci_low": b["ci_low"], "ci_high": b["ci_high"],
+            "dropped_replicates": b["dropped_replicates"], "n_boot": n_boot}
 
 
 def first_reach(steps, mean_curve, level: float) -> int | None:
@@ -91,17 +79,13 @@ def time_to_gain(steps, opd: np.ndarray, reopd: np.ndarray, cold: float, cost_op
         return level, to, tr, (math.inf if tr is None else (tr * cost_reopd) / (to * cost_opd))
 
     level, to, tr, ratio = one(opd, reopd)
-    rng = np.random.default_rng(seed)
     reps = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, S, S)
+    for idx in stats.resample_indices(S, n_boot, seed):
         x = one(opd[idx], reopd[idx])[3]
         if x is not None:
             reps.append(x)
     # inverted-CDF percentiles: no interpolation, so infinite replicates stay infinite
-    lo, hi = ((float(np.percentile(reps, 2.5, method="inverted_cdf")),
-               float(np.percentile(reps, 97.5, method="inverted_cdf"))) if reps
-              else (None, None))
+    lo, hi = stats.percentile_interval(reps, method="inverted_cdf")
     if tr is None:
         verdict = "fail (ReOPD's mean curve never reaches the level)"
     elif hi is not None and hi < 1:
@@ -124,11 +108,11 @@ def verdicts(X: dict, cold: np.ndarray, strata, tool_calls: dict, n_boot: int = 
     c = np.asarray(cold, np.float64)[None, :]
     out: dict = {}
     a = contrast(X[R], X["opd"], strata, n_boot, 1)
-    out["a_equal_turns"] = {**a, "verdict": _read(a, pr.noninferior(a, MARGIN)),
+    out["a_equal_turns"] = {**a, "verdict": _read(a, stats.noninferior(a, MARGIN)),
                             "share": share_of_gain(X[R], X["opd"], cold, strata, n_boot, 11)}
     if "opd_cost" in X:
         b = contrast(X[R], X["opd_cost"], strata, n_boot, 2)
-        out["b_equal_cost"] = {**b, "verdict": _read(b, pr.noninferior(b, MARGIN)),
+        out["b_equal_cost"] = {**b, "verdict": _read(b, stats.noninferior(b, MARGIN)),
                                "share": share_of_gain(X[R], X["opd_cost"], cold, strata,
                                                       n_boot, 12)}
     if curve is not None:
@@ -136,12 +120,12 @@ def verdicts(X: dict, cold: np.ndarray, strata, tool_calls: dict, n_boot: int = 
                                            curve["cold"], curve["cost"]["opd"],
                                            curve["cost"][R], n_boot, 13)
     d = contrast(X[R], X["reopd_k1"], strata, n_boot, 3)
-    out["d_kappa"] = {**d, "verdict": _read(d, pr.superior(d)),
-                      "noninferior_reading": pr.noninferior(d, MARGIN)}
+    out["d_kappa"] = {**d, "verdict": _read(d, stats.superior(d)),
+                      "noninferior_reading": stats.noninferior(d, MARGIN)}
     if "reopd_k0.8" in X:
         out["d_kappa_0.6_vs_0.8"] = contrast(X[R], X["reopd_k0.8"], strata, n_boot, 4)
     e = contrast(X[R], X["sft_cont"], strata, n_boot, 5)
-    out["e_vs_sft"] = {**e, "verdict": _read(e, pr.superior(e))}
+    out["e_vs_sft"] = {**e, "verdict": _read(e, stats.superior(e))}
     reopd_calls = {k: v for k, v in tool_calls.items() if k.startswith("reopd")}
     out["f_tool_calls"] = {"reopd": reopd_calls, "opd": tool_calls.get("opd", 0),
                            "verdict": "pass" if all(v == 0 for v in reopd_calls.values())

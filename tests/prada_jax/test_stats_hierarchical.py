@@ -1,12 +1,12 @@
-"""The pooled verdict's intervals (evals.stage2.hier) against direct computations and a
+"""The pooled verdict's intervals (prada_jax.stats.hierarchical) against direct computations and a
 simulation whose true variance is known."""
 import math
 
 import numpy as np
 import pytest
 
-from evals.stage2 import hier
 from prada_jax import stats
+from prada_jax.stats import hierarchical as hier
 
 
 def _sim(rng, p, l, s, sa, sb, se, mu=0.0):
@@ -91,3 +91,16 @@ def test_nan_seeds_are_dropped_per_cell_and_an_empty_cell_is_an_error():
         hier.hierarchical_draws(x, resamples=10)
     with pytest.raises(ValueError, match="shape"):
         hier.hierarchical_draws(np.zeros((3, 4)))
+
+
+def test_policy_means_mde_is_the_t_mde_of_the_policy_means():
+    """By a plain loop: the policy means, their sd (ddof 1), then the t-based MDE."""
+    x = _sim(np.random.default_rng(5), 4, 2, 6, 0.02, 0.01, 0.03)
+    x[1, 0, 2] = np.nan
+    means = []
+    for p in range(x.shape[0]):
+        cells = [np.mean([v for v in x[p, l] if np.isfinite(v)]) for l in range(x.shape[1])]
+        means.append(sum(cells) / len(cells))
+    sd = float(np.std(means, ddof=1))
+    assert hier.policy_means_mde(x) == pytest.approx(stats.min_detectable_effect(sd, 4))
+    assert math.isnan(hier.policy_means_mde(x[:1]))

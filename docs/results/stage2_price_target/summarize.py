@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evals.stage2 import hier
+from prada_jax.stats import hierarchical as hier
 from prada_jax import stats
 
 d = Path(sys.argv[1])

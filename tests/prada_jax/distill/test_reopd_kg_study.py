@@ -5,37 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from prada_jax.distill import paired as pr
-
-
-def test_two_way_bootstrap_count_form_equals_indexing():
-    """Each replicate's count-vector mean equals the mean of the explicitly indexed draw."""
-    rng = np.random.default_rng(3)
-    d = rng.integers(-1, 2, size=(5, 12)).astype(float)
-    S, P = d.shape
-    for _ in range(20):
-        si, pi = rng.integers(0, S, S), rng.integers(0, P, P)
-        ws, wp = np.bincount(si, minlength=S), np.bincount(pi, minlength=P)
-        assert ws @ d @ wp / (S * P) == pytest.approx(pr.explicit_replicate(d, si, pi))
-
-
-def test_two_way_bootstrap_covers_problem_sampling():
-    """Seeds that agree but problems that vary: the seeds-only CI collapses, the two-way one
-    does not; its SE matches the problems' standard error; the MDE is 2.80 SE."""
-    rng = np.random.default_rng(0)
-    per_problem = rng.choice([-1.0, 0.0, 1.0], size=400, p=[0.2, 0.5, 0.3])
-    d = np.repeat(per_problem[None, :], 10, 0)
-    out = pr.two_way_bootstrap(d, [200, 200], n_boot=3000, seed=1)
-    assert out["mean"] == pytest.approx(per_problem.mean())
-    assert out["seed_only_ci_high"] - out["seed_only_ci_low"] == pytest.approx(0.0, abs=1e-12)
-    # stratified mean of two sets of 200: SE² = (var₁/200 + var₂/200) / 4
-    se = np.sqrt((per_problem[:200].var() / 200 + per_problem[200:].var() / 200) / 4)
-    assert out["se"] == pytest.approx(se, rel=0.15)
-    assert out["ci_low"] < out["mean"] < out["ci_high"]
-    assert out["mde"] == pytest.approx(2.8015852 * out["se"], rel=1e-6)
-    assert pr.superior(out) == "pass" and pr.noninferior(out, 0.02) == "pass"
-    with pytest.raises(ValueError):
-        pr.two_way_bootstrap(d, [100, 100])
+from prada_jax import stats
 
 
 def test_verdicts_against_direct_counts():
@@ -67,7 +37,6 @@ def test_verdicts_against_direct_counts():
 def test_verdicts_carry_variance_components_and_the_report_shows_them():
     """Each pooled difference carries the ANOVA components of its own seed × problem table
     (recomputed here from the outcome strings) and the report prints them."""
-    from prada_jax.distill import paired as pr
     from studies import reopd_kg as S
     from studies.reopd_kg.report import markdown
     rng = np.random.default_rng(0)
@@ -81,11 +50,11 @@ def test_verdicts_carry_variance_components_and_the_report_shows_them():
     X = {k: S.success_matrix(r, (1, 5)) for k, r in runs.items()}
     a = v["pooled"]["a_equal_turns"]
     assert a["components"] == pytest.approx(
-        pr.variance_components(X["reopd_k0.6"] - X["opd"]))
+        stats.variance_components(X["reopd_k0.6"] - X["opd"]))
     assert a["plan"]["mde_this_design"] == pytest.approx(
-        pr.planned_mde(a["components"], 4, 12, pr.BOOTSTRAP_INTERACTION))
+        stats.planned_mde(a["components"], 4, 12, stats.BOOTSTRAP_INTERACTION))
     assert a["plan"]["mde_this_design_model"] == pytest.approx(
-        pr.planned_mde(a["components"], 4, 12))
+        stats.planned_mde(a["components"], 4, 12))
     text = markdown({"compare": {"N": 2, "B": 3, "runs": runs, "verdicts": v}})
     assert "| (a) ReOPD − OPD | " in text and "| (d) κ first − κ last | " in text
 

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from prada_jax.distill import fairclock as fc
+from studies.reopd_kg import fairclock as fc
 from prada_jax.distill import opd as opd_lib
-from prada_jax.distill import reliability as rel
+from studies.reopd_kg import reliability as rel
 from prada_jax.distill.task import kg
 from prada_jax.distill.task.common import EpisodeResult
 
