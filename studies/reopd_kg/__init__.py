@@ -1,26 +1,43 @@
 """ReOPD where its mechanism can appear (issue 35), SYNTHETIC: the pre-registered OPD / ReOPD /
 SFT comparison on the long-horizon knowledge-graph task, the teacher's reliability by depth and
-the fair clock. The registration is docs/results/reopd_kg.md; the command is
+the fair clock. The registration is studies/reopd_kg/README.md; the command is
 ``python -m studies.reopd_kg`` (its docstring lists the parts).
 
 Everything here is wiring: the trainer runs each method (``prada_jax.distill.trainer``), the
-measurements are library functions (``prada_jax.distill.task.kg.path_stats``,
-``prada_jax.distill.reliability``, ``prada_jax.distill.fairclock``,
-``prada_jax.distill.paired``).
+measurements are this study's (``studies.reopd_kg.reliability``,
+``studies.reopd_kg.fairclock``) or library functions (``prada_jax.distill.task.kg.path_stats``;
+the statistics ``prada_jax.stats``).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from prada_jax import stats
+from prada_jax.configs.distill import get_config
+from prada_jax.distill import opd as opd_lib
+from prada_jax.distill import task_registry as tasks_lib
+from prada_jax.distill import trainer
+from prada_jax.distill.learner import onpolicy_round
+from prada_jax.distill.sampler import TurnSampler
+from prada_jax.distill.task import kg
+from prada_jax.distill.task.kg_teacher.__main__ import main as build_kg_cache
+from prada_jax.lm.hf import load_hf
+from prada_jax.run_state import read_run_meta
+from studies import _shared
 from studies import reopd_vs_opd as base
-from prada_jax.jsonio import write_json
-from studies.reopd_kg import resume
+from studies.reopd_kg import fairclock, report, resume
+from studies.reopd_kg import reliability as rel
 
 MARGIN = 0.02           # non-inferiority margin of rules (a) and (d) [task success]
 HEADROOM_MIN = 0.10     # cold-start gate: teacher − cold start on the verdict problems >=
@@ -75,10 +92,7 @@ QUICK = Sizes(seeds=(0, 1), pilot_seeds=(100,), updates=2, episodes=2, n_eval=4,
 
 def tiny_cache(root: Path) -> Path:
     """A tiny kg cache (random-ish teacher, 16-trajectory pools) for ``--quick``."""
-    from prada_jax.distill.task import kg_teacher
-    from prada_jax.distill.task.kg_teacher.__main__ import main as build
-    del kg_teacher
-    build([f"--cache={root}", "--seed=0", "--steps=3", "--hidden=16", "--layers=1", "--heads=2",
+    build_kg_cache([f"--cache={root}", "--seed=0", "--steps=3", "--hidden=16", "--layers=1", "--heads=2",
            "--kv_heads=1", "--intermediate=32", "--n_train=64", "--n_pool=16", "--n_eval=4",
            "--top_k=4", "--warmup=1"])
     return Path(root) / "seed0"
@@ -106,15 +120,10 @@ class Study:
 
     # ------------------------------------------------------------------ helpers
     def problems(self, eval_seed: int, n: int) -> list:
-        from prada_jax.distill.task import kg
         return kg.make_problems(eval_seed * 1000 + 3, n)
 
     def outcomes(self, hf_dir: Path) -> dict:
         """Greedy 0/1 success per problem of each verdict set, as '0'/'1' strings."""
-        import jax.numpy as jnp
-
-        from prada_jax.distill.task import kg
-        from prada_jax.lm.hf import load_hf
         model, _ = load_hf(hf_dir, dtype=jnp.float32, param_dtype=jnp.float32)
         out = {}
         for es in self.s.eval_sets:
@@ -143,8 +152,6 @@ class Study:
     # ------------------------------------------------------------------ parts
     def paths(self) -> dict:
         """Item 4: how unique the pool's solution paths are, and the regime it puts SFT in."""
-        from prada_jax.distill import task_registry as tasks_lib
-        from prada_jax.distill.task import kg
         st = kg.path_stats(self.pool, tasks_lib.get(kg.TASK_NAME).pool_problems(self.pool))
         near = (st["share_equal_reference"] >= NEAR_UNIQUE_SHARE
                 or st["valid_paths_per_problem_mean"] < 2)
@@ -205,7 +212,6 @@ class Study:
               "tool_calls": int(res.get("env_calls_during_training",
                                         per.get("env_calls_during_training", 0))),
               "gap_end": per["ratio"][-1].get("mean_gap") if per.get("ratio") else None}
-        from prada_jax.run_state import read_run_meta  # lazy: jax, loaded by the trainer anyway
         adopted = [e.get("from") for e in read_run_meta(wd).get("provenance", [])
                    if e.get("event") == "adopted"]
         rec = {"synthetic": True, "part": part, "name": name, "mode": mode, "seed": int(seed),
@@ -300,16 +306,6 @@ class Study:
     def reliability(self, cold: dict, extra: dict | None = None) -> dict:
         """Item 2: the teacher's log-prob per depth on its own rows, ReOPD rows (teacher
         prefix, cold student's action) and each student's own episodes (OPD rows)."""
-        import jax
-        import jax.numpy as jnp
-        from flax import nnx
-
-        from prada_jax.distill import opd as opd_lib
-        from prada_jax.distill import reliability as rel
-        from prada_jax.distill.learner import onpolicy_round
-        from prada_jax.distill.sampler import TurnSampler
-        from prada_jax.lm.hf import load_hf
-        from prada_jax.configs.distill import get_config
         s, score = self.s, self.b.score_fn
         dflt = get_config("kg")
         A, P = int(dflt.onpolicy.max_new_tokens), int(dflt.opd.context_len)
@@ -366,8 +362,6 @@ class Study:
         """Item 3: OPD (no sleep) and ReOPD κ = first of ``kappas`` built in one process and
         stepped update by update in turn; the fair clock from their cost records. Without the
         pilot's results: lr :data:`CLOCK_LR` for both and B = :data:`CLOCK_B` pairs."""
-        from prada_jax.distill import fairclock
-        from prada_jax.distill import trainer
         s = self.s
         pil = pil or {"B": CLOCK_B, "choice": {m: {"lr": CLOCK_LR, "warmup": s.warmup}
                                                for m in MODES}, "default": True}
@@ -381,7 +375,6 @@ class Study:
                                         "eval.n_problems": 0})
         root = self.out / "clock"
         if root.exists():   # one process's rounds: never resumed
-            import shutil
             shutil.rmtree(root)
         built = {k: trainer.build(c, root / k, teacher_score_fn=self.b.score_fn)
                  for k, c in cfgs.items()}
@@ -394,9 +387,7 @@ class Study:
                     trainer.optimizer_step(run, r)
         finally:
             for run in built.values():
-                run.ckpt.close()
-                for w in run.writers:
-                    w.close()
+                trainer.close(run)
         names = list(built)
         opd_run = built[names[0]]
         rows = (trainer.opd_rows(opd_run.config, opd_run.task) * len(seeds)
@@ -430,19 +421,18 @@ def paired_diff(a: np.ndarray, b: np.ndarray, strata, s: Sizes, seed: int) -> di
     """The two-way bootstrap of ``a − b`` and, with ≥ 2 seeds, where its variance comes from
     (``components``: seed, problem, interaction) with the design that would reach an MDE of
     :data:`MARGIN` (``plan``): a diagnostic beside the registered rules, not a rule."""
-    from prada_jax.distill import paired as pr
     d = a - b
-    out = pr.two_way_bootstrap(d, strata, n_boot=s.n_boot, seed=seed)
+    out = stats.two_way_bootstrap(d, strata, n_boot=s.n_boot, seed=seed)
     S, P = d.shape
     if S >= 2 and P >= 2:
-        comp = pr.variance_components(d)
+        comp = stats.variance_components(d)
         out["components"] = comp
-        k = pr.BOOTSTRAP_INTERACTION   # the registered MDE is the bootstrap's
-        out["plan"] = {"mde_this_design": pr.planned_mde(comp, S, P, k),
-                       "mde_this_design_model": pr.planned_mde(comp, S, P),
-                       "mde_infinite_seeds": pr.planned_mde(comp, math.inf, P, k),
-                       "mde_infinite_problems": pr.planned_mde(comp, S, math.inf, k),
-                       "problems_for_margin": _finite(pr.problems_for_mde(comp, MARGIN, S, k)),
+        k = stats.BOOTSTRAP_INTERACTION   # the registered MDE is the bootstrap's
+        out["plan"] = {"mde_this_design": stats.planned_mde(comp, S, P, k),
+                       "mde_this_design_model": stats.planned_mde(comp, S, P),
+                       "mde_infinite_seeds": stats.planned_mde(comp, math.inf, P, k),
+                       "mde_infinite_problems": stats.planned_mde(comp, S, math.inf, k),
+                       "problems_for_margin": _finite(stats.problems_for_mde(comp, MARGIN, S, k)),
                        "interaction_factor": k, "margin": MARGIN}
     return out
 
@@ -454,7 +444,6 @@ def _finite(x: float):
 def verdicts(runs: dict, cold: dict, s: Sizes) -> dict:
     """Rules (a), (c), (d), (e) and each method's change from the cold start, on the pooled
     sets (the verdict) and on each set alone (reported)."""
-    from prada_jax.distill import paired as pr
     k0 = f"reopd_k{s.kappas[0]:g}"
     k1 = f"reopd_k{s.kappas[-1]:g}" if len(s.kappas) > 1 else None
     out: dict = {}
@@ -464,11 +453,11 @@ def verdicts(runs: dict, cold: dict, s: Sizes) -> dict:
         X = {k: success_matrix(r, sets) for k, r in runs.items()}
         v = {"a_equal_turns": paired_diff(X[k0], X["opd"], st, s, 1),
              "c_vs_sft": paired_diff(X[k0], X["sft_cont"], st, s, 2)}
-        v["a_equal_turns"]["verdict"] = pr.noninferior(v["a_equal_turns"], MARGIN)
-        v["c_vs_sft"]["verdict"] = pr.superior(v["c_vs_sft"])
+        v["a_equal_turns"]["verdict"] = stats.noninferior(v["a_equal_turns"], MARGIN)
+        v["c_vs_sft"]["verdict"] = stats.superior(v["c_vs_sft"])
         if k1:
             v["d_kappa"] = paired_diff(X[k0], X[k1], st, s, 3)
-            v["d_kappa"]["verdict"] = pr.noninferior(v["d_kappa"], MARGIN)
+            v["d_kappa"]["verdict"] = stats.noninferior(v["d_kappa"], MARGIN)
         c = _cold_row(cold, sets)
         v["moved"] = {k: {**paired_diff(x, np.repeat(c, len(x), 0), st, s, 4),
                           "success": float(x.mean())} for k, x in X.items()}
@@ -499,53 +488,46 @@ def run(cache: Path, out: Path, sizes: Sizes, parts: tuple) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     resume.write_study(out, fp)
     path = out / "study.json"
-    import json
     res = json.loads(path.read_text()) if path.exists() else {
         "synthetic": True, "task": "kg_lookup_v1", "cache": str(cache),
         "sizes": dataclasses.asdict(sizes), "log": []}
     res["study"] = "reopd_kg"   # which study wrote the folder (studies.reopd_vs_opd.study_kind)
     res["fingerprint"] = {k: fp[k] for k in ("cache_sha", "config_sha")}
     st = Study(cache, out, sizes, fp)
-    for part in parts:
-        t0 = time.perf_counter()
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    need = _shared.need
+
+    def one(part: str) -> dict | None:
         if part == "paths":
-            res["paths"] = st.paths()
+            got = st.paths()
         elif part == "cold":
-            res["cold"] = st.cold()
+            got = st.cold()
         elif part == "pilot":
-            res["pilot"] = st.pilot(_need(res, "cold"))
+            got = st.pilot(need(res, "cold"))
         elif part == "compare":
-            res["compare"] = st.compare(_need(res, "cold"), _need(res, "pilot"))
+            got = st.compare(need(res, "cold"), need(res, "pilot"))
         elif part == "reliability":
-            extra = {}
-            d = out / "compare" / "opd" / f"seed_{sizes.seeds[0]}" / "student_hf"
-            if resume.record_path(out, "compare", "opd", sizes.seeds[0]).exists():
-                extra[f"opd_trained_seed{sizes.seeds[0]}"] = str(d)
-            key = {**{k: fp[k] for k in ("cache_sha", "config_sha")},
-                   "cold_sha": cold_sha(_need(res, "cold")), "students": sorted(extra)}
-            if (res.get("reliability") or {}).get("fingerprint") == key:
-                st.say("reliability: finished with the same students; reused")
-                continue
-            r = st.reliability(_need(res, "cold"), extra)
-            r.pop("sources")   # rows are large; the curves carry the numbers
-            r["fingerprint"] = key
-            res["reliability"] = r
+            got = _reliability(st, res, out, sizes, fp)
         else:
-            res["clock"] = st.clock(_need(res, "cold"), res.get("pilot"))
-        res[part]["sizes"] = dataclasses.asdict(sizes)   # a part may run with other flags
-        res[part]["started_utc"] = started
-        res[part]["part_wall_s"] = time.perf_counter() - t0
-        res["log"] = res.get("log", []) + st.b.log
-        st.b.log = []
-        write_json(path, res, indent=1, newline=False)
-        from studies.reopd_kg.report import markdown
-        (out / "report.md").write_text(markdown(res))
-    return res
+            got = st.clock(need(res, "cold"), res.get("pilot"))
+        if got is not None:
+            got["sizes"] = dataclasses.asdict(sizes)   # a part may run with other flags
+        return got
+    return _shared.run_parts(res, parts, one, st.b, path, out / "report.md", report.markdown)
 
 
-def _need(res: dict, part: str) -> dict:
-    if part not in res:
-        from prada_jax.errors import BadInput
-        raise BadInput(f"--parts: needs the {part} part's results first (run --parts={part})")
-    return res[part]
+def _reliability(st: Study, res: dict, out: Path, sizes: Sizes, fp: dict) -> dict | None:
+    """The reliability part: the cold start and, once it exists, the first verdict seed's OPD
+    student; None (reused) when it ran with the same students."""
+    extra = {}
+    d = out / "compare" / "opd" / f"seed_{sizes.seeds[0]}" / "student_hf"
+    if resume.record_path(out, "compare", "opd", sizes.seeds[0]).exists():
+        extra[f"opd_trained_seed{sizes.seeds[0]}"] = str(d)
+    key = {**{k: fp[k] for k in ("cache_sha", "config_sha")},
+           "cold_sha": cold_sha(_shared.need(res, "cold")), "students": sorted(extra)}
+    if (res.get("reliability") or {}).get("fingerprint") == key:
+        st.say("reliability: finished with the same students; reused")
+        return None
+    r = st.reliability(_shared.need(res, "cold"), extra)
+    r.pop("sources")   # rows are large; the curves carry the numbers
+    r["fingerprint"] = key
+    return r

@@ -1,4 +1,4 @@
-"""ReOPD where its mechanism can appear (issue 35; registration: docs/results/reopd_kg.md),
+"""ReOPD where its mechanism can appear (issue 35; registration: studies/reopd_kg/README.md),
 SYNTHETIC.
 
     python -m studies.reopd_kg --cache=DIR --out=DIR [--parts=P,...] [--seeds=0-19]
@@ -40,15 +40,21 @@ import dataclasses
 import math
 from pathlib import Path
 
+from absl import flags
+
+from prada_jax import cli
+from prada_jax.errors import BadInput
+from studies import _shared
+from studies import reopd_kg as S
+from studies.reopd_kg import resume
+from studies.reopd_vs_opd import check_study_folder
 
 PREREQ = {"pilot": ("cold",), "compare": ("cold", "pilot"), "reliability": ("cold",),
           "clock": ("cold",)}
 
 
 def _define(fv) -> None:
-    from absl import flags
-
-    from studies.reopd_kg import FULL
+    FULL = S.FULL
     flags.DEFINE_string("cache", "", "kg task cache with pool/, logits/, teacher/ (not with "
                         "--quick)", flag_values=fv)
     flags.DEFINE_string("out", "", "study folder (runs, study.json, report.md)", flag_values=fv)
@@ -67,7 +73,6 @@ def _define(fv) -> None:
 
 
 def _floats(values, flag: str, ok, want: str) -> tuple:
-    from prada_jax.errors import BadInput
     out = []
     for v in values:
         try:
@@ -83,19 +88,13 @@ def _floats(values, flag: str, ok, want: str) -> tuple:
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput`` before
     anything is written."""
-    from studies.reopd_vs_opd import _range, check_study_folder
-    from prada_jax import cli
-    from prada_jax.errors import BadInput
-    cli.hub_offline()
-    from studies import reopd_kg as S
-    a = cli.parse_local(_define, argv, "studies.reopd_kg", __doc__)
-    if not a.out:
-        raise BadInput("--out: required")
+    a = _shared.parse(_define, argv, "studies.reopd_kg", __doc__)
     kappas = _floats(a.kappas, "kappas", lambda x: 0 < x <= 1, "(0, 1]")
     if not kappas:
         raise BadInput("--kappas: at least one κ")
     lat = _floats(a.latencies_ms, "latencies_ms", lambda x: x >= 0, "[0, inf) ms")
-    seeds, pseeds = _range(a.seeds, "seeds"), _range(a.pilot_seeds, "pilot_seeds")
+    seeds = _shared.seed_range(a.seeds, "seeds")
+    pseeds = _shared.seed_range(a.pilot_seeds, "pilot_seeds")
     if set(seeds) & set(pseeds):
         raise BadInput(f"--seeds: {a.seeds} overlaps the lr pilot's seeds --pilot_seeds="
                        f"{a.pilot_seeds}")
@@ -106,12 +105,8 @@ def main(argv=None) -> int:
     if bad:
         raise BadInput(f"--parts: unknown part {bad[0]!r}; choose from {list(S.PARTS)}")
     out = Path(a.out)
-    stored = set(check_study_folder(out, "reopd_kg"))   # a file, another study: refused
-    for i, p in enumerate(parts):
-        for need in PREREQ.get(p, ()):
-            if need not in parts[:i] and need not in stored:
-                raise BadInput(f"--parts: {p} needs the {need} part's results ({out} has "
-                               f"none; run --parts={need} first)")
+    stored = check_study_folder(out, "reopd_kg")   # a file, another study: refused
+    _shared.check_prereqs(parts, PREREQ, stored, out)
     if a.quick:
         if a.cache:
             raise BadInput("--cache: not with --quick (it builds its own tiny cache)")
@@ -119,14 +114,10 @@ def main(argv=None) -> int:
         cache = out / "cache" / "seed0"
     else:
         cache = Path(a.cache)
-        for sub in ("pool", "logits", "teacher"):
-            if not (cache / sub).is_dir():
-                raise BadInput(f"--cache: {cache / sub} not found (build one with python -m "
-                               "prada_jax.distill.task.kg_teacher)")
+        _shared.check_cache(cache, hint="prada_jax.distill.task.kg_teacher")
         sizes = dataclasses.replace(S.FULL, seeds=seeds, pilot_seeds=pseeds, updates=a.updates,
                                     kappas=kappas, latencies_ms=lat)
     if (out / "fingerprint.json").exists():   # another cache or config: refused here
-        from studies.reopd_kg import resume  # lazy: flags are checked before any study module loads
         resume.check_study(out, resume.study_fingerprint(cache, sizes))
     if a.quick and not (cache / "pool").is_dir():
         out.mkdir(parents=True, exist_ok=True)
@@ -138,5 +129,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from prada_jax import cli as _cli
-    _cli.run_local(main)
+    cli.run_local(main)

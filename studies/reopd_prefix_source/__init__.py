@@ -1,5 +1,5 @@
 """ReOPD with prefixes replayed from the target teacher itself vs from a stronger generator, at
-a fixed target: the pre-registered study of docs/results/reopd_prefix_source.md (issue 24),
+a fixed target: the pre-registered study of studies/reopd_prefix_source/README.md (issue 24),
 SYNTHETIC.
 
     python -m studies.reopd_prefix_source --teacher_cache=T/seed0 --generator_cache=G/seed0 \\
@@ -30,7 +30,19 @@ import dataclasses
 import time
 from pathlib import Path
 
+import numpy as np
+from absl import flags
+
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill.task import arith
+from prada_jax.distill.task.export_local import export_logits
+from prada_jax.distill.task.teacher import model_config, tiny_cache
+from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
+from prada_jax.stats import mde_of_differences, mean_ci
+from studies import _shared
+from studies import reopd_vs_opd as rvo
+from studies._shared import fmt as _f
 
 ARMS = ("teacher_prefix", "generator_prefix")
 
@@ -63,7 +75,6 @@ QUICK = Sizes(seeds=(0, 1), updates=2, batch=4, cold_updates=2, cold_batch=4, n_
 
 def _vs_sizes(s: Sizes):
     """The ``studies.reopd_vs_opd`` sizes its config helper reads (n_eval, student)."""
-    from studies import reopd_vs_opd as rvo
     return dataclasses.replace(rvo.FULL, n_eval=s.n_eval, student=dict(s.student))
 
 
@@ -71,19 +82,9 @@ def _variant(s: Sizes, v: str) -> str:
     return ",".join(x for x in (s.variant, v) if x)
 
 
-def mde(diffs) -> float:
-    """Minimum detectable effect (α = 0.05, power 0.8) of the paired differences ``diffs``."""
-    import numpy as np
-
-    from prada_jax.stats import min_detectable_effect
-    d = np.asarray(diffs, dtype=np.float64)
-    return float(min_detectable_effect(float(np.std(d, ddof=1)), int(d.size))) \
-        if d.size >= 2 else float("nan")
-
-
 def _gap_start(res: dict) -> list:
-    from studies.reopd_vs_opd import _per_seed
-    return [(r["ratio"][0].get("mean_gap") if r.get("ratio") else None) for r in _per_seed(res)]
+    return [(r["ratio"][0].get("mean_gap") if r.get("ratio") else None)
+            for r in rvo._per_seed(res)]
 
 
 def _teacher_eval(cache: Path) -> dict | None:
@@ -99,7 +100,6 @@ def _teacher_eval(cache: Path) -> dict | None:
 def _arm_config(tcache: Path, s: Sizes, init: str, pool_dir: Path, logits_dir: Path):
     """One arm's ``train.distill`` config: ReOPD from ``init``, prefixes from ``pool_dir``, T
     the target (``data.teacher_dir``) in every arm."""
-    from studies import reopd_vs_opd as rvo
     return rvo._config(tcache, _variant(s, "onpolicy"), _vs_sizes(s), s.updates, s.seeds,
                        s.eval_seed, **{"student.init": init, "train.batch_size": s.batch,
                                        "optim.lr": s.lr, "optim.warmup_steps": s.warmup,
@@ -113,7 +113,6 @@ def teacher_stages(study, tcache: Path, out: Path, s: Sizes) -> tuple[dict, dict
     """The stages that need only T's cache: the cold start (SFT on T's pool, seed 0) and the
     ``teacher_prefix`` arm; returns (cold start, that arm's results). Reused when finished, so
     they may run while G's cache is still being built."""
-    from studies import reopd_vs_opd as rvo
     c = rvo._config(tcache, _variant(s, "sft,uniform"), _vs_sizes(s), s.cold_updates, (0,),
                     s.eval_seed, **{"train.batch_size": s.cold_batch})
     study.train("cold", c)
@@ -129,10 +128,6 @@ def teacher_stages(study, tcache: Path, out: Path, s: Sizes) -> tuple[dict, dict
 
 def run(tcache: Path, gcache: Path, out: Path, s: Sizes) -> dict:
     """The whole study; returns (and writes) the result dict."""
-    from studies import reopd_vs_opd as rvo
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill.task.export_local import export_logits
-    import numpy as np
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     study = rvo.Study(tcache, out, _vs_sizes(s))   # T's pool, task and in-process T scorer
@@ -159,7 +154,8 @@ def run(tcache: Path, gcache: Path, out: Path, s: Sizes) -> dict:
     d = rvo.paired(runs, "teacher_prefix", "generator_prefix")
     diffs = [a - b for a, b in zip(runs["teacher_prefix"]["success"],
                                    runs["generator_prefix"]["success"])]
-    verdict = {**d, "diffs": diffs, "mde": mde(diffs), "verdict": rvo.superior(d)}
+    verdict = {**d, "diffs": diffs, "mde": mde_of_differences(diffs),
+               "verdict": rvo.superior(d)}
     res = {"synthetic": True, "task": study.task.name, "teacher_cache": str(tcache),
            "generator_cache": str(gcache), "sizes": dataclasses.asdict(s),
            "strength": strength, "headroom": strength["T"]["greedy_verdict_problems"]
@@ -171,8 +167,6 @@ def run(tcache: Path, gcache: Path, out: Path, s: Sizes) -> dict:
 
 
 def markdown(res: dict) -> str:
-    from studies.reopd_vs_opd import _f, _pd
-    from prada_jax.stats import mean_ci
     st, v = res["strength"], res["verdict"]
     L = ["| generator | greedy, verdict problems | sampled (τ) / greedy, cache eval | pool "
          "success | pool agent turns |", "|---|---|---|---|---|"]
@@ -188,15 +182,11 @@ def markdown(res: dict) -> str:
           "supervised turns / seed | tool calls |", "|---|---|---|---|---|---|"]
     for arm in ARMS:
         r = res["runs"][arm]
-        g0 = [g for g in res["gap_start"][arm] if g is not None]
-        g1 = [g for g in r["gap_end"] if g is not None]
         L.append(f"| {arm} | {mean_ci(r['success']).fmt()} | "
-                 f"{_f(sum(g0) / len(g0)) if g0 else 'n/a'} | "
-                 f"{_f(sum(g1) / len(g1)) if g1 else 'n/a'} | "
-                 f"{r['totals']['supervised_turns'] / len(r['seeds']):.0f} | "
-                 f"{r['tool_calls']} |")
+                 f"{_shared.mean_cell(res['gap_start'][arm])} | "
+                 f"{rvo.run_cells(r, len(r['seeds']))} |")
     L += ["", "| rule | teacher − generator [95% CI] | MDE | verdict |", "|---|---|---|---|",
-          f"| teacher prefixes ≥ generator prefixes | {_pd(v)} | {_f(v['mde'])} | "
+          f"| teacher prefixes ≥ generator prefixes | {rvo._pd(v)} | {_f(v['mde'])} | "
           f"**{v['verdict']}** |", ""]
     return "\n".join(L)
 
@@ -204,13 +194,8 @@ def markdown(res: dict) -> str:
 def _tiny_generator(root: Path) -> Path:
     """A second tiny synthetic arithmetic cache whose pool holds other problems' reference
     episodes (``make_problems(6, 12)``) under a different random teacher (torch seed 1)."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill.task import arith
-    from prada_jax.distill.task.export_local import export_logits
-    from prada_jax.distill.task.teacher import model_config
+    import torch  # lazy: torch and transformers are the [torch] extra (the teacher's framework)
+    from transformers import Qwen2ForCausalLM  # lazy: as torch
     torch.manual_seed(1)
     Qwen2ForCausalLM(model_config(16, 1, 2, 1, 32)).save_pretrained(root / "teacher")
     arith.build_tokenizer().save_pretrained(root / "teacher")
@@ -224,7 +209,6 @@ def _tiny_generator(root: Path) -> Path:
 
 
 def _define(fv) -> None:
-    from absl import flags
     flags.DEFINE_string("teacher_cache", "", "target teacher T's cache (pool/, logits/, "
                         "teacher/)", flag_values=fv)
     flags.DEFINE_string("generator_cache", "", "generator G's cache of the same task",
@@ -241,18 +225,9 @@ def _define(fv) -> None:
 
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput``."""
-    from studies.reopd_vs_opd import _range
-    from prada_jax import cli
-    from prada_jax.errors import BadInput
-    a = cli.parse_local(_define, argv, "studies.reopd_prefix_source", __doc__)
-    cli.hub_offline()
-    if not a.out:
-        raise BadInput("--out: required")
-    if a.updates < 1:
-        raise BadInput(f"--updates: must be >= 1, got {a.updates}")
-    if a.cold_updates < 1:
-        raise BadInput(f"--cold_updates: must be >= 1, got {a.cold_updates}")
-    seeds = _range(a.seeds, "seeds")
+    a = _shared.parse(_define, argv, "studies.reopd_prefix_source", __doc__)
+    _shared.at_least_one(a, "updates", "cold_updates")
+    seeds = _shared.seed_range(a.seeds, "seeds")
     if len(seeds) < 2:
         raise BadInput(f"--seeds: need at least 2 paired seeds for a CI, got {a.seeds!r}")
     out = Path(a.out)
@@ -264,7 +239,6 @@ def main(argv=None) -> int:
         tcache, gcache = out / "cache_T", out / "cache_G"
         out.mkdir(parents=True, exist_ok=True)
         if not (tcache / "pool").is_dir():
-            from prada_jax.distill.task.teacher import tiny_cache
             tiny_cache(tcache, 12)
         if not (gcache / "pool").is_dir():
             _tiny_generator(gcache)
@@ -274,10 +248,7 @@ def main(argv=None) -> int:
                                  ("generator_cache", a.generator_cache, gcache)):
             if not raw:
                 raise BadInput(f"--{flag}: required")
-            for sub in ("pool", "logits", "teacher"):
-                if not (cache / sub).is_dir():
-                    raise BadInput(f"--{flag}: {cache / sub} not found (build one with "
-                                   "python -m prada_jax.distill.task.kg_teacher)")
+            _shared.check_cache(cache, flag, hint="prada_jax.distill.task.kg_teacher")
         sizes = dataclasses.replace(FULL, updates=a.updates, cold_updates=a.cold_updates,
                                     seeds=seeds)
     res = run(tcache, gcache, out, sizes)

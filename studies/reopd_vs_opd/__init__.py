@@ -1,5 +1,5 @@
 """ReOPD against the online OPD it replaces, from gated cold-start students: the whole
-pre-registered study of docs/results/reopd_vs_opd.md in one command (issue 24), SYNTHETIC.
+pre-registered study of studies/reopd_vs_opd/README.md in one command (issue 24), SYNTHETIC.
 
     python -m studies.reopd_vs_opd --cache=DIR --out=DIR [--updates=N] [--episodes=E]
     python -m studies.reopd_vs_opd --quick --out=DIR      # tiny end-to-end run (a test)
@@ -37,9 +37,24 @@ import math
 import time
 from pathlib import Path
 
-from prada_jax.config_utils import SEED_MAX
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+
+from prada_jax import config_utils as cu
+from prada_jax.configs.distill import get_config
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill import task_registry as tasks_lib
+from prada_jax.distill.scoring import load_teacher
+from prada_jax.distill.task import common
+from prada_jax.distill.task.teacher import tiny_cache
+from prada_jax.distill.trainer import train_and_evaluate
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
+from prada_jax.lm.hf import load_hf
+from prada_jax.stats import mean_ci, noninferior, paired_diff_ci, superior
+from studies import _shared
+from studies._shared import fmt as _f
 
 MARGIN = 0.02          # non-inferiority margin of rules (a) and (d) [task success]
 SPEED_MIN = 4.0        # rule (b): OPD / ReOPD rollout seconds per supervised turn
@@ -85,8 +100,6 @@ def _config(cache: Path, variant: str, sizes: Sizes, steps: int, seeds, eval_see
             **fields):
     """A ``train.distill`` config of the study (no progress bar, one checkpoint at the end,
     ratio diagnostics at the start and the end only)."""
-    from prada_jax import config_utils as cu
-    from prada_jax.configs.distill import get_config
     c = get_config(variant)
     c.data.cache = str(cache)
     c.seed = int(seeds[0])
@@ -137,29 +150,20 @@ def _turns_per_update(sm: dict) -> int:
 
 
 def _median(xs):
-    import numpy as np
     return float(np.median(xs))
 
 
-class Study:
+class Study(_shared.Log):
     """Runs the stages in ``out`` (each run reused when finished)."""
 
     def __init__(self, cache: Path, out: Path, sizes: Sizes):
-        from prada_jax.distill import pool as pool_lib
-        from prada_jax.distill import task_registry as tasks_lib
+        super().__init__()
         self.cache, self.out, self.s = Path(cache), Path(out), sizes
         self.pool = pool_lib.load_pool(self.cache / "pool")
         self.task = tasks_lib.for_pool(self.pool.meta)
         self.score_fn = self.task.teacher_scorer(self.cache / "teacher", 8)
-        self.log: list[str] = []
-
-    def say(self, msg: str) -> None:
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        print(line, flush=True)
-        self.log.append(line)
 
     def train(self, name: str, config) -> dict:
-        from prada_jax.distill.trainer import train_and_evaluate
         t0 = time.perf_counter()
         res = train_and_evaluate(config, self.out / name, teacher_score_fn=self.score_fn)
         self.say(f"{name}: {'reused' if res.get('already_finished') else 'trained'} "
@@ -168,9 +172,6 @@ class Study:
 
     def evaluate_dir(self, hf_dir: Path, eval_seed: int) -> dict:
         """Task success of a saved HF model (student or teacher) on ``n_eval`` problems."""
-        import jax.numpy as jnp
-
-        from prada_jax.lm.hf import load_hf
         model, _ = load_hf(hf_dir, dtype=jnp.float32, param_dtype=jnp.float32)
         return self.task.evaluate(model, self.s.n_eval, eval_seed, 64)
 
@@ -289,10 +290,7 @@ class Study:
     def collection(self) -> dict:
         """Wall time of the teacher recording the pool's problems with the tool at
         ``latency_s`` per call (greedy, batches of 256, as the cache command records it)."""
-        import torch
-
-        from prada_jax.distill.scoring import load_teacher
-        from prada_jax.distill.task import common
+        import torch  # lazy: torch is the [torch] extra (the teacher's framework)
         model = load_teacher(self.cache / "teacher")
         fn = common.torch_generate_fn(model, pad_id=self.task.pad_id,
                                       stop_ids=self.task.stop_ids, max_new_tokens=12)
@@ -321,34 +319,17 @@ def _summary_timing(res: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- verdicts
-def _ci(diffs) -> dict:
-    from prada_jax.stats import mean_ci
-    return mean_ci([float(d) for d in diffs]).to_json_dict()
-
-
 def paired(runs: dict, a: str, b: str) -> dict:
-    """Paired difference of task success ``a − b`` over the common seeds."""
+    """Paired difference of task success ``a − b`` over the common seeds (Student-t CI,
+    ``prada_jax.stats.paired_diff_ci``); the rules read it with ``prada_jax.stats``'
+    :func:`noninferior` and :func:`superior`."""
     sa = dict(zip(runs[a]["seeds"], runs[a]["success"]))
     sb = dict(zip(runs[b]["seeds"], runs[b]["success"]))
     common = sorted(set(sa) & set(sb))
     return {"a": a, "b": b, "n": len(common),
             "mean_a": sum(sa[k] for k in common) / max(len(common), 1),
             "mean_b": sum(sb[k] for k in common) / max(len(common), 1),
-            **_ci([sa[k] - sb[k] for k in common])}
-
-
-def noninferior(d: dict, margin: float) -> str:
-    lo, hi = d.get("ci_low"), d.get("ci_high")
-    if lo is None or hi is None:
-        return "unresolved"
-    return "pass" if lo > -margin else ("fail" if hi < -margin else "unresolved")
-
-
-def superior(d: dict) -> str:
-    lo, hi = d.get("ci_low"), d.get("ci_high")
-    if lo is None or hi is None:
-        return "unresolved"
-    return "pass" if lo > 0 else ("fail" if hi < 0 else "unresolved")
+            **paired_diff_ci([sa[k] for k in common], [sb[k] for k in common]).to_json_dict()}
 
 
 def speed(st: dict, coll: dict, n_seeds: int) -> dict:
@@ -401,17 +382,12 @@ def verdicts(st: dict, coll: dict, n_seeds: int) -> dict:
 
 
 # ---------------------------------------------------------------------------- report
-def _f(x, d=3):
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{d}f}"
-
-
 def _pd(d: dict) -> str:
     return (f"{_f(d.get('mean'))} [{_f(d.get('ci_low'))}, {_f(d.get('ci_high'))}] "
             f"({_f(d['mean_a'])} vs {_f(d['mean_b'])}, n = {d['n']})")
 
 
 def markdown(res: dict) -> str:
-    from prada_jax.stats import mean_ci
     L = ["# ReOPD vs online OPD from cold starts — tables (SYNTHETIC)", ""]
     L += ["## Cold starts", "",
           "| cold start | gate (success ≥, c̄ ≤) | reached | success, verdict problems | "
@@ -436,11 +412,9 @@ def markdown(res: dict) -> str:
               "|---|---|---|---|---|---|---|"]
         ns = len(st["runs"]["opd"]["seeds"])
         for name, r in st["runs"].items():
-            gaps = [g for g in r["gap_end"] if g is not None]
             L.append(f"| {name} | {mean_ci(r['success']).fmt() if r['success'] else '—'} | "
-                     f"{_f(sum(gaps) / len(gaps)) if gaps else 'n/a'} | "
-                     f"{r['totals']['supervised_turns'] / ns:.0f} | {r['tool_calls']} | "
-                     f"{_f(r['rollout_s_per_turn'], 5)} | {_f(r['update_total_s_median'], 2)} |")
+                     f"{run_cells(r, ns)} | {_f(r['rollout_s_per_turn'], 5)} | "
+                     f"{_f(r['update_total_s_median'], 2)} |")
         v = st["verdicts"]
         b = v["b_speed"]
         L += ["", "| rule | numbers | verdict |", "|---|---|---|",
@@ -466,6 +440,12 @@ def markdown(res: dict) -> str:
     L += ["", f"Pool collection C: {c['episodes']} teacher episodes, {c['tool_calls']} tool "
           f"calls at {c['latency_s'] * 1e3:g} ms: {c['seconds']:.2f} s.", ""]
     return "\n".join(L)
+
+
+def run_cells(r: dict, n_seeds: int) -> str:
+    """A run's report cells: mean final c̄, supervised turns per seed, tool calls."""
+    return (f"{_shared.mean_cell(r['gap_end'])} | "
+            f"{r['totals']['supervised_turns'] / n_seeds:.0f} | {r['tool_calls']}")
 
 
 def run(cache: Path, out: Path, sizes: Sizes, only: tuple = ()) -> dict:
@@ -499,7 +479,6 @@ def run(cache: Path, out: Path, sizes: Sizes, only: tuple = ()) -> dict:
 
 
 def _define(fv) -> None:
-    from absl import flags
     flags.DEFINE_string("cache", "", "task cache with pool/, logits/, teacher/ (not with "
                         "--quick)", flag_values=fv)
     flags.DEFINE_string("out", "", "study folder (runs, study.json, report.md)", flag_values=fv)
@@ -515,28 +494,6 @@ def _define(fv) -> None:
                       "study_<names>.json, report_<names>.md); empty = all", flag_values=fv)
     flags.DEFINE_string("pilot_seeds", "100-102", "pilot seeds 'a-b' (consecutive, disjoint "
                         "from --seeds)", flag_values=fv)
-
-
-#: The most seeds a study's seed range may hold (each seed is a training run; the registered
-#: studies use 20 and 3). Checked before the range is built: ``--seeds=0-99999999`` took
-#: 10 GB before it was refused.
-MAX_STUDY_SEEDS = 1000
-
-
-def _range(text: str, flag: str) -> tuple:
-    try:
-        a, _, b = text.partition("-")
-        lo, hi = int(a), int(b or a)
-    except ValueError:
-        raise BadInput(f"--{flag}: expected 'a-b' or 'a', got {text!r}"[:300]) from None
-    if lo < 0 or hi < lo:
-        raise BadInput(f"--{flag}: need 0 <= a <= b, got {text!r}")
-    if hi > SEED_MAX:
-        raise BadInput(f"--{flag}: {text}: seeds must lie in [0, {SEED_MAX}] (the PRNG's range)")
-    if hi - lo + 1 > MAX_STUDY_SEEDS:
-        raise BadInput(f"--{flag}: {text} is {hi - lo + 1} seeds; a study runs at most "
-                       f"{MAX_STUDY_SEEDS} (one training run each)")
-    return tuple(range(lo, hi + 1))
 
 
 def study_kind(data) -> str | None:
@@ -585,20 +542,15 @@ def check_study_folder(out: Path, kind: str) -> dict:
 
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput``."""
-    from prada_jax import cli
-    from prada_jax.errors import BadInput
-    a = cli.parse_local(_define, argv, "studies.reopd_vs_opd", __doc__)
-    cli.hub_offline()
-    if not a.out:
-        raise BadInput("--out: required")
-    if a.updates < 1:
-        raise BadInput(f"--updates: must be >= 1, got {a.updates}")
+    a = _shared.parse(_define, argv, "studies.reopd_vs_opd", __doc__)
+    _shared.at_least_one(a, "updates")
     if a.episodes < 1:
         raise BadInput(f"--episodes: must be >= 1 (OPD episode budget), got {a.episodes}")
     if not (math.isfinite(a.latency_s) and a.latency_s >= 0):
         raise BadInput(f"--latency_s: must be a finite number of seconds >= 0, got "
                        f"{a.latency_s}")
-    seeds, pseeds = _range(a.seeds, "seeds"), _range(a.pilot_seeds, "pilot_seeds")
+    seeds = _shared.seed_range(a.seeds, "seeds")
+    pseeds = _shared.seed_range(a.pilot_seeds, "pilot_seeds")
     if set(seeds) & set(pseeds):
         raise BadInput("--pilot_seeds: must be disjoint from --seeds")
     only = tuple(a.cold)
@@ -614,15 +566,11 @@ def main(argv=None) -> int:
         sizes = QUICK
         cache = out / "cache"
         if not (cache / "pool").is_dir():
-            from prada_jax.distill.task.teacher import tiny_cache
             out.mkdir(parents=True, exist_ok=True)
             tiny_cache(cache, 12)
     else:
         cache = Path(a.cache)
-        for sub in ("pool", "logits", "teacher"):
-            if not (cache / sub).is_dir():
-                raise BadInput(f"--cache: {cache / sub} not found (build one with python -m "
-                               "prada_jax.distill.task.teacher)")
+        _shared.check_cache(cache, hint="prada_jax.distill.task.teacher")
         sizes = dataclasses.replace(FULL, updates=a.updates, episodes=a.episodes,
                                     latency_s=a.latency_s, seeds=seeds, pilot_seeds=pseeds)
     res = run(cache, out, sizes, only)

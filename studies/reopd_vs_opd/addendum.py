@@ -1,15 +1,15 @@
-"""The pre-registered addendum of docs/results/reopd_vs_opd.md (issue 24), SYNTHETIC: rule (b)
+"""The pre-registered addendum of studies/reopd_vs_opd/README.md (issue 24), SYNTHETIC: rule (b)
 from interleaved timing, a valid far equal-wall-time run, and the near cold start at a budget
 that can move the student.
 
     python -m studies.reopd_vs_opd.addendum --study_json=F --cache=DIR --out=DIR --parts=P
     python -m studies.reopd_vs_opd.addendum --quick --out=DIR   # tiny end-to-end run
 
-(The runs of docs/results/reopd_vs_opd.md were made as ``python -m studies.reopd_vs_opd
+(The runs of studies/reopd_vs_opd/README.md were made as ``python -m studies.reopd_vs_opd
 --addendum ...`` with the same flags; the addendum became its own command afterwards, so that
 the study module does not import it back, an import cycle.)
 
-``--study_json`` is the study's per-seed JSON (docs/results/reopd_vs_opd.json): its cold-start
+``--study_json`` is the study's per-seed JSON (studies/reopd_vs_opd/results/study.json): its cold-start
 students (``cold_starts[*].student``, read, never written), the pilot's lr / warm-up, each cold
 start's B and the far ``opd`` run's per-seed success. Parts (``--parts``, in the order given;
 finished training runs under ``--out`` are reused):
@@ -37,8 +37,15 @@ import statistics
 import time
 from pathlib import Path
 
+from absl import flags
+
+from prada_jax.distill import trainer
+from prada_jax.distill.task.teacher import tiny_cache
+from prada_jax.errors import BadInput
+from prada_jax.jsonio import read_json
+from prada_jax.stats import mean_ci, paired_mde
+from studies import _shared
 from studies import reopd_vs_opd as base
-from prada_jax.jsonio import read_json, write_json
 
 PARTS = ("near_long", "timing", "wall")
 NEAR_METHODS = ("opd", "reopd_k0.6", "sft_cont", "reopd_k1")
@@ -122,13 +129,12 @@ def n_wall(n: int, t_opd: float | None, t_reopd: float | None) -> int | None:
 
 def moved(runs: dict, start: float) -> dict:
     """Each run's per-seed success minus the cold start's ``start`` (mean and 95% CI)."""
-    return {k: {**base._ci([x - start for x in r["success"]]), "start": start}
+    return {k: {**mean_ci([x - start for x in r["success"]]).to_json_dict(), "start": start}
             for k, r in runs.items() if r.get("success")}
 
 
 def with_mde(d: dict, runs: dict) -> dict:
     """A :func:`reopd_vs_opd.paired` dict with the MDE of its per-seed differences."""
-    from prada_jax.stats import paired_mde
     sa = dict(zip(runs[d["a"]]["seeds"], runs[d["a"]]["success"]))
     sb = dict(zip(runs[d["b"]]["seeds"], runs[d["b"]]["success"]))
     common = sorted(set(sa) & set(sb))
@@ -186,7 +192,6 @@ class Addendum:
                                 **{"train.batch_size": self.B[name], "sampler.kappa": 0.6})}
 
     def timing(self) -> dict:
-        from prada_jax.distill import trainer
         out = {"load_avg_1min_start": os.getloadavg()[0], "rounds": self.a.rounds,
                "coll_after": list(self.a.coll_after), "cold": {}}
         for name in ("far", "near"):
@@ -206,9 +211,7 @@ class Addendum:
                         colls.append(self.study.collection())
             finally:
                 for run in built.values():
-                    run.ckpt.close()
-                    for w in run.writers:
-                        w.close()
+                    trainer.close(run)
             st = {k: {**timing_stats(run.costs), "per_update": [dict(c) for c in run.costs]}
                   for k, run in built.items()}
             n_seeds = len(self.s.seeds)
@@ -233,7 +236,6 @@ class Addendum:
         far = timing["cold"]["far"]
         nw = n_wall(self.a.wall_base, far["t_opd_s"], far["t_reopd_s"])
         if nw is None:
-            from prada_jax.errors import BadInput
             raise BadInput("--parts: wall needs timed updates of opd and reopd_k0.6 in the "
                            "timing part (it has none)")
         c = base._config(self.study.cache, "onpolicy", s, nw, s.seeds, s.eval_seed,
@@ -257,7 +259,6 @@ class Addendum:
 
 # ---------------------------------------------------------------------------- report
 def markdown(res: dict) -> str:
-    from prada_jax.stats import mean_ci
     f, pd = base._f, base._pd
     L = ["# ReOPD vs online OPD — addendum tables (SYNTHETIC)", ""]
     if "timing" in res:
@@ -306,11 +307,8 @@ def markdown(res: dict) -> str:
         ns = len(n["runs"]["opd"]["seeds"])
         for k, r in n["runs"].items():
             m = n["moved"][k]
-            gaps = [g for g in r["gap_end"] if g is not None]
             L.append(f"| {k} | {mean_ci(r['success']).fmt()} | {f(m['mean'])} "
-                     f"[{f(m['ci_low'])}, {f(m['ci_high'])}] | "
-                     f"{f(sum(gaps) / len(gaps)) if gaps else 'n/a'} | "
-                     f"{r['totals']['supervised_turns'] / ns:.0f} | {r['tool_calls']} |")
+                     f"[{f(m['ci_low'])}, {f(m['ci_high'])}] | {base.run_cells(r, ns)} |")
         v = n["verdicts"]
         L += ["", "| rule | numbers | MDE | verdict |", "|---|---|---|---|"]
         for key, label in (("a_equal_turns", "(a) ReOPD ≥ OPD − 0.02, equal turns"),
@@ -327,7 +325,6 @@ def markdown(res: dict) -> str:
 def quick_source(out: Path) -> tuple[dict, Path]:
     """A tiny stand-in for the study's JSON (``--quick``): a tiny cache, the quick cold
     starts and the far ``opd`` run at the quick sizes (fixed lr 1e-3, no warm-up)."""
-    from prada_jax.distill.task.teacher import tiny_cache
     cache = out / "cache"
     if not (cache / "pool").is_dir():
         out.mkdir(parents=True, exist_ok=True)
@@ -351,27 +348,16 @@ def run(src: dict, cache: Path, out: Path, parts: tuple, sizes: base.Sizes,
         "synthetic": True, "sizes": dataclasses.asdict(sizes),
         "addendum_sizes": dataclasses.asdict(asz), "log": []}
     add = Addendum(src, cache, out, sizes, asz)
-    for part in parts:
-        t0 = time.perf_counter()
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+
+    def one(part: str) -> dict:
         if part == "near_long":
-            res["near_long"] = add.near_long()
-        elif part == "timing":
-            res["timing"] = add.timing()
-        else:
-            res["wall"] = add.wall(res["timing"])
-        res[part]["started_utc"] = started
-        res[part]["part_wall_s"] = time.perf_counter() - t0
-        res["log"] = res.get("log", []) + add.study.log
-        add.study.log = []
-        write_json(path, res, indent=1, newline=False)
-        (out / "addendum.md").write_text(markdown(res))
-    return res
+            return add.near_long()
+        return add.timing() if part == "timing" else add.wall(res["timing"])
+    return _shared.run_parts(res, parts, one, add.study, path, out / "addendum.md", markdown)
 
 
 def _define(fv) -> None:
     """The study's flags (``studies.reopd_vs_opd``) and the addendum's own."""
-    from absl import flags
     base._define(fv)
     flags.DEFINE_string("study_json", "", "the study's per-seed JSON (cold starts, pilot "
                         "choice, B, the far opd run)", flag_values=fv)
@@ -382,12 +368,7 @@ def _define(fv) -> None:
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput`` before
     anything is written."""
-    from prada_jax import cli
-    from prada_jax.errors import BadInput
-    a = cli.parse_local(_define, argv, "studies.reopd_vs_opd.addendum", __doc__)
-    cli.hub_offline()
-    if not a.out:
-        raise BadInput("--out: required")
+    a = _shared.parse(_define, argv, "studies.reopd_vs_opd.addendum", __doc__)
     parts = tuple(a.parts) or PARTS
     bad = [p for p in parts if p not in PARTS]
     if bad:
@@ -413,9 +394,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise BadInput(f"--study_json: not a study JSON ({a.study_json}: {e})") from None
         cache = Path(a.cache)
-        for sub in ("pool", "logits", "teacher"):
-            if not (cache / sub).is_dir():
-                raise BadInput(f"--cache: {cache / sub} not found")
+        _shared.check_cache(cache)
         ss = src["sizes"]
         sizes = dataclasses.replace(base.FULL, seeds=tuple(ss["seeds"]), updates=ss["updates"],
                                     episodes=ss["episodes"], latency_s=ss["latency_s"],

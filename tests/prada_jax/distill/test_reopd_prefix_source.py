@@ -78,7 +78,7 @@ def test_mde_matches_the_closed_form():
     d = rng.normal(0.01, 0.03, 10)
     sd = d.std(ddof=1)
     ref = (sps.t.ppf(0.975, 9) + sps.t.ppf(0.8, 9)) * sd / np.sqrt(10)
-    assert ps.mde(d) == pytest.approx(ref, rel=1e-9)
+    assert ps.mde_of_differences(d) == pytest.approx(ref, rel=1e-9)
 
 
 def test_bad_input_is_refused_before_writing(tmp_path):
