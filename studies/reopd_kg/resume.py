@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from prada_jax import config_utils as cu
+from prada_jax.distill.trainer import stored_results
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 from prada_jax.safetensors_folder import file_sha256 as sha256_file
@@ -146,7 +147,6 @@ def adopt(old_workdir: Path, new_workdir: Path, config, old_init: Path) -> bool:
     config field equal except ``student.init``, whose folder's weights have the same sha256 as
     ``config.student.init``'s. The copy's ``config.json`` then names the new init and its
     ``run.json`` says where it came from. Returns False (nothing copied) otherwise."""
-    from prada_jax.distill.trainer import stored_results  # lazy: jax, only to adopt a run
     old_workdir, new_workdir = Path(old_workdir), Path(new_workdir)
     if new_workdir.exists() or stored_results(old_workdir) is None:
         return False

@@ -18,16 +18,34 @@ import os
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from prada_jax import latency
-from prada_jax.distill import gpucost
-from prada_jax import stats
+from prada_jax import config_utils as cu
+from prada_jax import latency, stats
+from prada_jax.configs.distill import get_config
+from prada_jax.distill import gpucost, losses
+from prada_jax.distill import opd as opd_lib
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill import task_registry as tasks_lib
+from prada_jax.distill import trainer
+from prada_jax.distill.learner import student_logits_fn
+from prada_jax.distill.scoring import load_teacher
 from prada_jax.distill.task import kg, kg_short
+from prada_jax.distill.task.export_local import export_logits
+from prada_jax.distill.task.kg_teacher import train_teacher
+from prada_jax.distill.task_registry import hf_teacher_scorer
+from prada_jax.distill.trainer import train_and_evaluate
+from prada_jax.lm.hf import load_hf
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
+from studies import _shared
+from studies.reopd_kg import reliability as rel
 from studies.reopd_kg import resume
-from studies.reopd_regime import curves
+from studies.reopd_regime import curves, report
+from studies.reopd_regime import verdicts as V
 
 PARTS = ("cost", "teacher", "cold", "depth", "pilot", "gate", "reopd_pilot", "secondary",
          "compare")
@@ -215,30 +233,20 @@ def record_counts(per_update: list, mode: str, action_tokens: int) -> gpucost.Co
 
 
 # ---------------------------------------------------------------------------- the study
-class Study:
+class Study(_shared.Log):
     def __init__(self, cache: Path, out: Path, sizes: Sizes, cmp: dict | None = None):
+        super().__init__()
         self.cache, self.out, self.s = Path(cache), Path(out), sizes
         self.cmp = dict(cmp or COMPARE)
-        self.log: list[str] = []
         self._score = None
         self.fp: dict = {}
-
-    def say(self, msg: str) -> None:
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        print(line, flush=True)
-        self.log.append(line)
 
     # ------------------------------------------------------------------ teacher (item 2)
     def teacher(self) -> dict:
         """T on solved + error-and-recovery episodes, retrained with more steps until greedy
         success >= :data:`TEACHER_MIN` (or the last step count), its τ = 1 pool and its logits
         at top_k = the vocabulary. Each finished stage is reused."""
-        # lazy: torch and transformers (the [torch] extra) load only when T is built
-        from prada_jax.distill import pool as pool_lib
-        from prada_jax.distill.scoring import load_teacher  # lazy: torch, as above
-        from prada_jax.distill.task.export_local import export_logits  # lazy: torch
-        from prada_jax.distill.task.kg_teacher import train_teacher  # lazy: torch
-        import torch  # lazy: torch, as above
+        import torch  # lazy: torch is the [torch] extra (the teacher's framework)
         torch.set_num_threads(1)   # as the kg teacher's command: 2 threads on a shared 2-core
         #                            machine spin against other processes (20x slower here)
         s, root = self.s, self.cache
@@ -295,7 +303,6 @@ class Study:
     @property
     def score_fn(self):
         if self._score is None:
-            from prada_jax.distill.task_registry import hf_teacher_scorer  # lazy: torch via its scorer
             self._score = hf_teacher_scorer(self.cache / "teacher", self.s.top_k)
         return self._score
 
@@ -303,10 +310,6 @@ class Study:
         """0/1 success per problem of each named set ``{name: (eval_seed, n)}``: greedy, or
         one sample per problem at ``temperature`` (key 7 per set: the same draws for every
         student)."""
-        import jax  # lazy: jax loads only for the parts that evaluate
-        import jax.numpy as jnp  # lazy: jax loads only for the parts that evaluate
-
-        from prada_jax.lm.hf import load_hf  # lazy: jax, as above
         model, _ = load_hf(hf_dir, dtype=jnp.float32, param_dtype=jnp.float32)
         out = {}
         for name, (es, n) in sets.items():
@@ -317,8 +320,6 @@ class Study:
         return out
 
     def config(self, mode: str, steps: int, seed: int, **fields):
-        from prada_jax import config_utils as cu  # lazy: ml_collections with the configs
-        from prada_jax.configs.distill import get_config  # lazy: as above
         c = get_config(VARIANT[mode])
         c.data.cache = str(self.cache)
         c.seed = int(seed)
@@ -336,7 +337,6 @@ class Study:
         return c
 
     def train(self, name: str, config, max_steps: int | None = None) -> dict:
-        from prada_jax.distill.trainer import train_and_evaluate  # lazy: jax and the trainer
         return train_and_evaluate(config, self.out / name, teacher_score_fn=self.score_fn,
                                   max_steps=max_steps)
 
@@ -345,7 +345,6 @@ class Study:
         """SFT on T's pool in chunks of ``cold_every`` updates (one resumable trainer run over
         ``cold_budget``), a greedy check after each, stopped at :func:`plateau`; the student at
         that point saved; its outcomes and T's on the gate and pilot sets."""
-        from prada_jax.distill import trainer  # lazy: jax and the trainer
         s = self.s
         path = self.out / "cold.json"
         if path.exists():
@@ -407,16 +406,6 @@ class Study:
         KL(π_S || π_T) summed over the action's tokens (the per-turn gap of item 3), each with
         cluster-bootstrap CIs over episodes and a line through the per-turn means
         (``studies.reopd_kg.reliability.depth_curve``)."""
-        import jax  # lazy: jax loads only for the parts that evaluate
-        import jax.numpy as jnp  # lazy: as above
-        from flax import nnx  # lazy: as above
-
-        from prada_jax.distill import losses  # lazy: jax
-        from prada_jax.distill import opd as opd_lib  # lazy: jax
-        from studies.reopd_kg import reliability as rel  # lazy: with the part
-        from prada_jax.distill import task_registry as tasks_lib  # lazy: with the part
-        from prada_jax.distill.learner import student_logits_fn  # lazy: jax
-        from prada_jax.lm.hf import load_hf  # lazy: jax
         s = self.s
         task = tasks_lib.get(kg_short.TASK_NAME)
         problems = kg_short.make_problems(s.probe_eval_seed * 1000 + 3, s.probe_n)
@@ -650,7 +639,6 @@ class Study:
         """Every method on every verdict seed from the cold start; per-seed per-problem greedy
         and τ = 1 outcomes on the verdict sets; the registered claims
         (:func:`studies.reopd_regime.verdicts.verdicts`)."""
-        from studies.reopd_regime import verdicts as V  # lazy: only once the gate passed
         _passed(g)
         s, cmp = self.s, self.cmp
         nc = self.n_cost(pil, rp, cold)
@@ -702,53 +690,36 @@ def _passed(g: dict) -> None:
 def run(cache: Path, out: Path, sizes: Sizes, parts: tuple, cmp: dict | None = None) -> dict:
     """Runs ``parts`` in order, merging each into ``<out>/study.json`` and ``report.md``
     (``cmp``: the comparison's sizes, default :data:`COMPARE`)."""
-    from studies.reopd_regime.report import markdown  # lazy: the report imports this module
     out.mkdir(parents=True, exist_ok=True)
     path = out / "study.json"
     res = json.loads(path.read_text()) if path.exists() else {
         "synthetic": True, "task": kg_short.TASK_NAME, "cache": str(cache),
         "sizes": dataclasses.asdict(sizes), "log": []}
     st = Study(cache, out, sizes, cmp)
-    for part in parts:
-        t0 = time.perf_counter()
-        started = resume._utc()
-        if part not in ("cost", "teacher"):
-            fp = resume.study_fingerprint(cache, sizes)
-            resume.check_study(out, fp)
-            resume.write_study(out, fp)
-            st.fp = fp
-            res["fingerprint"] = {k: fp[k] for k in ("cache_sha", "config_sha")}
+    need = _shared.need
+
+    def one(part: str) -> dict:
         if part == "cost":
-            res["cost"] = cost_sweep()
-        elif part == "teacher":
-            res["teacher"] = st.teacher()
-        elif part == "cold":
-            res["cold"] = st.cold()
-        elif part == "depth":
-            res["depth"] = st.depth({"cold": _need(res, "cold")["student"]})
-        elif part == "pilot":
-            res["pilot"] = st.pilot(_need(res, "cold"))
-        elif part == "gate":
-            res["gate"] = st.gate(_need(res, "cold"), _need(res, "pilot"))
-        elif part == "reopd_pilot":
-            res["reopd_pilot"] = st.reopd_pilot(_need(res, "cold"), _need(res, "pilot"),
-                                                _need(res, "gate"))
-        elif part == "secondary":
-            res["secondary"] = st.secondary(_need(res, "cold"), _need(res, "pilot"),
-                                            _need(res, "reopd_pilot"), _need(res, "gate"))
-        else:
-            res["compare"] = st.compare(_need(res, "cold"), _need(res, "pilot"),
-                                        _need(res, "reopd_pilot"), _need(res, "gate"))
-        res[part]["started_utc"] = started
-        res[part]["part_wall_s"] = time.perf_counter() - t0
-        res["log"] = res.get("log", []) + st.log
-        st.log = []
-        write_json(path, res, indent=1, newline=False)
-        (out / "report.md").write_text(markdown(res))
-    return res
-
-
-def _need(res: dict, part: str) -> dict:
-    if part not in res:
-        raise BadInput(f"--parts: needs the {part} part's results first (run --parts={part})")
-    return res[part]
+            return cost_sweep()
+        if part == "teacher":
+            return st.teacher()
+        fp = resume.study_fingerprint(cache, sizes)
+        resume.check_study(out, fp)
+        resume.write_study(out, fp)
+        st.fp = fp
+        res["fingerprint"] = {k: fp[k] for k in ("cache_sha", "config_sha")}
+        if part == "cold":
+            return st.cold()
+        cold = need(res, "cold")
+        if part == "depth":
+            return st.depth({"cold": cold["student"]})
+        if part == "pilot":
+            return st.pilot(cold)
+        pil = need(res, "pilot")
+        if part == "gate":
+            return st.gate(cold, pil)
+        if part == "reopd_pilot":
+            return st.reopd_pilot(cold, pil, need(res, "gate"))
+        rp, g = need(res, "reopd_pilot"), need(res, "gate")
+        return (st.secondary if part == "secondary" else st.compare)(cold, pil, rp, g)
+    return _shared.run_parts(res, parts, one, st, path, out / "report.md", report.markdown)

@@ -36,14 +36,20 @@ import json
 import math
 from pathlib import Path
 
+from absl import flags
+
+from prada_jax import cli
+from prada_jax.errors import BadInput
+from studies import _shared
+from studies import reopd_regime as S
+from studies.reopd_kg import resume
+
 PREREQ = {"cold": ("teacher",), "depth": ("cold",), "pilot": ("cold",), "gate": ("pilot",),
           "reopd_pilot": ("gate",), "secondary": ("reopd_pilot",),
           "compare": ("reopd_pilot",)}
 
 
 def _define(fv) -> None:
-    from absl import flags  # lazy: flags are defined only when the command runs
-
     flags.DEFINE_string("out", "", "study folder (runs, study.json, report.md)", flag_values=fv)
     flags.DEFINE_string("cache", "", "task cache (teacher/, pool/, logits/); default "
                         "<out>/cache", flag_values=fv)
@@ -56,15 +62,9 @@ def _define(fv) -> None:
 def main(argv=None) -> int:
     """``argv``: absl flags; None = the command line. Bad input raises ``BadInput`` before
     anything is written."""
-    from prada_jax import cli  # lazy: keeps --help free of jax
-    from prada_jax.errors import BadInput  # lazy: as above
-    cli.hub_offline()
-    a = cli.parse_local(_define, argv, "studies.reopd_regime", __doc__)
-    if not a.out:
-        raise BadInput("--out: required")
+    a = _shared.parse(_define, argv, "studies.reopd_regime", __doc__)
     if not (math.isfinite(a.inject_rate) and 0.0 <= a.inject_rate <= 1.0):
         raise BadInput(f"--inject_rate: {a.inject_rate} is outside [0, 1]")
-    from studies import reopd_regime as S  # lazy: after the flags are checked
     parts = tuple(a.parts) or S.PARTS[:6]   # default: up to the gate
     bad = [p for p in parts if p not in S.PARTS]
     if bad:
@@ -77,16 +77,11 @@ def main(argv=None) -> int:
         stored = set(json.loads((out / "study.json").read_text()))
     except (OSError, ValueError):
         stored = set()
-    for i, p in enumerate(parts):
-        for need in PREREQ.get(p, ()):
-            if need == "teacher" and (cache / "teacher" / "model.safetensors").is_file():
-                continue
-            if need not in parts[:i] and need not in stored:
-                raise BadInput(f"--parts: {p} needs the {need} part's results ({out} has "
-                               f"none; run --parts={need} first)")
+    if (cache / "teacher" / "model.safetensors").is_file():   # a teacher built earlier
+        stored.add("teacher")
+    _shared.check_prereqs(parts, PREREQ, stored, out)
     sizes = dataclasses.replace(S.QUICK if a.quick else S.FULL, inject_rate=a.inject_rate)
     if (out / "fingerprint.json").exists() and (cache / "pool").is_dir():
-        from studies.reopd_kg import resume  # lazy: refused here, before anything is written
         resume.check_study(out, resume.study_fingerprint(cache, sizes))
     S.run(cache, out, sizes, parts, S.QUICK_COMPARE if a.quick else S.COMPARE)
     print((out / "report.md").read_text())
@@ -95,5 +90,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from prada_jax import cli as _cli
-    _cli.run_local(main)
+    cli.run_local(main)
