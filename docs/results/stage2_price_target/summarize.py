@@ -44,7 +44,7 @@ for f in sorted(d.glob("flatness_seed*.json")):
           f"[{ci.low:+.4f}, {ci.high:+.4f}]")
 pooled = None
 if len(diffs) >= 2 and len({len(x) for x in diffs}) == 1:
-    # policies × 1 (the grid rows have no learner) × test seeds: evals.stage2.hier's interval
+    # policies × 1 (the grid rows have no learner) × test seeds: prada_jax.stats.hierarchical's interval
     pooled = hier.interval(np.asarray(diffs)[:, None, :], resamples=10000, seed=0)
     print(f"pooled over {len(diffs)} policy samples: {pooled['mean']:+.4f} "
           f"[{pooled['lo']:+.4f}, {pooled['hi']:+.4f}] (bootstrap "
