@@ -1,5 +1,5 @@
-"""Independent screening-policy samples for a pooled stage-2 verdict (issue 33):
-``python -m evals.stage2.policies --out=DIR --seeds=0,1,2 [--quick]``.
+"""Independent screening-policy samples (issue 33) and the one-clock check of the policies a
+study evaluates: ``python -m evals.policy_samples --out=DIR --seeds=0,1,2 [--quick]``.
 
 Each sample ``k`` is what ``make demo`` (``train.main``'s ``ppo`` and ``critic`` stages)
 builds, with its seeds set to ``k`` (sample 0 is ``make demo``'s policy): a ``train.ppo``
@@ -10,19 +10,32 @@ and early-stopped on the validation split, ``seed = k``; the demo's 20 000 / 2 0
 2 000 steps). Output::
 
     DIR/seed_<k>/ppo/      the train.ppo run
-    DIR/seed_<k>/critic/   the refit policy: what ``evals.stage2.pooled --policies`` takes
+    DIR/seed_<k>/critic/   the refit policy: what ``studies.stage2_pooled --policies`` and
+                           ``studies.capacity`` take
 
 Reruns reuse finished parts (``train.ppo``'s config-checked resume; a refit with its report
 ``critic_check.json`` present is kept). ``--quick``: the smoke sizes (seconds; for tests). All
 data is SYNTHETIC. Exit codes (``prada_jax.cli``): 2 bad input, 3 non-finite training, 1 a bug.
+
+The clock's hardware pair (issue 33 item 5): every step of a verdict (policy training, the
+learners' rollouts, every evaluated row) runs one pair, ``env.hardware``
+(``prada_jax.latency.PAIRS``; docs/latency.md). A policy stores its pair in
+``policy_meta.json`` (``hardware``; absent = ``paper``, a run stored before pairs existed). A
+verdict asked to run a policy under another pair than the one it was trained under is refused
+(``BadInput``, exit 2, naming the flag and the folder), like a policy trained on another split
+or trace set: the screening policy's nominations were learned for one clock's latencies, so a
+number under another clock would describe a policy nobody trained for it
+(:func:`policy_pair`, :func:`check_policy_pair`).
 """
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from absl import flags
+
 from evals import pipeline
-from prada_jax import config_utils
+from prada_jax import cli, config_utils, latency
 from prada_jax.errors import BadInput
 from prada_jax.rl import critic_refit
 
@@ -67,15 +80,29 @@ def train_sample(out: Path, seed: int, size: str = "demo", log=print) -> Path:
     return crit
 
 
+def policy_pair(meta: dict) -> str:
+    """The hardware pair a policy was trained under (``meta``: its ``policy_meta.json``)."""
+    hw = meta.get("hardware") if isinstance(meta, dict) else None
+    return str(hw) if hw else latency.PAPER
+
+
+def check_policy_pair(meta: dict, hardware: str, where: str, flag: str = "--hardware") -> None:
+    """``BadInput`` naming ``flag`` and ``where`` unless the policy of ``meta`` was trained
+    under ``hardware``."""
+    got = policy_pair(meta)
+    if got != str(hardware):
+        raise BadInput(f"{flag}={hardware}: {where} was trained under hardware {got!r} "
+                       f"(policy_meta.json hardware); the verdict runs {hardware!r} in every "
+                       "step, so train (evals.policy_samples) or pass a policy of that pair")
+
+
 def _define_flags():
-    from absl import flags
     flags.DEFINE_string("out", None, "Folder of the policy samples (seed_<k>/ppo, /critic).")
     flags.DEFINE_string("seeds", "0,1,2", "Comma-separated PPO / refit seeds, one sample each.")
     flags.DEFINE_bool("quick", False, "Smoke sizes (seconds; the policies mean nothing).")
 
 
 def main(argv):
-    from absl import flags
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
     if not F.out:
@@ -89,5 +116,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
     cli.run(main, define_flags=_define_flags)

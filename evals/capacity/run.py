@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 from envs import edge
-from evals import curve, suite
+from evals import curve, policy_samples, suite
 from evals.capacity import analysis, measure
 from evals.capacity.measure import Sizes
-from evals.stage2 import policies as policy_samples
 from prada_jax.jsonio import read_json, write_json
 
 #: Sizes: ``study`` is what studies/capacity/README.md registers; ``demo`` is ``make

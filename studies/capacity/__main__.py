@@ -8,7 +8,7 @@ The measurement and analysis are ``evals.capacity`` (``evals.capacity.run.run_st
 command runs them at the registered size. Parts, in order, each written at once and reused on
 a rerun with the same sizes:
 
-* ``DIR/policies/seed_<k>/``: the screening-policy samples (``evals.stage2.policies``);
+* ``DIR/policies/seed_<k>/``: the screening-policy samples (``evals.policy_samples``);
 * per pair, ``DIR/<pair>/reference.json``: the LLM alone at the lightest rate on validation
   (the SLO's reference); ``prices.json``: λ_s fitted per rate and sample on validation;
   ``test.json``: every row at every rate on test, per seed;

@@ -1,17 +1,17 @@
 """Stage-2 verdict over policy samples and learner seeds (issue 33):
-``python -m evals.stage2.pooled --out=DIR --policies=P0,P1,P2 [--learner_seeds=2]
+``python -m studies.stage2_pooled --out=DIR --policies=P0,P1,P2 [--learner_seeds=2]
 [--scenarios=slow_server] [--seeds=8] [--budget=0.27] [--quick]``.
 
-The policies are independently trained samples (``python -m evals.stage2.policies``: PPO +
+The policies are independently trained samples (``python -m evals.policy_samples``: PPO +
 critic refit, one seed each). For policy ``i`` and learner seed ``j`` it runs the one-policy
-verdict ``evals.stage2.run`` in ``DIR/cells/p<i>_l<j>`` with the learners' ``config.seed = j``
+verdict ``studies.stage2_verdict.run`` in ``DIR/cells/p<i>_l<j>`` with the learners' ``config.seed = j``
 and its own block of test seeds: cell ``(i, j)`` evaluates test seeds ``seed0 + (i·L + j)·S
 … + S − 1`` (L learner seeds, S evaluation seeds), so no two cells share an evaluation seed.
 The validation grid's reference pair is searched once per (policy, scenario) and reused by the
 policy's learner seeds (it does not depend on the learner). The hindsight row is skipped.
 
 Per claim (a paired per-seed difference of two rows) the per-seed values form ``x[P, L, S]``;
-the pooled interval (``evals.stage2.hier.interval``) is the union of the nested bootstrap
+the pooled interval (``prada_jax.stats.hierarchical_interval``) is the union of the nested bootstrap
 (policies → learner seeds → eval seeds) and the Student-t interval over the P policy means.
 ``DIR/pooled.json`` holds, per scenario: ``claims`` (the intervals), ``per_policy`` (each
 policy's means and its own nested-bootstrap interval over its learner seeds and eval seeds),
@@ -19,7 +19,7 @@ policy's means and its own nested-bootstrap interval over its learner seeds and 
 (``[P][L][S]`` per row and metric); every cell's ``stage2.json`` stays under ``cells/``.
 ``DIR/pooled.md`` is the same as tables.
 
-Rules (docs/results/stage2_pooled.md, written before its numbers):
+Rules (studies/stage2_pooled/registration.md, written before its numbers):
 
 * gate: pooled headroom (no limits − λ=µ=0, grand mean) ≥ 0.02 and pooled MDE ≤ headroom/2,
   the MDE a two-sided t at 5 %, power 80 % over the P policy means (``stats.
@@ -36,6 +36,7 @@ than the verdict's (``--trace_seed``, ``--problems``, the gsm8k synthetic set, t
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -43,15 +44,20 @@ from pathlib import Path
 
 import numpy as np
 
-from prada_jax import config_utils
+from evals import policy_samples, suite
+from prada_jax import config_utils, latency, stats
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
+from prada_jax.rl import policy as rl_policy
+from prada_jax.traces import synthetic
+from studies import stage2_verdict as s2
+from studies.stage2_verdict.verdict import FAIL, PASS, UNRESOLVED
 
 #: Claims judged on each scenario: name → (row a, row b) of the paired difference a − b.
 OUTAGE_PREFIX = "outage"
 
 
 def _claims():
-    from evals import stage2 as s2
     return {"learned_minus_zero": (s2.ROW_CONST, s2.ROW_ZERO),
             "learned_minus_best_constant": (s2.ROW_CONST, s2.ROW_BEST),
             "conditioned_minus_constant": (s2.ROW_COND, s2.ROW_CONST),
@@ -66,14 +72,8 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
     the gsm8k synthetic set of generator seed ``trace_seed`` with ``problems`` problems (0: the
     benchmark's count), its train split, and under the verdict's clock ``hardware`` (a pair of
     ``prada_jax.latency.PAIRS``; None: ``latency.CONFIG_PAIR``, the configs' default;
-    ``evals.stage2.pairs``). Returns the loaded policies. ``BadInput`` naming the folder (or
+    ``evals.policy_samples``). Returns the loaded policies. ``BadInput`` naming the folder (or
     ``flag``) otherwise; nothing is written."""
-    from evals.stage2 import pairs  # lazy: prada_jax.latency imports jax; --help stays light
-    from prada_jax import latency  # lazy: imports jax; --help stays light
-    from evals import suite
-    from prada_jax.rl import policy as rl_policy
-    from prada_jax.traces import synthetic
-
     dirs = [str(d) for d in dirs]
     if len(dirs) < int(min_count):
         raise BadInput(f"{flag}: a pooled verdict needs >= 2 independently trained policy "
@@ -104,7 +104,7 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
                            f"{want[k]!r} ({Path(d) / rl_policy.POLICY_META_FILE} traces)")
         metas.append(meta)
     for d, meta in zip(dirs, metas):   # then the clock: one pair for every step
-        pairs.check_policy_pair(meta, hardware, f"{flag}: {d}")
+        policy_samples.check_policy_pair(meta, hardware, f"{flag}: {d}")
     out = [suite.load_policy(d, flag=flag) for d in dirs]   # EvalError (BadInput) naming it
     return out
 
@@ -159,16 +159,7 @@ def stack(cells: list[list[dict]], scenario: str, row: str, metric: str) -> np.n
 def pooled_mde(diffs: list[np.ndarray], alpha: float = 0.05, power: float = 0.8) -> float:
     """The largest MDE over ``diffs`` (each ``x[P, L, S]``) of a t-test over the P policy
     means (``prada_jax.stats.min_detectable_effect``; NaN-free means only)."""
-    from evals.stage2 import hier
-    from prada_jax import stats
-
-    out = []
-    for x in diffs:
-        m = hier.policy_means(x)
-        m = m[np.isfinite(m)]
-        if m.size >= 2:
-            out.append(stats.min_detectable_effect(float(np.std(m, ddof=1)), int(m.size),
-                                                   alpha, power))
+    out = [stats.policy_means_mde(x, alpha, power) for x in diffs]
     out = [v for v in out if math.isfinite(v)]
     return float(max(out)) if out else float("nan")
 
@@ -176,10 +167,6 @@ def pooled_mde(diffs: list[np.ndarray], alpha: float = 0.05, power: float = 0.8)
 def judge_scenario(cells: list[list[dict]], scenario: str, budget: float | None,
                    resamples: int, seed: int = 0) -> dict:
     """Pooled claims, per-policy results, power, budget and verdict of one scenario."""
-    from evals import stage2 as s2
-    from evals.stage2 import hier
-    from evals.stage2.verdict import FAIL, PASS, UNRESOLVED
-
     rows_present = set(cells[0][0]["scenarios"][scenario]["per_seed"])
     claims, diffs = {}, {}
     for name, (a, b) in _claims().items():
@@ -187,7 +174,7 @@ def judge_scenario(cells: list[list[dict]], scenario: str, budget: float | None,
             continue
         x = (stack(cells, scenario, a, "objective") - stack(cells, scenario, b, "objective"))
         diffs[name] = x
-        claims[name] = hier.interval(x, resamples=resamples, seed=seed)
+        claims[name] = stats.hierarchical_interval(x, resamples=resamples, seed=seed)
     P = len(cells)
     per_policy = []
     occ_all = stack(cells, scenario, s2.ROW_CONST, "server_util")     # [P, L, S]
@@ -198,7 +185,7 @@ def judge_scenario(cells: list[list[dict]], scenario: str, budget: float | None,
                                     "per_cell": [float(v) for v in np.nanmean(occ_all[i],
                                                                              axis=1)]}}
         for name, x in diffs.items():
-            b = hier.hierarchical_bootstrap(x[i:i + 1], resamples=resamples, seed=seed)
+            b = stats.hierarchical_bootstrap(x[i:i + 1], resamples=resamples, seed=seed)
             pp["claims"][name] = {"mean": b["mean"], "lo": b["lo"], "hi": b["hi"]}
         for c in cells[i]:
             sc = c["scenarios"][scenario]
@@ -253,95 +240,43 @@ def judge_scenario(cells: list[list[dict]], scenario: str, budget: float | None,
     return out
 
 
-def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
-               seeds: int | None = None, size: str = "full", budget: float | None = None,
-               tighten: dict | None = None, seed0: int = 0, trace_seed: int = 0,
-               problems: int = 0, nominate_by: str = "actor",
-               resamples: int | None = None, log=print, hardware: str | None = None,
-               only_policies=None) -> dict | None:
-    """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
-    the dict (module docstring). Checks every input before writing anything."""
-    from evals import stage2 as s2
-    from evals import suite  # lazy: imports jax; --help stays light
-    from evals.stage2 import hier
-    from prada_jax.jsonio import write_json
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The settings of :func:`run_pooled` besides the folders and scenarios (module docstring;
+    ``tighten``: ``studies.stage2_verdict.run``'s budget tightening, with ``budget`` only)."""
+    learner_seeds: int = 2
+    seeds: int | None = None
+    size: str = "full"
+    budget: float | None = None
+    tighten: dict | None = None
+    seed0: int = 0
+    trace_seed: int = 0
+    problems: int = 0
+    nominate_by: str = "actor"
+    resamples: int | None = None
+    hardware: str | None = None
+    only_policies: tuple | None = None
 
-    if int(learner_seeds) < 1:
-        raise BadInput(f"--learner_seeds must be >= 1, got {learner_seeds}")
-    from prada_jax import latency  # lazy: imports jax; --help stays light
-    hardware = str(hardware or latency.CONFIG_PAIR)
-    if len(policy_dirs) < 2:
-        check_policies(policy_dirs, trace_seed, problems, hardware=hardware)   # the message
-    only = None if only_policies is None else sorted({int(i) for i in only_policies})
-    if only is not None and (not only or min(only) < 0 or max(only) >= len(policy_dirs)):
-        raise BadInput(f"--only_policies={only_policies}: indices into --policies "
-                       f"(0..{len(policy_dirs) - 1})")
-    check_policies([policy_dirs[i] for i in (only if only is not None
-                                             else range(len(policy_dirs)))],
-                   trace_seed, problems, hardware=hardware,
-                   min_count=1 if only is not None else 2)
-    sz = s2.SIZES[size]
-    S = int(seeds if seeds is not None else sz["seeds"])
-    if S < 2:
-        raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {S}")
-    if budget is not None:
-        s2.check_budget(budget)
-    resamples = int(resamples or hier.DEFAULT_RESAMPLES)
+
+def run_pooled(out, policy_dirs, scenario_names, log=print, **settings) -> dict | None:
+    """The pooled verdict; writes ``pooled.json`` / ``pooled.md`` under ``out`` and returns
+    the dict (module docstring; ``settings``: the fields of :class:`Settings`). Checks every
+    input before writing anything. With ``only_policies`` it runs those policies' cells only
+    and returns None."""
+    s, only, S, resamples = _check_inputs(policy_dirs, Settings(**settings))
     out = config_utils.check_output_dir(out, "--out")   # a file, or under one: refused
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    grid_cache: dict = {}
-    cells, cell_meta = [], []
-    L = int(learner_seeds)
-    pol_records = {}
-    for i, pdir in enumerate(policy_dirs):
-        if only is not None and i not in only:
-            continue
-        per_pol = []
-        pol_records[i] = suite.policy_record(pdir, out)
-        for j in range(L):
-            s0 = cell_seed0(seed0, i, j, L, S)
-            d = out / "cells" / f"p{i}_l{j}"
-            key = cell_key(pol_records[i]["policy_sha256"], j, s0, S, size, budget, tighten,
-                           hardware, nominate_by, scenario_names)
-            r = reuse_cell(d, key)
-            if r is not None:
-                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i}, learner seed {j}: "
-                    f"reusing {d / 'stage2.json'} (same {CELL_FILE})")
-            else:
-                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i} ({pdir}), learner "
-                    f"seed {j}, test seeds +{s0}..+{s0 + S - 1}")
-                (d / CELL_FILE).unlink(missing_ok=True)
-                r = s2.run(d, scenario_names, S, policy_dir=str(pdir), size=size,
-                           nominate_by=nominate_by, budget=budget, seed0=s0, learner_seed=j,
-                           grid_cache=grid_cache, hindsight=False, hardware=hardware,
-                           tighten=tighten if budget is not None else None,
-                           log=lambda m: log("    " + m))
-                write_json(d / CELL_FILE, key, allow_nan=False)
-            per_pol.append(r)
-            cell_meta.append({**pol_records[i], "policy_index": i, "learner_seed": j,
-                              "eval_seed_range": r["meta"]["eval_seed_range"],
-                              "stage2_json": str((d / "stage2.json").relative_to(out))})
-        cells.append(per_pol)
+    cells, cell_meta, pol_records = _run_cells(out, policy_dirs, scenario_names, s, only, S,
+                                               log, t0)
     if only is not None:
         log(f"cells of policies {only} written under {out / 'cells'}; pooled.json needs every "
             "policy's cells (run again without --only_policies: finished cells are reused)")
         return None
-    result = {"meta": {"synthetic": True,
-                       "policies": [pol_records[i]["policy"] for i in range(len(policy_dirs))],
-                       "policy_sha256": [pol_records[i]["policy_sha256"]
-                                         for i in range(len(policy_dirs))],
-                       "learner_seeds": L, "eval_seeds_per_cell": S, "size": size,
-                       "budget": budget, "tighten": tighten, "seed0": int(seed0),
-                       "trace_seed": int(trace_seed), "problems": int(problems),
-                       "nominate_by": nominate_by, "resamples": resamples,
-                       "hardware": hardware,
-                       "interval": "union of the nested bootstrap (policies → learner seeds "
-                                   "→ eval seeds, percentile) and the Student-t interval over "
-                                   "policy means (evals.stage2.hier), 95 %",
-                       "cells": cell_meta}, "scenarios": {}}
+    result = {"meta": _meta(s, S, resamples, pol_records, cell_meta, len(policy_dirs)),
+              "scenarios": {}}
     for name in scenario_names:
-        rep = judge_scenario(cells, name, budget, resamples)
+        rep = judge_scenario(cells, name, s.budget, resamples)
         rep["per_seed"] = {row: {m: stack(cells, name, row, m).tolist()
                                  for m in ("objective", "server_util")}
                            for row in cells[0][0]["scenarios"][name]["per_seed"]}
@@ -350,6 +285,89 @@ def run_pooled(out, policy_dirs, scenario_names, learner_seeds: int = 2,
     write_json(out / "pooled.json", result, allow_nan=False)
     (out / "pooled.md").write_text(to_markdown(result))
     return result
+
+
+def _check_inputs(policy_dirs, s: Settings):
+    """Every check before anything is written: returns (settings with the hardware pair
+    resolved, the sorted ``only_policies`` or None, seeds per cell, resamples)."""
+    if int(s.learner_seeds) < 1:
+        raise BadInput(f"--learner_seeds must be >= 1, got {s.learner_seeds}")
+    s = dataclasses.replace(s, hardware=str(s.hardware or latency.CONFIG_PAIR))
+    if len(policy_dirs) < 2:
+        check_policies(policy_dirs, s.trace_seed, s.problems, hardware=s.hardware)  # message
+    only = (None if s.only_policies is None
+            else sorted({int(i) for i in s.only_policies}))
+    if only is not None and (not only or min(only) < 0 or max(only) >= len(policy_dirs)):
+        raise BadInput(f"--only_policies={s.only_policies}: indices into --policies "
+                       f"(0..{len(policy_dirs) - 1})")
+    check_policies([policy_dirs[i] for i in (only if only is not None
+                                             else range(len(policy_dirs)))],
+                   s.trace_seed, s.problems, hardware=s.hardware,
+                   min_count=1 if only is not None else 2)
+    S = int(s.seeds if s.seeds is not None else s2.SIZES[s.size]["seeds"])
+    if S < 2:
+        raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {S}")
+    if s.budget is not None:
+        s2.check_budget(s.budget)
+    return s, only, S, int(s.resamples or stats.HIERARCHICAL_RESAMPLES)
+
+
+def _run_cells(out: Path, policy_dirs, scenario_names, s: Settings, only, S: int, log,
+               t0: float):
+    """Runs (or reuses) every cell (policy i, learner seed j) under ``out/cells/p<i>_l<j>``;
+    returns (cells[P][L] as stage2.json dicts, the cells' meta, the policy records)."""
+    grid_cache: dict = {}
+    cells, cell_meta = [], []
+    L = int(s.learner_seeds)
+    pol_records = {}
+    for i, pdir in enumerate(policy_dirs):
+        if only is not None and i not in only:
+            continue
+        per_pol = []
+        pol_records[i] = suite.policy_record(pdir, out)
+        for j in range(L):
+            s0 = cell_seed0(s.seed0, i, j, L, S)
+            d = out / "cells" / f"p{i}_l{j}"
+            key = cell_key(pol_records[i]["policy_sha256"], j, s0, S, s.size, s.budget,
+                           s.tighten, s.hardware, s.nominate_by, scenario_names)
+            r = reuse_cell(d, key)
+            if r is not None:
+                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i}, learner seed {j}: "
+                    f"reusing {d / 'stage2.json'} (same {CELL_FILE})")
+            else:
+                log(f"[{time.perf_counter() - t0:6.0f}s] cell policy {i} ({pdir}), learner "
+                    f"seed {j}, test seeds +{s0}..+{s0 + S - 1}")
+                (d / CELL_FILE).unlink(missing_ok=True)
+                r = s2.run(d, scenario_names, seeds=S, policy_dir=str(pdir), size=s.size,
+                           nominate_by=s.nominate_by, budget=s.budget, seed0=s0,
+                           learner_seed=j, grid_cache=grid_cache, hindsight=False,
+                           hardware=s.hardware,
+                           tighten=s.tighten if s.budget is not None else None,
+                           log=lambda m: log("    " + m))
+                write_json(d / CELL_FILE, key, allow_nan=False)
+            per_pol.append(r)
+            cell_meta.append({**pol_records[i], "policy_index": i, "learner_seed": j,
+                              "eval_seed_range": r["meta"]["eval_seed_range"],
+                              "stage2_json": str((d / "stage2.json").relative_to(out))})
+        cells.append(per_pol)
+    return cells, cell_meta, pol_records
+
+
+def _meta(s: Settings, S: int, resamples: int, pol_records: dict, cell_meta: list,
+          P: int) -> dict:
+    """``pooled.json``'s ``meta`` (before ``wall_s``)."""
+    return {"synthetic": True,
+            "policies": [pol_records[i]["policy"] for i in range(P)],
+            "policy_sha256": [pol_records[i]["policy_sha256"] for i in range(P)],
+            "learner_seeds": int(s.learner_seeds), "eval_seeds_per_cell": S, "size": s.size,
+            "budget": s.budget, "tighten": s.tighten, "seed0": int(s.seed0),
+            "trace_seed": int(s.trace_seed), "problems": int(s.problems),
+            "nominate_by": s.nominate_by, "resamples": resamples,
+            "hardware": s.hardware,
+            "interval": "union of the nested bootstrap (policies → learner seeds "
+                        "→ eval seeds, percentile) and the Student-t interval over "
+                        "policy means (evals.stage2.hier), 95 %",
+            "cells": cell_meta}
 
 
 def _iv(c: dict | None) -> str:
@@ -396,88 +414,3 @@ def to_markdown(result: dict) -> str:
             lines.append(f"\npolicy {i}: learned {lm}; grid best λ_s={gb.get('lambda_s')}, "
                          f"µ={gb.get('mu_per_mhz')}/MHz{occ}")
     return "\n".join(lines) + "\n"
-
-
-def _parse_indices(text: str) -> list[int]:
-    try:
-        return [int(t) for t in str(text).split(",") if t.strip()]
-    except ValueError:
-        raise BadInput(f"--only_policies={text}: not a comma-separated list of integers") \
-            from None
-
-
-def _define_flags():
-    from absl import flags
-
-    from envs import scenarios
-    flags.DEFINE_string("out", None, "Output folder (pooled.json, pooled.md, cells/).")
-    flags.DEFINE_string("policies", None, "Comma-separated policy folders, >= 2 independently "
-                        "trained samples (python -m evals.stage2.policies).")
-    flags.DEFINE_integer("learner_seeds", 2, "Learner seeds per policy.")
-    flags.DEFINE_string("scenarios", "slow_server", "Comma-separated presets of envs.scenarios: "
-                        f"{', '.join(scenarios.PRESETS)}.")
-    flags.DEFINE_integer("seeds", None, "Test seeds per (policy, learner seed) cell (default: "
-                         "the size's).")
-    flags.DEFINE_integer("seed0", 0, "Offset of the first cell's test seeds in the test range.")
-    flags.DEFINE_bool("quick", False, "Small sizes (numbers mean nothing).")
-    flags.DEFINE_float("budget", None, "Occupancy cap (busy units / M, in (0, 1]).")
-    flags.DEFINE_float("budget_confidence", 0.9, "Share of validation seeds on which the "
-                       "learned constant must keep the cap (within 2 %) for a margin to be "
-                       "chosen.")
-    flags.DEFINE_string("budget_margins", "0,0.05,0.1,0.2", "Margins δ tried (cap·(1 − δ)).")
-    flags.DEFINE_integer("trace_seed", 0, "Generator seed of the verdict's gsm8k synthetic set.")
-    flags.DEFINE_integer("problems", 0, "Problems of that set (0: the benchmark's count).")
-    flags.DEFINE_integer("resamples", 10000, "Bootstrap resamples.")
-    flags.DEFINE_string("only_policies", None, "Comma-separated indices into --policies: "
-                        "run only their cells (no pooled.json; a later full run reuses every "
-                        "finished cell whose cell.json matches).")
-    flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock in every "
-                        "step (prada_jax.latency.PAIRS; default: the configs' a100_orin_int4); "
-                        "every policy must have been trained under it.")
-
-
-def main(argv):
-    from absl import flags
-
-    from envs import scenarios
-    F = flags.FLAGS
-    config_utils.reject_extra_argv(argv)
-    if not F.out:
-        raise BadInput("--out is required (a folder for pooled.json)")
-    if not F.policies:
-        raise BadInput("--policies is required (>= 2 policy folders, comma-separated)")
-    names = scenarios.parse_names(F.scenarios)
-    dirs = [p.strip() for p in F.policies.split(",") if p.strip()]
-    if F.seeds is not None and F.seeds < 2:
-        raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
-    if F.seed0 < 0:
-        raise BadInput(f"--seed0 must be >= 0, got {F.seed0}")
-    if F.resamples < 100:
-        raise BadInput(f"--resamples must be >= 100, got {F.resamples}")
-    tighten = None
-    if F.budget is not None:
-        try:
-            margins = tuple(float(t) for t in F.budget_margins.split(",") if t.strip())
-        except ValueError:
-            raise BadInput(f"--budget_margins={F.budget_margins}: not numbers") from None
-        if (not margins or min(margins) < 0 or max(margins) >= 1
-                or not 0 < F.budget_confidence <= 1):
-            raise BadInput(f"--budget_margins={F.budget_margins} / --budget_confidence="
-                           f"{F.budget_confidence}: margins in [0, 1), confidence in (0, 1]")
-        tighten = {"confidence": float(F.budget_confidence), "margins": margins}
-    result = run_pooled(F.out, dirs, names, F.learner_seeds, F.seeds,
-                        "quick" if F.quick else "full", F.budget, tighten, F.seed0,
-                        F.trace_seed, F.problems, resamples=F.resamples, hardware=F.hardware,
-                        only_policies=None if F.only_policies is None else
-                        _parse_indices(F.only_policies))
-    if result is None:
-        print(f"wrote the cells of --only_policies={F.only_policies} under "
-              f"{Path(F.out) / 'cells'}")
-        return
-    print(to_markdown(result))
-    print(f"wrote {Path(F.out) / 'pooled.json'}, pooled.md")
-
-
-if __name__ == "__main__":
-    from prada_jax import cli
-    cli.run(main, define_flags=_define_flags)

@@ -1,5 +1,5 @@
 """What a stage-2 scenario can show, measured on VALIDATION before a verdict (issue 33 item 5):
-``python -m evals.stage2.headroom --policy=DIR --out=FILE.json --candidates=SPEC;SPEC;...
+``python -m studies.stage2_pooled.headroom --policy=DIR --out=FILE.json --candidates=SPEC;SPEC;...
 [--seeds=8] [--size=full]``.
 
 For one screening policy and each candidate scenario this evaluates, on the validation split
@@ -20,7 +20,7 @@ blocked share, and two minimum detectable effects (two-sided t at 5 %, power 80 
 A candidate SPEC is ``schedule`` or ``schedule:key=value,key=value`` with ``schedule`` a preset
 of ``envs.scenarios`` (its schedule AND its ``PRESET_ENV`` scalars) and keys among
 ``num_servers``, ``num_users``, ``arrival_rate_hz``, ``bandwidth_hz``, ``server_speed``
-(overriding the size's env and the preset's). The env is otherwise ``evals.stage2``'s: the
+(overriding the size's env and the preset's). The env is otherwise ``studies.stage2_verdict``'s: the
 policy run's env (its hardware pair included) under the size's overrides. Nothing is learned
 here. All traces SYNTHETIC (gsm8k). Exit codes (``prada_jax.cli``): 2 bad input (one line
 naming the flag), 1 a bug.
@@ -35,14 +35,14 @@ import numpy as np
 from absl import flags
 
 from envs import edge, scenarios
-from evals import stage2 as s2
 from evals import suite
-from prada_jax import config_utils, latency, stats
+from prada_jax import cli, config_utils, latency, stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 from prada_jax.sched.registry import SCHEDULER_NAMES
+from studies import stage2_verdict as s2
 
-#: Env keys a candidate may override (``evals.stage2``'s env settings plus server_speed).
+#: Env keys a candidate may override (``studies.stage2_verdict``'s env settings plus server_speed).
 SPEC_KEYS = ("num_servers", "num_users", "arrival_rate_hz", "bandwidth_hz", "server_speed")
 _INT_KEYS = ("num_servers", "num_users")
 
@@ -168,7 +168,7 @@ def _define_flags():
     flags.DEFINE_string("candidates", "nominal", "Candidates, ';'-separated: "
                         "preset[:key=value,...] (keys: " + ", ".join(SPEC_KEYS) + ").")
     flags.DEFINE_integer("seeds", 8, "Validation seeds.")
-    flags.DEFINE_enum("size", "full", ["quick", "demo", "full"], "evals.stage2 size.")
+    flags.DEFINE_enum("size", "full", ["quick", "demo", "full"], "studies.stage2_verdict size.")
 
 
 def main(argv):
@@ -190,5 +190,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from prada_jax import cli
     cli.run(main, define_flags=_define_flags)

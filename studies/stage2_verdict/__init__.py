@@ -1,4 +1,4 @@
-"""Stage-2 verdict: ``python -m evals.stage2 --out=DIR [--scenarios=...] [--seeds=N] [--quick]``.
+"""Stage-2 verdict: ``python -m studies.stage2_verdict --out=DIR [--scenarios=...] [--seeds=N] [--quick]``.
 
 For each scenario (``envs.scenarios`` presets) this learns the multipliers with the stage-2
 library (``prada_jax.dual.trainer``: a constant pair by the ``prada_jax/configs/dual.py`` default
@@ -54,12 +54,12 @@ flag or file, nothing written), 3 non-finite training, 1 a bug.
 """
 from __future__ import annotations
 
-from evals.stage2.report import (  # noqa: F401  (the public names, one import path)
+from studies.stage2_verdict.report import (  # noqa: F401  (the public names, one import path)
     BUDGET_TOLERANCE, MDE_ALPHA, MDE_POWER, METRICS, MIN_HEADROOM, PAIRS, ROW_BEST, ROW_COND,
     ROW_CONST, ROW_FIFO, ROW_FILTER, ROW_HINDSIGHT, ROW_LLM, ROW_NOLIM, ROW_ZERO, ROWS,
     budget_report, paired_differences, power_report, scenario_report, schedule_report,
     summarize_rows, to_markdown, write_outputs)
-from evals.stage2.runner import (  # noqa: F401
+from studies.stage2_verdict.runner import (  # noqa: F401
     _ENV_KEYS, GRID_BATCH, SIZES, TIGHTEN_DEFAULT, Runner, baseline_specs, check_budget,
     choose_margin, conditioned_mult_fn, evaluate_scenario, learn_multipliers, margin_tag,
-    parse_dual_overrides, run, train_policy)
+    Settings, parse_dual_overrides, run, train_policy)

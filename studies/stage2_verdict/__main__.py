@@ -1,6 +1,6 @@
-"""``python -m evals.stage2``: the stage-2 verdict command (absl flags, input checks,
+"""``python -m studies.stage2_verdict``: the stage-2 verdict command (absl flags, input checks,
 printing). The library (sizes, rows, pipeline; its docstring describes the outputs) is
-:mod:`evals.stage2`; bad input raises ``BadInput`` and ``prada_jax.cli.run`` maps it to one
+:mod:`studies.stage2_verdict`; bad input raises ``BadInput`` and ``prada_jax.cli.run`` maps it to one
 stderr line and exit 2.
 """
 from __future__ import annotations
@@ -10,9 +10,11 @@ from pathlib import Path
 from absl import flags
 
 from envs import scenarios
-from evals.stage2 import parse_dual_overrides, run, to_markdown
+from evals import suite
 from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
+from prada_jax.traces import splits
+from studies.stage2_verdict import check_budget, parse_dual_overrides, run, to_markdown
 
 
 def _define_flags():
@@ -60,27 +62,23 @@ def main(argv):
         raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")
     if F.seed0 < 0:
         raise BadInput(f"--seed0 must be >= 0, got {F.seed0}")
-    from evals.suite import MAX_ENV_COUNT  # lazy: imports jax; --help stays light
-    if F.num_users is not None and not 1 <= F.num_users <= MAX_ENV_COUNT:
-        raise BadInput(f"--num_users must lie in [1, {MAX_ENV_COUNT}], got {F.num_users}")
+    if F.num_users is not None and not 1 <= F.num_users <= suite.MAX_ENV_COUNT:
+        raise BadInput(f"--num_users must lie in [1, {suite.MAX_ENV_COUNT}], "
+                       f"got {F.num_users}")
     if F.policy and not Path(F.policy).is_dir():
         raise BadInput(f"--policy={F.policy}: no such run directory")
     out = config_utils.check_output_dir(F.out, "--out")   # a file, or under one: refused
-    from prada_jax.traces import splits
-
     splits.check_split_name(F.split, "--split")
     if F.split == "validation":
         raise BadInput("--split=validation: the multipliers and the grid reference are chosen "
                        "on validation; report test (or train / all)")
     if F.budget is not None:
-        from evals.stage2 import check_budget
         check_budget(F.budget)
     if F.hardware is not None:
-        from evals import suite
         suite.check_hardware(F.hardware, "--hardware")
     overrides = parse_dual_overrides(F.dual_overrides)
-    result = run(out, names, F.seeds, F.quick, F.policy, F.num_users,
-                 nominate_by=F.nominate_by, dual_overrides=overrides, split=F.split,
+    result = run(out, names, seeds=F.seeds, quick=F.quick, policy_dir=F.policy,
+                 num_users=F.num_users, nominate_by=F.nominate_by, dual_overrides=overrides, split=F.split,
                  budget=F.budget, seed0=F.seed0, hardware=F.hardware)
     print(to_markdown(result))
     print(f"wrote {Path(F.out) / 'stage2.json'}, stage2.md, stage2.png")

@@ -61,8 +61,7 @@ def summarize_rows(per_seed: dict, metrics=METRICS) -> dict:
 
 def paired_differences(per_seed: dict, a: str, b: str, metrics=METRICS) -> dict:
     """{metric: {"mean", "ci95"}} of the per-seed difference ``a − b`` (paired seeds)."""
-    return {k: stats.mean_ci(np.asarray(per_seed[a][k], np.float64)
-                             - np.asarray(per_seed[b][k], np.float64), 0.95).to_ci95_dict()
+    return {k: stats.paired_diff_ci(per_seed[a][k], per_seed[b][k], 0.95).to_ci95_dict()
             for k in metrics if k in per_seed[a] and k in per_seed[b]}
 
 

@@ -2,12 +2,11 @@
 multiplier grid, ``evaluate_scenario``), the learners it trains and the whole ``run``."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
 from pathlib import Path
-
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +14,8 @@ import numpy as np
 
 from envs import edge, scenarios
 from evals import evaluate as ev
-from evals import grid, pipeline, suite
-from evals.stage2 import pairs
-from evals.stage2.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, ROW_CONST,
+from evals import grid, pipeline, policy_samples, suite
+from studies.stage2_verdict.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, ROW_CONST,
                                  ROW_FIFO, ROW_FILTER, ROW_HINDSIGHT, ROW_LLM, ROW_NOLIM,
                                  ROW_ZERO, budget_report, scenario_report, schedule_report,
                                  write_outputs)
@@ -31,7 +29,7 @@ from prada_jax.configs import dual as dual_cfg
 
 _ENV_KEYS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")
 
-# Sizes. ``full`` is what docs/results/stage2.md was measured with (unless it says otherwise).
+# Sizes. ``full`` is what studies/stage2_verdict/results/issue14/stage2.md was measured with (unless it says otherwise).
 # ``scenario_length`` L: slot t of every seed reads the preset's schedule at index t mod L, so a
 # preset whose own cycle does not divide L is cut at L and restarts (``outage_burst*``: a
 # 400-slot outage cycle in L = 600 puts outages at slots [0, 120) and [400, 520) of every 600).
@@ -170,7 +168,7 @@ class Runner:
 
 def baseline_specs(screen: str = "policy") -> dict:
     """The baseline rows of a stage-2 table by name (``ROW_ZERO`` maps to None: the PRADA rule
-    at zero prices, run with the dual run's scheduler); ``evals.stage2.headroom`` runs
+    at zero prices, run with the dual run's scheduler); ``studies.stage2_pooled.headroom`` runs
     ``ROW_NOLIM`` from it."""
     return {ROW_ZERO: None,  # PRADA rule at 0 (scheduler of the dual run)
             ROW_FIFO: ev.PolicySpec(ROW_FIFO, screen, "fifo_greedy"),
@@ -378,16 +376,45 @@ def choose_margin(out: Path, scenario: str, policy_dir: Path, env_kw: dict, size
             "tried": tried}
 
 
-def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
-        policy_dir: str | None = None, num_users: int | None = None, log=print,
-        size: str | None = None, nominate_by: str = "actor",
-        dual_overrides: dict | None = None, split: str = suite.DEFAULT_SPLIT,
-        choice_split: str = "validation", budget: float | None = None,
-        seed0: int = 0, hardware: str | None = None, learner_seed: int = 0,
-        grid_cache: dict | None = None, hindsight: bool | None = None,
-        tighten: dict | None = None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The keyword settings of :func:`run` (what each does: its docstring)."""
+    seeds: int | None = None
+    quick: bool = False
+    policy_dir: str | None = None
+    num_users: int | None = None
+    size: str | None = None
+    nominate_by: str = "actor"
+    dual_overrides: dict | None = None
+    split: str = suite.DEFAULT_SPLIT
+    choice_split: str = "validation"
+    budget: float | None = None
+    seed0: int = 0
+    hardware: str | None = None
+    learner_seed: int = 0
+    hindsight: bool | None = None
+    tighten: dict | None = None
+
+
+@dataclasses.dataclass
+class _Setup:
+    """What every scenario of one ``run`` shares: the size, the policy, its env and the two
+    trace sets with their seed offsets."""
+    size_name: str
+    size: dict
+    pol_dir: Path
+    policy: object
+    env_kw: dict
+    traces: object
+    choice_traces: object
+    seed0: int
+    choice_seed0: int
+
+
+def run(out, scenario_names, log=print, grid_cache: dict | None = None, **settings) -> dict:
     """The whole verdict; writes stage2.json / .md / .png under ``out`` and returns the dict.
 
+    ``settings`` are the fields of :class:`Settings`:
     ``size``: a key of ``SIZES`` (default "quick" if ``quick`` else "full"). ``nominate_by``:
     the policy nominates by its actor's greedy action ("actor") or iff its critic's ΔQ > 0
     ("critic"), in learning and in every policy row. ``dual_overrides``: ``config.dual``
@@ -410,128 +437,161 @@ def run(out, scenario_names, seeds: int | None = None, quick: bool = False,
     cap is ``budget·(1 − δ)`` with the smallest δ (ascending) whose learned constant keeps the
     occupancy ≤ budget·(1 + BUDGET_TOLERANCE) on at least a share q of the validation seeds
     (:func:`choose_margin`); the report's ``budget.margin`` says which and why."""
-    if budget is not None:
-        check_budget(budget)
-        dual_overrides = dict(dual_overrides or {}, **{"dual.utilisation": float(budget)})
-    size_name = size or ("quick" if quick else "full")
-    size = dict(SIZES[size_name])
-    if seeds is not None:
-        size["seeds"] = int(seeds)
-    if num_users is not None:
-        size["num_users"] = int(num_users)
+    s = Settings(**settings)
+    if s.budget is not None:
+        check_budget(s.budget)
+        s = dataclasses.replace(s, dual_overrides=dict(
+            s.dual_overrides or {}, **{"dual.utilisation": float(s.budget)}))
     out = Path(out)
     t_start = time.perf_counter()
-    # A given policy is validated before anything is written (bad input: exit 2, no --out).
-    policy = suite.load_policy(str(policy_dir)) if policy_dir else None
-    if policy is not None and hardware is not None:   # one clock in every step (issue 33)
-        pairs.check_policy_pair(policy.meta, hardware, f"--policy={policy_dir}")
-    out.mkdir(parents=True, exist_ok=True)
-    pol_dir = Path(policy_dir) if policy_dir else train_policy(out, size, log, hardware)
-    if policy is None:
-        policy = suite.load_policy(str(pol_dir))
-    env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
-                                                       num_users=size["num_users"],
-                                                       hardware=hardware))
-    env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
-    env_kw["choice_split"] = choice_split
-    # The same generated set the policy trained on (its problem count), restricted to a part.
-    n_problems = env_kw["train_problems"] or None
-    tseed = int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET
-    traces = suite.load_traces("gsm8k", n_problems, tseed, split=split)
-    choice_traces = suite.load_traces("gsm8k", n_problems, tseed, split=choice_split)
-    suite.check_policy_traces(policy, traces)
-    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], seed0=int(seed0),
-                                   flag="--seed0/--seeds")
-    choice_seed0 = suite.evaluation_seed0(choice_traces.info, policy, size["seeds"],
-                                          flag="--seeds")
-    if traces.info["split"] == choice_traces.info["split"] and split != "all":
-        raise BadInput(f"--split={split}: the table and the choices need different splits")
-
-    def runners(kw: dict, scenario: str):
-        """(test runner, validation runner) on the env ``kw`` under ``scenario``."""
-        args = {k: kw[k] for k in _ENV_KEYS}
-        out = []
-        for tr, s0 in ((traces, seed0), (choice_traces, choice_seed0)):
-            p = edge.make_params(tr.traces, **args, **scenarios.latency_overrides(kw),
-                                 hardware=kw.get("hardware", latency.DEFAULT_PAIR),
-                                 scenario=scenarios.preset(scenario, size["scenario_length"]))
-            out.append(Runner(p, size["seeds"], size["slots"], size["warmup"],
-                              policy.apply_fn, policy.params, seed0=s0,
-                              nominate_by=nominate_by))
-        return out
-    grid_kw = {k: v for k, v in size["grid"].items() if v is not None}
-    result = {"scenarios": {}, "meta": {
-        "synthetic": True, "traces": traces.info, **suite.policy_record(pol_dir, out),
-        "split": traces.info["split"], "split_label": suite.split_label(traces.info, policy),
-        "eval_seed_range": [seed0, seed0 + size["seeds"]],
-        "choice_split": choice_traces.info["split"],
-        "choice_seed_range": [choice_seed0, choice_seed0 + size["seeds"]],
-        "env": {k: env_kw[k] for k in _ENV_KEYS + ("hardware",) if k in env_kw},
-        "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
-        "scenario_length": size["scenario_length"], "size": size_name,
-        "nominate_by": nominate_by,
-        "dual_overrides": dict(size["dual"], **(dual_overrides or {})),
-        "constant_mode": (dual_overrides or {}).get("dual.mode", _default_dual().mode),
-        "budget": budget, "learner_seed": int(learner_seed), "tighten": tighten,
-        "ci95": "half-width of the 95% Student-t interval"}}
-    if hindsight is None:
-        hindsight = bool(size.get("hindsight", True))
+    setup = _setup(out, s, log)
+    result = {"scenarios": {}, "meta": _meta(out, s, setup)}
+    hindsight = bool(setup.size.get("hindsight", True)) if s.hindsight is None else s.hindsight
     for name in scenario_names:
-        env_s = dict(env_kw, **scenarios.preset_env(name))   # the preset's own M, B, speed
-        runner, choice_runner = runners(env_s, name)
-        margin = None
-        over = dual_overrides
-        if budget is not None and tighten:
-            log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: choosing the "
-                "budget margin on validation")
-            margin = choose_margin(out, name, pol_dir, env_s, size, budget, tighten,
-                                   choice_runner, runner, nominate_by=nominate_by,
-                                   dual_overrides=dual_overrides, seed=learner_seed, log=log)
-            over = dict(dual_overrides or {},
-                        **{"dual.utilisation": budget * (1.0 - margin["margin"])})
-        tag = "" if margin is None else margin_tag(margin["margin"])
-        log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
-        _, r_const, _, dual_env = learn_multipliers(out, name, pol_dir, env_s, size, False,
-                                                    seed=learner_seed, nominate_by=nominate_by,
-                                                    dual_overrides=over, tag=tag)
-        _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, pol_dir, env_s, size, True,
-                                                    seed=learner_seed, nominate_by=nominate_by,
-                                                    dual_overrides=over, tag=tag)
-        const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
-        sched = int(dual_env.scheduler)
-        _value_accounting(dual_env, runner, choice_runner)
-        log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: evaluating (learned "
-            f"λ_s={const[0]:.4g}, µ={const[1] * 1e6:.4g}/MHz)")
-        gkey = (str(Path(pol_dir).resolve()), name, budget, choice_seed0, size["seeds"],
-                nominate_by, size_name)
-        cached_grid = None if grid_cache is None else grid_cache.get(gkey)
-        ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,
-                                   grid_kw, log, choice_runner=choice_runner,
-                                   hindsight=hindsight, budget=budget,
-                                   best_grid=cached_grid)
-        if grid_cache is not None:
-            grid_cache[gkey] = {k: v for k, v in ev_res["grid"].items()
-                                if k not in ("chosen_on", "hindsight")}
-        rep = scenario_report(ev_res["per_seed"])
-        if budget is not None:
-            rep["budget"] = budget_report(ev_res["per_seed"], budget)
-            if margin is not None:
-                rep["budget"]["margin"] = margin
-        rep["multipliers"] = {"learned_constant": {"lambda_s": const[0],
-                                                   "mu_per_mhz": const[1] * 1e6},
-                              "learned_conditioned_at_mean_load": {
-                                  "lambda_s": float(r_cond["multipliers"].lambda_s),
-                                  "mu_per_mhz": float(r_cond["multipliers"].mu) * 1e6},
-                              "scheduler": SCHEDULER_NAMES[sched]}
-        rep["grid"] = ev_res["grid"]
-        rep["env"] = {k: env_s[k] for k in _ENV_KEYS + ("server_speed",) if k in env_s}
-        rep["schedule"] = schedule_report(name, size["scenario_length"], size["slots"],
-                                          size["warmup"], env_s["num_servers"])
-        rep["per_seed"] = {r: {k: [float(x) for x in np.asarray(v[k])] for k in METRICS}
-                           for r, v in ev_res["per_seed"].items()}
-        result["scenarios"][name] = rep
+        result["scenarios"][name] = _run_scenario(out, name, s, setup, hindsight, grid_cache,
+                                                  log, t_start)
         write_outputs(result, out)
     result["meta"]["wall_s"] = time.perf_counter() - t_start
     write_outputs(result, out)
     return result
 
+
+def _setup(out: Path, s: Settings, log) -> _Setup:
+    """The size, the policy (checked before anything is written: bad input exits 2 with no
+    ``out``; trained under ``out/ppo`` when none is given), its env and the trace sets."""
+    size_name = s.size or ("quick" if s.quick else "full")
+    size = dict(SIZES[size_name])
+    if s.seeds is not None:
+        size["seeds"] = int(s.seeds)
+    if s.num_users is not None:
+        size["num_users"] = int(s.num_users)
+    policy = suite.load_policy(str(s.policy_dir)) if s.policy_dir else None
+    if policy is not None and s.hardware is not None:   # one clock in every step (issue 33)
+        policy_samples.check_policy_pair(policy.meta, s.hardware, f"--policy={s.policy_dir}")
+    out.mkdir(parents=True, exist_ok=True)
+    pol_dir = Path(s.policy_dir) if s.policy_dir else train_policy(out, size, log, s.hardware)
+    if policy is None:
+        policy = suite.load_policy(str(pol_dir))
+    env_kw = suite.env_kwargs_from(policy.config, dict(size.get("env", {}),
+                                                       num_users=size["num_users"],
+                                                       hardware=s.hardware))
+    env_kw["train_problems"] = int(policy.config.env.get("problems", 0))
+    env_kw["choice_split"] = s.choice_split
+    # The same generated set the policy trained on (its problem count), restricted to a part.
+    n_problems = env_kw["train_problems"] or None
+    tseed = int(policy.config.env.trace_seed) + suite.HELD_OUT_SEED_OFFSET
+    traces = suite.load_traces("gsm8k", n_problems, tseed, split=s.split)
+    choice_traces = suite.load_traces("gsm8k", n_problems, tseed, split=s.choice_split)
+    suite.check_policy_traces(policy, traces)
+    seed0 = suite.evaluation_seed0(traces.info, policy, size["seeds"], seed0=int(s.seed0),
+                                   flag="--seed0/--seeds")
+    choice_seed0 = suite.evaluation_seed0(choice_traces.info, policy, size["seeds"],
+                                          flag="--seeds")
+    if traces.info["split"] == choice_traces.info["split"] and s.split != "all":
+        raise BadInput(f"--split={s.split}: the table and the choices need different splits")
+    return _Setup(size_name, size, pol_dir, policy, env_kw, traces, choice_traces, seed0,
+                  choice_seed0)
+
+
+def _meta(out: Path, s: Settings, st: _Setup) -> dict:
+    """``stage2.json``'s ``meta`` (before ``wall_s``)."""
+    size = st.size
+    return {
+        "synthetic": True, "traces": st.traces.info, **suite.policy_record(st.pol_dir, out),
+        "split": st.traces.info["split"],
+        "split_label": suite.split_label(st.traces.info, st.policy),
+        "eval_seed_range": [st.seed0, st.seed0 + size["seeds"]],
+        "choice_split": st.choice_traces.info["split"],
+        "choice_seed_range": [st.choice_seed0, st.choice_seed0 + size["seeds"]],
+        "env": {k: st.env_kw[k] for k in _ENV_KEYS + ("hardware",) if k in st.env_kw},
+        "seeds": size["seeds"], "slots": size["slots"], "warmup_slots": size["warmup"],
+        "scenario_length": size["scenario_length"], "size": st.size_name,
+        "nominate_by": s.nominate_by,
+        "dual_overrides": dict(size["dual"], **(s.dual_overrides or {})),
+        "constant_mode": (s.dual_overrides or {}).get("dual.mode", _default_dual().mode),
+        "budget": s.budget, "learner_seed": int(s.learner_seed), "tighten": s.tighten,
+        "ci95": "half-width of the 95% Student-t interval"}
+
+
+def _runners(st: _Setup, kw: dict, scenario: str, nominate_by: str):
+    """(test runner, validation runner) on the env ``kw`` under ``scenario``."""
+    args = {k: kw[k] for k in _ENV_KEYS}
+    out = []
+    for tr, s0 in ((st.traces, st.seed0), (st.choice_traces, st.choice_seed0)):
+        p = edge.make_params(tr.traces, **args, **scenarios.latency_overrides(kw),
+                             hardware=kw.get("hardware", latency.DEFAULT_PAIR),
+                             scenario=scenarios.preset(scenario, st.size["scenario_length"]))
+        out.append(Runner(p, st.size["seeds"], st.size["slots"], st.size["warmup"],
+                          st.policy.apply_fn, st.policy.params, seed0=s0,
+                          nominate_by=nominate_by))
+    return out
+
+
+def _learn_scenario(out: Path, name: str, s: Settings, st: _Setup, env_s: dict, runner,
+                    choice_runner, log, t_start: float):
+    """The budget margin (with ``budget`` and ``tighten``) and both learners of one scenario:
+    returns (margin or None, constant result, conditioned result, its dcfg, the dual env)."""
+    margin = None
+    over = s.dual_overrides
+    if s.budget is not None and s.tighten:
+        log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: choosing the "
+            "budget margin on validation")
+        margin = choose_margin(out, name, st.pol_dir, env_s, st.size, s.budget, s.tighten,
+                               choice_runner, runner, nominate_by=s.nominate_by,
+                               dual_overrides=s.dual_overrides, seed=s.learner_seed, log=log)
+        over = dict(s.dual_overrides or {},
+                    **{"dual.utilisation": s.budget * (1.0 - margin["margin"])})
+    tag = "" if margin is None else margin_tag(margin["margin"])
+    log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: learning multipliers")
+    _, r_const, _, dual_env = learn_multipliers(out, name, st.pol_dir, env_s, st.size, False,
+                                                seed=s.learner_seed,
+                                                nominate_by=s.nominate_by,
+                                                dual_overrides=over, tag=tag)
+    _, r_cond, dcfg_cond, _ = learn_multipliers(out, name, st.pol_dir, env_s, st.size, True,
+                                                seed=s.learner_seed,
+                                                nominate_by=s.nominate_by,
+                                                dual_overrides=over, tag=tag)
+    return margin, r_const, r_cond, dcfg_cond, dual_env
+
+
+def _run_scenario(out: Path, name: str, s: Settings, st: _Setup, hindsight: bool,
+                  grid_cache: dict | None, log, t_start: float) -> dict:
+    """Learns, evaluates and reports one scenario (its entry of ``stage2.json``)."""
+    size = st.size
+    env_s = dict(st.env_kw, **scenarios.preset_env(name))   # the preset's own M, B, speed
+    runner, choice_runner = _runners(st, env_s, name, s.nominate_by)
+    margin, r_const, r_cond, dcfg_cond, dual_env = _learn_scenario(
+        out, name, s, st, env_s, runner, choice_runner, log, t_start)
+    const = (float(r_const["multipliers"].lambda_s), float(r_const["multipliers"].mu))
+    sched = int(dual_env.scheduler)
+    _value_accounting(dual_env, runner, choice_runner)
+    log(f"[{time.perf_counter() - t_start:6.0f}s] scenario {name}: evaluating (learned "
+        f"λ_s={const[0]:.4g}, µ={const[1] * 1e6:.4g}/MHz)")
+    gkey = (str(Path(st.pol_dir).resolve()), name, s.budget, st.choice_seed0, size["seeds"],
+            s.nominate_by, st.size_name)
+    cached_grid = None if grid_cache is None else grid_cache.get(gkey)
+    grid_kw = {k: v for k, v in size["grid"].items() if v is not None}
+    ev_res = evaluate_scenario(runner, sched, const, r_cond["dual_state"], dcfg_cond,
+                               grid_kw, log, choice_runner=choice_runner,
+                               hindsight=hindsight, budget=s.budget, best_grid=cached_grid)
+    if grid_cache is not None:
+        grid_cache[gkey] = {k: v for k, v in ev_res["grid"].items()
+                            if k not in ("chosen_on", "hindsight")}
+    rep = scenario_report(ev_res["per_seed"])
+    if s.budget is not None:
+        rep["budget"] = budget_report(ev_res["per_seed"], s.budget)
+        if margin is not None:
+            rep["budget"]["margin"] = margin
+    rep["multipliers"] = {"learned_constant": {"lambda_s": const[0],
+                                               "mu_per_mhz": const[1] * 1e6},
+                          "learned_conditioned_at_mean_load": {
+                              "lambda_s": float(r_cond["multipliers"].lambda_s),
+                              "mu_per_mhz": float(r_cond["multipliers"].mu) * 1e6},
+                          "scheduler": SCHEDULER_NAMES[sched]}
+    rep["grid"] = ev_res["grid"]
+    rep["env"] = {k: env_s[k] for k in _ENV_KEYS + ("server_speed",) if k in env_s}
+    rep["schedule"] = schedule_report(name, size["scenario_length"], size["slots"],
+                                      size["warmup"], env_s["num_servers"])
+    rep["per_seed"] = {r: {k: [float(x) for x in np.asarray(v[k])] for k in METRICS}
+                       for r, v in ev_res["per_seed"].items()}
+    return rep

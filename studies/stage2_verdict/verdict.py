@@ -1,5 +1,5 @@
-"""Judges one ``evals.stage2`` scenario report by issue 23's pre-registered rules
-(docs/results/stage2_verdict.md, Part 1) and returns pass / fail / cannot-resolve per target.
+"""Judges one ``studies.stage2_verdict`` scenario report by issue 23's pre-registered rules
+(studies/stage2_verdict/registration.md, Part 1) and returns pass / fail / cannot-resolve per target.
 
 Inputs are the per-scenario dicts of ``stage2.json`` (``scenarios[NAME]``: ``per_seed``,
 ``power``, optionally ``budget`` and ``grid``); every difference is recomputed from the
@@ -13,11 +13,11 @@ import math
 
 import numpy as np
 
-from evals import stage2
+from studies.stage2_verdict import report as stage2
 from prada_jax import stats
 
 #: The gate of the issue's targets: a scenario is judged only if its headroom is at least this
-#: and its MDE at most half of it (the constant ``evals.stage2``'s power note applies too).
+#: and its MDE at most half of it (the constant ``studies.stage2_verdict``'s power note applies too).
 MIN_HEADROOM = stage2.MIN_HEADROOM
 PASS, FAIL, UNRESOLVED = "pass", "fail", "cannot resolve"
 
@@ -25,9 +25,7 @@ PASS, FAIL, UNRESOLVED = "pass", "fail", "cannot resolve"
 def paired_ci(per_seed: dict, a: str, b: str, metric: str = "objective") -> dict:
     """``{"mean", "lo", "hi", "n"}`` of the per-seed difference ``a − b`` (non-finite seeds
     dropped; NaN bounds below two seeds)."""
-    d = (np.asarray(per_seed[a][metric], np.float64)
-         - np.asarray(per_seed[b][metric], np.float64))
-    ci = stats.mean_ci(d, 0.95)
+    ci = stats.paired_diff_ci(per_seed[a][metric], per_seed[b][metric], 0.95)
     return {"mean": ci.mean, "lo": ci.low, "hi": ci.high, "n": ci.n}
 
 

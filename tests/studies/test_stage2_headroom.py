@@ -1,11 +1,12 @@
-"""evals.stage2.headroom (issue 33 item 5): candidate parsing, the pooled MDE floor against
-scipy's t quantiles, and the verdict's one-clock check (evals.stage2.pairs)."""
+"""studies.stage2_pooled.headroom (issue 33 item 5): candidate parsing, the pooled MDE floor against
+scipy's t quantiles, and the verdict's one-clock check (evals.policy_samples)."""
 import math
 
 import pytest
 from scipy import stats as sps
 
-from evals.stage2 import headroom, pairs
+from evals import policy_samples as pairs
+from studies.stage2_pooled import headroom
 from prada_jax.errors import BadInput
 
 
@@ -51,13 +52,13 @@ def test_policy_pair_check():
 
 
 def test_the_command_runs_end_to_end(tmp_path, monkeypatch, run_command):
-    """``python -m evals.stage2.headroom`` on a valid policy writes its JSON (the split of
+    """``python -m studies.stage2_pooled.headroom`` on a valid policy writes its JSON (the split of
     evals/stage2 left the command calling a name the package no longer had: every valid run
     was a traceback). A stand-in policy (``evals.testing.oracle_apply`` with the smoke
     config, paper clock) and a tiny size keep it to two short rollouts."""
     import json
 
-    from evals import stage2 as s2
+    from studies import stage2_verdict as s2
     from evals import suite
     from evals.testing import oracle_apply
     from prada_jax.configs import ppo as ppo_cfg
@@ -72,7 +73,7 @@ def test_the_command_runs_end_to_end(tmp_path, monkeypatch, run_command):
     monkeypatch.setitem(s2.SIZES, "quick", dict(s2.SIZES["quick"], slots=40, warmup=5,
                                                 scenario_length=40, num_users=4))
     out = tmp_path / "h.json"
-    code, _, err = run_command("evals.stage2.headroom", f"--policy={pol}", "--size=quick",
+    code, _, err = run_command("studies.stage2_pooled.headroom", f"--policy={pol}", "--size=quick",
                                "--seeds=2", f"--out={out}")
     assert code == 0, err
     res = json.loads(out.read_text())

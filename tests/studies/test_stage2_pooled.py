@@ -1,10 +1,12 @@
-"""evals.stage2.pooled: disjoint test seeds per cell, pooled claims against a direct
-computation, the rules, the budget report; evals.stage2.choose_margin's rule."""
+"""studies.stage2_pooled: disjoint test seeds per cell, pooled claims against a direct
+computation, the rules, the budget report; studies.stage2_verdict.choose_margin's rule."""
 import numpy as np
 import pytest
 
-from evals import stage2
-from evals.stage2 import hier, pooled, runner
+from studies import stage2_verdict as stage2
+import studies.stage2_pooled as pooled
+from prada_jax import stats
+from studies.stage2_verdict import runner
 from prada_jax.errors import BadInput
 
 S2 = stage2
@@ -143,7 +145,7 @@ def test_pooled_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
     pooled.json holds every cell, disjoint seed ranges, one validation grid per policy."""
     import json
 
-    from evals.stage2 import pooled as pl
+    import studies.stage2_pooled as pl
     from prada_jax.configs import ppo as ppo_cfg
     from prada_jax.rl import trainer
     tiny = dict(seeds=2, slots=60, warmup=10, scenario_length=60, num_users=8, eval_problems=60,
@@ -174,7 +176,7 @@ def test_pooled_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
     assert np.asarray(sc["per_seed"][S2.ROW_CONST]["objective"]).shape == (2, 2, 2)
     assert len(sc["budget"]["learned_mean_per_policy"]) == 2
     assert all(m in (0.0, 0.1) for pp in sc["per_policy"] for m in pp["occupancy"]["margins"])
-    assert hier.grand_mean(np.asarray(sc["per_seed"][S2.ROW_CONST]["objective"])
+    assert stats.grand_mean(np.asarray(sc["per_seed"][S2.ROW_CONST]["objective"])
                            - np.asarray(sc["per_seed"][S2.ROW_ZERO]["objective"])) == \
         pytest.approx(sc["claims"]["learned_minus_zero"]["mean"])
 

@@ -1,11 +1,11 @@
-"""evals.stage2.verdict: the pre-registered rules of docs/results/stage2_verdict.md applied to
+"""studies.stage2_verdict.verdict: the pre-registered rules of studies/stage2_verdict/registration.md applied to
 per-seed objectives, checked against scipy's Student-t interval and hand-built cases."""
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from evals import stage2
-from evals.stage2 import verdict
+from studies import stage2_verdict as stage2
+from studies.stage2_verdict import verdict
 from prada_jax import stats
 
 ROWS = (stage2.ROW_CONST, stage2.ROW_COND, stage2.ROW_BEST, stage2.ROW_ZERO, stage2.ROW_FIFO,

@@ -1,4 +1,4 @@
-"""evals.stage2 / evals.grid: schema, paired differences against an independent computation,
+"""studies.stage2_verdict / evals.grid: schema, paired differences against an independent computation,
 the grid search, the conditioned load features, bad flags."""
 import json
 import math
@@ -10,7 +10,8 @@ from scipy import stats as sps
 
 from envs import edge, scenarios
 from evals import evaluate as ev
-from evals import grid, stage2
+from evals import grid
+from studies import stage2_verdict as stage2
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = dict(seeds=3, slots=60, warmup=10, scenario_length=60, num_users=8, eval_problems=60,
@@ -212,7 +213,7 @@ def test_bad_flags_exit_2_one_line(tmp_path, args, needle, run_command):
     """In-process (the conftest's ``run_command``, same ``__main__`` as ``python -m``; the real
     entry runs as a subprocess in tests/test_cli_errors.py)."""
     out = tmp_path / "o"
-    code, _, err = run_command("evals.stage2", f"--out={out}", *args, cwd=REPO)
+    code, _, err = run_command("studies.stage2_verdict", f"--out={out}", *args, cwd=REPO)
     assert code == 2, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], err
