@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
-from prada_jax import cli, config_utils
+from absl import flags
+
+from prada_jax import cli, config_utils, runloop
+from train import launcher
 
 FLAGS = flags.FLAGS
+CONFIG_FILE = "prada_jax/configs/distill.py"
 
 
 def _define_flags() -> None:
-    """Flags are defined only when run as a program, so importing this module (tests, other
-    launchers) never clashes with another launcher's ``--config`` / ``--workdir``."""
-    from ml_collections import config_flags
-
-    config_flags.DEFINE_config_file(
-        "config", None, "Config file, e.g. prada_jax/configs/distill.py:smoke", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, results).")
+    """Defined only when run as a program (``train.launcher``)."""
+    launcher.define_config_and_workdir(CONFIG_FILE, "Run directory (checkpoints, tb, results).")
     flags.DEFINE_string(
         "kappa", None, "Turn-decay base: a number in (0, 1] (= --config.sampler.kappa) or "
         "'auto' (kappa = exp(-mean per-turn teacher-student gap), "
@@ -95,13 +93,10 @@ def gate_line(gate: dict) -> str:
 
 def main(argv):
     cli.hub_offline()
-    from prada_jax import runloop
-    config_utils.reject_extra_argv(argv)
-    if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=prada_jax/configs/distill.py")
-    if not FLAGS.workdir:
-        raise app.UsageError("--workdir is required")
+    launcher.check_argv(argv, CONFIG_FILE)
     apply_kappa_flag(FLAGS.config, FLAGS.kappa)
+    # The trainer imports transformers (after hub_offline above), orbax and chex (absl flags).
+    # lazy: see the line above
     from prada_jax.distill.trainer import build_setup, check_stored_run, train_and_evaluate
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2):

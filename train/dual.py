@@ -23,21 +23,18 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
-
-from ml_collections import config_flags
+from absl import flags
 
 from prada_jax import cli, config_utils, runloop
+from train import launcher
 
 FLAGS = flags.FLAGS
+CONFIG_FILE = "prada_jax/configs/dual.py"
 
 
 def _define_flags() -> None:
-    """Flags are defined only when run as a program, so importing this module (tests, other
-    launchers) never clashes with another launcher's ``--config`` / ``--workdir``."""
-    config_flags.DEFINE_config_file(
-        "config", None, "Config file, e.g. prada_jax/configs/dual.py:smoke", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, config.json).")
+    """Defined only when run as a program (``train.launcher``)."""
+    launcher.define_config_and_workdir(CONFIG_FILE, "Run directory (checkpoints, tb, config.json).")
     flags.DEFINE_string("policy", None, "train.ppo workdir of the screening policy "
                         "(overrides config.policy_dir; omit for the trace rule).")
     flags.DEFINE_integer(
@@ -48,9 +45,9 @@ def _build_setup(config):
     """Checks the policy run folder (naming ``--policy`` or ``config.policy_dir``), then
     validates the config and loads traces and policy once (``build_setup``), before anything
     is written; each failure is one BadInput line. Returns the Setup for the trainer."""
-    # Lazy: the library imports orbax and chex, which define absl flags; importing train.dual
+    # The library imports orbax and chex, which define absl flags; importing train.dual
     # must define none (another absl program may import it).
-    from prada_jax.dual.trainer import build_setup
+    from prada_jax.dual.trainer import build_setup  # lazy: see the comment above
 
     if config.policy_dir:
         flag = "--policy" if FLAGS.policy is not None else "config.policy_dir"
@@ -61,11 +58,7 @@ def _build_setup(config):
 
 
 def main(argv):
-    config_utils.reject_extra_argv(argv)
-    if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=prada_jax/configs/dual.py:smoke")
-    if not FLAGS.workdir:
-        raise app.UsageError("--workdir is required")
+    launcher.check_argv(argv, CONFIG_FILE)
     config = FLAGS.config
     if FLAGS.policy is not None:
         with config.unlocked():

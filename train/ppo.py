@@ -11,30 +11,24 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-from prada_jax import cli, config_utils, runloop
+from prada_jax import cli, runloop
+from train import launcher
 
 FLAGS = flags.FLAGS
+CONFIG_FILE = "prada_jax/configs/ppo.py"
 
 
 def _define_flags() -> None:
-    """Flags are defined only when run as a program, so importing this module (tests, other
-    launchers) never clashes with another launcher's ``--config`` / ``--workdir``."""
-    config_flags.DEFINE_config_file(
-        "config", None, "Config file, e.g. prada_jax/configs/ppo.py:smoke", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Run directory (checkpoints, tb, config.json).")
+    """Defined only when run as a program (``train.launcher``)."""
+    launcher.define_config_and_workdir(CONFIG_FILE, "Run directory (checkpoints, tb, config.json).")
     flags.DEFINE_integer(
         "max_chunks", None, "Stop after this many chunks in this invocation (resume later).")
 
 
 def main(argv):
-    config_utils.reject_extra_argv(argv)
-    if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=prada_jax/configs/ppo.py:smoke")
-    if not FLAGS.workdir:
-        raise app.UsageError("--workdir is required")
+    launcher.check_argv(argv, CONFIG_FILE)
     from prada_jax.rl import trainer  # lazy: pulls in orbax and chex, which define absl flags
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2):
