@@ -433,7 +433,7 @@ CASES: list[Case] = [
          r"--prm_miscalibration=nan: NaN"),
     Case("evals.open_loop_bound", ("--lambda_s=1e39",), r"--lambda_s=1e\+39: does not fit float32"),
     Case("evals.open_loop_bound", ("--seed=-5",), r"--seed=-5: must lie"),
-    Case("evals.distill_report", ("--margin=inf", "--out={out}"), r"--margin=inf"),
+    Case("studies.distill_claims", ("--margin=inf", "--out={out}"), r"--margin=inf"),
     Case("evals.run", ("--policy={policy_smoke}", "--dual={dual_m2}", "--out={out}",
                        "--num_servers=4", "--slots=20", "--warmup_slots=2", "--seeds=2"),
          r"--dual=.*dual_m2.*M=2.*M=4.*--allow_scenario_mismatch", slow=True),
@@ -452,9 +452,9 @@ CASES: list[Case] = [
     Case("prada_jax.distill.task.kg_teacher", ("--cache={out}", "--temperature=-1"),
          r"--temperature"),
     Case("prada_jax.distill.task.evaluate", ("--student={out}",), r"--student.*out/run"),
-    Case("evals.distill_report", ("--methods=nope", "--out={out}"), r"--methods.*nope"),
-    Case("evals.distill_report", ("--seeds=a", "--out={out}"), r"--seeds=a"),
-    Case("evals.distill_report", ("--merge_from={dual_badjson}", "--out={out}"),
+    Case("studies.distill_claims", ("--methods=nope", "--out={out}"), r"--methods.*nope"),
+    Case("studies.distill_claims", ("--seeds=a", "--out={out}"), r"--seeds=a"),
+    Case("studies.distill_claims", ("--merge_from={dual_badjson}", "--out={out}"),
          r"dual_badjson/runs\.json"),
     # evals.sweep
     Case("evals.sweep", ("--m_grid=0,2", "--out={out}"), r"--m_grid"),
@@ -626,6 +626,7 @@ CASES: list[Case] = [
                                             "--generator_cache={empty_dir}", "--out={out}"),
          r"--teacher_cache"),
     Case("studies.reopd_prefix_source", ("--updates=0", "--out={out}"), r"--updates"),
+    Case("studies.reopd_prefix_source.diag", ("--teacher_pool={out}",), r"--teacher_pool"),
     # studies (issue 35: κ outside (0, 1], a negative latency, seeds overlapping the pilot's)
     Case("studies.reopd_kg", ("--kappas=0.6,1.5", "--cache={empty_dir}", "--out={out}"),
          r"--kappas"),
@@ -636,6 +637,9 @@ CASES: list[Case] = [
     Case("studies.capacity", ("--report_only", "--out={empty_dir}"), r"--report_only"),
     Case("studies.capacity", ("--out={traces_ok}/meta.json",), r"--out=.*meta\.json"),
     Case("studies.reopd_regime", ("--inject_rate=1.5", "--out={out}"), r"--inject_rate"),
+    Case("studies.reopd_regime.sleepcheck", ("--latency=-1", "--out={out}"), r"--latency"),
+    Case("studies.reopd_regime.sleepcheck", ("--study_out={empty_dir}", "--out={out}"),
+         r"--study_out"),
     Case("studies.reopd_kg", ("--latencies_ms=10,-1", "--cache={empty_dir}", "--out={out}"),
          r"--latencies_ms"),
     Case("studies.reopd_kg", ("--seeds=0-19", "--pilot_seeds=19-21", "--cache={empty_dir}",
@@ -755,10 +759,10 @@ def test_library_modules_hold_no_main():
     defines no ``main`` and no flags."""
     import importlib
 
-    for mod in ("evals.sweep", "evals.calibration", "evals.distill_report", "studies.stage2_verdict",
+    for mod in ("evals.sweep", "evals.calibration", "studies.distill_claims", "studies.stage2_verdict",
                 "evals.grid", "evals.suite", "evals.evaluate"):
         assert not hasattr(importlib.import_module(mod), "main"), mod
-    for mod in ("evals.sweep", "evals.calibration", "evals.distill_report", "studies.stage2_verdict"):
+    for mod in ("evals.sweep", "evals.calibration", "studies.distill_claims", "studies.stage2_verdict"):
         assert callable(importlib.import_module(f"{mod}.__main__").main), mod
 
 

@@ -25,6 +25,7 @@ scoring (the trainer adds the update's).
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from typing import Callable, Sequence
 
@@ -224,7 +225,6 @@ def untimed_results(res: dict) -> dict:
     """A copy of a ``results.json`` dict without its wall-clock fields, which differ between
     processes (for comparing a resumed run with an uninterrupted one): ``update_s_median`` and,
     in ``cost``, every time, ``timed_updates`` and the per-update ``timed`` flags."""
-    import json
     res = json.loads(json.dumps(res))
     for r in [res] + list(res.get("per_seed", [])):
         r.pop("update_s_median", None)

@@ -186,7 +186,7 @@ def run_episodes(problems: Sequence[Problem], generate_fn: GenerateFn, max_turns
 
     An episode ends at an ``<ans>`` action (success iff the answer equals the problem's value),
     at a malformed action, or after ``max_turns`` agent turns (failure). ``tool_delay_s`` [s]:
-    simulated latency per calculator call (:func:`..common.run_episodes`).
+    simulated latency per turn round with a calculator call (:func:`..common.run_episodes`).
     """
     return common.run_episodes(
         problems, generate_fn, max_turns, encode_fn=encode, decode_fn=decode,

@@ -14,8 +14,11 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill.scoring import load_teacher
 
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 TOKEN_PATTERN = r"</?[a-z]+>|."
@@ -72,8 +75,9 @@ def parse_action(text: str, tool_tag: str) -> tuple[str, str]:
 def build_tokenizer(token_id: Mapping[str, int], task_name: str):
     """A ``PreTrainedTokenizerFast`` over a task vocabulary (``<pad>``, ``<eos>``, ``<err>`` as
     pad / eos / unknown) with the concatenating chat template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    # lazy: transformers takes seconds to import; only the teacher paths need it (and its tokenizers)
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # lazy: as above
+    from transformers import PreTrainedTokenizerFast  # lazy: as above
 
     tk = Tokenizer(models.WordLevel(vocab=dict(token_id), unk_token="<err>"))
     tk.pre_tokenizer = pre_tokenizers.Split(Regex(TOKEN_PATTERN), behavior="isolated")
@@ -92,7 +96,7 @@ def build_tokenizer(token_id: Mapping[str, int], task_name: str):
 def qwen2_config(vocab_size: int, pad_id: int, eos_id: int, max_positions: int, hidden: int,
                  layers: int, heads: int, kv_heads: int, intermediate: int):
     """The teacher's ``Qwen2Config`` (tied embeddings, ``<eos>`` also as BOS)."""
-    from transformers import Qwen2Config
+    from transformers import Qwen2Config  # lazy: transformers takes seconds to import; only the teacher paths need it
     return Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=kv_heads,
                        intermediate_size=intermediate, max_position_embeddings=max_positions,
@@ -105,7 +109,7 @@ def fit_teacher(model, next_batch: Callable[[], tuple], steps: int, lr: float, w
     """Trains ``model`` for ``steps`` steps on ``next_batch()`` -> (input ids, attention mask,
     labels) numpy arrays (loss on labelled tokens; AdamW, linear warm-up + cosine, gradient
     norm clipped at 1); leaves it in eval mode."""
-    import torch
+    import torch  # lazy: torch is the optional [torch] extra
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps)
@@ -138,7 +142,7 @@ def torch_generate_fn(model, *, pad_id: int, stop_ids: Sequence[int], max_new_to
     """Batched action generation with a PyTorch causal LM (left padding, KV cache); greedy when
     ``temperature`` is 0, else softmax sampling at ``temperature`` from a ``torch.Generator``
     seeded by ``seed`` (reproducible on CPU); stops at any of ``stop_ids``."""
-    import torch
+    import torch  # lazy: torch is the optional [torch] extra
     gen = torch.Generator().manual_seed(seed)
     # transformers 5 renamed the forward argument past_key_values -> cache (the old name warns
     # and goes away in 5.40); 4.x knows only past_key_values.
@@ -187,7 +191,6 @@ def save_episodes(results: Sequence, out_dir: os.PathLike | str,
                   extra_meta: dict | None = None):
     """Stores episodes (objects with ``messages`` and ``success``; in order) as a pool of task
     ``task_name``; optionally also as chat JSONL. Returns the loaded pool."""
-    from prada_jax.distill import pool as pool_lib
     trajs, spans, succ = [], [], []
     for r in results:
         t, s = to_tokens(r.messages)
@@ -236,8 +239,9 @@ def run_episodes(problems: Sequence, generate_fn: GenerateFn, max_turns: int, *,
     ``tool_kind`` action is answered by ``tool(problem, payload)`` (a tool message, appended
     to the context), any other action ends the episode, a success iff it is an ``ans`` action
     with ``answer_ok(problem, payload)``. Episodes still live after ``max_turns`` fail.
-    ``tool_delay_s`` [s] is a simulated latency added to every tool call (calls are serial,
-    so a turn with c calls waits c × ``tool_delay_s``); 0 = none.
+    ``tool_delay_s`` [s] is a simulated tool latency: the calls of one turn round are issued
+    together, so a round with at least one call waits ``tool_delay_s`` once (the count
+    ``tool_rounds`` that ``prada_jax.distill.gpucost`` and the fair clock price); 0 = none.
     """
     msgs = [[{"role": "user", "content": p.question}] for p in problems]
     ctx = [encode_fn(p.question) for p in problems]
@@ -250,6 +254,7 @@ def run_episodes(problems: Sequence, generate_fn: GenerateFn, max_turns: int, *,
         if not live:
             break
         actions = generate_fn([ctx[i] for i in live])
+        called = False
         for i, act in zip(live, actions):
             act = [int(a) for a in act]
             turns[i] += 1
@@ -258,14 +263,15 @@ def run_episodes(problems: Sequence, generate_fn: GenerateFn, max_turns: int, *,
             ctx[i].extend(act)
             if kind == tool_kind:
                 reply = tool(problems[i], payload)
-                if tool_delay_s > 0:
-                    time.sleep(tool_delay_s)
+                called = True
                 calls[i] += 1
                 msgs[i].append({"role": "tool", "content": reply})
                 ctx[i].extend(encode_fn(reply))
             else:
                 done[i] = True
                 success[i] = kind == "ans" and answer_ok(problems[i], payload)
+        if called and tool_delay_s > 0:
+            time.sleep(tool_delay_s)   # the round's calls run concurrently: one wait
     return [EpisodeResult(m, s, c, t) for m, s, c, t in zip(msgs, success, calls, turns)]
 
 
@@ -273,9 +279,6 @@ def ensure_teacher(tdir: os.PathLike | str, fv, train_fn: Callable, t0: float):
     """The teacher of a task cache: trains it into ``tdir`` with ``train_fn`` (a task's
     ``train_teacher``; seed and sizes from the parsed flags ``fv``) unless ``tdir`` already
     holds a ``config.json``, then loads it (PyTorch, float32, eval mode)."""
-    from pathlib import Path
-
-    from prada_jax.distill.scoring import load_teacher
     if not (Path(tdir) / "config.json").is_file():
         train_fn(tdir, fv.seed, fv.steps, fv.batch, fv.lr, fv.warmup, fv.n_train,
                  fv.hidden, fv.layers, fv.heads, fv.kv_heads, fv.intermediate)
