@@ -24,16 +24,25 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import jax
+from absl import flags
+
+from prada_jax import cli
+from prada_jax import config_utils as cu
+from prada_jax.configs.distill import get_config
+from prada_jax.distill import opd as opd_lib
+from prada_jax.distill import trainer
+from prada_jax.distill.task.teacher import tiny_cache
+from prada_jax.distill.trainer import train_and_evaluate
 from prada_jax.jsonio import read_json, write_json
 
 
 def _config(cache: Path, variant: str, steps: int, **fields):
-    from prada_jax import config_utils as cu
-    from prada_jax.configs.distill import get_config
     c = get_config(variant)
     c.data.cache = str(cache)
     c.train.steps = steps
@@ -51,7 +60,6 @@ def _row(res: dict) -> dict:
     """Totals, seconds per supervised turn (sum over timed updates / their turns, and the
     median over timed updates of each update's seconds / turns, robust to a stalled update)
     and every timed update's (turns, tool calls, rollout s)."""
-    import statistics
     cost = res["cost"]
     keep = ("rollout_s_per_turn", "scoring_s_per_turn", "update_s_per_turn",
             "rollout_s_median", "timed_updates")
@@ -67,12 +75,6 @@ def _row(res: dict) -> dict:
 
 def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch: int = 32,
         episodes: int = 8, n_problems: int = 64) -> dict:
-    import jax
-
-    from prada_jax.distill import opd as opd_lib
-    from prada_jax.distill import trainer
-    from prada_jax.distill.task.teacher import tiny_cache
-    from prada_jax.distill.trainer import train_and_evaluate
     out = {"synthetic": True, "pilot": True, "device": jax.devices()[0].device_kind,
            "updates_timed": updates, "batch_pairs": batch, "opd_episodes": episodes,
            "tool_latency_s": latency_s, "sft_updates": sft_updates, "pool_problems": n_problems,
@@ -100,9 +102,7 @@ def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch
                     trainer.optimizer_step(run_, step)
         finally:
             for run_ in built.values():
-                run_.ckpt.close()
-                for w in run_.writers:
-                    w.close()
+                trainer.close(run_)
         for name, run_ in built.items():
             out[name] = _row({"cost": opd_lib.cost_summary(run_.costs)})
     for key in ("rollout_s_per_turn", "rollout_s_per_turn_median"):
@@ -113,24 +113,23 @@ def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch
     return out
 
 
+#: The command's counts: (flag, default, help); each at least 1.
+COUNTS = (("updates", 8, "timed updates per run (after one compiling update)"),
+          ("sft_updates", 150, "SFT updates of the warm start"),
+          ("batch", 32, "ReOPD (trajectory, turn) pairs per update"),
+          ("episodes", 8, "OPD episodes per update"))
+
+
 def _define(fv) -> None:
-    from absl import flags
-    flags.DEFINE_integer("updates", 8, "timed updates per run (after one compiling update)",
-                         lower_bound=1, flag_values=fv)
+    for name, default, help_ in COUNTS:
+        flags.DEFINE_integer(name, default, help_, lower_bound=1, flag_values=fv)
     flags.DEFINE_float("latency_s", 0.01, "simulated tool latency of the second OPD run [s]",
                        lower_bound=0.0, flag_values=fv)
-    flags.DEFINE_integer("sft_updates", 150, "SFT updates of the warm start", lower_bound=1,
-                         flag_values=fv)
-    flags.DEFINE_integer("batch", 32, "ReOPD (trajectory, turn) pairs per update",
-                         lower_bound=1, flag_values=fv)
-    flags.DEFINE_integer("episodes", 8, "OPD episodes per update", lower_bound=1,
-                         flag_values=fv)
     flags.DEFINE_string("json", "", "also write the result to this file", flag_values=fv)
 
 
 def main(argv=None) -> int:
     """``argv``: absl flags (``--updates=8``); None = the command line."""
-    from prada_jax import cli
     a = cli.parse_local(_define, argv, "studies.opd_pilot", __doc__)
     cli.hub_offline()
     res = run(a.updates, a.latency_s, a.sft_updates, a.batch, a.episodes)

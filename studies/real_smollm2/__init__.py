@@ -31,7 +31,11 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+import jax.numpy as jnp
+import matplotlib
 import numpy as np
+from absl import flags
+from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from prada_jax import cli
@@ -77,7 +81,7 @@ def teacher_chats(model_dir: Path, out: Path, n: int, seed: int = 0,
                   max_new_tokens: int = 40) -> dict:
     """``chats.jsonl`` of ``n`` three-turn conversations answered by the teacher (docstring)."""
     import torch  # lazy: torch is the [torch] extra
-    import transformers  # lazy: loads torch
+    import transformers  # lazy: loads torch; after main's cli.hub_offline() (read at import)
 
     tok = transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -147,9 +151,8 @@ def kl_curve(run_dir: Path, out_dir: Path = HERE / "results") -> dict:
     rec = {"run": run_dir.name, "tags_by_update": "mean over each log.every window",
            "curves": curve}
     (out_dir / "kl_curve.json").write_text(json.dumps(rec, indent=1) + "\n")
-    import matplotlib  # lazy: plotting only here
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: plotting only here
+    import matplotlib.pyplot as plt  # lazy: after matplotlib.use("Agg") (a file, no display)
     steps, kl = zip(*curve["distill/kl"])
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(steps, kl, marker="o")
@@ -166,9 +169,6 @@ def heldout_kl(pool_dir: Path, logits_dir: Path, students: dict, out: Path,
                batch: int = 4) -> dict:
     """Forward KL (the training loss: teacher top-k + tail buckets) of each student to the
     teacher on the agent tokens of a pool none of them trained on, per student folder."""
-    import jax.numpy as jnp  # lazy: only this step runs a model
-    from flax import nnx  # lazy: only this step runs a model
-
     pool = load_pool(pool_dir)
     store = TeacherLogits.open(logits_dir, require_complete=True)
     offs = np.asarray(pool.traj_offsets)
@@ -211,7 +211,6 @@ STEPS = ("prm", "chats", "student", "curve", "heldout")
 
 
 def _define(fv) -> None:
-    from absl import flags  # lazy: only the command parses flags
     flags.DEFINE_enum("step", None, list(STEPS), "which step", flag_values=fv)
     flags.DEFINE_string("workdir", "checkpoints/real_smollm2", "the run folder", flag_values=fv)
     flags.DEFINE_integer("n", 48, "conversations (step chats)", lower_bound=1, flag_values=fv)
