@@ -370,6 +370,33 @@ def _meta(s: Settings, S: int, resamples: int, pol_records: dict, cell_meta: lis
             "cells": cell_meta}
 
 
+def report_only(out) -> dict:
+    """Recomputes ``out/pooled.json``'s scenarios (claims, verdict, per-seed values) and
+    ``pooled.md`` from the cells' committed ``stage2.json`` (``meta.cells``), keeping its
+    ``meta``; nothing is trained or evaluated. ``BadInput`` naming a missing file."""
+    out = Path(out)
+    f = out / "pooled.json"
+    try:
+        old = json.loads(f.read_text())
+        m = old["meta"]
+        grid = {(c["policy_index"], c["learner_seed"]): out / c["stage2_json"]
+                for c in m["cells"]}
+        P, L = len(m["policies"]), int(m["learner_seeds"])
+        cells = [[json.loads(grid[(i, j)].read_text()) for j in range(L)] for i in range(P)]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BadInput(f"--out={out}: cannot read the pooled records ({e})") from None
+    result = {"meta": m, "scenarios": {}}
+    for name in old["scenarios"]:
+        rep = judge_scenario(cells, name, m["budget"], int(m["resamples"]))
+        rep["per_seed"] = {row: {k: stack(cells, name, row, k).tolist()
+                                 for k in ("objective", "server_util")}
+                           for row in cells[0][0]["scenarios"][name]["per_seed"]}
+        result["scenarios"][name] = rep
+    write_json(f, result, allow_nan=False)
+    (out / "pooled.md").write_text(to_markdown(result))
+    return result
+
+
 def _iv(c: dict | None) -> str:
     if not c:
         return "n/a"

@@ -11,7 +11,7 @@ from absl import flags
 from envs import scenarios
 from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
-from studies.stage2_pooled import run_pooled, to_markdown
+from studies.stage2_pooled import report_only, run_pooled, to_markdown
 
 
 def _parse_indices(text: str) -> list[int]:
@@ -44,6 +44,8 @@ def _define_flags():
     flags.DEFINE_string("only_policies", None, "Comma-separated indices into --policies: "
                         "run only their cells (no pooled.json; a later full run reuses every "
                         "finished cell whose cell.json matches).")
+    flags.DEFINE_bool("report_only", False, "Train and evaluate nothing: recompute --out's "
+                      "pooled.json verdict and pooled.md from its cells' stage2.json.")
     flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock in every "
                         "step (prada_jax.latency.PAIRS; default: the configs' a100_orin_int4); "
                         "every policy must have been trained under it.")
@@ -54,6 +56,10 @@ def main(argv):
     config_utils.reject_extra_argv(argv)
     if not F.out:
         raise BadInput("--out is required (a folder for pooled.json)")
+    if F.report_only:
+        print(to_markdown(report_only(F.out)))
+        print(f"wrote {Path(F.out) / 'pooled.json'}, pooled.md")
+        return
     if not F.policies:
         raise BadInput("--policies is required (>= 2 policy folders, comma-separated)")
     names = scenarios.parse_names(F.scenarios)

@@ -15,6 +15,7 @@ from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 from prada_jax.traces import splits
 from studies.stage2_verdict import check_budget, parse_dual_overrides, run, to_markdown
+from studies.stage2_verdict import verdict
 
 
 def _define_flags():
@@ -48,6 +49,23 @@ def _define_flags():
                         "the --policy run's env.hardware (another pair than the policy's is "
                         "refused), else the configs' a100_orin_int4 (also for the policy "
                         "trained here).")
+    flags.DEFINE_bool("report_only", False, "Train and evaluate nothing: rewrite --out's "
+                      f"{verdict.TABLES_FILE} from its registered runs' JSON "
+                      "(stage2_verdict_<run>.json, e.g. studies/stage2_verdict/results) and "
+                      "print each scenario's verdict by the registered rules.")
+
+
+def report_only(results: Path) -> None:
+    """``--report_only``: the tables and the verdicts from the committed records."""
+    if not results.is_dir():
+        raise BadInput(f"--out={results}: no such folder (--report_only reads its records)")
+    runs = verdict.read_runs(results)
+    (results / verdict.TABLES_FILE).write_text(verdict.tables_markdown(runs))
+    for run, scs in verdict.judge_runs(runs).items():
+        for name, j in scs.items():
+            print(f"{run}/{name}: {j['gate']}; " + ", ".join(
+                f"{k} {v}" for k, v in j["targets"].items()))
+    print(f"wrote {results / verdict.TABLES_FILE}")
 
 
 def main(argv):
@@ -57,6 +75,9 @@ def main(argv):
     config_utils.reject_extra_argv(argv)
     if not F.out:
         raise BadInput("--out is required (a folder for stage2.json)")
+    if F.report_only:
+        report_only(Path(F.out))
+        return
     names = scenarios.parse_names(F.scenarios)
     if F.seeds is not None and F.seeds < 2:
         raise BadInput(f"--seeds must be >= 2 (a CI needs two seeds), got {F.seeds}")

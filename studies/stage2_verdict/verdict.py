@@ -9,12 +9,15 @@ numbers are in the objective's units (accuracy − β·latency, PRM units).
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 
 from studies.stage2_verdict import report as stage2
 from prada_jax import stats
+from prada_jax.errors import BadInput
 
 #: The gate of the issue's targets: a scenario is judged only if its headroom is at least this
 #: and its MDE at most half of it (the constant ``studies.stage2_verdict``'s power note applies too).
@@ -123,3 +126,48 @@ def judge_budget(report: dict) -> dict:
         verdict = PASS
     return {"cap": cap, "limit": limit, "occupancy": occ, "parts": parts,
             "learned_minus_best_feasible": diff, "mde": mde, "verdict": verdict}
+
+
+# ----------------------------------------------------------------------------- the records
+
+#: The registered runs of issue 23 (registration.md Part 2): the ``stage2.json`` of each
+#: command, committed as ``results/stage2_verdict_<run>.json``.
+REGISTERED_RUNS = ("nominal", "presets", "variants", "budget")
+#: Their tables as the command printed them (``to_markdown``), one section per run.
+TABLES_FILE = "stage2_verdict_tables.md"
+#: The tables file's header as committed with the runs (it names the command and the page by
+#: their names of that time, ``evals.stage2`` and ``stage2_verdict.md``).
+TABLES_HEAD = ("# Full stage-2 tables of the issue-23 verdict (SYNTHETIC gsm8k, test split, "
+               "16 seeds)\n\nAs printed by `evals.stage2` (one section per run; per-seed values "
+               "in `stage2_verdict_<run>.json`). Judged in `stage2_verdict.md`.\n\n")
+
+
+def run_file(results_dir, run: str) -> Path:
+    """The committed ``stage2.json`` of registered run ``run``."""
+    return Path(results_dir) / f"stage2_verdict_{run}.json"
+
+
+def read_runs(results_dir) -> dict:
+    """``{run: stage2.json dict}`` of the registered runs; ``BadInput`` naming a missing or
+    unreadable file."""
+    out = {}
+    for run in REGISTERED_RUNS:
+        f = run_file(results_dir, run)
+        try:
+            out[run] = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise BadInput(f"--out={results_dir}: cannot read {f.name} ({e})") from None
+    return out
+
+
+def tables_markdown(runs: dict) -> str:
+    """``TABLES_FILE``'s text from the runs' ``stage2.json`` dicts (``read_runs``)."""
+    return TABLES_HEAD + "\n".join(f"## run `{run}`\n\n" + stage2.to_markdown(r)
+                                   for run, r in runs.items())
+
+
+def judge_runs(runs: dict) -> dict:
+    """``{run: {scenario: judge(...)}}`` by the registered rules (outage scenarios with the
+    outage target)."""
+    return {run: {name: judge(sc, outage=name.startswith("outage"))
+                  for name, sc in r["scenarios"].items()} for run, r in runs.items()}
