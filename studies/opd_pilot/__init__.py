@@ -10,7 +10,7 @@ updates after one compiling update:
 
 * ReOPD (``config.mode = "onpolicy"``, ``--batch`` (trajectory, turn) pairs per update);
 * online OPD (``config.mode = "opd"``, ``--episodes`` episodes per update) at tool latency 0
-  and at ``--latency_s`` seconds per call;
+  and at ``--latency_s`` seconds per turn round with a call (per call before session 14);
 
 the three runs' updates alternate (update s of each, then s + 1), so load changes on a shared
 machine hit them alike; each run's first update compiles and is not timed.

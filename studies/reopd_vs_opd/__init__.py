@@ -70,7 +70,7 @@ class Sizes:
     pilot_seeds: tuple = (100, 101, 102)
     updates: int = 20                        # N: updates of every method (equal turns)
     episodes: int = 8                        # E: OPD episodes per update per seed
-    latency_s: float = 0.01                  # simulated tool latency of `opd` [s per call]
+    latency_s: float = 0.01                  # simulated tool latency of `opd` [s per turn round]
     n_eval: int = 256                        # verdict / pilot / gate problems per evaluation
     eval_seed: int = 1                       # verdict problems
     pilot_eval_seed: int = 2                 # pilot problems
@@ -289,7 +289,8 @@ class Study(_shared.Log):
     # ------------------------------------------------------------------ stage 4: collection
     def collection(self) -> dict:
         """Wall time of the teacher recording the pool's problems with the tool at
-        ``latency_s`` per call (greedy, batches of 256, as the cache command records it)."""
+        ``latency_s`` per turn round with a call (greedy, batches of 256, as the cache command
+        records it; before session 14 the simulator slept per call)."""
         import torch  # lazy: torch is the [torch] extra (the teacher's framework)
         model = load_teacher(self.cache / "teacher")
         fn = common.torch_generate_fn(model, pad_id=self.task.pad_id,
