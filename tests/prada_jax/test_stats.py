@@ -121,6 +121,8 @@ def test_mean_ci_covers_by_simulation():
                                           (-0.03, 0.05, "unresolved", "unresolved"),
                                           (-0.06, -0.03, "fail", "fail"),
                                           (-0.03, -0.01, "unresolved", "fail"),
+                                          (-0.019, -0.001, "pass", "fail"),
+                                          (-0.05, 0.01, "unresolved", "unresolved"),
                                           (None, 0.05, "unresolved", "unresolved")])
 def test_decision_rules_read_off_the_interval(lo, hi, ni, sup):
     d = {"ci_low": lo, "ci_high": hi}

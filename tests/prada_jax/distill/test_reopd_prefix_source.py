@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from scipy import stats as sps
 
 from studies import reopd_prefix_source as ps
 
@@ -71,14 +70,6 @@ def test_logits_on_the_generator_pool_are_the_targets(tmp_path):
     assert pos.size > 0
     assert np.asarray(tab_t.logp_actual)[pos] == pytest.approx(ref, abs=2e-2)  # float16 store
     assert not np.allclose(np.asarray(tab_g.logp_actual)[pos], ref, atol=2e-2)
-
-
-def test_mde_matches_the_closed_form():
-    rng = np.random.default_rng(0)
-    d = rng.normal(0.01, 0.03, 10)
-    sd = d.std(ddof=1)
-    ref = (sps.t.ppf(0.975, 9) + sps.t.ppf(0.8, 9)) * sd / np.sqrt(10)
-    assert ps.mde_of_differences(d) == pytest.approx(ref, rel=1e-9)
 
 
 def test_bad_input_is_refused_before_writing(tmp_path):
