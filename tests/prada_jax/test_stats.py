@@ -1,4 +1,5 @@
-"""CI computation against scipy.stats, knee detection against a brute-force reading."""
+"""prada_jax.stats intervals: t quantiles and CIs against scipy.stats (a test dependency), coverage by
+simulation, the decision rules read off an interval, knee detection against a brute-force reading."""
 import math
 
 import numpy as np
