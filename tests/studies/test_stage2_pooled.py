@@ -215,3 +215,22 @@ def test_per_policy_learned_occupancy_without_a_budget():
                                       "interval": "x"},
                              "scenarios": {"slow_server": rep}})
     assert "µ=0/MHz" in md and "test occupancy" in md
+
+
+def test_report_only_recomputes_the_committed_pooled_verdict(tmp_path, run_command):
+    """``--report_only`` on the committed ``contended`` run: pooled.json and pooled.md
+    byte-identical from its cells' stage2.json."""
+    import shutil
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[2] / "studies" / "stage2_pooled" / "results"
+           / "contended")
+    shutil.copytree(src, tmp_path / "contended")
+    (tmp_path / "contended" / "pooled.json").write_text(
+        (src / "pooled.json").read_text().replace('"learned_beats_zero": "cannot resolve"',
+                                                  '"learned_beats_zero": "pass"'))
+    code, _, err = run_command("studies.stage2_pooled", "--report_only",
+                               f"--out={tmp_path / 'contended'}")
+    assert code == 0, err
+    for f in ("pooled.json", "pooled.md"):
+        assert (tmp_path / "contended" / f).read_text() == (src / f).read_text(), f

@@ -82,3 +82,32 @@ def test_budget_parts():
     rep["budget"], rep["grid"] = {"cap": 0.30, "tolerance": 0.02}, {"budget_feasible": True}
     b = verdict.judge(rep)["budget"]
     assert b["parts"]["learned_near_best_feasible"] == "fail"
+
+
+def test_the_committed_tables_and_verdicts_recompute_from_the_records(tmp_path, run_command):
+    """``--report_only`` on the committed runs: the tables byte-identical, and the verdicts
+    as registration.md's verdict table states them (transcribed here by hand)."""
+    from pathlib import Path
+
+    res = Path(__file__).resolve().parents[2] / "studies" / "stage2_verdict" / "results"
+    for run in verdict.REGISTERED_RUNS:
+        f = verdict.run_file(res, run)
+        (tmp_path / f.name).write_text(f.read_text())
+    code, out, err = run_command("studies.stage2_verdict", "--report_only", f"--out={tmp_path}")
+    assert code == 0, err
+    assert ((tmp_path / verdict.TABLES_FILE).read_text()
+            == (res / verdict.TABLES_FILE).read_text())
+    got = {(run, name): j["targets"]
+           for run, scs in verdict.judge_runs(verdict.read_runs(res)).items()
+           for name, j in scs.items()}
+    U, P, F = verdict.UNRESOLVED, verdict.PASS, verdict.FAIL
+    assert got[("presets", "slow_server")] == {"learned_beats_zero": P,
+                                               "learned_near_reference": F}
+    assert got[("variants", "outage_burst_m2")] == {"learned_beats_zero": F,
+                                                    "learned_near_reference": P,
+                                                    "conditioned_beats_constant": F}
+    assert got[("budget", "nominal")]["budget"] == F
+    for key in (("nominal", "nominal"), ("presets", "outage_burst"),
+                ("presets", "bandwidth_bound"), ("variants", "bandwidth_bound_dense")):
+        assert set(got[key].values()) == {U}, key
+    assert "presets/slow_server: resolvable" in out
