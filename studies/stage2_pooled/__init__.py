@@ -364,6 +364,8 @@ def _meta(s: Settings, S: int, resamples: int, pol_records: dict, cell_meta: lis
             "trace_seed": int(s.trace_seed), "problems": int(s.problems),
             "nominate_by": s.nominate_by, "resamples": resamples,
             "hardware": s.hardware,
+            # the text committed pooled.json files carry (the function is now
+            # prada_jax.stats.hierarchical_interval); kept so reruns match them
             "interval": "union of the nested bootstrap (policies → learner seeds "
                         "→ eval seeds, percentile) and the Student-t interval over "
                         "policy means (evals.stage2.hier), 95 %",

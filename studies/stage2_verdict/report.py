@@ -44,7 +44,7 @@ PAIRS = {"learned_minus_zero": (ROW_CONST, ROW_ZERO),
 #: Power of the verdict (``prada_jax.stats.min_detectable_effect``): two-sided paired t-test at
 #: 5%, 80% power, from the spread of the per-seed learned − λ=µ=0 objective differences.
 MDE_ALPHA, MDE_POWER = 0.05, 0.8
-#: Issue 23's pre-registered gate (docs/results/stage2_verdict.md): a scenario can show a
+#: Issue 23's pre-registered gate (studies/stage2_verdict/registration.md): a scenario can show a
 #: price's value only with headroom ≥ this (objective units) and MDE ≤ headroom / 2.
 MIN_HEADROOM = 0.02
 
