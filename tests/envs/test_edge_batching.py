@@ -15,6 +15,7 @@ from envs.testing import rollout
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.traces.testing import random_traces
+from tests.helpers.edge_pair import jax_rollout, random_actions, replay_on_numpy
 
 S, T, U = 2, 240, 8
 TRACES = random_traces(seed=3, problems=10, depth=5, feature_dim=4)
@@ -120,27 +121,11 @@ def test_prefill_stalls_the_batch_and_upload_download_are_communication():
 def _run_pair(sched, cfg, seed, hardware=PAIR):
     params = edge.make_params(TRACES, num_users=U, scheduler=sched, hardware=hardware,
                               server_model="legacy", **cfg)
-    rng = np.random.default_rng(seed)
-    screens = rng.integers(0, 2, (S, T, U)).astype(np.int32)
-    gains = rng.normal(0.05, 0.1, (S, T, U)).astype(np.float32)
-    keys = jax.random.split(jax.random.key(seed), S)
-    obs0, noise0, noises, _, (obs, r, d, info) = jax.device_get(
-        rollout(keys, params, screens, gains))
-    at = lambda tree, *i: jax.tree.map(lambda v: np.asarray(v)[i], tree)  # noqa: E731
-    ref = EdgeEnvNumPy(TRACES, dict(FULL_DEFAULTS, scheduler=sched, **cfg),
-                       consts_from_jax(params.latency))
-    ref.reset(vars(at(noise0, 0)))
-    finished = 0
-    for t in range(T):
-        _, r_r, d_r, info_r = ref.step(screens[0, t], gains[0, t], vars(at(noises, 0, t)))
-        msg = f"{sched} slot {t}"
-        np.testing.assert_array_equal(info["decision"][0, t], info_r["decision"], msg)
-        np.testing.assert_array_equal(d[0, t], d_r, msg)
-        np.testing.assert_allclose(r[0, t], r_r, rtol=1e-4, atol=1e-6, err_msg=msg)
-        for k, v in info_r.items():
-            np.testing.assert_allclose(info[k][0, t], v, rtol=1e-4, atol=1e-5,
-                                       err_msg=f"{msg} info[{k}]")
-        finished += int(d_r.sum())
+    screens, gains = random_actions(seed, (S, T, U))
+    out = jax_rollout(seed, params, screens, gains)
+    finished, _, _ = replay_on_numpy(TRACES, dict(FULL_DEFAULTS, scheduler=sched, **cfg), params,
+                                     screens, gains, out, label=sched)
+    _, _, _, _, (_, _, d, info) = out
     return finished, info, d
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from envs import edge, scenarios
-from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
 from envs.testing import rollout
 from prada_jax.errors import BadInput
 from prada_jax.traces.testing import random_traces
+from tests.helpers.edge_pair import jax_rollout, replay_on_numpy
 
 S, T, U = 3, 240, 8
 # Schedule length of the rollouts here: one length (one compiled rollout) for the presets and
@@ -156,26 +156,11 @@ def test_dynamic_scenario_matches_numpy_reference(sched):
     cfg = dict(BASE, lambda_s=0.005, reward_mode="true")
     params = edge.make_params(TRACES, num_users=U, scheduler=sched, scenario=scn, **cfg)
     screens, gains = _actions(11)
-    keys = jax.random.split(jax.random.key(11), S)
-    obs0, noise0, noises, _, (obs, r, d, info) = jax.device_get(
-        rollout(keys, params, screens, gains))
-    at = lambda tree, *i: jax.tree.map(lambda v: np.asarray(v)[i], tree)  # noqa: E731
-    ref = EdgeEnvNumPy(TRACES, dict(FULL_DEFAULTS, scheduler=sched, scenario=scn, **cfg),
-                       consts_from_jax(params.latency))
-    np.testing.assert_allclose(obs0[0], ref.reset(vars(at(noise0, 0))), rtol=1e-5, atol=1e-6)
-    finished, m_seen = 0, set()
-    for t in range(T):
-        obs_r, r_r, d_r, info_r = ref.step(screens[0, t], gains[0, t], vars(at(noises, 0, t)))
-        msg = f"{sched} slot {t}"
-        np.testing.assert_array_equal(info["decision"][0, t], info_r["decision"], msg)
-        np.testing.assert_array_equal(d[0, t], d_r, msg)
-        np.testing.assert_allclose(r[0, t], r_r, rtol=1e-4, atol=1e-6, err_msg=msg)
-        np.testing.assert_allclose(obs[0, t], obs_r, rtol=1e-5, atol=1e-6, err_msg=msg)
-        for k, v in info_r.items():
-            np.testing.assert_allclose(info[k][0, t], v, rtol=1e-4, atol=1e-5,
-                                       err_msg=f"{msg} info[{k}]")
-        finished += int(d_r.sum())
-        m_seen.add(int(info_r["num_servers_t"]))
+    out = jax_rollout(11, params, screens, gains)
+    finished, _, infos = replay_on_numpy(
+        TRACES, dict(FULL_DEFAULTS, scheduler=sched, scenario=scn, **cfg), params, screens,
+        gains, out, label=sched, check_obs=True)
+    m_seen = {int(i["num_servers_t"]) for i in infos}
     assert finished >= 20 and m_seen == {2, 4}
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from envs import edge, serving
-from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
 from envs.testing import llm_alone_window_sums, rollout
 from prada_jax import latency as lat
 from prada_jax.traces.testing import random_traces
+from tests.helpers.edge_pair import jax_rollout, random_actions, replay_on_numpy
 from tests.helpers.serving import (BWM, D_, KV_7B, L_, P_TOK, PK, W_7B, llm_alone_cost_by_hand,
                                    step_by_hand)
 
@@ -28,28 +28,13 @@ BASE = dict(num_users=U, tau_s=0.05, beta=0.2, lambda_s=0.0, mu=0.0, bandwidth_h
 def _run_pair(sched, cfg, seed=0, slots=T):
     kw = dict(BASE, **cfg)
     params = edge.make_params(TRACES, scheduler=sched, hardware=PAIR, **kw)
-    rng = np.random.default_rng(seed)
-    screens = rng.integers(0, 2, (S, slots, U)).astype(np.int32)
+    screens, gains = random_actions(seed, (S, slots, U))
     if kw.get("llm_only"):      # the LLM alone nominates every step (as evals run it)
         screens = np.ones_like(screens)
-    gains = rng.normal(0.05, 0.1, (S, slots, U)).astype(np.float32)
-    keys = jax.random.split(jax.random.key(seed), S)
-    obs0, noise0, noises, _, (obs, r, d, info) = jax.device_get(
-        rollout(keys, params, screens, gains))
-    at = lambda tree, *i: jax.tree.map(lambda v: np.asarray(v)[i], tree)  # noqa: E731
-    ref = EdgeEnvNumPy(TRACES, dict(kw, scheduler=sched), consts_from_jax(params.latency))
-    ref.reset(vars(at(noise0, 0)))
-    finished = 0
-    for t in range(slots):
-        _, r_r, d_r, info_r = ref.step(screens[0, t], gains[0, t], vars(at(noises, 0, t)))
-        msg = f"{sched} slot {t}"
-        np.testing.assert_array_equal(info["decision"][0, t], info_r["decision"], msg)
-        np.testing.assert_array_equal(d[0, t], d_r, msg)
-        np.testing.assert_allclose(r[0, t], r_r, rtol=1e-4, atol=1e-6, err_msg=msg)
-        for k, v in info_r.items():
-            np.testing.assert_allclose(info[k][0, t], v, rtol=2e-4, atol=1e-4,
-                                       err_msg=f"{msg} info[{k}]")
-        finished += int(d_r.sum())
+    out = jax_rollout(seed, params, screens, gains)
+    finished, _, _ = replay_on_numpy(TRACES, dict(kw, scheduler=sched), params, screens, gains,
+                                     out, label=sched, info_tol=(2e-4, 1e-4))
+    _, _, _, _, (_, _, d, info) = out
     return finished, jax.tree.map(lambda v: np.asarray(v)[0], info), np.asarray(d)[0]
 
 
