@@ -42,6 +42,7 @@ from prada_jax.jsonio import read_json, write_json
 from prada_jax.stats import mde_of_differences, mean_ci
 from studies import _shared
 from studies import reopd_vs_opd as rvo
+from studies.reopd_vs_opd import report as rvo_report
 from studies._shared import fmt as _f
 
 ARMS = ("teacher_prefix", "generator_prefix")
@@ -184,9 +185,9 @@ def markdown(res: dict) -> str:
         r = res["runs"][arm]
         L.append(f"| {arm} | {mean_ci(r['success']).fmt()} | "
                  f"{_shared.mean_cell(res['gap_start'][arm])} | "
-                 f"{rvo.run_cells(r, len(r['seeds']))} |")
+                 f"{rvo_report.run_cells(r, len(r['seeds']))} |")
     L += ["", "| rule | teacher − generator [95% CI] | MDE | verdict |", "|---|---|---|---|",
-          f"| teacher prefixes ≥ generator prefixes | {rvo._pd(v)} | {_f(v['mde'])} | "
+          f"| teacher prefixes ≥ generator prefixes | {rvo_report.paired_cell(v)} | {_f(v['mde'])} | "
           f"**{v['verdict']}** |", ""]
     return "\n".join(L)
 

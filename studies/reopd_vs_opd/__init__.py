@@ -52,9 +52,9 @@ from prada_jax.distill.trainer import train_and_evaluate
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 from prada_jax.lm.hf import load_hf
-from prada_jax.stats import mean_ci, noninferior, paired_diff_ci, superior
+from prada_jax.stats import noninferior, paired_diff_ci, superior
 from studies import _shared
-from studies._shared import fmt as _f
+from studies.reopd_vs_opd import report
 
 MARGIN = 0.02          # non-inferiority margin of rules (a) and (d) [task success]
 SPEED_MIN = 4.0        # rule (b): OPD / ReOPD rollout seconds per supervised turn
@@ -382,73 +382,6 @@ def verdicts(st: dict, coll: dict, n_seeds: int) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------- report
-def _pd(d: dict) -> str:
-    return (f"{_f(d.get('mean'))} [{_f(d.get('ci_low'))}, {_f(d.get('ci_high'))}] "
-            f"({_f(d['mean_a'])} vs {_f(d['mean_b'])}, n = {d['n']})")
-
-
-def markdown(res: dict) -> str:
-    L = ["# ReOPD vs online OPD from cold starts — tables (SYNTHETIC)", ""]
-    L += ["## Cold starts", "",
-          "| cold start | gate (success ≥, c̄ ≤) | reached | success, verdict problems | "
-          "c̄ at the gate [nats/turn] |", "|---|---|---|---|---|"]
-    for c in res["cold_starts"]:
-        L.append(f"| {c['name']} | {c['success_min']}, {c['gap_max']} | "
-                 f"{'update ' + str(c['step']) if c['reached'] else 'gate not reached'} | "
-                 f"{_f(c['success_verdict_problems'])} | {_f(c['gap'])} |")
-    L.append(f"| teacher | — | — | {_f(res['teacher']['success_rate'])} | 0 |")
-    L += ["", "## Learning-rate / warm-up pilot (pilot seeds and problems)", "",
-          "| mode | lr | warm-up | mean pilot success |", "|---|---|---|---|"]
-    for r in res["pilot"]["rows"]:
-        L.append(f"| {r['mode']} | {r['lr']:g} | {r['warmup']} | {_f(r['mean'])} |")
-    L.append("")
-    L.append("Chosen: " + "; ".join(f"{m}: lr {v['lr']:g}, warm-up {v['warmup']}"
-                                   for m, v in res["pilot"]["choice"].items()))
-    for st in res["studies"]:
-        L += ["", f"## From the {st['cold']} cold start (N = {st['N']} updates, B = {st['B']} "
-              f"pairs, N_w = {st['N_wall']})", "",
-              "| method | success (mean ± 95% CI) | final c̄ | supervised turns / seed | "
-              "tool calls | rollout s / turn | median s / update (all seeds) |",
-              "|---|---|---|---|---|---|---|"]
-        ns = len(st["runs"]["opd"]["seeds"])
-        for name, r in st["runs"].items():
-            L.append(f"| {name} | {mean_ci(r['success']).fmt() if r['success'] else '—'} | "
-                     f"{run_cells(r, ns)} | {_f(r['rollout_s_per_turn'], 5)} | "
-                     f"{_f(r['update_total_s_median'], 2)} |")
-        v = st["verdicts"]
-        b = v["b_speed"]
-        L += ["", "| rule | numbers | verdict |", "|---|---|---|",
-              f"| (a) ReOPD ≥ OPD − 0.02, equal turns | {_pd(v['a_equal_turns'])} | "
-              f"**{v['a_equal_turns']['verdict']}** |",
-              f"| (a) ReOPD ≥ OPD − 0.02, equal wall time | {_pd(v['a_equal_wall'])} | "
-              f"**{v['a_equal_wall']['verdict']}** |",
-              f"| (b) OPD/ReOPD rollout s per turn ≥ 4 at {res['sizes']['latency_s'] * 1e3:g} ms "
-              f"and at 0 | {_f(b['ratio_latency'], 2)}× and {_f(b['ratio_lat0'], 2)}× | "
-              f"**{b['verdict_rollout']}** |",
-              f"| (b) … incl. pool collection > 2 | {_f(b['ratio_with_pool'], 2)}× (C per seed, "
-              f"no verdict: {_f(b['ratio_with_pool_per_seed'], 2)}×) | "
-              f"**{b['verdict_with_pool']}** |",
-              f"| (c) ReOPD > SFT continuation | {_pd(v['c_vs_sft'])} | "
-              f"**{v['c_vs_sft']['verdict']}** |",
-              f"| (d) κ = 0.6 ≥ κ = 1 − 0.02 | {_pd(v['d_kappa'])} | "
-              f"**{v['d_kappa']['verdict']}** |",
-              f"| (e) 0 tool calls in ReOPD | ReOPD {sorted(set(v['e_tool_calls']['reopd'].values()))}"
-              f", OPD {v['e_tool_calls']['opd']} | **{v['e_tool_calls']['verdict']}** |"]
-        for k, d in v["extra"].items():
-            L.append(f"| (no verdict) {k} − reopd_k0.6 | {_pd(d)} | — |")
-    c = res["collection"]
-    L += ["", f"Pool collection C: {c['episodes']} teacher episodes, {c['tool_calls']} tool "
-          f"calls at {c['latency_s'] * 1e3:g} ms: {c['seconds']:.2f} s.", ""]
-    return "\n".join(L)
-
-
-def run_cells(r: dict, n_seeds: int) -> str:
-    """A run's report cells: mean final c̄, supervised turns per seed, tool calls."""
-    return (f"{_shared.mean_cell(r['gap_end'])} | "
-            f"{r['totals']['supervised_turns'] / n_seeds:.0f} | {r['tool_calls']}")
-
-
 def run(cache: Path, out: Path, sizes: Sizes, only: tuple = ()) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -475,7 +408,7 @@ def run(cache: Path, out: Path, sizes: Sizes, only: tuple = ()) -> dict:
             for k, v in st["verdicts"].items() if k != "extra"))
         res["wall_s"] = time.perf_counter() - t0
         write_json(out / f"{stem}.json", res, indent=1, newline=False)   # atomic: rewritten per cold start
-        (out / f"{stem.replace('study', 'report')}.md").write_text(markdown(res))
+        (out / f"{stem.replace('study', 'report')}.md").write_text(report.markdown(res))
     return res
 
 

@@ -46,6 +46,8 @@ from prada_jax.jsonio import read_json
 from prada_jax.stats import mean_ci, paired_mde
 from studies import _shared
 from studies import reopd_vs_opd as base
+from studies.reopd_vs_opd import report as base_report
+from studies._shared import fmt
 
 PARTS = ("near_long", "timing", "wall")
 NEAR_METHODS = ("opd", "reopd_k0.6", "sft_cont", "reopd_k1")
@@ -223,7 +225,7 @@ class Addendum:
                    "t_opd_s": st["opd"]["update_total_s_median"],
                    "t_reopd_s": st["reopd_k0.6"]["update_total_s_median"]}
             res["N_wall"] = n_wall(self.a.wall_base, res["t_opd_s"], res["t_reopd_s"])
-            b, f = res["b_speed"], base._f
+            b, f = res["b_speed"], fmt
             self.study.say(f"timing {name}: OPD/ReOPD {f(b['ratio_latency'], 2)}x, lat0 "
                            f"{f(b['ratio_lat0'], 2)}x, with pool {f(b['ratio_with_pool'], 2)}x "
                            f"(C {f(b['C_s'], 1)} s); N_w {res['N_wall']}")
@@ -259,7 +261,7 @@ class Addendum:
 
 # ---------------------------------------------------------------------------- report
 def markdown(res: dict) -> str:
-    f, pd = base._f, base._pd
+    f, pd = fmt, base_report.paired_cell
     L = ["# ReOPD vs online OPD — addendum tables (SYNTHETIC)", ""]
     if "timing" in res:
         t = res["timing"]
@@ -308,7 +310,7 @@ def markdown(res: dict) -> str:
         for k, r in n["runs"].items():
             m = n["moved"][k]
             L.append(f"| {k} | {mean_ci(r['success']).fmt()} | {f(m['mean'])} "
-                     f"[{f(m['ci_low'])}, {f(m['ci_high'])}] | {base.run_cells(r, ns)} |")
+                     f"[{f(m['ci_low'])}, {f(m['ci_high'])}] | {base_report.run_cells(r, ns)} |")
         v = n["verdicts"]
         L += ["", "| rule | numbers | MDE | verdict |", "|---|---|---|---|"]
         for key, label in (("a_equal_turns", "(a) ReOPD ≥ OPD − 0.02, equal turns"),
