@@ -139,7 +139,7 @@ def truncated_student(model_dir: Path, out: Path, layers: Sequence[int] = STUDEN
 
 def kl_curve(run_dir: Path, out_dir: Path = HERE / "results") -> dict:
     """``distill/kl`` (and ``distill/loss``) by update from ``<run_dir>/tb``."""
-    # lazy: tensorboard's reader only for this step
+    # lazy: tensorboard (the reader) is a [dev] extra; the trainer writes with tensorboardX
     from tensorboard.backend.event_processing import event_accumulator
 
     acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})

@@ -195,8 +195,8 @@ def markdown(res: dict) -> str:
 def _tiny_generator(root: Path) -> Path:
     """A second tiny synthetic arithmetic cache whose pool holds other problems' reference
     episodes (``make_problems(6, 12)``) under a different random teacher (torch seed 1)."""
-    import torch  # lazy: torch and transformers are the [torch] extra (the teacher's framework)
-    from transformers import Qwen2ForCausalLM  # lazy: as torch
+    import torch  # lazy: torch is the [torch] extra (the teacher's framework)
+    from transformers import Qwen2ForCausalLM  # lazy: a torch model class (the [torch] extra)
     torch.manual_seed(1)
     Qwen2ForCausalLM(model_config(16, 1, 2, 1, 32)).save_pretrained(root / "teacher")
     arith.build_tokenizer().save_pretrained(root / "teacher")
