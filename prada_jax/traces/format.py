@@ -350,6 +350,23 @@ def validate_notes(path: os.PathLike | str, meta: dict) -> list[str]:
 def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLike | str) -> None:
     """Checks every field of a trace set's arrays. Raises ``TraceFormatError`` naming it."""
     where = Path(where)
+    n, p = _check_fields(arrays, meta, where)
+    _check_values(arrays, where)
+    _check_tree(arrays, meta, n, where)
+    _check_problems(arrays, n, p, where)
+    child = arrays["child"]
+    # The PRM of a prefix is the same text's score whether read at the parent or the child.
+    has = child >= 0
+    gap = np.abs(arrays["prm"][np.maximum(child, 0)] - arrays["cand_prm"])
+    if np.any(has & (gap > PRM_CHILD_ATOL)):
+        node = int(np.argwhere(has & (gap > PRM_CHILD_ATOL))[0][0])
+        raise TraceFormatError(where, "prm", f"node {node}: prm of a child differs from the "
+                               f"parent's cand_prm by more than {PRM_CHILD_ATOL}")
+
+
+def _check_fields(arrays: dict, meta: dict, where: Path) -> tuple[int, int]:
+    """Every field present with its dtype and shape, the meta's counts; returns (N nodes,
+    P problems)."""
     for name in ALL_FIELDS:
         if name not in arrays:
             raise TraceFormatError(where, name, "missing")
@@ -376,7 +393,12 @@ def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLik
                                f"meta says {counts.get('problems')}, file has {p}")
     if n < 1 or p < 1:
         raise TraceFormatError(where, "prm" if n < 1 else "root", "empty trace set")
+    return n, p
 
+
+def _check_values(arrays: dict, where: Path) -> None:
+    """Finite features and scores, scores in [0, 1], token counts >= 1, 0/1 flags, ``correct``
+    only on terminal candidates."""
     for name in ("feat", "prm", "cand_prm"):
         if not np.all(np.isfinite(arrays[name])):
             bad = int(np.argwhere(~np.isfinite(arrays[name]))[0][0])
@@ -396,6 +418,10 @@ def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLik
     if np.any(arrays["correct"].astype(bool) & ~terminal):
         raise TraceFormatError(where, "correct", "set on a non-terminal candidate")
 
+
+def _check_tree(arrays: dict, meta: dict, n: int, where: Path) -> None:
+    """Successor ids in range, depths, no dangling candidate, every edge one step deeper."""
+    terminal = arrays["terminal"].astype(bool)
     child, fallback, depth = arrays["child"], arrays["fallback"], arrays["depth"]
     if child.min() < -1 or child.max() >= n:
         raise TraceFormatError(where, "child", f"ids must be -1 or in [0, {n}), got "
@@ -433,6 +459,11 @@ def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLik
         node = int(ids[bad][0])
         raise TraceFormatError(where, "fallback", f"node {node}: fallback {fallback[node]} is not "
                                "one step deeper (cycle or malformed tree)")
+
+
+def _check_problems(arrays: dict, n: int, p: int, where: Path) -> None:
+    """Each problem's nodes a contiguous block from its root, edges inside the problem."""
+    child, fallback, depth = arrays["child"], arrays["fallback"], arrays["depth"]
     # Nodes of a problem are contiguous from its root; edges stay inside the problem.
     root, n_nodes, problem = arrays["root"], arrays["n_nodes"], arrays["problem"]
     if np.any(n_nodes < 1) or int(n_nodes.sum()) != n:
@@ -451,13 +482,6 @@ def validate_arrays(arrays: dict[str, np.ndarray], meta: dict, where: os.PathLik
         if not np.all(ok):
             node = int(np.argwhere(~ok)[0][0])
             raise TraceFormatError(where, name, f"node {node} points into another problem")
-    # The PRM of a prefix is the same text's score whether read at the parent or the child.
-    has = child >= 0
-    gap = np.abs(arrays["prm"][np.maximum(child, 0)] - arrays["cand_prm"])
-    if np.any(has & (gap > PRM_CHILD_ATOL)):
-        node = int(np.argwhere(has & (gap > PRM_CHILD_ATOL))[0][0])
-        raise TraceFormatError(where, "prm", f"node {node}: prm of a child differs from the "
-                               f"parent's cand_prm by more than {PRM_CHILD_ATOL}")
 
 
 def write_splits(folder, seed: int = 0, fractions=DEFAULT_FRACTIONS) -> dict[str, list[int]]:

@@ -83,13 +83,10 @@ def test_baselines_admit_the_oldest_requests_first(rule, wait):
         assert sorted(np.flatnonzero(dec == IMMEDIATE).tolist()) == sorted(want), (rule, k)
 
 
-def _occupancy(params, seeds, slots, warmup):
-    """Mean users in the system over slots [warmup + 1, slots] and admitted arrivals per slot
-    of the window, from a rollout of ``edge.step`` with the evaluator's key schedule, written
-    apart from the evaluator (Little's law: N = λ_admitted · mean latency)."""
-    p = ev.apply_spec(params, ALL_LLM).replace(
-        **{k: jnp.asarray(v, getattr(params, k).dtype)
-           for k, v in suite.LLM_ONLY_OVERRIDES.items()})
+def _nominate_all(p, keys, slots, gain, out):
+    """Every user nominated every slot (gain ``gain``), started empty, one env per key with
+    the evaluator's key schedule, written apart from the evaluator: the per-slot
+    ``out(state before the step, done, info)`` stacked [keys, slots, ...]."""
     p = p.replace(initial_users=jnp.zeros_like(p.initial_users))
     u = p.num_users
 
@@ -99,14 +96,25 @@ def _occupancy(params, seeds, slots, warmup):
 
         def body(state, t):
             _, env_key = jax.random.split(jax.random.fold_in(run_key, t))
-            act = edge.EdgeAction(jnp.ones((u,), jnp.int32), jnp.zeros((u,), jnp.float32))
-            _, state, _, _, info = edge.step(env_key, state, act, p)
-            return state, (info["in_flight"], info["arrivals"] - info["blocked"])
+            act = edge.EdgeAction(jnp.ones((u,), jnp.int32), jnp.full((u,), gain, jnp.float32))
+            _, new, _, done, info = edge.step(env_key, state, act, p)
+            return new, out(state, done, info)
 
-        _, (n, adm) = jax.lax.scan(body, state, jnp.arange(slots))
-        return n, adm
+        return jax.lax.scan(body, state, jnp.arange(slots))[1]
 
-    n, adm = jax.jit(jax.vmap(one))(jax.vmap(jax.random.key)(jnp.arange(seeds)))
+    return jax.jit(jax.vmap(one))(keys)
+
+
+def _occupancy(params, seeds, slots, warmup):
+    """Mean users in the system over slots [warmup + 1, slots] and admitted arrivals per slot
+    of the window, from a rollout of ``edge.step`` with the evaluator's key schedule, written
+    apart from the evaluator (Little's law: N = λ_admitted · mean latency)."""
+    p = ev.apply_spec(params, ALL_LLM).replace(
+        **{k: jnp.asarray(v, getattr(params, k).dtype)
+           for k, v in suite.LLM_ONLY_OVERRIDES.items()})
+    n, adm = _nominate_all(
+        p, jax.vmap(jax.random.key)(jnp.arange(seeds)), slots, 0.0,
+        lambda before, done, info: (info["in_flight"], info["arrivals"] - info["blocked"]))
     n, adm = np.asarray(n, float)[:, warmup:], np.asarray(adm, float)[:, warmup:]
     return n.mean(1), adm.mean(1)
 
@@ -140,24 +148,11 @@ def test_every_arrival_counts_by_one_rule():
     e = ev.Evaluator(params, seeds=s_, num_slots=t_, warmup_slots=w_, drain_slots=d_)
     got = e.run(spec)
     p = ev.apply_spec(params, spec)
-    p = p.replace(initial_users=jnp.zeros_like(p.initial_users))
     u = p.num_users
-
-    def one(key):
-        reset_key, run_key = jax.random.split(key)
-        _, state = edge.reset(reset_key, p)
-
-        def body(state, t):
-            _, env_key = jax.random.split(jax.random.fold_in(run_key, t))
-            act = edge.EdgeAction(jnp.ones((u,), jnp.int32), jnp.full((u,), 0.05))
-            arr = state.arrival_slot
-            _, state, _, done, info = edge.step(env_key, state, act, p)
-            return state, (arr, done, info["user_correct"], info["user_latency_s"],
-                           info["arrivals"], info["blocked"])
-
-        return jax.lax.scan(body, state, jnp.arange(t_ + d_))[1]
-
-    outs = jax.device_get(jax.jit(jax.vmap(one))(e.keys))
+    outs = jax.device_get(_nominate_all(
+        p, e.keys, t_ + d_, 0.05,
+        lambda before, done, info: (before.arrival_slot, done, info["user_correct"],
+                                    info["user_latency_s"], info["arrivals"], info["blocked"])))
     timeout = d_ * TAU
     for s in range(s_):
         arr, done, corr, lat, n_arr, n_blk = (np.asarray(x[s]) for x in outs)
