@@ -1,11 +1,13 @@
 """One PRADA pipeline: the configs of a run's screening policy (PPO) and multipliers (stage-2
 learner), built in one place, and the calls that train them.
 
-``train.main`` (the demo) and ``evals.stage2`` (the stage-2 verdict) both build their PPO and
-dual configs here, so the two commands cannot drift apart: a config is a
+``train.main``'s stages (``evals.stages``: the demo) and the stage-2 studies both build their
+PPO and dual configs here, so they cannot drift apart: a config is a
 ``prada_jax/configs/{ppo,dual}.py`` variant plus dotted fields set through
 ``prada_jax.config_utils.set_field`` (:func:`set_fields`), with the trace generator's seed 0
-(the one generated set whose train / validation / test parts every table uses).
+(the one generated set whose train / validation / test parts every table uses). The stages
+are a package of their own because the capacity stage runs ``evals.capacity``, which imports
+this module (through its policy samples): here they would close an import cycle.
 """
 from __future__ import annotations
 

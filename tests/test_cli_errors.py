@@ -404,6 +404,10 @@ CASES: list[Case] = [
     # train.main
     Case("train.main", ("--workdir={out}", "--seeds=1"), r"--seeds"),
     Case("train.main", ("--workdir={out}", "--full", "--smoke"), r"--full"),
+    Case("train.main", ("--workdir={out}", "--smoke", "--config={repo}/prada_jax/configs/main.py"),
+         r"--smoke and --config exclude"),
+    Case("train.main", ("--workdir={out}", "--config={repo}/prada_jax/configs/main.py:smoke",
+                        "--config.eval.sedes=3"), r"--config\.eval\.sedes"),
     # evals.run
     Case("evals.run", ("--traces={traces_nested}", "--out={out}"), r"traces_nested/meta\.json"),
     Case("evals.run", ("--traces=nope", "--out={out}"), r"--traces=nope"),

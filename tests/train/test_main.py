@@ -1,5 +1,6 @@
-"""train.main: settings, the stage cache, the trace summary stage (fast); the whole --smoke
-pipeline, its rerun reusing every stage, and evals.run on its checkpoint (slow)."""
+"""train.main: its config (prada_jax/configs/main.py), the --seeds rule, the stages' cache,
+table-point rule and trace summary stage (evals.stages; fast); the whole --smoke pipeline, its
+rerun reusing every stage, and evals.run on its checkpoint (slow)."""
 import json
 import subprocess
 import sys
@@ -7,88 +8,126 @@ import time
 from pathlib import Path
 
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
+from evals.stages import cache, policy, tables
+from prada_jax import config_utils
+from prada_jax.configs import main as main_cfg
+from prada_jax.configs import ppo as ppo_cfg
+from prada_jax.presets import BENCHMARKS as PRESETS
+from prada_jax.traces import splits
 from train import main as tm
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_settings_modes():
-    demo, smoke, full = (tm.settings_for(m) for m in ("demo", "smoke", "full"))
-    assert demo["benchmarks"] == ["gsm8k"] and full["benchmarks"] == list(tm.PRESETS)
-    assert smoke["eval"]["seeds"] == 2 and demo["eval"]["seeds"] == 5
-    assert tm.settings_for("demo", seeds=3)["eval"]["seeds"] == 3
-    assert full["calibration"]["stress_miscalibration"] == 1.0
+def test_config_variants():
+    demo, smoke, full = (main_cfg.get_config(m) for m in ("demo", "smoke", "full"))
+    assert main_cfg.get_config().to_dict() == demo.to_dict()
+    assert (demo.mode, smoke.mode, full.mode) == ("demo", "smoke", "full")
+    assert list(demo.benchmarks) == ["gsm8k"] and list(full.benchmarks) == list(PRESETS)
+    assert smoke.eval.seeds == 2 and demo.eval.seeds == 5
+    assert full.calibration.stress_miscalibration == 1.0
+    assert demo.calibration.stress_miscalibration == smoke.calibration.stress_miscalibration == 0
     # The sweep reuses the table's compiled rollout only if the static sizes match.
     keys = ("seeds", "slots", "warmup_slots", "drain_slots")
-    assert [smoke["sweep"][k] for k in keys] == [smoke["eval"][k] for k in keys]
-    # Issue 32: the load curve is the headline (contention is shown there, with the 8 seeds a
-    # crossover needs, up to the LLM alone's saturation); the stage-2 verdict is its own study
-    # (studies.stage2_verdict), no stage of any mode.
-    assert all("stage2" not in s for s in (demo, smoke, full))
-    assert demo["curve"]["seeds"] >= 8 and full["curve"]["seeds"] >= 8
-    # The pre-registered grids (docs/results/load_curve.md): 2^(k/2), k = -8..2 (demo) and
+    assert [smoke.sweep[k] for k in keys] == [smoke.eval[k] for k in keys]
+    # Issue 32: the load curve is the headline of the old scenario (the 8 seeds a crossover
+    # needs); the stage-2 verdict is its own study (studies.stage2_verdict), no stage here.
+    assert all("stage2" not in c for c in (demo, smoke, full))
+    assert demo.curve.seeds >= 8 and full.curve.seeds >= 8
+    # The pre-registered grids (studies/load_curve): 2^(k/2), k = -8..2 (demo) and
     # k = -10..6 (full), geometric so one grid spans clocks whose capacities differ by 10x.
-    assert demo["curve"]["loads"] == pytest.approx([2 ** (k / 2) for k in range(-8, 3)], rel=1e-5)
-    assert full["curve"]["loads"] == pytest.approx([2 ** (k / 2) for k in range(-10, 7)], rel=1e-5)
-    assert demo["curve"]["num_users"] == 32
+    assert demo.curve.loads_per_server_hz == pytest.approx(
+        [2 ** (k / 2) for k in range(-8, 3)], rel=1e-5)
+    assert full.curve.loads_per_server_hz == pytest.approx(
+        [2 ** (k / 2) for k in range(-10, 7)], rel=1e-5)
+    assert demo.curve.num_users == 32
     # The demo skips the M/B sweep (≈ 90 of its CPU seconds); --full and evals.sweep keep it.
-    assert demo["sweep"] is None and full["sweep"]["axes"] == ["M", "B", "lam"]
+    assert not demo.sweep.axes and len(full.sweep.axes) == 3
+    # Issue 42: the demo runs capacity on the serving server; the old scenario in full/smoke.
+    assert (demo.capacity_size, demo.legacy_stages) == ("demo", False)
+    assert smoke.legacy_stages and full.legacy_stages and not full.capacity_size
     # Issue 23: tables on test, choices (critic refit, dual learner) on validation.
-    for s in (demo, smoke, full):
-        assert s["split"] == "test" and s["choice_split"] == "validation"
-    with pytest.raises(ValueError, match="mode"):
-        tm.settings_for("huge")
+    for c in (demo, smoke, full):
+        assert c.split == "test" and c.choice_split == "validation"
+    with pytest.raises(ValueError, match="huge"):
+        main_cfg.get_config("huge")
+
+
+def test_seeds_flag_rule():
+    demo, smoke = main_cfg.get_config("demo"), main_cfg.get_config("smoke")
+    tm.apply_seeds(demo, 3)
+    assert (demo.eval.seeds, demo.sweep.seeds, demo.curve.seeds) == (3, 3, 8)
+    tm.apply_seeds(smoke, 3)
+    assert (smoke.eval.seeds, smoke.sweep.seeds, smoke.curve.seeds) == (3, 3, 3)
+    tm.apply_seeds(demo, 12)
+    assert demo.curve.seeds == 12
+
+
+def test_demo_ppo_config_is_the_default_with_150_updates():
+    """What the demo trains: ppo.py's default config of the preset with 150 instead of 300
+    updates (E·T = 16·64 env slots each), generator seed 0, the progress bar on."""
+    got = policy.ppo_config(main_cfg.get_config("demo"), "gsm8k")
+    ref = ppo_cfg.get_config("gsm8k")
+    ref.ppo.total_env_steps = ref.ppo.num_envs * ref.ppo.rollout_len * 150
+    ref.env.trace_seed = 0
+    ref.log.progress = True
+    assert got.to_dict() == ref.to_dict()
+    # smoke: ppo.py's smoke variant on the legacy server, 60 problems
+    got = policy.ppo_config(main_cfg.get_config("smoke"), "gsm8k")
+    ref = ppo_cfg.get_config("smoke,gsm8k")
+    ref.env.server_model, ref.env.problems, ref.env.trace_seed = "legacy", 60, 0
+    ref.log.progress = True
+    assert got.to_dict() == ref.to_dict()
 
 
 def test_table_points_rule():
     """Uncontended: the largest load with the LLM alone's ρ ≤ 0.3; contended: the stable load
     (ρ < 1) with ρ nearest 0.9 (here 0.95 beats 0.8; 1.2 is unstable)."""
     rho = {0.125: 0.05, 0.25: 0.12, 0.5: 0.28, 1.0: 0.55, 1.5: 0.8, 2.0: 0.95, 3.0: 1.2}
-    assert tm.table_points(rho) == {"uncontended": 0.5, "contended": 2.0}
-    assert tm.table_points({1.0: 0.5, 2.0: 1.4}) == {"uncontended": 1.0, "contended": 1.0}
-    assert tm.table_points({1.0: 1.5}) == {"uncontended": 1.0, "contended": None}
+    assert tables.table_points(rho) == {"uncontended": 0.5, "contended": 2.0}
+    assert tables.table_points({1.0: 0.5, 2.0: 1.4}) == {"uncontended": 1.0, "contended": 1.0}
+    assert tables.table_points({1.0: 1.5}) == {"uncontended": 1.0, "contended": None}
 
 
 def test_stage_cache(tmp_path):
     key = {"a": 1, "grid": [1.0, 2.0]}
-    assert tm.stage_done(tmp_path, key) is None
-    tm.mark_done(tmp_path, key, {"x": 3})
-    assert tm.stage_done(tmp_path, key)["result"] == {"x": 3}
-    assert tm.stage_done(tmp_path, {"a": 2, "grid": [1.0, 2.0]}) is None   # settings changed
-    (tmp_path / tm.STAGE_FILE).write_text("{broken")
-    assert tm.stage_done(tmp_path, key) is None
+    assert cache.stage_done(tmp_path, key) is None
+    cache.mark_done(tmp_path, key, {"x": 3})
+    assert cache.stage_done(tmp_path, key)["result"] == {"x": 3}
+    assert cache.stage_done(tmp_path, {"a": 2, "grid": [1.0, 2.0]}) is None   # settings changed
+    (tmp_path / cache.STAGE_FILE).write_text("{broken")
+    assert cache.stage_done(tmp_path, key) is None
 
 
 def test_trace_stage_and_reuse(tmp_path, capsys):
-    s = tm.settings_for("smoke")
-    s["summary_problems"] = 12
+    c = main_cfg.get_config("smoke")
+    c.summary_problems = 12
     log = lambda m: None  # noqa: E731
-    first = tm.stage_traces(tmp_path, s, log, redo=False)
+    first = policy.stage_traces(tmp_path, c, log, redo=False)
     out = capsys.readouterr().out
     assert "SYNTHETIC" in out and "gsm8k" in out and "mmlu_stem" in out
     assert "accuracy all-LLM" in first["table"]
     (tmp_path / "traces" / "summary.txt").unlink()   # reuse must not regenerate it
-    tm.stage_traces(tmp_path, s, log, redo=False)
+    policy.stage_traces(tmp_path, c, log, redo=False)
     assert not (tmp_path / "traces" / "summary.txt").exists()
+    c.summary_problems = 13                          # other settings: the stage is redone
+    policy.stage_traces(tmp_path, c, log, redo=False)
+    assert (tmp_path / "traces" / "summary.txt").exists()
 
 
 def test_dual_config_matches_the_train_dual_command_line(tmp_path):
     """The in-process stage-2 config equals what ``python -m train.dual`` parses from the same
     choices given as flags (ml_collections' own command-line path), on the eval's scenario."""
-    from absl import flags
-    from ml_collections import config_flags
-
-    from prada_jax import config_utils
-
-    s = tm.settings_for("smoke")
+    c = main_cfg.get_config("smoke")
     env_kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0,
                   beta=0.2, tau_s=0.05)
-    config, key = tm._dual_config(s, "gsm8k", tmp_path / "ppo", env_kw)
+    config, key = policy.dual_config(c, "gsm8k", tmp_path / "ppo", env_kw)
     argv = ["train.dual", f"--config={REPO / 'prada_jax/configs/dual.py'}:smoke,gsm8k",
             "--config.env.trace_seed=0", "--config.env.problems=60",
-            f"--config.policy_dir={tmp_path / 'ppo'}"]
-    argv += [f"--config.{k}={v}" for k, v in s["dual_overrides"].items()]
+            f"--config.policy_dir={tmp_path / 'ppo'}", "--config.env.server_model=legacy"]
     argv += [f"--config.env.{k}={v}" for k, v in env_kw.items()]
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
@@ -123,7 +162,6 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
     assert res["meta"]["traces"]["synthetic"] is True
     # The table is on the test split (problems the policy never trained on, test seeds), the
     # headline against the paper's All-LLM (the server LLM alone).
-    from prada_jax.traces import splits
     meta = res["meta"]
     assert meta["split"] == "test" and meta["traces"]["split"] == "test"
     assert meta["eval_seed_range"][0] == splits.TEST_SEED_BASE
