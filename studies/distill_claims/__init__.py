@@ -1,7 +1,7 @@
 """Multi-seed report of the built-in ReOPD task: teacher, student before/after each method, and
 the paper's claims with verdicts.
 
-    python -m evals.distill_report --out=checkpoints/distill_report [--seeds=0-9] \
+    python -m studies.distill_claims --out=checkpoints/distill_report [--seeds=0-9] \
         [--cache=checkpoints/task_cache/seed0] [--steps=1000] [--warm_steps=300] \
         [--cont_steps=300] [--onpolicy_steps=100] [--batch_size=64] [--n_eval=256] \
         [--eval_points=0] [--margin=0.02] [--methods=a,b,...] [--merge_from=DIR,DIR] \

@@ -1,16 +1,16 @@
-"""``python -m evals.distill_report``: the ReOPD report command (absl flags, input checks,
-printing). The library (plan, runs, summary; its docstring lists the methods) is
-:mod:`evals.distill_report`; bad input raises ``BadInput`` (one stderr line, exit 2 under
-``prada_jax.cli.run_local``).
+"""``python -m studies.distill_claims``: the multi-seed ReOPD claims report (registration and
+records: studies/distill_claims/README.md; absl flags, input checks, printing). The library
+(plan, runs, summary; its docstring lists the methods) is :mod:`studies.distill_claims`; bad
+input raises ``BadInput`` (one stderr line, exit 2 under ``prada_jax.cli.run_local``).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-import evals.distill_report as _lib
-from evals.distill_report import (PLAN, claims, claims_markdown, heldout_diagnostics,
-                                  parse_seeds, plot_success, read_json_object, run,
-                                  success_curves, summarize, to_markdown)
+import studies.distill_claims as _lib
+from studies.distill_claims import (PLAN, claims, claims_markdown, heldout_diagnostics,
+                                    parse_seeds, plot_success, read_json_object, run,
+                                    success_curves, summarize, to_markdown)
 from prada_jax.jsonio import write_json
 
 
@@ -55,7 +55,7 @@ def _define(fv) -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m evals.distill_report`` (absl flags; bad input raises ``BadInput``)."""
+    """``python -m studies.distill_claims`` (absl flags; bad input raises ``BadInput``)."""
     from prada_jax import cli
     from prada_jax.errors import BadInput
     cli.hub_offline()
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     from prada_jax.distill.entry import undash
     names = flags.FlagValues()
     _define(names)
-    args = cli.parse_local(_define, undash(argv, list(names)), "evals.distill_report", _lib.__doc__)
+    args = cli.parse_local(_define, undash(argv, list(names)), "studies.distill_claims", _lib.__doc__)
     try:
         seeds = parse_seeds(args.seeds)
     except ValueError:

@@ -1,7 +1,7 @@
 """Edges of ``evals.curve`` (issue 43): a pair file's path never becomes a path under (or
 outside) ``--out``; every ``--pairs`` entry's env is checked before the first evaluation; a
 curve rerun into a finished folder shows each TensorBoard point once. Results come from the
-committed ``docs/results/load_curve/test/curve.json`` (``curve.results_from_json``), so no
+committed ``studies/load_curve/results/test/curve.json`` (``curve.results_from_json``), so no
 test here evaluates anything."""
 import json
 from pathlib import Path
@@ -12,7 +12,7 @@ from evals import curve
 from prada_jax.errors import BadInput
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "docs" / "results" / "load_curve" / "test" / "curve.json"
+COMMITTED = REPO / "studies" / "load_curve" / "results" / "test" / "curve.json"
 
 
 @pytest.fixture(scope="module")

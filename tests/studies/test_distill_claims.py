@@ -1,10 +1,10 @@
-"""evals.distill_report.summarize / to_markdown on hand-made run records: means, paired
+"""studies.distill_claims.summarize / to_markdown on hand-made run records: means, paired
 differences to fkl_k0.6 and the ratio-diagnostic rows against NumPy/SciPy."""
 import numpy as np
 import pytest
 from scipy import stats
 
-from evals.distill_report import summarize, to_markdown
+from studies.distill_claims import summarize, to_markdown
 
 
 def _run(seed, success, gap, slope, kappa=0.6):
@@ -55,7 +55,7 @@ def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
     import importlib
 
     from prada_jax.errors import BadInput
-    entry = importlib.import_module("evals.distill_report.__main__")
+    entry = importlib.import_module("studies.distill_claims.__main__")
     out = tmp_path / "rep"
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -76,8 +76,8 @@ def test_cli_bad_input_is_one_bad_input_line_and_writes_nothing(tmp_path):
 def test_claim_verdicts_seed_parsing_and_curves(tmp_path):
     """Verdicts follow the documented CI rules (checked against SciPy's t interval), seeds must
     be consecutive, and the success curves average the per-seed eval points."""
-    from evals.distill_report import (claims, claims_markdown, parse_seeds, plot_success,
-                                      success_curves, verdict)
+    from studies.distill_claims import (claims, claims_markdown, parse_seeds, plot_success,
+                                        success_curves, verdict)
     assert parse_seeds("0-3") == [0, 1, 2, 3] and parse_seeds("5,6") == [5, 6]
     for bad in ("0,2", "3,2", "x", ""):
         with pytest.raises(ValueError):
@@ -129,7 +129,7 @@ def test_warm_start_choice_and_reuse_of_the_from_scratch_twin(tmp_path):
     """--warm resolves the continuations' warm start; a warm start with the same budget as its
     from-scratch twin reuses that run (a symlink and copied records) instead of training:
     ``run`` would fail without a cache if it tried to train."""
-    from evals.distill_report import PLAN, adaptive, plan_of, reference_of, run
+    from studies.distill_claims import PLAN, adaptive, plan_of, reference_of, run
     assert plan_of("cont_k0.6")[1] == "warm_k0.6"
     assert plan_of("cont_k0.6", "warm_k1")[1] == "warm_k1"
     assert plan_of("reopd_k0.6", "warm_k1") == ("onpolicy", "warm_k1", "onpolicy")
@@ -173,7 +173,7 @@ def test_task_label_teacher_rows_and_plain_sft_claims(tmp_path):
     (Wilson intervals against the closed form) and computes a4/a5 (plain SFT) like a1."""
     import json
 
-    from evals.distill_report import claims, summarize, task_label
+    from studies.distill_claims import claims, summarize, task_label
     cache = tmp_path / "cache"
     (cache / "pool").mkdir(parents=True)
     assert task_label(str(cache)) == "synthetic task"
@@ -216,7 +216,7 @@ def test_report_run_end_to_end_on_a_tiny_cache(tmp_path):
     (not re-evaluated), fixed samplers take the ratio diagnostic at start and end only."""
     import json
 
-    from evals.distill_report import claims, run, summarize
+    from studies.distill_claims import claims, run, summarize
     from prada_jax.distill.task.teacher import tiny_cache
     cache = tiny_cache(tmp_path / "cache")
     out = tmp_path / "rep"

@@ -1,4 +1,4 @@
-"""Descriptive check of the kg study (docs/results/reopd_kg.md, after the verdicts; not
+"""Descriptive check of the kg study (studies/reopd_kg/README.md, after the verdicts; not
 registered): greedy vs sampled (τ = 1) success of the cold start and of seeds 0–3 of OPD, ReOPD
 κ 0.6 and SFT on the 512 verdict problems. SYNTHETIC.
 
