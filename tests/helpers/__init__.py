@@ -11,6 +11,8 @@ pytest call selecting tests from two such directories failed at collection. ``py
 puts the repository root on ``sys.path`` (``pythonpath = ["."]``), so ``tests.helpers`` imports
 the same way from any test, whatever else is collected.
 
+* ``distill``: the distillation tests' tiny cache fixture, ``:smoke`` config and TensorBoard
+  scalars.
 * ``hf_lm``: tiny random Qwen2 / Llama PyTorch models, padded batches and their logits (the
   references of ``tests/prada_jax/lm``).
 * ``hf_traces``: tiny offline HF folders (LMs, BPE tokenizer, value-head and step-tag PRMs,

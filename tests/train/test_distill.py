@@ -12,29 +12,8 @@ from prada_jax import config_utils as cu  # noqa: E402
 from prada_jax.errors import BadInput  # noqa: E402
 from prada_jax.distill import pool as pool_lib  # noqa: E402
 from prada_jax.distill.task import arith  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """A tiny cache: a pool of solved episodes, a random tiny PyTorch teacher, its logits."""
-    from prada_jax.distill.task.teacher import tiny_cache
-    return tiny_cache(tmp_path_factory.mktemp("cache"))
-
-
-def _config(cache, *variants, **overrides):
-    from prada_jax.configs.distill import get_config
-    c = get_config(",".join(("smoke",) + variants))
-    c.data.cache = str(cache)
-    for k, v in overrides.items():
-        cu.set_field(c, k, v)
-    return c
-
-
-def _scalars(tb_dir):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    ea = EventAccumulator(str(tb_dir))
-    ea.Reload()
-    return {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
+from tests.helpers.distill import cache  # noqa: E402,F401 (the module-scoped fixture)
+from tests.helpers.distill import smoke_config as _config, tb_scalars as _scalars  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,35 +11,17 @@ from scipy import stats
 torch = pytest.importorskip("torch")
 
 from prada_jax import config_utils as cu  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """A tiny cache: 12 solved episodes, a random tiny PyTorch teacher and its top-4 logits."""
-    from prada_jax.distill.task.teacher import tiny_cache
-    return tiny_cache(tmp_path_factory.mktemp("cache"))
+from tests.helpers.distill import cache  # noqa: E402,F401 (the module-scoped fixture)
+from tests.helpers.distill import smoke_config, tb_scalars as _scalars  # noqa: E402
 
 
 def _config(cache, *variants, **overrides):
-    from prada_jax.configs.distill import get_config
-    c = get_config(",".join(("smoke",) + variants))
-    c.data.cache = str(cache)
-    c.sampler.refresh_every = 2
-    for k, v in overrides.items():
-        cu.set_field(c, k, v)
-    return c
+    return smoke_config(cache, *variants, **{"sampler.refresh_every": 2, **overrides})
 
 
 def _weights(d):
     from safetensors.numpy import load_file
     return load_file(str(d / "model.safetensors"))
-
-
-def _scalars(tb_dir):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    ea = EventAccumulator(str(tb_dir))
-    ea.Reload()
-    return {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
 
 
 def _assert_equals_separate(cache, tmp_path, variants, n, seed0, **ov):
