@@ -17,10 +17,15 @@ seed count. All traces are SYNTHETIC. Exit 2 on bad input (one line naming the f
 """
 from __future__ import annotations
 
+import numpy as np
 from absl import flags
 
-from prada_jax import cli, config_utils
+from envs import edge, scenarios
+from evals import evaluate as ev
+from evals import suite
+from prada_jax import cli, config_utils, stats
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import write_json
 
 _ROWS = (("PRADA (λ=µ=0)", "threshold", False), ("FIFO-greedy", "fifo_greedy", False),
          ("Policy (no limits)", "offload_all", True))
@@ -57,13 +62,6 @@ def measure(policy_dir: str, names, seeds: int, slots: int, warmup: int, num_use
             scenario_length: int, log=print, split: str = "test") -> dict:
     """``{scenario: {"env": ..., "rows": {row: {metric: mean}}, "headroom", "mde"}}`` on the
     ``split`` part of the policy's trace set with that split's seed range."""
-    import numpy as np
-
-    from envs import edge, scenarios
-    from evals import evaluate as ev
-    from evals import suite
-    from prada_jax import stats
-
     policy = suite.load_policy(policy_dir)
     traces = suite.load_traces(policy.config.env.get("preset", "gsm8k"),
                                int(policy.config.env.get("problems", 0)) or None,
@@ -106,8 +104,6 @@ def main(argv):
     config_utils.reject_extra_argv(argv)
     if not F.policy:
         raise BadInput("--policy is required (a train.ppo run directory)")
-    from envs import scenarios
-
     names = scenarios.parse_names(F.scenarios)
     if F.warmup >= F.slots:
         raise BadInput(f"--warmup={F.warmup} must be < --slots={F.slots}")
@@ -115,7 +111,6 @@ def main(argv):
     res = measure(F.policy, names, F.seeds, F.slots, F.warmup, F.num_users, F.scenario_length,
                   split=F.split)
     if F.out:
-        from prada_jax.jsonio import write_json
         write_json(F.out, res, allow_nan=True)
         print(f"wrote {F.out}")
 

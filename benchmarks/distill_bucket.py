@@ -16,19 +16,24 @@ teacher scoring + step).
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from prada_jax.jsonio import write_json
+import jax
+from absl import flags
+
+from benchmarks.common import print_and_save_json
+from prada_jax import cli
+from prada_jax.configs.distill import get_config
+from prada_jax.distill import trainer
+from prada_jax.distill.task.teacher import tiny_cache
+from prada_jax.errors import BadInput
 
 
 def _run(cache: Path, workdir: Path, mode: str, bucket: int, batch: int, steps: int):
-    from prada_jax.distill import trainer
-    from prada_jax.configs.distill import get_config
     c = get_config("onpolicy" if mode == "onpolicy" else None)
     c.data.cache = str(cache)
     c.train.batch_size = batch
@@ -47,7 +52,6 @@ def _close(run) -> None:
 
 def measure(cache: Path, tmp: Path, mode: str, bucket: int, pairs: int, batch: int,
             warmup: int = 6) -> dict:
-    from prada_jax.distill import trainer
     steps = warmup + pairs
     a = _run(cache, tmp / f"{mode}_pad", mode, 0, batch, steps)
     b = _run(cache, tmp / f"{mode}_bucket", mode, bucket, batch, steps)
@@ -79,9 +83,6 @@ def measure(cache: Path, tmp: Path, mode: str, bucket: int, pairs: int, batch: i
 
 def run(pairs: int = 15, bucket: int = 16, modes=("offline", "onpolicy"), batch: int = 64,
         n_problems: int = 48) -> dict:
-    import jax
-
-    from prada_jax.distill.task.teacher import tiny_cache
     out = {"synthetic": True, "device": jax.devices()[0].device_kind,
            "load_avg_1min_start": os.getloadavg()[0], "results": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +95,6 @@ def run(pairs: int = 15, bucket: int = 16, modes=("offline", "onpolicy"), batch:
 
 
 def _define(fv) -> None:
-    from absl import flags
     flags.DEFINE_integer("pairs", 15, "timed (padded, bucketed) update pairs per mode",
                          lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("bucket", 16, "train.prompt_bucket of the bucketed run [tokens]",
@@ -108,20 +108,15 @@ def _define(fv) -> None:
 
 def main(argv=None) -> int:
     """``argv``: absl flags (``--pairs=15``); None = the command line."""
-    from prada_jax import cli
     cli.hub_offline()
     a = cli.parse_local(_define, argv, "benchmarks.distill_bucket", __doc__)
     bad = [m for m in a.modes if m not in ("offline", "onpolicy")]
     if bad:
-        from prada_jax.errors import BadInput
         raise BadInput(f"--modes: unknown mode {bad[0]!r} (offline, onpolicy)")
     res = run(a.pairs, a.bucket, tuple(a.modes), a.batch)
-    print(json.dumps(res, indent=2))
-    if a.json:
-        write_json(a.json, res, newline=False)
+    print_and_save_json(res, a.json)
     return 0
 
 
 if __name__ == "__main__":
-    from prada_jax import cli as _cli
-    _cli.run_local(main)
+    cli.run_local(main)

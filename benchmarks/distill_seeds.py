@@ -17,18 +17,16 @@ Speed only: the data are synthetic.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from prada_jax.jsonio import write_json
-
 import jax
 from absl import flags
 
+from benchmarks.common import print_and_save_json
 from prada_jax import cli
 from prada_jax.distill import trainer
 from prada_jax.distill.task.teacher import tiny_cache
@@ -98,9 +96,7 @@ def main(argv=None) -> int:
     cli.hub_offline()
     a = cli.parse_local(_define, argv, "benchmarks.distill_seeds", __doc__)
     res = run(a.num_seeds, a.updates, a.batch)
-    print(json.dumps(res, indent=2))
-    if a.json:
-        write_json(a.json, res, newline=False)
+    print_and_save_json(res, a.json)
     return 0
 
 

@@ -14,14 +14,12 @@ PPO trainer uses. Traces: the calibrated *synthetic* gsm8k preset.
 """
 from __future__ import annotations
 
-import json
 import os
-import statistics
-import time
 
 import jax
 from absl import flags
 
+from benchmarks.common import save_json, time_repeats
 from envs import edge
 from prada_jax import cli, parallel
 from prada_jax.errors import BadInput
@@ -56,17 +54,7 @@ def run(envs=DEFAULT_ENVS, num_users: int = 16, slots: int = 32, repeats: int = 
         if sharded:
             states = parallel.shard_batch(states, mesh)
         fn = make_jax_runner(params, e, slots)
-        t0 = time.perf_counter()
-        states, r = fn(jax.random.key(1), states)
-        jax.block_until_ready(r)
-        compile_s = time.perf_counter() - t0
-        times = []
-        for i in range(repeats):
-            t0 = time.perf_counter()
-            states, r = fn(jax.random.key(2 + i), states)
-            jax.block_until_ready(r)
-            times.append(time.perf_counter() - t0)
-        med = statistics.median(times)
+        states, _, compile_s, med = time_repeats(fn, states, repeats)
         rows.append(dict(num_envs=e, steps_per_s=e * num_users * slots / med, call_s=med,
                          compile_s=compile_s, sharded=sharded))
         print(f"  env_scaling E={e:5d}: {rows[-1]['steps_per_s']:12.0f} user-slot steps/s "
@@ -102,9 +90,7 @@ def main(argv=None) -> dict:
     res = run(envs, args.num_users, args.slots, args.repeats)
     print(f"saturates at E={res['saturation_envs']} (≥ 90% of the best "
           f"{res['best_steps_per_s']:.0f} steps/s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
+    save_json(args.json, res)
     return res
 
 

@@ -12,7 +12,6 @@ randomness. Traces: the calibrated *synthetic* gsm8k preset (``prada_jax.traces.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -22,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from benchmarks.common import save_json
 from envs import edge
 from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
 from prada_jax import cli
@@ -142,9 +142,7 @@ def main(argv):
           f"{res['numpy']['steps_per_s']:.3e} user-slot steps/s; "
           f"{res['numpy']['steps_per_cpu_s']:.3e} per CPU-second")
     print(f"ratio JAX / NumPy: {res['ratio']:.1f}x wall-clock, {res['ratio_cpu']:.1f}x per CPU-second")
-    if _JSON.value:
-        with open(_JSON.value, "w") as f:
-            json.dump(res, f, indent=2)
+    save_json(_JSON.value, res)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ built in PyTorch, saved with ``save_pretrained`` and loaded with ``prada_jax.lm.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
@@ -22,6 +21,7 @@ import numpy as np
 from absl import flags
 from flax import nnx
 
+from benchmarks.common import save_json
 from prada_jax import cli
 from prada_jax.distill import export as export_mod
 from prada_jax.lm import hf, sampling
@@ -43,24 +43,60 @@ def _median_s(fn, repeats):
     return statistics.median(ts), ts
 
 
+def _define(fv):
+    """The command's flags."""
+    flags.DEFINE_enum("preset", "small", sorted(PRESETS), "model size", flag_values=fv)
+    for name, default, help_ in (
+            ("batch", 4, "sequences per batch"), ("length", 128, "tokens per sequence"),
+            ("repeats", 10, "timed calls (median)"),
+            ("new_tokens", 32, "generate() benchmark length"),
+            ("export_seqs", 32, "sequences for the export part"),
+            ("top_k", 64, "exported logits per position")):
+        flags.DEFINE_integer(name, default, help_, lower_bound=1, flag_values=fv)
+    flags.DEFINE_bool("skip_export", False, "skip the export part", flag_values=fv)
+    flags.DEFINE_bool("skip_generate", False, "skip the generate() part", flag_values=fv)
+    flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's default)",
+                         lower_bound=0, flag_values=fv)
+    flags.DEFINE_string("json", None, "also write the results to this file", flag_values=fv)
+
+
+def _generate(model, jids, args, results: dict) -> None:
+    """Times ``sampling.generate`` (KV cache) on the first ≤ 32 tokens of ``jids``."""
+    prompt = jids[:, : min(32, args.length)]
+    kw = dict(key=jax.random.key(0), max_new_tokens=args.new_tokens, temperature=1.0)
+    t0 = time.perf_counter()
+    jax.block_until_ready(sampling.generate(model, prompt, **kw))
+    results["generate_compile_s"] = time.perf_counter() - t0
+    gen_s, _ = _median_s(lambda: jax.block_until_ready(sampling.generate(model, prompt, **kw)),
+                         max(3, args.repeats // 2))
+    new = args.batch * args.new_tokens
+    results.update(generate_s=gen_s, generate_new_tokens_per_s=new / gen_s)
+    print(f"generate flax  median {1e3 * gen_s:8.2f} ms  {new / gen_s:10.0f} new tok/s "
+          f"(batch {args.batch}, prompt {prompt.shape[1]}, {args.new_tokens} new, KV cache)")
+
+
+def _export(tmodel, rng, vocab: int, args, results: dict) -> None:
+    """Times the teacher-logit export (``distill.export.export_logits``) of random
+    sequences."""
+    seqs = [rng.integers(0, vocab, args.length).tolist() for _ in range(args.export_seqs)]
+    with tempfile.TemporaryDirectory() as tmp:
+        stats = export_mod.export_logits(tmodel, [str(i) for i in range(len(seqs))], seqs, tmp,
+                                         meta={"teacher": "synthetic"}, vocab_size=vocab,
+                                         top_k=args.top_k,
+                                         batch_tokens=args.batch * args.length,
+                                         progress=False)
+        index_bytes = os.path.getsize(os.path.join(tmp, "index.json"))
+    results.update(export_tokens_per_s=stats["tokens_per_s"],
+                   export_bytes_per_token=stats["bytes_per_token"],
+                   export_index_bytes=index_bytes, export_tokens=stats["tokens"])
+    print(f"export   torch {stats['tokens_per_s']:10.0f} tok/s  {stats['bytes_per_token']:.1f} "
+          f"bytes/token in shards (top-k {args.top_k}; index.json {index_bytes} bytes for "
+          f"{len(seqs)} sequences)")
+
+
 def main(argv=None) -> dict:
     """``argv``: absl flags (``--new_tokens=32``); None = the command line."""
-    def define(fv):
-        flags.DEFINE_enum("preset", "small", sorted(PRESETS), "model size", flag_values=fv)
-        for name, default, help_ in (
-                ("batch", 4, "sequences per batch"), ("length", 128, "tokens per sequence"),
-                ("repeats", 10, "timed calls (median)"),
-                ("new_tokens", 32, "generate() benchmark length"),
-                ("export_seqs", 32, "sequences for the export part"),
-                ("top_k", 64, "exported logits per position")):
-            flags.DEFINE_integer(name, default, help_, lower_bound=1, flag_values=fv)
-        flags.DEFINE_bool("skip_export", False, "skip the export part", flag_values=fv)
-        flags.DEFINE_bool("skip_generate", False, "skip the generate() part", flag_values=fv)
-        flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: torch's default)",
-                             lower_bound=0, flag_values=fv)
-        flags.DEFINE_string("json", None, "also write the results to this file", flag_values=fv)
-
-    args = cli.parse_local(define, argv, "benchmarks.lm_forward", __doc__)
+    args = cli.parse_local(_define, argv, "benchmarks.lm_forward", __doc__)
     cli.hub_offline()
 
     import torch  # lazy: torch is optional (the [torch] extra)
@@ -120,36 +156,10 @@ def main(argv=None) -> dict:
           f"{results['max_abs_logit_diff']:.2e}")
 
     if not args.skip_generate:
-        prompt = jids[:, : min(32, args.length)]
-        kw = dict(key=jax.random.key(0), max_new_tokens=args.new_tokens, temperature=1.0)
-        t0 = time.perf_counter()
-        jax.block_until_ready(sampling.generate(model, prompt, **kw))
-        results["generate_compile_s"] = time.perf_counter() - t0
-        gen_s, _ = _median_s(lambda: jax.block_until_ready(sampling.generate(model, prompt, **kw)),
-                             max(3, args.repeats // 2))
-        new = args.batch * args.new_tokens
-        results.update(generate_s=gen_s, generate_new_tokens_per_s=new / gen_s)
-        print(f"generate flax  median {1e3 * gen_s:8.2f} ms  {new / gen_s:10.0f} new tok/s "
-              f"(batch {args.batch}, prompt {prompt.shape[1]}, {args.new_tokens} new, KV cache)")
-
+        _generate(model, jids, args, results)
     if not args.skip_export:
-        seqs = [rng.integers(0, vocab, args.length).tolist() for _ in range(args.export_seqs)]
-        with tempfile.TemporaryDirectory() as tmp:
-            stats = export_mod.export_logits(tmodel, [str(i) for i in range(len(seqs))], seqs, tmp,
-                                             meta={"teacher": "synthetic"}, vocab_size=vocab,
-                                             top_k=args.top_k,
-                                             batch_tokens=args.batch * args.length,
-                                             progress=False)
-            index_bytes = os.path.getsize(os.path.join(tmp, "index.json"))
-        results.update(export_tokens_per_s=stats["tokens_per_s"],
-                       export_bytes_per_token=stats["bytes_per_token"],
-                       export_index_bytes=index_bytes, export_tokens=stats["tokens"])
-        print(f"export   torch {stats['tokens_per_s']:10.0f} tok/s  {stats['bytes_per_token']:.1f} "
-              f"bytes/token in shards (top-k {args.top_k}; index.json {index_bytes} bytes for "
-              f"{len(seqs)} sequences)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        _export(tmodel, rng, vocab, args, results)
+    save_json(args.json, results)
     return results
 
 

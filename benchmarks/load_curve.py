@@ -16,7 +16,6 @@ small MLP per user and slot), so the numbers say nothing about quality.
 """
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
@@ -25,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from benchmarks.common import save_json
 from envs import edge
 from evals import curve
 from evals import evaluate as ev
@@ -94,9 +94,7 @@ def main(argv):
               f"{F.repeats}), compilations per function {d['compiles']}")
     print(f"curve / point: first call {r['ratio_first_call']:.2f}x (target <= 3), run only "
           f"{r['ratio_run']:.2f}x [{r['settings']['backend']}; SYNTHETIC traces, speed only]")
-    if F.json:
-        with open(F.json, "w") as f:
-            json.dump(r, f, indent=2)
+    save_json(F.json, r)
 
 
 if __name__ == "__main__":

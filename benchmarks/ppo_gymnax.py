@@ -45,6 +45,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from envs import single_agent
+from prada_jax.configs import ppo as ppo_configs
+from prada_jax.rl import trainer
+from prada_jax.stats import mean_ci
+
 __all__ = ["RefConfig", "reference_train", "learner_setup", "run", "executed_hlo_ops", "ratio_ci"]
 
 
@@ -97,18 +102,9 @@ def _critic(p, x):
     return lin(p["c3"], jnp.tanh(lin(p["c2"], jnp.tanh(lin(p["c1"], x)))))[..., 0]
 
 
-def make_reference_train(cfg: RefConfig, env, env_params):
-    """``train(key) -> (params, ep_return_sum [U], episodes [U])`` (U = num_updates): the whole
-    training in one pure function (jit it)."""
-    obs_dim = int(env.observation_space(env_params).shape[0])
-    num_actions = int(env.action_space(env_params).n)
-    batch = cfg.num_envs * cfg.num_steps
-    mb = batch // cfg.num_minibatches
-    sched = optax.linear_schedule(cfg.lr, 0.0, cfg.num_updates * cfg.update_epochs
-                                  * cfg.num_minibatches)
-    tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
-                     optax.adam(sched, eps=1e-5))
-
+def _ref_loss(cfg: RefConfig):
+    """The reference's PPO loss on a minibatch ``b``: clipped surrogate, clipped value loss,
+    entropy bonus, advantages normalised per minibatch."""
     def loss_fn(params, b):
         logits, value = _net(params, b["obs"])
         logp_all = jax.nn.log_softmax(logits)
@@ -123,7 +119,35 @@ def make_reference_train(cfg: RefConfig, env, env_params):
                           jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv).mean()
         return pg + cfg.vf_coef * v_loss - cfg.ent_coef * entropy
 
-    grad_fn = jax.grad(loss_fn)
+    return loss_fn
+
+
+def _ref_gae(cfg: RefConfig, traj: dict, last_v):
+    """Advantages [T, E] by reverse GAE; a truncated step bootstraps with V(final obs)."""
+    def gae_step(c, t):
+        gae, next_v = c
+        nv = jnp.where(t["term"], 0.0, jnp.where(t["trunc"], t["final_v"], next_v))
+        delta = t["reward"] + cfg.gamma * nv - t["value"]
+        gae = delta + cfg.gamma * cfg.gae_lambda * (1.0 - (t["term"] | t["trunc"])) * gae
+        return (gae, t["value"]), gae
+
+    _, adv = jax.lax.scan(gae_step, (jnp.zeros_like(last_v), last_v), traj,
+                          reverse=True, unroll=16)
+    return adv
+
+
+def make_reference_train(cfg: RefConfig, env, env_params):
+    """``train(key) -> (params, ep_return_sum [U], episodes [U])`` (U = num_updates): the whole
+    training in one pure function (jit it)."""
+    obs_dim = int(env.observation_space(env_params).shape[0])
+    num_actions = int(env.action_space(env_params).n)
+    batch = cfg.num_envs * cfg.num_steps
+    mb = batch // cfg.num_minibatches
+    sched = optax.linear_schedule(cfg.lr, 0.0, cfg.num_updates * cfg.update_epochs
+                                  * cfg.num_minibatches)
+    tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
+                     optax.adam(sched, eps=1e-5))
+    grad_fn = jax.grad(_ref_loss(cfg))
 
     def train(key):
         key, k_net, k_reset = jax.random.split(key, 3)
@@ -156,16 +180,7 @@ def make_reference_train(cfg: RefConfig, env, env_params):
             (env_state, obs, ep_ret, key), traj = jax.lax.scan(
                 env_step, (env_state, obs, ep_ret, key), None, cfg.num_steps)
             last_v = _critic(params, obs)
-
-            def gae_step(c, t):
-                gae, next_v = c
-                nv = jnp.where(t["term"], 0.0, jnp.where(t["trunc"], t["final_v"], next_v))
-                delta = t["reward"] + cfg.gamma * nv - t["value"]
-                gae = delta + cfg.gamma * cfg.gae_lambda * (1.0 - (t["term"] | t["trunc"])) * gae
-                return (gae, t["value"]), gae
-
-            _, adv = jax.lax.scan(gae_step, (jnp.zeros_like(last_v), last_v), traj,
-                                  reverse=True, unroll=16)
+            adv = _ref_gae(cfg, traj, last_v)
             data = dict(obs=traj["obs"], action=traj["action"], logp=traj["logp"],
                         value=traj["value"], adv=adv, ret=adv + traj["value"])
             data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:]), data)
@@ -197,7 +212,7 @@ def make_reference_train(cfg: RefConfig, env, env_params):
 
 def reference_train(key, cfg: RefConfig = RefConfig(), env_id: str = "CartPole-v1"):
     """Trains the reference once (compiles each call); returns ``(params, ep_sum, episodes)``."""
-    import gymnax
+    import gymnax  # lazy: gymnax is an optional extra ([gymnax])
 
     env, params = gymnax.make(env_id)
     return jax.jit(make_reference_train(cfg, env, params))(key)
@@ -208,10 +223,6 @@ def reference_train(key, cfg: RefConfig = RefConfig(), env_id: str = "CartPole-v
 def learner_setup(num_updates: int, updates_per_chunk: int = 61, seed: int = 0, **ppo):
     """``(config, setup)`` of the learner on CartPole-v1 (the ``gymnax`` config variant,
     ``num_updates`` rounded up to whole chunks; ``ppo`` overrides ``config.ppo`` fields)."""
-    from envs import single_agent
-    from prada_jax.rl import trainer
-    from prada_jax.configs import ppo as ppo_configs
-
     config = ppo_configs.get_config("gymnax")
     config.seed = seed
     config.ppo.updates_per_chunk = updates_per_chunk
@@ -274,18 +285,44 @@ def ratio_ci(ratios) -> list[float]:
     """``[geometric mean, low, high]`` of paired speed ratios: the 95% Student-t interval of
     the mean log ratio (``prada_jax.stats.mean_ci``), mapped back by exp (NaN bounds with
     fewer than two pairs). A ratio's interval that holds 1 is parity, not a difference."""
-    from prada_jax.stats import mean_ci
-
     ci = mean_ci(np.log(np.asarray(ratios, np.float64)))
     return [float(np.exp(ci.mean)), float(np.exp(ci.low)), float(np.exp(ci.high))]
+
+
+def _pair_summary(rows: list[dict], steps: int) -> dict:
+    """Rates, paired speed ratios (wall and CPU, median / range / geometric-mean CI) and
+    final returns of ``run``'s alternated pairs; ``steps`` env steps per training."""
+    arms = ("learner", "reference")
+    ratios = [r["reference"]["wall_s"] / r["learner"]["wall_s"] for r in rows]
+    ratios_cpu = [r["reference"]["cpu_s"] / r["learner"]["cpu_s"] for r in rows]
+    geo = {"wall": ratio_ci(ratios), "cpu": ratio_ci(ratios_cpu)}
+    med = {a: statistics.median(r[a]["wall_s"] for r in rows) for a in arms}
+    cpu_min = {a: min(r[a]["cpu_s"] for r in rows) for a in arms}
+    returns = {a: [r[a]["final_return"] for r in rows] for a in arms}
+    return {
+        "learner_env_steps_per_s": steps / med["learner"],
+        "reference_env_steps_per_s": steps / med["reference"],
+        # learner speed / reference speed (> 1: the learner is faster), per pair
+        "ratio_paired_median": statistics.median(ratios),
+        "ratio_paired_min": min(ratios), "ratio_paired_max": max(ratios),
+        "ratio_cpu_paired_median": statistics.median(ratios_cpu),
+        "ratio_cpu_paired_min": min(ratios_cpu), "ratio_cpu_paired_max": max(ratios_cpu),
+        # geometric mean of the paired ratios with its 95% Student-t interval (on log ratios)
+        "ratio_geomean_ci": geo["wall"], "ratio_cpu_geomean_ci": geo["cpu"],
+        # the least CPU time of each arm over the pairs (the run least disturbed by load)
+        "ratio_cpu_min_times": cpu_min["reference"] / cpu_min["learner"],
+        "learner_cpu_s_min": cpu_min["learner"], "reference_cpu_s_min": cpu_min["reference"],
+        "learner_final_return": rows[-1]["learner"]["final_return"],
+        "reference_final_return": rows[-1]["reference"]["final_return"],
+        "learner_final_returns": returns["learner"],
+        "reference_final_returns": returns["reference"],
+    }
 
 
 def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
         seed: int = 0) -> dict:
     """Alternated pairs of whole trainings (learner vs reference), compile excluded."""
-    import gymnax
-
-    from prada_jax.rl import trainer
+    import gymnax  # lazy: gymnax is an optional extra ([gymnax])
 
     config, setup = learner_setup(num_updates, updates_per_chunk, seed)
     n_chunks = setup.total_chunks
@@ -336,31 +373,9 @@ def run(pairs: int = 5, num_updates: int = 976, updates_per_chunk: int = 61,
             w, c, out = timed(fn)
             row[name] = {"wall_s": w, "cpu_s": c, "final_return": _final_return(*out)}
         rows.append(row)
-    arms = ("learner", "reference")
-    ratios = [r["reference"]["wall_s"] / r["learner"]["wall_s"] for r in rows]
-    ratios_cpu = [r["reference"]["cpu_s"] / r["learner"]["cpu_s"] for r in rows]
-    geo = {"wall": ratio_ci(ratios), "cpu": ratio_ci(ratios_cpu)}
-    med = {a: statistics.median(r[a]["wall_s"] for r in rows) for a in arms}
-    cpu_min = {a: min(r[a]["cpu_s"] for r in rows) for a in arms}
-    returns = {a: [r[a]["final_return"] for r in rows] for a in arms}
     return {
         "env": "CartPole-v1", "env_steps": steps, "updates": updates, "pairs": pairs,
-        "learner_env_steps_per_s": steps / med["learner"],
-        "reference_env_steps_per_s": steps / med["reference"],
-        # learner speed / reference speed (> 1: the learner is faster), per pair
-        "ratio_paired_median": statistics.median(ratios),
-        "ratio_paired_min": min(ratios), "ratio_paired_max": max(ratios),
-        "ratio_cpu_paired_median": statistics.median(ratios_cpu),
-        "ratio_cpu_paired_min": min(ratios_cpu), "ratio_cpu_paired_max": max(ratios_cpu),
-        # geometric mean of the paired ratios with its 95% Student-t interval (on log ratios)
-        "ratio_geomean_ci": geo["wall"], "ratio_cpu_geomean_ci": geo["cpu"],
-        # the least CPU time of each arm over the pairs (the run least disturbed by load)
-        "ratio_cpu_min_times": cpu_min["reference"] / cpu_min["learner"],
-        "learner_cpu_s_min": cpu_min["learner"], "reference_cpu_s_min": cpu_min["reference"],
-        "learner_final_return": rows[-1]["learner"]["final_return"],
-        "reference_final_return": rows[-1]["reference"]["final_return"],
-        "learner_final_returns": returns["learner"],
-        "reference_final_returns": returns["reference"],
+        **_pair_summary(rows, steps),
         "learner_compile_s": learner_compile, "reference_compile_s": ref_compile,
         "learner_hlo_ops_per_update": ops_per_update["learner"],
         "reference_hlo_ops_per_update": ops_per_update["reference"],

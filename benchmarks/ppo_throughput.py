@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from benchmarks.common import save_json
 from prada_jax import cli, config_utils
 from prada_jax.rl import learner, networks, trainer
 from prada_jax.configs import ppo as ppo_configs
@@ -219,9 +220,7 @@ def main(argv):
         res = run(_VARIANT.value, _NUM_ENVS.value, _NUM_SEEDS.value, _REPEATS.value)
         print(json.dumps(res, indent=2))
         print(_line(res))
-    if _JSON.value:
-        with open(_JSON.value, "w") as f:
-            json.dump(res, f, indent=2)
+    save_json(_JSON.value, res)
 
 
 if __name__ == "__main__":

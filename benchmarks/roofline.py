@@ -31,13 +31,12 @@ when kernels re-read), so the roofline is a yardstick, not a bound. Synthetic da
 from __future__ import annotations
 
 import json
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 from absl import flags
 
+from benchmarks.common import median_time, save_json, time_repeats
 from envs import edge
 from prada_jax import cli
 from prada_jax import latency as lat
@@ -100,16 +99,6 @@ def clock_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _median_time(fn, *args, repeats=5):
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def _cost(compiled) -> dict:
     ca = compiled.cost_analysis()
     ca = ca[0] if isinstance(ca, (list, tuple)) else ca
@@ -123,12 +112,12 @@ def measure_machine(repeats: int = 5) -> dict:
     k = 10                                          # passes inside one call (no allocation)
     x = jnp.ones((n,), jnp.float32)
     stream = jax.jit(lambda v: jax.lax.fori_loop(0, k, lambda i, u: u * 1.0001 + 0.5, v))
-    t = _median_time(stream, x, repeats=repeats)
+    t = median_time(stream, x, repeats=repeats)
     bw = 2 * 4 * n * k / t
     m = 8192 if gpu else 1024
     a = jnp.ones((m, m), jnp.float32) / m
     mm = jax.jit(lambda p: p @ p)
-    tf = _median_time(mm, a, repeats=repeats)
+    tf = median_time(mm, a, repeats=repeats)
     return dict(stream_bytes=2 * 4 * n * k, stream_s=t, bandwidth_bytes_per_s=bw,
                 matmul_n=m, matmul_s=tf, flop_per_s=2.0 * m ** 3 / tf)
 
@@ -143,15 +132,7 @@ def run(num_envs: int = 4096, num_users: int = 16, slots: int = 16, repeats: int
     reset = jax.jit(jax.vmap(edge.reset, in_axes=(0, None)))
     states = reset(jax.random.split(jax.random.key(0), num_envs), params)[1]
     fn = make_jax_runner(params, num_envs, slots)
-    states, r = fn(jax.random.key(1), states)
-    jax.block_until_ready(r)
-    times = []
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        states, r = fn(jax.random.key(2 + i), states)
-        jax.block_until_ready(r)
-        times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
+    states, _, _, med = time_repeats(fn, states, repeats)
     steps = num_envs * num_users * slots / med
     # One vmapped step (random screening, as in the runner), costed by XLA.
 
@@ -200,9 +181,7 @@ def main(argv=None):
           "prefill of the context; computed from the profiles, not measured):")
     print(clock_markdown(rows))
     if a.clock_only:
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump({"clock": rows}, f, indent=2)
+        save_json(a.json, {"clock": rows})
         return
     r = run(a.num_envs, a.num_users, a.slots, a.repeats)
     r["clock"] = rows
@@ -212,9 +191,7 @@ def main(argv=None):
           f"{r['roofline_user_slot_steps_per_s']:.3g}/s ({r['bound']}-bound: "
           f"{r['flops_per_user_slot']:.3g} FLOP, {r['bytes_per_user_slot']:.3g} B per "
           f"user-slot; {r['measured_bw_gb_s']:.3g} GB/s, {r['measured_gflop_s']:.3g} GFLOP/s)")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(r, f, indent=2)
+    save_json(a.json, r)
 
 
 if __name__ == "__main__":

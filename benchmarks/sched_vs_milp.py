@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from benchmarks.common import median_time, save_json
 from prada_jax import cli
 from prada_jax.sched import base, fill, oracle
 from prada_jax.sched.base import SchedInputs, SchedParams
@@ -94,102 +95,67 @@ def knapsack_milp(w, w_bar, b, free_units, free_bw_hz):
     return base + float(p[idx] @ np.round(res.x))
 
 
-def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: float = 0.005,
-              mu_per_mhz: float = 0.002, repeats: int = 20, batch: int = 256,
-              check_full_milp: int = 3) -> dict:
-    """Medians over ``slots`` random slots of ``n`` candidates (synthetic): the jitted
-    threshold rule (``threshold_decide``, whose repair is the vectorised fill), the fill
-    alone (``prada_jax.sched.fill`` on the rule's want set and priority, sort included), the
-    one-by-one fill (``fill.greedy_fill_sequential``), and scipy ``milp`` on the 2-constraint
-    knapsack formulation of the same slot (one solve each); the MILP / threshold ratio per
-    slot (median). Batched: ``batch`` slots vmapped through ``threshold_decide`` and through
-    the fill, slots/s. ``threshold_s`` ranks the repair by one stable sort and
-    ``threshold_pairwise_rank_s`` by C² comparisons (the rule picks by C:
-    ``threshold.SORT_ABOVE``); both decide the same (checked per slot). The first ``check_full_milp`` slots are also solved by the 3-choice
-    MILP of ``oracle.milp_slot`` to check that the knapsack formulation has the same optimum.
-    """
-    sp = SchedParams(lambda_s=jnp.float32(lambda_s), mu=jnp.float32(mu_per_mhz * 1e-6))
-
-    def _want_rank(x):  # the rule's own want set and priority (one stable sort)
+def _rule_fills(sp: SchedParams):
+    """The threshold rule's want set and priority (one stable sort) under ``sp`` and the fills
+    on it: (want_rank, fill_only, sequential_only, passes), not jitted."""
+    def want_rank(x):
         want, rank, _, _ = admission_priority(x, sp)
         return want, rank
 
-    def _fill_only(x, fu, fb):
-        want, rank = _want_rank(x)
+    def fill_only(x, fu, fb):
+        want, rank = want_rank(x)
         return fill.greedy_fill_ranked(want, rank, x.bandwidth_hz, fu, fb)
 
-    def _seq_only(x, fu, fb):
-        want, rank = _want_rank(x)
+    def sequential_only(x, fu, fb):
+        want, rank = want_rank(x)
         return fill.greedy_fill_sequential(want, rank, x.bandwidth_hz, fu, fb)
 
-    def _passes(x, fu, fb):
-        want, rank = _want_rank(x)
+    def passes(x, fu, fb):
+        want, rank = want_rank(x)
         return fill.fill_passes(want, rank, x.bandwidth_hz, fu, fb)
+    return want_rank, fill_only, sequential_only, passes
 
-    # the rule's repair ranked by one stable sort vs by C² pairwise comparisons (same decisions)
-    thr = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp, fill.sorted_rank))
-    thr_pw = jax.jit(lambda x, fu, fb: threshold_decide(x, fu, fb, sp, base.priority_rank))
-    fil, seq, npass = jax.jit(_fill_only), jax.jit(_seq_only), jax.jit(_passes)
-    fill_ranked = jax.jit(fill.greedy_fill_ranked)
-    seq_ranked = jax.jit(fill.greedy_fill_sequential)
 
-    def _median_time(fn, *args):
-        jax.block_until_ready(fn(*args))
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
+def _decide(sp: SchedParams, rank_fn):
+    """``threshold_decide`` under ``sp`` with the repair ranked by ``rank_fn``."""
+    return lambda x, fu, fb: threshold_decide(x, fu, fb, sp, rank_fn)
 
-    rows = []
-    xs = []
-    for k in range(slots):
-        x = make_slot(n, seed=k)
-        xs.append(x)
-        fb_v = float(jnp.mean(x.bandwidth_hz)) * free_units
-        fu, fb = jnp.int32(free_units), jnp.float32(fb_v)
-        t_thr, t_fill, t_seq, t_pw = (_median_time(f, x, fu, fb)
-                                      for f in (thr, fil, seq, thr_pw))
-        want, rank = jax.jit(_want_rank)(x)
-        t_fr = _median_time(fill_ranked, want, rank, x.bandwidth_hz, fu, fb)
-        t_sr = _median_time(seq_ranked, want, rank, x.bandwidth_hz, fu, fb)
-        w, w_bar, _ = (np.asarray(a, np.float64) for a in advantages(x, sp))
-        b = np.asarray(x.bandwidth_hz, np.float64)
-        t0 = time.perf_counter()
-        v_knap = knapsack_milp(w, w_bar, b, free_units, fb_v)
-        t_milp = time.perf_counter() - t0
-        d = np.asarray(thr(x, fu, fb))
-        row = dict(threshold_s=t_thr, threshold_pairwise_rank_s=t_pw, fill_s=t_fill,
-                   sequential_fill_s=t_seq, milp_s=t_milp,
-                   fill_given_rank_s=t_fr, sequential_given_rank_s=t_sr,
-                   passes=int(npass(x, fu, fb)), oracle_value=v_knap,
-                   threshold_value=oracle.slot_value(d, w, w_bar),
-                   feasible=oracle.is_feasible(d, b, free_units, fb_v),
-                   pairwise_equals_sorted=bool(np.array_equal(d, np.asarray(thr_pw(x, fu, fb)))),
-                   fill_equals_sequential=bool(np.array_equal(np.asarray(fil(x, fu, fb)),
-                                                              np.asarray(seq(x, fu, fb)))))
-        if k < check_full_milp:
-            row["full_milp_value"] = oracle.milp_slot(w, w_bar, b, free_units, fb_v).value
-        rows.append(row)
+
+def _slot_row(x: SchedInputs, free_units: int, sp: SchedParams, jitted: dict, repeats: int,
+              full_milp: bool) -> dict:
+    """One slot's timings (medians of ``repeats``), MILP value and checks for ``run_slots``."""
+    thr, thr_pw, fil, seq = jitted["thr"], jitted["thr_pw"], jitted["fil"], jitted["seq"]
+    fb_v = float(jnp.mean(x.bandwidth_hz)) * free_units
+    fu, fb = jnp.int32(free_units), jnp.float32(fb_v)
+    t_thr, t_fill, t_seq, t_pw = (median_time(f, x, fu, fb, repeats=repeats)
+                                  for f in (thr, fil, seq, thr_pw))
+    want, rank = jax.jit(jitted["want_rank"])(x)
+    t_fr = median_time(jitted["fill_ranked"], want, rank, x.bandwidth_hz, fu, fb, repeats=repeats)
+    t_sr = median_time(jitted["seq_ranked"], want, rank, x.bandwidth_hz, fu, fb, repeats=repeats)
+    w, w_bar, _ = (np.asarray(a, np.float64) for a in advantages(x, sp))
+    b = np.asarray(x.bandwidth_hz, np.float64)
+    t0 = time.perf_counter()
+    v_knap = knapsack_milp(w, w_bar, b, free_units, fb_v)
+    t_milp = time.perf_counter() - t0
+    d = np.asarray(thr(x, fu, fb))
+    row = dict(threshold_s=t_thr, threshold_pairwise_rank_s=t_pw, fill_s=t_fill,
+               sequential_fill_s=t_seq, milp_s=t_milp,
+               fill_given_rank_s=t_fr, sequential_given_rank_s=t_sr,
+               passes=int(jitted["npass"](x, fu, fb)), oracle_value=v_knap,
+               threshold_value=oracle.slot_value(d, w, w_bar),
+               feasible=oracle.is_feasible(d, b, free_units, fb_v),
+               pairwise_equals_sorted=bool(np.array_equal(d, np.asarray(thr_pw(x, fu, fb)))),
+               fill_equals_sequential=bool(np.array_equal(np.asarray(fil(x, fu, fb)),
+                                                          np.asarray(seq(x, fu, fb)))))
+    if full_milp:
+        row["full_milp_value"] = oracle.milp_slot(w, w_bar, b, free_units, fb_v).value
+    return row
+
+
+def _slot_medians(rows: list[dict]) -> dict:
+    """``run_slots``' per-slot medians, ratios and all-slot checks."""
     med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
-    # batched: `batch` slots (cycling the ones above) vmapped
-    xb = jax.tree.map(lambda *a: jnp.stack(a), *[xs[i % len(xs)] for i in range(batch)])
-    fub = jnp.full((batch,), free_units, jnp.int32)
-    fbb = jnp.asarray([float(jnp.mean(xs[i % len(xs)].bandwidth_hz)) * free_units
-                       for i in range(batch)], jnp.float32)
-    t_thr_b = _median_time(jax.jit(jax.vmap(
-        lambda x, fu, fb: threshold_decide(x, fu, fb, sp, fill.sorted_rank))), xb, fub, fbb)
-    t_pw_b = _median_time(jax.jit(jax.vmap(
-        lambda x, fu, fb: threshold_decide(x, fu, fb, sp, base.priority_rank))), xb, fub, fbb)
-    t_fill_b = _median_time(jax.jit(jax.vmap(_fill_only)), xb, fub, fbb)
-    wb, rb = jax.jit(jax.vmap(_want_rank))(xb)
-    t_fr_b = _median_time(jax.jit(jax.vmap(fill.greedy_fill_ranked)), wb, rb, xb.bandwidth_hz,
-                          fub, fbb)
-    t_sr_b = _median_time(jax.jit(jax.vmap(fill.greedy_fill_sequential)), wb, rb,
-                          xb.bandwidth_hz, fub, fbb)
     return {
-        "candidates": n, "slots": slots, "free_units": free_units, "repeats": repeats,
         "threshold_s_median": med("threshold_s"),
         "threshold_pairwise_rank_s_median": med("threshold_pairwise_rank_s"),
         "ratio_pairwise_over_sorted_median": statistics.median(
@@ -215,13 +181,64 @@ def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: fl
         "knapsack_equals_full_milp": all(abs(r["full_milp_value"] - r["oracle_value"])
                                          <= 1e-6 * max(1.0, abs(r["oracle_value"]))
                                          for r in rows if "full_milp_value" in r),
-        "batch": batch, "batched_threshold_slots_per_s": batch / t_thr_b,
-        "batched_threshold_pairwise_rank_slots_per_s": batch / t_pw_b,
-        "batched_fill_slots_per_s": batch / t_fill_b,
-        "batched_fill_given_rank_slots_per_s": batch / t_fr_b,
-        "batched_sequential_given_rank_slots_per_s": batch / t_sr_b,
-        "backend": jax.default_backend(), "synthetic": True, "rows": rows,
     }
+
+
+def _batched_rates(xs: list, batch: int, free_units: int, sp: SchedParams, fills,
+                   repeats: int) -> dict:
+    """``batch`` slots (cycling ``xs``) vmapped: slots/s of the rule and the fills."""
+    want_rank, fill_only, _, _ = fills
+    xb = jax.tree.map(lambda *a: jnp.stack(a), *[xs[i % len(xs)] for i in range(batch)])
+    fub = jnp.full((batch,), free_units, jnp.int32)
+    fbb = jnp.asarray([float(jnp.mean(xs[i % len(xs)].bandwidth_hz)) * free_units
+                       for i in range(batch)], jnp.float32)
+    t_thr_b = median_time(jax.jit(jax.vmap(_decide(sp, fill.sorted_rank))),
+                          xb, fub, fbb, repeats=repeats)
+    t_pw_b = median_time(jax.jit(jax.vmap(_decide(sp, base.priority_rank))),
+                         xb, fub, fbb, repeats=repeats)
+    t_fill_b = median_time(jax.jit(jax.vmap(fill_only)), xb, fub, fbb, repeats=repeats)
+    wb, rb = jax.jit(jax.vmap(want_rank))(xb)
+    t_fr_b = median_time(jax.jit(jax.vmap(fill.greedy_fill_ranked)), wb, rb,
+                         xb.bandwidth_hz, fub, fbb, repeats=repeats)
+    t_sr_b = median_time(jax.jit(jax.vmap(fill.greedy_fill_sequential)), wb, rb,
+                         xb.bandwidth_hz, fub, fbb, repeats=repeats)
+    return {"batched_threshold_slots_per_s": batch / t_thr_b,
+            "batched_threshold_pairwise_rank_slots_per_s": batch / t_pw_b,
+            "batched_fill_slots_per_s": batch / t_fill_b,
+            "batched_fill_given_rank_slots_per_s": batch / t_fr_b,
+            "batched_sequential_given_rank_slots_per_s": batch / t_sr_b}
+
+
+def run_slots(n: int = 1024, slots: int = 30, free_units: int = 64, lambda_s: float = 0.005,
+              mu_per_mhz: float = 0.002, repeats: int = 20, batch: int = 256,
+              check_full_milp: int = 3) -> dict:
+    """Medians over ``slots`` random slots of ``n`` candidates (synthetic): the jitted
+    threshold rule (``threshold_decide``, whose repair is the vectorised fill), the fill
+    alone (``prada_jax.sched.fill`` on the rule's want set and priority, sort included), the
+    one-by-one fill (``fill.greedy_fill_sequential``), and scipy ``milp`` on the 2-constraint
+    knapsack formulation of the same slot (one solve each); the MILP / threshold ratio per
+    slot (median). Batched: ``batch`` slots vmapped through ``threshold_decide`` and through
+    the fill, slots/s. ``threshold_s`` ranks the repair by one stable sort and
+    ``threshold_pairwise_rank_s`` by C² comparisons (the rule picks by C:
+    ``threshold.SORT_ABOVE``); both decide the same (checked per slot). The first ``check_full_milp`` slots are also solved by the 3-choice
+    MILP of ``oracle.milp_slot`` to check that the knapsack formulation has the same optimum.
+    """
+    sp = SchedParams(lambda_s=jnp.float32(lambda_s), mu=jnp.float32(mu_per_mhz * 1e-6))
+    fills = _rule_fills(sp)
+    want_rank, fill_only, sequential_only, passes = fills
+    # the rule's repair ranked by one stable sort vs by C² pairwise comparisons (same decisions)
+    jitted = dict(thr=jax.jit(_decide(sp, fill.sorted_rank)),
+                  thr_pw=jax.jit(_decide(sp, base.priority_rank)),
+                  fil=jax.jit(fill_only), seq=jax.jit(sequential_only), npass=jax.jit(passes),
+                  fill_ranked=jax.jit(fill.greedy_fill_ranked),
+                  seq_ranked=jax.jit(fill.greedy_fill_sequential), want_rank=want_rank)
+    xs = [make_slot(n, seed=k) for k in range(slots)]
+    rows = [_slot_row(x, free_units, sp, jitted, repeats, k < check_full_milp)
+            for k, x in enumerate(xs)]
+    return {"candidates": n, "slots": slots, "free_units": free_units, "repeats": repeats,
+            **_slot_medians(rows),
+            "batch": batch, **_batched_rates(xs, batch, free_units, sp, fills, repeats),
+            "backend": jax.default_backend(), "synthetic": True, "rows": rows}
 
 
 def _define(fv) -> None:
@@ -245,9 +262,7 @@ def main(argv=None):
     if a.slots > 0:
         r = run_slots(a.candidates, a.slots, a.free_units, repeats=a.repeats)
         print(json.dumps({k: v for k, v in r.items() if k != "rows"}, indent=2))
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(r, f, indent=2)
+        save_json(a.json, r)
         return
     r = run(a.candidates, a.free_units, repeats=a.repeats, milp_repeats=a.milp_repeats,
             seed=a.seed)
@@ -257,9 +272,7 @@ def main(argv=None):
           f"{r['milp_s'] * 1e3:.1f} ms | MILP / threshold = {r['ratio_milp_over_threshold']:.0f}x")
     print(f"slot value: threshold {r['threshold_value']:.4f}, oracle {r['oracle_value']:.4f} "
           f"({100 * r['value_ratio']:.2f}%), threshold feasible: {r['threshold_feasible']}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(r, f, indent=2)
+    save_json(a.json, r)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,10 @@ generator, 256 problems):
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from absl import flags
 
+from benchmarks.common import save_json
 from envs import edge
 from envs.testing import llm_alone_window_sums
 from prada_jax import cli
@@ -126,9 +125,7 @@ def main(argv):
             raise BadInput(f"--m: positive integers or 'kv', got {m!r}")
     res = run(F.pair, F.m, F.seeds)
     print(table(res))
-    if F.json:
-        with open(F.json, "w") as f:
-            json.dump(res, f, indent=1)
+    save_json(F.json, res, indent=1)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ ratio. Traces: the calibrated *synthetic* gsm8k preset (SYNTHETIC: speed only).
 """
 from __future__ import annotations
 
-import json
-import statistics
 import time
 
 import jax
@@ -24,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from benchmarks.common import save_json, time_repeats
 from envs import edge
 from prada_jax import cli
 from prada_jax.errors import BadInput
@@ -87,17 +86,8 @@ def run(users=DEFAULT_USERS, slots: int = 200, repeats: int = 3, numpy_users=(32
         params = _params(traces, u)
         fn = _runner(params, slots)
         _, state = edge.reset(jax.random.key(0), params)
-        t0 = time.perf_counter()
-        state, ys = fn(jax.random.key(1), state)          # compile + warm-up (fills the cell)
-        jax.block_until_ready(ys)
-        compile_s = time.perf_counter() - t0
-        times = []
-        for r in range(repeats):
-            t0 = time.perf_counter()
-            _, ys = fn(jax.random.key(2 + r), state)
-            jax.block_until_ready(ys)
-            times.append(time.perf_counter() - t0)
-        med = statistics.median(times)
+        # the first call compiles and warms up (fills the cell); every timed call starts there
+        _, ys, compile_s, med = time_repeats(fn, state, repeats, carry=False)
         done, batch, blocked = (float(v) for v in jax.device_get(ys))
         row = dict(num_users=u, num_servers=int(params.num_servers), slots_per_s=slots / med,
                    user_slots_per_s=u * slots / med, first_call_s=compile_s,
@@ -146,9 +136,7 @@ def main(argv):
         raise BadInput(f"--users: integers in [1, 2^20], got {F.users}")
     res = run(users, F.slots, F.repeats, numpy_users)
     print(table(res))
-    if F.json:
-        with open(F.json, "w") as f:
-            json.dump(res, f, indent=1)
+    save_json(F.json, res, indent=1)
 
 
 if __name__ == "__main__":
