@@ -27,19 +27,24 @@ CASES = {
 
 
 def build_torch_model(arch="qwen2", heads=4, kv=2, tie=False, bias=False, rope=None,
-                      theta=10000.0, vocab=320, hidden=64, layers=2, seed=0):
-    """A randomly initialised tiny HF causal LM with every parameter (biases, norms) perturbed."""
+                      theta=10000.0, vocab=320, hidden=64, layers=2, seed=0, *, eps=1e-6,
+                      head_dim=None, mlp_bias=False, max_pos=128, scale=0.15, embed_scale=None):
+    """A randomly initialised tiny HF causal LM with every parameter (biases, norms) perturbed:
+    norms 1 + 0.2·N(0, 1), embeddings ``embed_scale``·N(0, 1) (default ``scale``), every other
+    parameter ``scale``·N(0, 1)."""
     common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                   num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
-                  head_dim=hidden // heads, tie_word_embeddings=tie, max_position_embeddings=128,
-                  rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+                  head_dim=head_dim or hidden // heads, tie_word_embeddings=tie,
+                  max_position_embeddings=max_pos, rms_norm_eps=eps, bos_token_id=1,
+                  eos_token_id=2, pad_token_id=0)
     rope_params = {"rope_type": "default", "rope_theta": theta, **(rope or {})}
     rope_params.setdefault("rope_theta", theta)
     if arch == "qwen2":
         cfg = transformers.Qwen2Config(rope_parameters=rope_params, **common)
         cls = transformers.Qwen2ForCausalLM
     else:
-        cfg = transformers.LlamaConfig(rope_parameters=rope_params, attention_bias=bias, **common)
+        cfg = transformers.LlamaConfig(rope_parameters=rope_params, attention_bias=bias,
+                                       mlp_bias=mlp_bias, **common)
         cls = transformers.LlamaForCausalLM
     torch.manual_seed(seed)
     model = cls(cfg).eval()
@@ -48,8 +53,10 @@ def build_torch_model(arch="qwen2", heads=4, kv=2, tie=False, bias=False, rope=N
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif embed_scale is not None and "embed_tokens" in name:
+                p.copy_(embed_scale * torch.randn(p.shape, generator=gen))
             else:
-                p.copy_(0.15 * torch.randn(p.shape, generator=gen))
+                p.copy_(scale * torch.randn(p.shape, generator=gen))
     return model
 
 

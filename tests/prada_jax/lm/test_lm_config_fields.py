@@ -10,7 +10,7 @@ from flax import nnx
 
 from prada_jax.lm import hf
 
-from tests.helpers.hf_lm import padded_batch, torch_logits
+from tests.helpers.hf_lm import build_torch_model, padded_batch, torch_logits
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -38,35 +38,11 @@ FIELD_CASES = {
 }
 
 
-def _torch_model(arch, eps=1e-6, head_dim=None, heads=4, kv=2, tie=False, bias=False,
-                 mlp_bias=False, rope=None, theta=10000.0, hidden=32, vocab=96, seed=0):
+def _torch_model(**kw):
     """A random tiny HF model with every parameter (norms, biases) perturbed; activations
-    are kept small (σ ≈ 0.05) so RMSNorm's ε is visible in the logits."""
-    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                  num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=kv,
-                  head_dim=head_dim or hidden // heads, tie_word_embeddings=tie,
-                  max_position_embeddings=64, rms_norm_eps=eps, bos_token_id=1,
-                  eos_token_id=2, pad_token_id=0)
-    rope_params = {"rope_type": "default", **(rope or {}), "rope_theta": theta}
-    if arch == "qwen2":
-        cfg = transformers.Qwen2Config(rope_parameters=rope_params, **common)
-        cls = transformers.Qwen2ForCausalLM
-    else:
-        cfg = transformers.LlamaConfig(rope_parameters=rope_params, attention_bias=bias,
-                                       mlp_bias=mlp_bias, **common)
-        cls = transformers.LlamaForCausalLM
-    torch.manual_seed(seed)
-    model = cls(cfg).eval()
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
-            elif "embed_tokens" in name:
-                p.copy_(0.05 * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
-    return model
+    are kept small (embeddings σ = 0.05) so RMSNorm's ε is visible in the logits."""
+    return build_torch_model(**dict(dict(hidden=32, vocab=96, max_pos=64, scale=0.3,
+                                         embed_scale=0.05), **kw))
 
 
 @pytest.mark.parametrize("case", list(FIELD_CASES))

@@ -23,6 +23,7 @@ transformers = pytest.importorskip("transformers")
 from prada_jax.lm import hf, sampling  # noqa: E402
 from prada_jax.lm.model import KVCache  # noqa: E402
 
+from tests.helpers.hf_lm import torch_logits  # noqa: E402
 from tests.helpers.real_model import real_model_dir  # noqa: E402
 
 pytestmark = pytest.mark.real
@@ -66,14 +67,6 @@ def _left_pad(rows, pad):
     return ids, mask
 
 
-def _torch_logits(tmodel, ids, mask):
-    pos = np.maximum(np.cumsum(mask, -1) - 1, 0)
-    with torch.no_grad():
-        out = tmodel(torch.tensor(ids), attention_mask=torch.tensor(mask),
-                     position_ids=torch.tensor(pos))
-    return out.logits.float().numpy()
-
-
 def test_converted_folder_is_the_packaged_model(smol):
     d, tok, tmodel, _, config, _ = smol
     assert config.arch == "llama" and config.num_layers == 30 and config.tie_word_embeddings
@@ -88,7 +81,7 @@ def test_logits_match_torch_on_real_weights(smol):
     _, tok, tmodel, model, config, _ = smol
     ids, mask = _left_pad([_chat_ids(tok, p) for p in PROMPTS], config.eos_token_id)
     assert mask.sum(1).min() >= 14 and (mask == 0).any()   # one row left-padded
-    ref = _torch_logits(tmodel, ids, mask)
+    ref = torch_logits(tmodel, ids, mask)
     out = np.asarray(_forward(model, jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32)))
     real = mask.astype(bool)
     diff = np.abs(out[real] - ref[real])
