@@ -150,6 +150,85 @@ DEFAULT_DRAIN_SLOTS = 400
 _HALF_KEYS = ("arrivals", "blocked", "finished", "correct", "latency_s")
 
 
+def _zero_totals(n_bins: int) -> dict:
+    """The evaluator's per-env totals at the start: every sum 0."""
+    zf = jnp.zeros((), jnp.float32)
+    z2 = jnp.zeros((2,), jnp.float32)
+    acc0 = dict(processing_s=zf, communication_s=zf, queueing_s=zf, offloads=zf,
+                outages=zf, steps=zf, fallbacks=zf, server_busy=zf, queue_len=zf,
+                slots=zf, decisions=zf, nominations=zf, capacity_bound=zf,
+                bandwidth_bound=zf, offered_job_s=zf, capacity_s=zf, uplink_bound=zf,
+                downlink_bound=zf, server_batch=zf,
+                latency_hist=jnp.zeros((n_bins,), jnp.float32),
+                **{f"half_{k}": z2 for k in _HALF_KEYS})
+    return acc0
+
+
+def _screen(apply_fn, net_params, obs, act_key, screen_mode, p_random, params):
+    """The slot's screening decisions [U] and gains [U] under ``screen_mode``."""
+    greedy, dq = screen_and_gain(apply_fn, net_params, obs)
+    critic = critic_screen(dq)  # greedy in the critic
+    u = params.num_users
+    rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
+    screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
+                         screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC],
+                        [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand,
+                         critic], greedy)
+    gain = jnp.where((screen_mode == SCREEN_POLICY) | (screen_mode == SCREEN_CRITIC),
+                     dq, params.default_gain).astype(jnp.float32)
+    return screen, gain
+
+
+def _slot_sums(info, done, arrival_slot, t, params, warmup_slots: int, num_slots: int,
+               half_len: int, drain: int):
+    """One slot's additions to the totals (the cohort's users that finished in it within
+    the timeout, the window's per-slot sums): (sums, finished-in-cohort [U], latency
+    [U] in slots)."""
+    f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+    in_window = (t >= warmup_slots) & (t < num_slots)
+    w = f32(in_window)
+    # The cohort: users whose arrival was counted in a window slot s (arrival slot
+    # s + 1); half 1 from slot W + half_len on.
+    a_slot = arrival_slot - 1
+    cohort = (a_slot >= warmup_slots) & (a_slot < num_slots)
+    lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
+    d = f32(done & cohort & (lat_slots <= drain))
+    half = (a_slot >= warmup_slots + half_len).astype(jnp.int32)
+    arr_half = (t >= warmup_slots + half_len).astype(jnp.int32)
+    onehot = jax.nn.one_hot(half, 2, dtype=jnp.float32)          # [U, 2]
+    arr_hot = jax.nn.one_hot(arr_half, 2, dtype=jnp.float32) * w  # [2]
+    # A resource binds in a slot where a request is made to wait: capacity if every
+    # available unit (M_t) is busy, else bandwidth (a unit is free but the request's
+    # bandwidth does not fit in what is left of B_t).
+    waits = jnp.any(info["decision"] == edge.QUEUE)
+    full = info["server_in_use"] >= info["num_servers_t"]
+    upd = dict(
+        processing_s=jnp.sum(d * info["user_processing_s"]),
+        communication_s=jnp.sum(d * info["user_communication_s"]),
+        queueing_s=jnp.sum(d * info["user_queueing_s"]),
+        offloads=jnp.sum(d * f32(info["user_offloads"])),
+        outages=jnp.sum(d * f32(info["user_outages"])),
+        steps=jnp.sum(d * f32(info["user_steps"])),
+        fallbacks=jnp.sum(d * f32(info["user_fallbacks"])),
+        server_busy=w * f32(info["server_in_use"]) / f32(params.num_servers),
+        queue_len=w * f32(info["queue_len"]),
+        slots=w, decisions=w * jnp.sum(f32(info["decision_mask"])),
+        nominations=w * jnp.sum(f32(info["nominated"])),
+        capacity_bound=w * f32(waits & full), bandwidth_bound=w * f32(waits & ~full),
+        offered_job_s=w * info["offered_job_s"],
+        # the cell's links: a slot whose transfers ask more than B_t·τ (serving server)
+        uplink_bound=w * f32(info["uplink_demand"] > 1.0),
+        downlink_bound=w * f32(info["downlink_demand"] > 1.0),
+        server_batch=w * f32(info["server_batch"]),
+        capacity_s=w * f32(info["num_servers_t"]) * params.tau_s,
+        half_arrivals=arr_hot * f32(info["arrivals"]),
+        half_blocked=arr_hot * f32(info["blocked"]),
+        half_finished=d @ onehot,
+        half_correct=(d * f32(info["user_correct"])) @ onehot,
+        half_latency_s=(d * info["user_latency_s"]) @ onehot)
+    return upd, d, lat_slots
+
+
 @functools.lru_cache(maxsize=16)
 def make_evaluator(num_slots: int, warmup_slots: int,
                    apply_fn: Callable | None = None, mult_fn: Callable | None = None,
@@ -187,30 +266,14 @@ def make_evaluator(num_slots: int, warmup_slots: int,
         reset_key, run_key = jax.random.split(key)
         params = params.replace(initial_users=jnp.zeros_like(params.initial_users))
         obs, state = edge.reset(reset_key, params)
-        u = params.num_users
-        zf = jnp.zeros((), jnp.float32)
-        z2 = jnp.zeros((2,), jnp.float32)
-        acc0 = dict(processing_s=zf, communication_s=zf, queueing_s=zf, offloads=zf,
-                    outages=zf, steps=zf, fallbacks=zf, server_busy=zf, queue_len=zf,
-                    slots=zf, decisions=zf, nominations=zf, capacity_bound=zf,
-                    bandwidth_bound=zf, offered_job_s=zf, capacity_s=zf, uplink_bound=zf,
-                    downlink_bound=zf, server_batch=zf,
-                    latency_hist=jnp.zeros((n_bins,), jnp.float32),
-                    **{f"half_{k}": z2 for k in _HALF_KEYS})
+        acc0 = _zero_totals(n_bins)
 
         def _slot(carry, t):
             obs, state, acc = carry
             slot_key = jax.random.fold_in(run_key, t)
             act_key, env_key = jax.random.split(slot_key)
-            greedy, dq = screen_and_gain(apply_fn, net_params, obs)
-            critic = critic_screen(dq)  # greedy in the critic
-            rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
-            screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
-                                 screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC],
-                                [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand,
-                                 critic], greedy)
-            gain = jnp.where((screen_mode == SCREEN_POLICY) | (screen_mode == SCREEN_CRITIC),
-                             dq, params.default_gain).astype(jnp.float32)
+            screen, gain = _screen(apply_fn, net_params, obs, act_key, screen_mode, p_random,
+                                   params)
             p_t = params
             if mult_fn is not None:
                 lam, mu = mult_fn(mult_params, state, params, edge.EdgeAction(screen, gain),
@@ -219,49 +282,9 @@ def make_evaluator(num_slots: int, warmup_slots: int,
             arrival_slot = state.arrival_slot   # of the users present before the step
             obs, state, _, done, info = edge.step(env_key, state, edge.EdgeAction(screen, gain),
                                                   p_t)
-            f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
-            in_window = (t >= warmup_slots) & (t < num_slots)
-            w = f32(in_window)
-            # The cohort: users whose arrival was counted in a window slot s (arrival slot
-            # s + 1); half 1 from slot W + half_len on.
-            a_slot = arrival_slot - 1
-            cohort = (a_slot >= warmup_slots) & (a_slot < num_slots)
-            lat_slots = jnp.round(info["user_latency_s"] / params.tau_s).astype(jnp.int32)
-            d = f32(done & cohort & (lat_slots <= drain))
-            half = (a_slot >= warmup_slots + half_len).astype(jnp.int32)
-            arr_half = (t >= warmup_slots + half_len).astype(jnp.int32)
-            onehot = jax.nn.one_hot(half, 2, dtype=jnp.float32)          # [U, 2]
-            arr_hot = jax.nn.one_hot(arr_half, 2, dtype=jnp.float32) * w  # [2]
+            upd, d, lat_slots = _slot_sums(info, done, arrival_slot, t, params, warmup_slots,
+                                           num_slots, half_len, drain)
             hist = acc["latency_hist"].at[jnp.clip(lat_slots, 0, n_bins - 1)].add(d)
-            # A resource binds in a slot where a request is made to wait: capacity if every
-            # available unit (M_t) is busy, else bandwidth (a unit is free but the request's
-            # bandwidth does not fit in what is left of B_t).
-            waits = jnp.any(info["decision"] == edge.QUEUE)
-            full = info["server_in_use"] >= info["num_servers_t"]
-            upd = dict(
-                processing_s=jnp.sum(d * info["user_processing_s"]),
-                communication_s=jnp.sum(d * info["user_communication_s"]),
-                queueing_s=jnp.sum(d * info["user_queueing_s"]),
-                offloads=jnp.sum(d * f32(info["user_offloads"])),
-                outages=jnp.sum(d * f32(info["user_outages"])),
-                steps=jnp.sum(d * f32(info["user_steps"])),
-                fallbacks=jnp.sum(d * f32(info["user_fallbacks"])),
-                server_busy=w * f32(info["server_in_use"]) / f32(params.num_servers),
-                queue_len=w * f32(info["queue_len"]),
-                slots=w, decisions=w * jnp.sum(f32(info["decision_mask"])),
-                nominations=w * jnp.sum(f32(info["nominated"])),
-                capacity_bound=w * f32(waits & full), bandwidth_bound=w * f32(waits & ~full),
-                offered_job_s=w * info["offered_job_s"],
-                # the cell's links: a slot whose transfers ask more than B_t·τ (serving server)
-                uplink_bound=w * f32(info["uplink_demand"] > 1.0),
-                downlink_bound=w * f32(info["downlink_demand"] > 1.0),
-                server_batch=w * f32(info["server_batch"]),
-                capacity_s=w * f32(info["num_servers_t"]) * params.tau_s,
-                half_arrivals=arr_hot * f32(info["arrivals"]),
-                half_blocked=arr_hot * f32(info["blocked"]),
-                half_finished=d @ onehot,
-                half_correct=(d * f32(info["user_correct"])) @ onehot,
-                half_latency_s=(d * info["user_latency_s"]) @ onehot)
             acc = {k: (hist if k == "latency_hist" else acc[k] + upd[k]) for k in acc}
             return (obs, state, acc), None
 

@@ -12,28 +12,23 @@ from __future__ import annotations
 
 import time
 
+import jax
 from absl import flags
 
-from envs import scenarios
+from envs import edge, scenarios
+from evals import suite
 from prada_jax import cli, config_utils
+from prada_jax.dual.nominate import make_trace_rule_policy
+from prada_jax.dual.problem import Multipliers
+from prada_jax.dual.rollout import fixed_prices, init_rollout, make_rollout
+from prada_jax.dual.stream import rollout_plan, stream_from_rollout
 from prada_jax.errors import BadInput
+from prada_jax.sched import clairvoyant as cv
 
 
 def measure(slots: int = 300, num_users: int = 16, scenario: str = "burst",
             lambda_s: float = 0.0, seed: int = 0, log=print) -> dict:
     """Runs the rollout and the three schedules; returns their values [PRM units] and sizes."""
-    # here, not at the top: the flag checks in ``main`` run before these (orbax, the MILP
-    # solver, the rollout) are loaded
-    import jax
-
-    from envs import edge
-    from evals import suite
-    from prada_jax.sched import clairvoyant as cv
-    from prada_jax.dual.stream import rollout_plan, stream_from_rollout
-    from prada_jax.dual.nominate import make_trace_rule_policy
-    from prada_jax.dual.problem import Multipliers
-    from prada_jax.dual.rollout import fixed_prices, init_rollout, make_rollout
-
     traces = suite.load_traces("gsm8k", 60, 1000).traces
     params = edge.make_params(traces, num_users=num_users, num_servers=1, bandwidth_hz=20e6,
                               arrival_rate_hz=12.0, beta=0.05, tau_s=0.05,

@@ -352,6 +352,21 @@ MAX_ENV_COUNT = 2 ** 20
 MAX_SLOTS = 2 ** 30
 
 
+def define_window_flags(seeds: int, seeds_help: str, slots: int, warmup_slots: int) -> None:
+    """Defines the measured window's flags of ``evals.sweep`` and ``evals.curve``: ``--seeds``,
+    ``--slots`` (the window ends there), ``--warmup_slots`` (it starts there) and
+    ``--drain_slots`` (run after it; a measured user's timeout), with these defaults."""
+    kw = {"module_name": sys.argv[0]}   # the command's own flags in --help
+    flags.DEFINE_integer("seeds", seeds, seeds_help, lower_bound=1, **kw)
+    flags.DEFINE_integer("slots", slots, "the measured window ends at this slot.", lower_bound=2,
+                         upper_bound=MAX_SLOTS, **kw)
+    flags.DEFINE_integer("warmup_slots", warmup_slots, "the measured window starts at this "
+                         "slot.", lower_bound=0, upper_bound=MAX_SLOTS, **kw)
+    flags.DEFINE_integer("drain_slots", ev.DEFAULT_DRAIN_SLOTS, "slots run after the window; "
+                         "the timeout of a measured user is drain_slots·τ.", lower_bound=1,
+                         upper_bound=MAX_SLOTS, **kw)
+
+
 def define_input_flags(env_note: str = "") -> None:
     """Defines the input flags ``evals.run`` and ``evals.sweep`` share (listed by their
     ``--help``): ``--policy``, ``--step``, ``--dual``, ``--allow_scenario_mismatch``,

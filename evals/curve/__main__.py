@@ -37,15 +37,8 @@ def _define_flags():
                       "curve for (prada_jax.latency.PAIRS or .json files; docs/latency.md).")
     flags.DEFINE_list("loads", [f"{x:g}" for x in DEFAULT_LOADS],
                       "loads λ/M in arrivals/s per server sequence slot.")
-    flags.DEFINE_integer("seeds", 8, "seeds per point (a crossover needs >= 8).",
-                         lower_bound=1)
-    flags.DEFINE_integer("slots", 2000, "the window ends at this slot.", lower_bound=2,
-                         upper_bound=suite.MAX_SLOTS)
-    flags.DEFINE_integer("warmup_slots", 200, "the window starts at this slot.", lower_bound=0,
-                         upper_bound=suite.MAX_SLOTS)
-    flags.DEFINE_integer("drain_slots", ev.DEFAULT_DRAIN_SLOTS, "slots run after the window; "
-                         "the timeout of a measured user is drain_slots·τ.", lower_bound=1,
-                         upper_bound=suite.MAX_SLOTS)
+    suite.define_window_flags(8, "seeds per point (a crossover needs >= 8).", slots=2000,
+                              warmup_slots=200)
 
 
 def _pair_params(traces, env_kw: dict, pair: str):

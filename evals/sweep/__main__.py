@@ -24,14 +24,7 @@ def _define_flags():
     suite.define_input_flags(env_note=" when not swept")
     flags.DEFINE_string("out", None, "output folder (default: <policy>/sweep, else "
                         "checkpoints/sweep).")
-    flags.DEFINE_integer("seeds", 3, "seeds per grid point.", lower_bound=1)
-    flags.DEFINE_integer("slots", 1500, "slots simulated per seed.", lower_bound=2,
-                         upper_bound=suite.MAX_SLOTS)
-    flags.DEFINE_integer("warmup_slots", 150, "the measured window starts here.", lower_bound=0,
-                         upper_bound=suite.MAX_SLOTS)
-    flags.DEFINE_integer("drain_slots", ev.DEFAULT_DRAIN_SLOTS, "slots run after the window "
-                         "(timeout of a measured user: drain_slots·τ).", lower_bound=1,
-                         upper_bound=suite.MAX_SLOTS)
+    suite.define_window_flags(3, "seeds per grid point.", slots=1500, warmup_slots=150)
     flags.DEFINE_list("axes", ["M", "B", "lam"], "axes to sweep (M, B, lam).")
     flags.DEFINE_list("m_grid", [str(x) for x in DEFAULT_GRIDS["M"]], "M values (integers).")
     flags.DEFINE_list("b_grid_mhz", [f"{x / 1e6:g}" for x in DEFAULT_GRIDS["B"]],
