@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from envs import edge
+from envs import edge, single_agent
 from prada_jax.traces.testing import random_traces
 
 
@@ -34,7 +34,6 @@ def _edge(traces=None, **overrides):
 
 
 def _gymnax(env_id: str = "CartPole-v1", **param_overrides):
-    from envs import single_agent
 
     return single_agent.make_gymnax(env_id, **param_overrides)
 

@@ -67,6 +67,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from prada_jax import latency
 from prada_jax.errors import BadInput
 
 __all__ = ["Scenario", "ScenarioError", "PRESETS", "PRESET_ENV", "DEFAULT_LENGTH", "preset",
@@ -228,8 +229,6 @@ def latency_overrides(env: dict) -> dict:
         raise ScenarioError(f"server_speed must be a finite number > 0, got {speed}")
     if speed == 1.0:
         return {}
-    from prada_jax import latency
-
     return {"server_peak_flops": latency.default_latency_params().server_peak_flops * speed}
 
 

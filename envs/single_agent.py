@@ -184,7 +184,7 @@ def make_gymnax(env_id: str, **param_overrides) -> tuple[SingleAgentEnv, Any]:
 
     Needs the optional ``gymnax`` extra (``pip install 'prada_jax[gymnax]'``)."""
     try:
-        import gymnax
+        import gymnax  # lazy: gymnax is an optional extra ([gymnax])
     except ImportError:
         raise BadInput(f"env gymnax:{env_id} needs the gymnax extra: pip install "
                        "'prada_jax[gymnax]'") from None

@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts   # orbax's own storage layer (installed with it)
 
 from prada_jax.errors import BadInput, NonFiniteTraining
 from prada_jax.jsonio import write_json
@@ -146,6 +147,16 @@ def data_to_keys(data_tree: Any, template: Any) -> Any:
     return jax.tree.map(_wrap, data_tree, template)
 
 
+def _check_json(path: Path, step: int) -> None:
+    """``DamagedCheckpoint`` naming checkpoint ``step`` and ``path`` unless the file parses as
+    JSON."""
+    try:
+        json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as e:
+        raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} is not valid JSON "
+                                f"({_first_line(e)})") from None
+
+
 def _read_back(root: Path, step: int) -> None:
     """A step without a manifest, checked as far as the files allow: its JSON metadata files
     parse, and every value of every OCDBT database under it (each folder holding a
@@ -155,16 +166,10 @@ def _read_back(root: Path, step: int) -> None:
     Raises:
       DamagedCheckpoint: naming the step and the file (or database) that failed.
     """
-    import tensorstore as ts   # orbax's own storage layer (installed with it)
-
     for rel in ("_CHECKPOINT_METADATA", "state/_METADATA", "meta/metadata"):
         path = root / rel
         if path.is_file():
-            try:
-                json.loads(path.read_bytes())
-            except (ValueError, RecursionError) as e:
-                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {path} is not "
-                                        f"valid JSON ({_first_line(e)})") from None
+            _check_json(path, step)
     for man in sorted(root.rglob("manifest.ocdbt")):
         db = man.parent
         try:
@@ -392,11 +397,7 @@ class Checkpointer:
         where = self.directory / str(step)
         meta_file = where / "meta" / "metadata"
         if meta_file.is_file():
-            try:
-                json.loads(meta_file.read_text())
-            except (ValueError, RecursionError) as e:
-                raise DamagedCheckpoint(f"checkpoint step {step} is damaged: {meta_file} is "
-                                        f"not valid JSON ({_first_line(e)})") from None
+            _check_json(meta_file, step)
         mismatch = self._structure_mismatch(step, abstract)
         if mismatch:
             raise CheckpointError(f"checkpoint {where} does not match the state this config "

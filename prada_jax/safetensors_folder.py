@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save_file
 
 
 def file_sha256(path: os.PathLike | str) -> str:
@@ -32,8 +33,6 @@ def write_arrays_and_meta(arrays_path: os.PathLike | str, arrays: dict[str, np.n
     """Writes ``arrays`` (safetensors) and ``meta`` (JSON, with ``content_hash`` of the arrays
     file set) under temporary names, then renames both, so an interrupted save never leaves a
     half-written folder. Returns the meta as written."""
-    from safetensors.numpy import save_file
-
     arrays_path, meta_path = Path(arrays_path), Path(meta_path)
     tmp_arrays = arrays_path.with_name(arrays_path.name + ".tmp")
     save_file(arrays, str(tmp_arrays))
