@@ -370,6 +370,16 @@ class EdgeEnvNumPy:
         return dict(snr=snr, outage=snr < self.snr_th, bw=bw, up=t_up, dn=t_dn, srv=t_srv,
                     pf=pf, delay=t_up + t_srv + t_dn)
 
+    def _advance(self, u: _User, i: int, finished_now: dict) -> None:
+        """User ``i``'s step is over: it drafts its next step (the successor of its node by
+        the server's candidate), or it finishes (recorded in ``finished_now``)."""
+        nxt, corr, _ = self._next(u.node, 1)
+        if nxt is None:
+            finished_now[i] = (corr, self.t + 1)
+            u.phase = "empty"
+        else:
+            self._begin_draft(u, nxt, self.ctx[u.node])
+
     def _next(self, node, b):
         """(next node or None if the solution ends, correct, used fallback)."""
         if self.term[node][b]:
@@ -560,12 +570,7 @@ class EdgeEnvNumPy:
                     finished_now[i] = (corr, self.t + 1)
                     u.phase = "empty"
                     continue
-                nxt, corr, _ = self._next(u.node, 1)
-                if nxt is None:
-                    finished_now[i] = (corr, self.t + 1)
-                    u.phase = "empty"
-                else:
-                    self._begin_draft(u, nxt, self.ctx[u.node])
+                self._advance(u, i, finished_now)
                 continue
             if u.phase == "draft":
                 u.proc += tau
@@ -586,12 +591,7 @@ class EdgeEnvNumPy:
                     u.left -= 1
                 if u.left <= 0:
                     u.bw = 0.0
-                    nxt, corr, _ = self._next(u.node, 1)
-                    if nxt is None:
-                        finished_now[i] = (corr, self.t + 1)
-                        u.phase = "empty"
-                    else:
-                        self._begin_draft(u, nxt, self.ctx[u.node])
+                    self._advance(u, i, finished_now)
 
         info_user = {k: np.zeros(U) for k in ("user_correct", "user_latency_s",
                                                "user_processing_s", "user_communication_s",

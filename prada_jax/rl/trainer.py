@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import registry
+from envs import registry, single_agent
 from envs.edge import SERVER_MODELS, EdgeAction
 from prada_jax import checkpointing, config_utils, latency, parallel, run_state, runloop
 from prada_jax.metric_writer import MetricWriter
@@ -222,42 +222,9 @@ class Setup(NamedTuple):
                                                     init_params, self.tx)
 
 
-def build_setup(config, env_and_params: tuple | None = None) -> Setup:
-    """Validates the config and builds env, network, optimiser and learner settings.
-
-    Args:
-      env_and_params: use this ``(env, env_params)`` instead of the one the config names:
-        any env of the pure multi-user shape with discrete actions (the action count comes
-        from ``env.action_spec(params).num_values``, 2 if the env has none), or a
-        single-agent gymnax-style env (obs [D]), adapted by ``envs.single_agent`` (one user
-        slot: set ``env.num_users = 1``). Bad shapes raise ``single_agent.BadEnvShape``
-        (exit 2) naming the env function and the shape.
-
-    ``ppo.decision_only`` None (the default) is taken from the env: True only when it
-    declares ``sparse_decisions`` (the edge env does); a chunk whose decisions overflow the
-    buffer stops the run (``check_decision_overflow``). The decision rate is not measured:
-    an undeclared env trains on every sample (every decision counts at any rate) and a wrong
-    declaration stops the run, so no decision is ever dropped silently (README "Your own
-    env").
-    """
-    from envs import single_agent
-
-    validate_config(config, env_given=env_and_params is not None)
-    if "mesh" in config:   # several processes: join them before the first JAX computation
-        parallel.maybe_initialize_distributed(config.mesh)
-    if env_and_params is None:
-        env, env_params, trace_info = build_env(config)
-    else:
-        # A single-agent env (obs [D]) gets the user axis; a bad shape is one line, exit 2.
-        env, env_params = single_agent.as_multi_user(*env_and_params)
-        trace_info = {"source": "given"}
-    obs_dim = _obs_dim(env, env_params)
-    obs_shape = jax.eval_shape(env.reset, jax.random.key(0), env_params)[0].shape
-    num_users = int(obs_shape[0])
-    if num_users != int(config.env.num_users):
-        raise config_utils.ConfigError(
-            f"config.env.num_users ({config.env.num_users}) does not match the env's "
-            f"{num_users} user slots")
+def _ppo_settings(config, env, num_users: int) -> learner.PPOSettings:
+    """The learner's settings from ``config.ppo``; decision-only and the GAE unroll are
+    decided here from the env and the batch shape."""
     batch = _batch_size(config)
     num_minibatches = batch // int(config.ppo.minibatch_size)
     # None (the default): the env decides; only an env that declares sparse decisions (the
@@ -287,6 +254,44 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
         # faster on a CPU.
         gae_unroll=(min(int(config.ppo.rollout_len), 8)
                     if int(config.ppo.num_envs) * num_users >= 64 else 1))
+    return settings
+
+
+def build_setup(config, env_and_params: tuple | None = None) -> Setup:
+    """Validates the config and builds env, network, optimiser and learner settings.
+
+    Args:
+      env_and_params: use this ``(env, env_params)`` instead of the one the config names:
+        any env of the pure multi-user shape with discrete actions (the action count comes
+        from ``env.action_spec(params).num_values``, 2 if the env has none), or a
+        single-agent gymnax-style env (obs [D]), adapted by ``envs.single_agent`` (one user
+        slot: set ``env.num_users = 1``). Bad shapes raise ``single_agent.BadEnvShape``
+        (exit 2) naming the env function and the shape.
+
+    ``ppo.decision_only`` None (the default) is taken from the env: True only when it
+    declares ``sparse_decisions`` (the edge env does); a chunk whose decisions overflow the
+    buffer stops the run (``check_decision_overflow``). The decision rate is not measured:
+    an undeclared env trains on every sample (every decision counts at any rate) and a wrong
+    declaration stops the run, so no decision is ever dropped silently (README "Your own
+    env").
+    """
+    validate_config(config, env_given=env_and_params is not None)
+    if "mesh" in config:   # several processes: join them before the first JAX computation
+        parallel.maybe_initialize_distributed(config.mesh)
+    if env_and_params is None:
+        env, env_params, trace_info = build_env(config)
+    else:
+        # A single-agent env (obs [D]) gets the user axis; a bad shape is one line, exit 2.
+        env, env_params = single_agent.as_multi_user(*env_and_params)
+        trace_info = {"source": "given"}
+    obs_dim = _obs_dim(env, env_params)
+    obs_shape = jax.eval_shape(env.reset, jax.random.key(0), env_params)[0].shape
+    num_users = int(obs_shape[0])
+    if num_users != int(config.env.num_users):
+        raise config_utils.ConfigError(
+            f"config.env.num_users ({config.env.num_users}) does not match the env's "
+            f"{num_users} user slots")
+    settings = _ppo_settings(config, env, num_users)
     chunks = num_chunks(config)
     opt_steps = chunks * settings.updates_per_chunk * settings.num_epochs \
         * settings.num_minibatches
