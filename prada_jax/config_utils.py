@@ -37,7 +37,7 @@ __all__ = [
     "ConfigError", "get_field", "check", "check_positive", "check_nonnegative", "check_range",
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
-    "reject_extra_argv",
+    "reject_extra_argv", "require_flag", "set_field", "parse_variants", "apply_variants",
     "runtime_info", "host_cpu", "REMOVED_FIELDS", "ADDED_FIELDS", "AddedField", "add_missing_fields", "config_kind",
     "is_removed", "drop_removed_fields", "check_float32",
     "float32_problem", "seed_problem", "INFINITE_OK", "SEED_MAX", "SEED_COUNT_MAX",
@@ -375,6 +375,12 @@ def check_output_dir(path: os.PathLike | str, flag: str) -> Path:
     if not os.access(up, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag}={path}: not writable")
     return p
+
+
+def require_flag(value: Any, flag: str, what: str) -> None:
+    """``BadInput("<flag> is required (<what>)")`` when ``value`` is empty or None."""
+    if not value:
+        raise BadInput(f"{flag} is required ({what})")
 
 
 def reject_extra_argv(argv: Sequence[str]) -> None:

@@ -38,10 +38,8 @@ def _define_flags():
 def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    if not F.policy:
-        raise BadInput("--policy is required (a train.ppo run directory)")
-    if not F.out:
-        raise BadInput("--out is required (a folder for critic_check.json and the policy)")
+    config_utils.require_flag(F.policy, "--policy", "a train.ppo run directory")
+    config_utils.require_flag(F.out, "--out", "a folder for critic_check.json and the policy")
     for name in ("fit_states", "eval_states", "steps"):
         if getattr(F, name) < 2:
             raise BadInput(f"--{name} must be >= 2, got {getattr(F, name)}")
