@@ -15,7 +15,8 @@ from envs.testing import rollout
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.traces.testing import random_traces
-from tests.helpers.edge_pair import jax_rollout, random_actions, replay_on_numpy
+from tests.helpers.edge_pair import (assert_users_conserved, jax_rollout, random_actions,
+                                     replay_on_numpy)
 
 S, T, U = 2, 240, 8
 TRACES = random_traces(seed=3, problems=10, depth=5, feature_dim=4)
@@ -142,11 +143,7 @@ def test_jax_env_matches_numpy_reference_under_roofline(sched, cfg):
     # The M concurrent sequences are never exceeded; no user is lost; the split sums.
     assert info["server_in_use"].max() <= m
     assert info["server_in_use"].max() == m        # the limit binds at this load
-    np.testing.assert_array_equal(info["arrived"],
-                                  info["finished"] + info["in_flight"] + info["blocked_total"])
-    split = (info["user_processing_s"] + info["user_communication_s"]
-             + info["user_queueing_s"])[d]
-    np.testing.assert_allclose(split, info["user_latency_s"][d], rtol=1e-5, atol=1e-5)
+    assert_users_conserved(info, d)
 
 
 def test_paper_and_roofline_share_no_compile_across_profiles():

@@ -12,7 +12,8 @@ from envs import edge, serving
 from envs.testing import llm_alone_window_sums, rollout
 from prada_jax import latency as lat
 from prada_jax.traces.testing import random_traces
-from tests.helpers.edge_pair import jax_rollout, random_actions, replay_on_numpy
+from tests.helpers.edge_pair import (assert_users_conserved, jax_rollout, random_actions,
+                                     replay_on_numpy)
 from tests.helpers.serving import (BWM, D_, KV_7B, L_, P_TOK, PK, W_7B, llm_alone_cost_by_hand,
                                    step_by_hand)
 
@@ -57,11 +58,7 @@ def test_jax_serving_matches_numpy_reference(case):
     assert finished >= 8
     m = cfg["num_servers"]
     assert info["server_in_use"].max() <= m
-    np.testing.assert_array_equal(info["arrived"],
-                                  info["finished"] + info["in_flight"] + info["blocked_total"])
-    split = (info["user_processing_s"] + info["user_communication_s"]
-             + info["user_queueing_s"])[d]
-    np.testing.assert_allclose(split, info["user_latency_s"][d], rtol=1e-5, atol=1e-5)
+    assert_users_conserved(info, d)
 
 
 # ----------------------------------------------------------------------------- one slot by hand

@@ -54,3 +54,13 @@ def replay_on_numpy(traces, env_config: dict, params, screens, gains, out, *, en
         finished += int(d_r.sum())
         infos.append(info_r)
     return finished, ref, infos
+
+
+def assert_users_conserved(info, done):
+    """No user is lost (arrived = finished + in flight + blocked, every slot) and each
+    finished user's latency is the sum of its processing, communication and queueing parts."""
+    np.testing.assert_array_equal(info["arrived"],
+                                  info["finished"] + info["in_flight"] + info["blocked_total"])
+    split = (info["user_processing_s"] + info["user_communication_s"]
+             + info["user_queueing_s"])[done]
+    np.testing.assert_allclose(split, info["user_latency_s"][done], rtol=1e-5, atol=1e-5)

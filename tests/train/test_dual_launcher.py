@@ -13,6 +13,7 @@ from prada_jax.errors import BadInput
 from prada_jax.dual import files, problem, trainer
 from prada_jax.traces import splits
 from prada_jax.configs import dual as dual_configs
+from tests.helpers.kill import kill_after_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,15 +101,12 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
 def test_load_multipliers_errors_name_the_file(tmp_path):
     with pytest.raises(ValueError, match="multipliers.json: missing"):
         files.load_multipliers(tmp_path)
-    (tmp_path / "multipliers.json").write_text('{"lambda_s": -1, "mu": 0}')
-    with pytest.raises(ValueError, match="lambda_s"):
-        files.load_multipliers(tmp_path)
-    (tmp_path / "multipliers.json").write_text('{"lambda_s": 0.5}')
-    with pytest.raises(ValueError, match="field 'mu' must be a finite number >= 0, got None"):
-        files.load_multipliers(tmp_path)
-    (tmp_path / "multipliers.json").write_text("{not json")
-    with pytest.raises(ValueError, match="multipliers.json: not valid JSON"):
-        files.load_multipliers(tmp_path)
+    for text, match in (('{"lambda_s": -1, "mu": 0}', "lambda_s"),
+                        ('{"lambda_s": 0.5}', "field 'mu' must be a finite number >= 0, got None"),
+                        ("{not json", "multipliers.json: not valid JSON")):
+        (tmp_path / "multipliers.json").write_text(text)
+        with pytest.raises(ValueError, match=match):
+            files.load_multipliers(tmp_path)
     (tmp_path / "multipliers.json").write_text('{"lambda_s": 0.5, "mu": 2e-8, "scenario": "x"}')
     m, info = files.read_multipliers(tmp_path)
     assert (m.lambda_s, m.mu, info) == (0.5, 2e-8, {"scenario": "x"})
@@ -197,8 +195,6 @@ def test_sigkill_after_a_checkpoint_then_resume_matches_uninterrupted(tmp_path):
     workdir: the same final state, every curve point (timing left out) and the same
     multipliers.json / gap.json / config.json as an uninterrupted run."""
     import os
-    import signal
-    import time
 
     import jax
     from prada_jax import checkpointing
@@ -211,18 +207,8 @@ def test_sigkill_after_a_checkpoint_then_resume_matches_uninterrupted(tmp_path):
     r = subprocess.run(cmd + flags + [f"--workdir={ref}"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    proc = subprocess.Popen(cmd + flags + [f"--workdir={run}"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if (run / "checkpoints" / "3").is_dir():
-            break
-        time.sleep(0.01)
-    killed = proc.poll() is None
-    proc.send_signal(signal.SIGKILL) if killed else None
-    proc.wait()
-    assert killed, "the run finished before it could be killed; make it longer"
-    steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    steps = kill_after_checkpoint(cmd + flags + [f"--workdir={run}"], REPO, env,
+                                  run / "checkpoints", 3, poll_s=0.01)
     assert 3 <= steps[-1] < 30, steps
     r = subprocess.run(cmd + flags + [f"--workdir={run}"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)

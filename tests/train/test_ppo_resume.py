@@ -1,10 +1,8 @@
 """Exact resume: a train.ppo run killed with SIGKILL mid-training and restarted on the same
 workdir ends with the same parameters and metrics as an uninterrupted run (CPU, same seed)."""
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -12,6 +10,7 @@ import numpy as np
 import pytest
 
 from prada_jax.rl import policy as policy_files
+from tests.helpers.kill import kill_after_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGS = ["--config=prada_jax/configs/ppo.py:smoke", "--config.ppo.total_env_steps=512",
@@ -41,19 +40,9 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
 
-    proc = subprocess.Popen(cmd + FLAGS + [f"--workdir={run_dir}"], cwd=REPO, env=_env(cache),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
     ckpt = run_dir / "checkpoints"
-    while time.time() < deadline and proc.poll() is None:
-        if (ckpt / "4").is_dir():
-            break
-        time.sleep(0.05)
-    killed = proc.poll() is None
-    proc.send_signal(signal.SIGKILL) if killed else None
-    proc.wait()
-    assert killed, "the run finished before it could be killed; make it longer"
-    steps = sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit())
+    steps = kill_after_checkpoint(cmd + FLAGS + [f"--workdir={run_dir}"], REPO, _env(cache),
+                                  ckpt, 4)
     assert 8 not in steps, steps
 
     r = subprocess.run(cmd + FLAGS + [f"--workdir={run_dir}"], cwd=REPO, env=_env(cache),
