@@ -22,24 +22,6 @@ from prada_jax import config_utils, parallel
 
 
 
-def _sampler() -> ml_collections.ConfigDict:
-    """``config.sampler``: which turn of a trajectory a pair trains on."""
-    sampler = ml_collections.ConfigDict()
-    sampler.kappa = 0.6               # κ in (0, 1]; p(t) ∝ κ^t over a trajectory's turns
-    sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t)) |
-    #   "auto" (κ = exp(−c̄), c̄ = mean per-turn teacher–student gap on the pool, re-estimated) |
-    #   "exact-ratio" (p(t|i) ∝ clipped prefix likelihood ratio br_{i,t}; prada_jax/distill/ratio.py)
-    sampler.refresh_every = 50        # updates between ratio diagnostics (logged as ratio/* in
-    #                                   every mode) and adaptive re-estimates; 0 = start and end
-    sampler.kappa_min = 1e-3          # "auto": floor of κ
-    sampler.auto_gap_max = 1.0        # "auto": while c̄ > this [nats per turn] the gap is
-    #   dominated by turns not learned yet (a random student has c̄ ≈ 20, κ = exp(−c̄) ≈ 0 would
-    #   starve every later turn), so the configured sampler.kappa is held; inf = never hold
-    sampler.ratio_min = 1e-3          # "exact-ratio": br clipped to [ratio_min, ratio_max]
-    sampler.ratio_max = 10.0
-    return sampler
-
-
 def _loss() -> ml_collections.ConfigDict:
     """``config.loss``: the distillation loss."""
     loss = ml_collections.ConfigDict()
@@ -68,6 +50,32 @@ def _train() -> ml_collections.ConfigDict:
     #   config.seed + i (i < N); seed i equals a separate run with config.seed + i
     #   (prada_jax/distill/trainer.py); tb/seed_<s>, seed_<s>/student_hf, results.json per_seed
     return train
+
+
+def _student() -> ml_collections.ConfigDict:
+    """``config.student``: the student model (a random init of this shape, or an HF folder)."""
+    student = ml_collections.ConfigDict()
+    student.init = ""                 # HF folder to start from; "" = random init from below
+    student.hidden_size = 64          # D
+    student.num_layers = 2
+    student.num_heads = 4
+    student.num_kv_heads = 2
+    student.intermediate_size = 128   # SwiGLU width
+    return student
+
+
+def _optim() -> ml_collections.ConfigDict:
+    """``config.optim``: AdamW and its schedule."""
+    optim = ml_collections.ConfigDict()
+    optim.lr = 3e-3                   # peak AdamW learning rate
+    optim.warmup_steps = 30           # linear warm-up [optimizer updates]
+    optim.weight_decay = 0.01
+    optim.clip_norm = 1.0             # global gradient-norm clip
+    optim.grad_accum = 1              # micro-batches per optimizer update
+    optim.carry_from = ""             # a finished distill workdir whose final optimiser state
+    #   (AdamW moments) this run continues, its student being student.init; the learning-rate
+    #   schedule restarts (warm-up included). "" = a fresh optimiser state
+    return optim
 
 
 # Each variant: the dotted fields it sets, in order (``config_utils.apply_variants``).
@@ -105,7 +113,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.logits_dir = ""              # exported teacher logits; "" = <cache>/logits
     c.data.teacher_dir = ""             # HF teacher (on-policy scoring); "" = <cache>/teacher
 
-    c.sampler = _sampler()
+    c.sampler = ml_collections.ConfigDict()
+    c.sampler.kappa = 0.6               # κ in (0, 1]; p(t) ∝ κ^t over a trajectory's turns
+    c.sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t)) |
+    #   "auto" (κ = exp(−c̄), c̄ = mean per-turn teacher–student gap on the pool, re-estimated) |
+    #   "exact-ratio" (p(t|i) ∝ clipped prefix likelihood ratio br_{i,t}; prada_jax/distill/ratio.py)
+    c.sampler.refresh_every = 50        # updates between ratio diagnostics (logged as ratio/* in
+    #                                     every mode) and adaptive re-estimates; 0 = start and end
+    c.sampler.kappa_min = 1e-3          # "auto": floor of κ
+    c.sampler.auto_gap_max = 1.0        # "auto": while c̄ > this [nats per turn] the gap is
+    #   dominated by turns not learned yet (a random student has c̄ ≈ 20, κ = exp(−c̄) ≈ 0 would
+    #   starve every later turn), so the configured sampler.kappa is held; inf = never hold
+    c.sampler.ratio_min = 1e-3          # "exact-ratio": br clipped to [ratio_min, ratio_max]
+    c.sampler.ratio_max = 10.0
+
     c.loss = _loss()
 
     c.onpolicy = ml_collections.ConfigDict()
@@ -121,23 +142,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     #                                     episodes keep their last context_len tokens
     c.opd.tool_latency_s = 0.0          # simulated latency added to every tool call [s]; >= 0
 
-    c.student = ml_collections.ConfigDict()
-    c.student.init = ""                 # HF folder to start from; "" = random init from below
-    c.student.hidden_size = 64          # D
-    c.student.num_layers = 2
-    c.student.num_heads = 4
-    c.student.num_kv_heads = 2
-    c.student.intermediate_size = 128   # SwiGLU width
+    c.student = _student()
 
-    c.optim = ml_collections.ConfigDict()
-    c.optim.lr = 3e-3                   # peak AdamW learning rate
-    c.optim.warmup_steps = 30           # linear warm-up [optimizer updates]
-    c.optim.weight_decay = 0.01
-    c.optim.clip_norm = 1.0             # global gradient-norm clip
-    c.optim.grad_accum = 1              # micro-batches per optimizer update
-    c.optim.carry_from = ""             # a finished distill workdir whose final optimiser state
-    #   (AdamW moments) this run continues, its student being student.init; the learning-rate
-    #   schedule restarts (warm-up included). "" = a fresh optimiser state
+    c.optim = _optim()
 
     c.train = _train()
 
