@@ -9,6 +9,10 @@ from __future__ import annotations
 import sys
 from typing import Callable, Iterable, Sequence
 
+from absl import flags
+
+from prada_jax import cli
+
 
 def undash(argv: Sequence[str] | None, names: Iterable[str]) -> list[str]:
     """``argv`` (default ``sys.argv[1:]``) with dash spellings of ``names`` rewritten."""
@@ -28,7 +32,6 @@ def undash(argv: Sequence[str] | None, names: Iterable[str]) -> list[str]:
 
 def flag_names(define: Callable) -> list[str]:
     """Names of the flags ``define(flag_values)`` declares (in a throwaway ``FlagValues``)."""
-    from absl import flags
     fv = flags.FlagValues()
     define(fv)
     return list(fv)
@@ -36,5 +39,4 @@ def flag_names(define: Callable) -> list[str]:
 
 def parse(define: Callable, argv: Sequence[str] | None, prog: str, doc: str | None):
     """``prada_jax.cli.parse_local`` of ``argv`` with its dash spellings rewritten first."""
-    from prada_jax import cli
     return cli.parse_local(define, undash(argv, flag_names(define)), prog, doc)

@@ -20,6 +20,7 @@ optimizer update); learning rate: linear warm-up + cosine decay (AdamW).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import jax
@@ -29,6 +30,8 @@ import optax
 from flax import nnx, struct
 
 from prada_jax.distill import losses
+from prada_jax.distill.opd import RoundStats
+from prada_jax.lm.sampling import generate
 
 
 RKL_ESTIMATORS = ("pg", "pg_baseline", "exact")   # on-policy / OPD reverse-KL loss arms
@@ -207,10 +210,6 @@ def onpolicy_round(graphdef, params, key, tb, teacher_score_fn, *, max_new_token
       tokens, and a :class:`prada_jax.distill.opd.RoundStats` (counts; ``rollout_s`` = student
       generation, ``scoring_s`` = the teacher's scoring; no tool calls).
     """
-    import time
-
-    from prada_jax.distill.opd import RoundStats
-    from prada_jax.lm.sampling import generate
 
     t0 = time.perf_counter()
     model = nnx.merge(graphdef, params)

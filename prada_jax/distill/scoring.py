@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from prada_jax.errors import BadInput
+from prada_jax.lm import safetensors_io
 
 # Files of which at least one must be present for ``AutoTokenizer`` to load a real tokenizer
 # (without them it can quietly build a 1-token tokenizer from the model config).
@@ -40,7 +41,6 @@ def check_teacher_files(path: os.PathLike | str, flag: str = "--teacher") -> Pat
     """Checks a local Hugging Face model folder before ``from_pretrained`` reads it: the folder
     and its ``config.json`` exist and every ``*.safetensors`` weight file is complete (a
     truncated shard is named by file). Raises :class:`~prada_jax.errors.BadInput`."""
-    from prada_jax.lm import safetensors_io
     d = Path(path)
     if not d.is_dir():
         raise BadInput(f"{flag} {d}: teacher folder not found (a local folder is needed)")
@@ -60,7 +60,7 @@ def check_teacher_files(path: os.PathLike | str, flag: str = "--teacher") -> Pat
 def load_tokenizer(path: os.PathLike | str, flag: str = "--tokenizer"):
     """``AutoTokenizer`` of a local folder that really holds tokenizer files (else
     :class:`~prada_jax.errors.BadInput` naming the folder and the flag)."""
-    import transformers
+    import transformers  # lazy: transformers takes seconds to import; only the teacher paths need it
     d = Path(path)
     if not d.is_dir():
         raise BadInput(f"{flag} {d}: tokenizer folder not found")
@@ -78,8 +78,8 @@ def load_teacher(path: os.PathLike | str, dtype: str = "float32", device: str = 
                  flag: str = "--teacher"):
     """The PyTorch teacher of a local Hugging Face folder (eval mode, ``dtype`` on ``device``);
     damaged folders raise :class:`~prada_jax.errors.BadInput` naming the file."""
-    import torch
-    import transformers
+    import torch  # lazy: torch is the optional [torch] extra
+    import transformers  # lazy: transformers takes seconds to import; only the teacher paths need it
     d = check_teacher_files(path, flag)
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(str(d),
@@ -115,7 +115,7 @@ def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
 
 
 def _score_batch(model, seqs, top_k, device, temperature, vocab_size):
-    import torch
+    import torch  # lazy: torch is the optional [torch] extra
 
     lens = [len(s) for s in seqs]
     width = max(lens)

@@ -27,8 +27,12 @@ scoring by the shared exporter path), so the trainer still runs on converted cha
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, NamedTuple, Optional
 
+import numpy as np
+
+from prada_jax.distill.scoring import load_teacher, score_sequences
 from prada_jax.errors import BadInput
 
 
@@ -52,7 +56,6 @@ class Task(NamedTuple):
 
 def pool_questions(pool) -> list[list[int]]:
     """The tokens before the first agent turn of every pool trajectory (the user's question)."""
-    import numpy as np
     toks = np.asarray(pool.tokens)
     offs, toffs = np.asarray(pool.traj_offsets), np.asarray(pool.turn_offsets)
     starts = np.asarray(pool.turn_starts)
@@ -65,9 +68,7 @@ def pool_questions(pool) -> list[list[int]]:
 
 def _arith_pool_problems(pool) -> list:
     """Arithmetic problems parsed from the pool's questions (``<q>12*7+5</q>``)."""
-    import re
-
-    from prada_jax.distill.task import arith
+    from prada_jax.distill.task import arith  # lazy: the trainer loads no task module; a task's module loads when a pool names it
     out = []
     for i, q in enumerate(pool_questions(pool)):
         m = re.fullmatch(r"<q>([0-9]+(?:[+\-*][0-9]+)*)</q>", arith.decode(q))
@@ -82,7 +83,7 @@ def _arith_pool_problems(pool) -> list:
 def _kg_pool_problems(pool) -> list:
     """The kg problems of a pool recorded by ``build_pool`` (their hidden graphs are not in the
     tokens): regenerated from the recorder's seed and checked question by question."""
-    from prada_jax.distill.task import kg
+    from prada_jax.distill.task import kg  # lazy: the trainer loads no task module; a task's module loads when a pool names it
     qs = pool_questions(pool)
     seed = (pool.meta.get("source") or {}).get("seed")
     if seed is None:
@@ -99,21 +100,20 @@ def _kg_pool_problems(pool) -> list:
 def hf_teacher_scorer(teacher_dir, top_k: int) -> Callable:
     """Loads a Hugging Face teacher folder once; returns ``seqs -> score dicts`` (the one
     teacher-scoring path, :func:`prada_jax.distill.scoring.score_sequences`)."""
-    from prada_jax.distill.scoring import load_teacher, score_sequences
     model = load_teacher(teacher_dir)
     return lambda seqs: score_sequences(model, seqs, top_k)
 
 
 def _arith() -> Task:
-    from prada_jax.distill.task import arith
+    from prada_jax.distill.task import arith  # lazy: the trainer loads no task module; a task's module loads when a pool names it
 
     def evaluate(model, n_problems: int, seed: int, batch: int) -> dict:
-        from prada_jax.distill.task.evaluate import evaluate_model
+        from prada_jax.distill.task.evaluate import evaluate_model  # lazy: the trainer loads no task module; a task's module loads when a pool names it
         problems = arith.make_problems(seed * 1000 + 3, n_problems, split="eval")
         return evaluate_model(model, problems, batch=batch)
 
     def build_pool(teacher_model, out_dir, n: int, seed: int, **kw):
-        from prada_jax.distill.task.teacher import record_pool
+        from prada_jax.distill.task.teacher import record_pool  # lazy: the trainer loads no task module; a task's module loads when a pool names it
         problems = arith.make_problems(seed * 1000 + 2, n, split="train")
         return record_pool(teacher_model, problems, out_dir, seed=seed, **kw)
 
@@ -126,14 +126,14 @@ def _arith() -> Task:
 
 
 def _kg() -> Task:
-    from prada_jax.distill.task import kg
+    from prada_jax.distill.task import kg  # lazy: the trainer loads no task module; a task's module loads when a pool names it
 
     def evaluate(model, n_problems: int, seed: int, batch: int) -> dict:
         return kg.evaluate_model(model, kg.make_problems(seed * 1000 + 3, n_problems),
                                  batch=batch)
 
     def build_pool(teacher_model, out_dir, n: int, seed: int, **kw):
-        from prada_jax.distill.task.kg_teacher import record_pool
+        from prada_jax.distill.task.kg_teacher import record_pool  # lazy: the trainer loads no task module; a task's module loads when a pool names it
         return record_pool(teacher_model, kg.make_problems(seed * 1000 + 2, n), out_dir,
                            seed=seed, **kw)
 

@@ -21,6 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 from flax import struct
 
+from prada_jax.distill import logits_store
+from prada_jax.distill.logits_store import INDEX_FILE, TeacherLogits
 from prada_jax.distill.pool import Pool
 from prada_jax.errors import BadInput
 
@@ -122,7 +124,6 @@ def write_store(pool: Pool, seqs: Sequence[dict], out_dir: os.PathLike | str,
     """Writes per-trajectory score dicts (``from_sequences``' contract, ids ``str(i)``) as a
     logit store (:mod:`prada_jax.distill.logits_store`, the one on-disk teacher-logit format)
     recording the pool's content hash; :func:`load` reads it back."""
-    from prada_jax.distill import logits_store
     from_sequences(pool, seqs)   # same shape checks as on load
     k = int(np.asarray(seqs[0]["topk_ids"]).shape[-1])
     m = {"pool_content_hash": pool.meta.get("content_hash"), **(meta or {})}
@@ -136,7 +137,6 @@ def load(path: os.PathLike | str, pool: Pool) -> TeacherTable:
     """Loads a logit store written for ``pool`` (by ``python -m prada_jax.distill.export`` or
     :func:`write_store`) and checks it matches the pool; every problem raises
     :class:`TeacherLogitsMismatch` / ``LogitStoreError`` (both ``BadInput``) naming the file."""
-    from prada_jax.distill.logits_store import INDEX_FILE, TeacherLogits
     path = Path(path)
     if not path.is_dir():
         raise TeacherLogitsMismatch(f"{path}: teacher logits folder not found")

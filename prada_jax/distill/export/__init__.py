@@ -24,8 +24,10 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from prada_jax.distill import logits_store, scoring
+from prada_jax.distill.pool import load_pool
 from prada_jax.errors import BadInput
 
 
@@ -96,8 +98,6 @@ def export_logits(model, seq_ids: Sequence[str], seqs: Sequence[Sequence[int]], 
       {"sequences", "tokens" (scored this run), "seconds", "tokens_per_s", "bytes",
        "bytes_per_token", "skipped"}.
     """
-    from tqdm import tqdm
-
     if len(seq_ids) != len(seqs):
         raise ValueError("seq_ids and seqs must have the same length")
     for i, s in zip(seq_ids, seqs):
@@ -166,7 +166,6 @@ def export_store(teacher: str, out: str, *, pool: str | None = None,
         raise BadInput(f"--top_k={top_k}: must lie in [1, {n_tok}] (the tokenizer at {tok_dir} "
                        f"has {n_tok} tokens)")
     if pool is not None:
-        from prada_jax.distill.pool import load_pool
         p = load_pool(pool)
         expected = p.meta["tokenizer"]
         data_where = os.path.join(pool, "pool.json")

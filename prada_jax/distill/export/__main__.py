@@ -17,16 +17,17 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from absl import flags
+
 from prada_jax import cli
 from prada_jax.distill import entry
+from prada_jax.distill.export import TORCH_DTYPES, export_store
 from prada_jax.errors import BadInput
 
 PROG = "prada_jax.distill.export"
 
 
 def _define(fv) -> None:
-    from absl import flags
-    from prada_jax.distill.export import TORCH_DTYPES
     flags.DEFINE_string("teacher", None, "local Hugging Face causal LM folder", flag_values=fv)
     flags.DEFINE_string("pool", None, "trajectory pool folder (prada_jax.distill.pool)",
                         flag_values=fv)
@@ -65,7 +66,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         raise BadInput("exactly one of --pool and --sequences is required")
     if not fv.temperature > 0:
         raise BadInput(f"--temperature must be > 0, got {fv.temperature}")
-    from prada_jax.distill.export import export_store
     stats = export_store(fv.teacher, fv.out, pool=fv.pool, sequences=fv.sequences,
                          top_k=fv.top_k, batch_tokens=fv.batch_tokens,
                          shard_tokens=fv.shard_tokens, device=fv.device, dtype=fv.dtype,

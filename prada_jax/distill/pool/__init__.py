@@ -42,7 +42,10 @@ from typing import Any, Sequence
 
 import numpy as np
 from flax import struct
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
 
+from prada_jax.distill.scoring import tokenizer_fingerprint
 from prada_jax.errors import BadInput
 from prada_jax.safetensors_folder import file_hash, write_arrays_and_meta
 
@@ -300,8 +303,6 @@ def read_meta(path: os.PathLike | str) -> dict:
 
 def load_pool(path: os.PathLike | str, check_hash: bool = True) -> Pool:
     """Loads and validates a pool folder. Raises PoolFormatError naming file and field."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
 
     path = Path(path)
     meta = read_meta(path)
@@ -379,16 +380,10 @@ def tokenize_conversation(tokenizer, messages: Sequence[dict], where: str = "<me
 
 
 def tokenizer_meta(tokenizer, name: str | None = None) -> dict:
-    """``{"name", "vocab_size", "fingerprint"}`` for ``pool.json`` (fingerprint: the colleague's
-    ``scoring.tokenizer_fingerprint`` when importable, else a local sha256 of the vocabulary)."""
-    try:
-        from prada_jax.distill.scoring import tokenizer_fingerprint
-        fp = tokenizer_fingerprint(tokenizer)
-    except ImportError:
-        vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-        fp = "sha256:" + hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
+    """``{"name", "vocab_size", "fingerprint"}`` for ``pool.json`` (fingerprint:
+    :func:`prada_jax.distill.scoring.tokenizer_fingerprint`, the one the exporter checks)."""
     return {"name": name or getattr(tokenizer, "name_or_path", "") or "unnamed",
-            "vocab_size": int(len(tokenizer)), "fingerprint": fp}
+            "vocab_size": int(len(tokenizer)), "fingerprint": tokenizer_fingerprint(tokenizer)}
 
 
 def convert_jsonl(jsonl_path: os.PathLike | str, tokenizer, out_dir: os.PathLike | str,

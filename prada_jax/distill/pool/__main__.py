@@ -13,7 +13,11 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from absl import flags
+
 from prada_jax import cli
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill.scoring import load_tokenizer
 from prada_jax.errors import BadInput
 
 PROG = "prada_jax.distill.pool"
@@ -21,7 +25,6 @@ COMMANDS = ("convert", "validate")
 
 
 def _define_convert(fv) -> None:
-    from absl import flags
     flags.DEFINE_string("jsonl", None, "input JSONL, one {'messages': [...]} a line",
                         flag_values=fv)
     flags.DEFINE_string("tokenizer", None, "local tokenizer folder (with chat template)",
@@ -31,7 +34,6 @@ def _define_convert(fv) -> None:
 
 
 def _define_validate(fv) -> None:
-    from absl import flags
     flags.DEFINE_string("pool", None, "pool folder to check", flag_values=fv)
 
 
@@ -44,7 +46,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         got = argv[0] if argv else "nothing"
         raise BadInput(f"expected a command, one of {list(COMMANDS)}; got {got!r}")
     cmd, rest = argv[0], argv[1:]
-    from prada_jax.distill import pool as pool_lib
     if cmd == "validate":
         if len(rest) == 1 and not rest[0].startswith("-"):   # the former positional form
             rest = [f"--pool={rest[0]}"]
@@ -58,7 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("jsonl", "tokenizer", "out"):
         if not fv[name].value:
             raise BadInput(f"--{name} is required")
-    from prada_jax.distill.scoring import load_tokenizer
     tok = load_tokenizer(fv.tokenizer)
     out = pool_lib.convert_jsonl(fv.jsonl, tok, fv.out, task=fv.task,
                                  tokenizer_name=fv.tokenizer)

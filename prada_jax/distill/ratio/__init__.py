@@ -44,7 +44,10 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from prada_jax.distill.pool import Pool
 from prada_jax.distill.sampler import exact_ratio_probs, pair_index  # noqa: F401 (re-export)
@@ -183,9 +186,6 @@ def token_logp_fn(graphdef):
 
     Cached per model graph: students of the same architecture (equal ``graphdef``) share one
     function, so a report that diagnoses many students compiles once per shape."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
 
     fn = _LOGP_FNS.get(graphdef)
     if fn is not None:

@@ -13,15 +13,21 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from absl import flags
+from flax import nnx
+
 from prada_jax import cli
 from prada_jax.distill import entry
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill import teacher_table
+from prada_jax.distill.ratio import diagnose_student, token_logp_fn
 from prada_jax.errors import BadInput
+from prada_jax.lm.hf import load_hf
 
 PROG = "prada_jax.distill.ratio"
 
 
 def _define(fv) -> None:
-    from absl import flags
     flags.DEFINE_string("pool", None, "trajectory pool folder", flag_values=fv)
     flags.DEFINE_string("logits", None, "exported teacher logits of that pool", flag_values=fv)
     flags.DEFINE_string("student", None, "student Hugging Face folder", flag_values=fv)
@@ -39,12 +45,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BadInput(f"--{name} is required")
     if not 0.0 < fv.kappa_min <= 1.0:
         raise BadInput(f"--kappa_min must lie in (0, 1], got {fv.kappa_min}")
-    from flax import nnx
-
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill import teacher_table
-    from prada_jax.distill.ratio import diagnose_student, token_logp_fn
-    from prada_jax.lm.hf import load_hf
     pool = pool_lib.load_pool(fv.pool)
     table = teacher_table.load(fv.logits, pool)
     if not Path(fv.student).is_dir():

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import teacher_table
+from prada_jax.distill.export import export_store
 
 
 def export_logits(teacher_dir: os.PathLike | str, pool_dir: os.PathLike | str,
                   out_dir: os.PathLike | str, top_k: int = 8, progress: bool = False) -> Path:
     """Writes (or resumes) the logit store of ``pool_dir`` scored by ``teacher_dir`` (top-k per
     token, float16 top-k log-probs, the exporter's defaults otherwise); returns ``out_dir``."""
-    from prada_jax.distill.export import export_store
     out = Path(out_dir)
     pool = pool_lib.load_pool(pool_dir)
     export_store(str(teacher_dir), str(out), pool=str(pool_dir), top_k=top_k, progress=progress)

@@ -46,6 +46,7 @@ the generic JSONL converter reproduces :func:`messages_to_tokens`.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -53,6 +54,7 @@ import numpy as np
 
 from prada_jax.distill.task import common
 from prada_jax.distill.task.common import EpisodeResult, GenerateFn, ToolCounter
+from prada_jax.distill.task.evaluate import wilson_ci
 from prada_jax.lm.sampling import contexts_generate_fn
 
 ENTITIES: tuple[str, ...] = tuple("ABCDEFGHIJKLMNOP")
@@ -293,7 +295,6 @@ def flax_generate_fn(model, *, batch: int = 64, context_len: int = 128,
 
 def summarize(results: Sequence[EpisodeResult]) -> dict:
     """Success rate with its 95% Wilson interval, tool calls and mean agent turns."""
-    from prada_jax.distill.task.evaluate import wilson_ci
     k = sum(r.success for r in results)
     n = len(results)
     return {"success_rate": k / max(n, 1), "ci95": list(wilson_ci(k, n)), "n": n,
@@ -318,7 +319,6 @@ def num_valid_paths(p: Problem) -> int:
 def valid_paths(p: Problem) -> list[tuple[int, ...]]:
     """Every solved shortest episode of ``p`` as token tuples, by enumeration (for tests and
     small problems: 2^calls × 2 sequences): each call form combination and answer order."""
-    import itertools
     calls = []
     for k in (0, 1):
         ents = p.chain_entities(k)

@@ -14,15 +14,19 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from absl import flags
+
 from prada_jax import cli
 from prada_jax.distill import entry
+from prada_jax.distill.task import arith
+from prada_jax.distill.task.evaluate import evaluate_model
 from prada_jax.errors import BadInput
+from prada_jax.lm.hf import load_hf
 
 PROG = "prada_jax.distill.task.evaluate"
 
 
 def _define(fv) -> None:
-    from absl import flags
     flags.DEFINE_string("student", None, "Hugging Face folder of the model", flag_values=fv)
     flags.DEFINE_integer("n", 256, "number of problems", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("seed", 0, "problems: make_problems(seed*1000+3, split=\"eval\")",
@@ -38,9 +42,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BadInput("--student is required")
     if not Path(fv.student).is_dir():
         raise BadInput(f"--student {fv.student}: model folder not found")
-    from prada_jax.distill.task import arith
-    from prada_jax.distill.task.evaluate import evaluate_model
-    from prada_jax.lm.hf import load_hf
     try:
         model, _ = load_hf(fv.student)
     except (OSError, ValueError, KeyError) as e:

@@ -62,8 +62,8 @@ def train_teacher(out_dir: os.PathLike | str, seed: int = 0, steps: int = DEFAUL
     task tokenizer. ``episodes``: other training data as ``(token lists, loss spans)`` (e.g.
     :func:`prada_jax.distill.task.kg_short.training_episodes`, whose injected errors carry no
     span); ``tokenizer``: saved instead of the kg task's."""
-    import torch
-    from transformers import Qwen2ForCausalLM
+    import torch  # lazy: torch is the optional [torch] extra
+    from transformers import Qwen2ForCausalLM  # lazy: transformers takes seconds to import; only the teacher paths need it
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)

@@ -15,16 +15,22 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+from absl import flags
+
 from prada_jax import cli
 from prada_jax.distill import entry
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill.task import kg
+from prada_jax.distill.task.common import ensure_teacher
+from prada_jax.distill.task.export_local import export_logits
+from prada_jax.distill.task.kg_teacher import (DEFAULTS, evaluate_torch, record_pool,
+                                              train_teacher)
 
 PROG = "prada_jax.distill.task.kg_teacher"
 
 
 def _define(fv) -> None:
-    from absl import flags
-
-    from prada_jax.distill.task.kg_teacher import DEFAULTS
     flags.DEFINE_string("cache", "checkpoints/kg_cache", "output cache folder", flag_values=fv)
     flags.DEFINE_integer("seed", 0, "teacher, problems, pool and sampling seed", flag_values=fv)
     for k, v in DEFAULTS.items():
@@ -39,14 +45,7 @@ def _define(fv) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     fv = entry.parse(_define, argv, PROG, __doc__)
-    import numpy as np
-    import torch
-
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill.task import kg
-    from prada_jax.distill.task.common import ensure_teacher
-    from prada_jax.distill.task.export_local import export_logits
-    from prada_jax.distill.task.kg_teacher import evaluate_torch, record_pool, train_teacher
+    import torch  # lazy: torch is the optional [torch] extra
     torch.set_num_threads(fv.threads)
     root = Path(fv.cache) / f"seed{fv.seed}"
     root.mkdir(parents=True, exist_ok=True)

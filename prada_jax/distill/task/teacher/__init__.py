@@ -25,7 +25,9 @@ from typing import Sequence
 import numpy as np
 
 from prada_jax.distill import pool as pool_lib
+from prada_jax.distill.scoring import load_teacher as _load_teacher
 from prada_jax.distill.task import arith, common
+from prada_jax.distill.task.export_local import export_logits
 
 DEFAULTS = dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256, steps=600,
                 batch=64, lr=3e-3, warmup=100, n_train=20000, n_pool=512, n_eval=256, top_k=8)
@@ -59,8 +61,8 @@ def train_teacher(out_dir: os.PathLike | str, seed: int = 0, steps: int = DEFAUL
                   intermediate: int = DEFAULTS["intermediate"], log_every: int = 100) -> Path:
     """Trains a Qwen2 teacher from scratch on solved episodes (loss on agent tokens only;
     AdamW, linear warm-up + cosine) and saves it with the task tokenizer."""
-    import torch
-    from transformers import Qwen2ForCausalLM
+    import torch  # lazy: torch is the optional [torch] extra
+    from transformers import Qwen2ForCausalLM  # lazy: transformers takes seconds to import; only the teacher paths need it
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -90,8 +92,7 @@ def torch_generate_fn(model, max_new_tokens: int = 10, temperature: float = 0.0,
 def load_teacher(path: os.PathLike | str):
     """The PyTorch teacher of a Hugging Face folder (float32, eval mode); see
     :func:`prada_jax.distill.scoring.load_teacher` (damaged folders raise ``BadInput``)."""
-    from prada_jax.distill.scoring import load_teacher as load
-    return load(path)
+    return _load_teacher(path)
 
 
 def evaluate_torch(model, problems: Sequence[arith.Problem], batch: int = 256) -> dict:
@@ -129,10 +130,8 @@ def tiny_cache(root: os.PathLike | str, n_problems: int = 12, top_k: int = 4) ->
     ``make_problems(5, n_problems)``, and ``logits/``, the teacher's top-``top_k`` export of that
     pool. It returns ``root``. Needs torch.
     """
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    from prada_jax.distill.task.export_local import export_logits
+    import torch  # lazy: torch is the optional [torch] extra
+    from transformers import Qwen2ForCausalLM  # lazy: transformers takes seconds to import; only the teacher paths need it
 
     root = Path(root)
     torch.manual_seed(0)
