@@ -56,15 +56,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
+import time
 
+import numpy as np
+from flax import nnx
+
+from prada_jax import config_utils as cu
+from prada_jax.configs.distill import get_config
+from prada_jax.distill import pool as pool_lib
+from prada_jax.distill import ratio
+from prada_jax.distill import teacher_table
+from prada_jax.distill.task.evaluate import wilson_ci
+from prada_jax.distill.trainer import train_and_evaluate
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
+from prada_jax.lm.hf import load_hf
+from prada_jax.stats import mean_ci
 
 
 def _config(cache: str, seed: int, variant: str, steps: int, n_eval: int, **over):
-    from prada_jax import config_utils as cu
-    from prada_jax.configs.distill import get_config
     c = get_config(variant)
     c.data.cache = cache
     c.seed = seed
@@ -195,8 +205,6 @@ def run(out: Path, cache: str, seeds, budgets: dict, n_eval: int, methods,
     take the ratio diagnostic at their start and end only (``sampler.refresh_every = 0``; it
     changes nothing they train on). Records per seed in ``runs.json`` under
     ``<method>/seed<s>``."""
-    from prada_jax.distill.trainer import train_and_evaluate
-    import time
     unknown = [m for m in methods if m not in PLAN]
     if unknown:
         raise ValueError(f"--methods: unknown {unknown}; choose from {sorted(PLAN)}")
@@ -272,12 +280,7 @@ def heldout_diagnostics(runs: dict, roots, cache: str) -> int:
     ``<root>/<method>/seed_<seed>/student_hf`` (a multi-seed run), ``<root>/<method>/seed<seed>/
     student_hf`` (older reports) or ``<root>/<method>/student_hf`` (one seed). Returns how many were added (0 without a held-out
     pool)."""
-    from flax import nnx
 
-    from prada_jax.distill import pool as pool_lib
-    from prada_jax.distill import ratio
-    from prada_jax.distill import teacher_table
-    from prada_jax.lm.hf import load_hf
     hp, hl = Path(cache) / "pool_heldout", Path(cache) / "logits_heldout"
     if not (hp.is_dir() and hl.is_dir()):
         return 0
@@ -342,8 +345,6 @@ def task_label(cache: str) -> str:
 
 
 def summarize(runs: dict, cache: str) -> dict:
-    from prada_jax.stats import mean_ci
-    from prada_jax.distill.task.evaluate import wilson_ci
     table = {"task": task_label(cache)}
     names = sorted({k.split("/")[0] for k in runs})
     before = [r["before"]["success_rate"] for k, r in runs.items()
@@ -498,7 +499,6 @@ def claims(runs: dict, margin: float = 0.02) -> list[dict]:
     """Every :data:`CLAIMS` entry whose two methods ran on ≥ 1 common seed: paired difference
     of task success (method − reference, per seed), its mean ± 95% Student-t CI, the
     verdict and the reason."""
-    from prada_jax.stats import mean_ci
     out = []
     for cid, text, name, ref, kind in CLAIMS:
         a = {r["seed"]: r["after"]["success_rate"] for k, r in runs.items()
@@ -570,7 +570,6 @@ def success_curves(runs: dict) -> dict:
     """method -> {"x": [updates], "mean", "low", "high"} of task success over seeds at every
     evaluation point: "before" (update 0), ``curve`` points (``--eval_points``) and "after";
     continuations are placed after their warm start's updates."""
-    from prada_jax.stats import mean_ci
     names = sorted({k.split("/")[0] for k in runs})
     out = {}
     for name in names:
@@ -602,9 +601,9 @@ def plot_success(curves: dict, path: Path, task: str = "synthetic task") -> Path
     scratch, right panel warm starts and what continues them."""
     if not curves:
         return None
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when a figure is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: pyplot after use("Agg")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     groups = ([n for n, c in curves.items() if not c["warm_from"] and not n.startswith("warm")],
               [n for n, c in curves.items() if c["warm_from"] or n.startswith("warm")])

@@ -11,11 +11,15 @@ import studies.distill_claims as _lib
 from studies.distill_claims import (PLAN, claims, claims_markdown, heldout_diagnostics,
                                     parse_seeds, plot_success, read_json_object, run,
                                     success_curves, summarize, to_markdown)
+from absl import flags
+
+from prada_jax import cli
+from prada_jax.distill.entry import undash
+from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 
 
 def _define(fv) -> None:
-    from absl import flags
     flags.DEFINE_string("out", "checkpoints/distill_report", "report folder", flag_values=fv)
     flags.DEFINE_string("cache", "checkpoints/task_cache/seed0",
                         "task cache (pool/, logits/, teacher/)", flag_values=fv)
@@ -56,12 +60,7 @@ def _define(fv) -> None:
 
 def main(argv=None) -> int:
     """``python -m studies.distill_claims`` (absl flags; bad input raises ``BadInput``)."""
-    from prada_jax import cli
-    from prada_jax.errors import BadInput
     cli.hub_offline()
-    from absl import flags
-
-    from prada_jax.distill.entry import undash
     names = flags.FlagValues()
     _define(names)
     args = cli.parse_local(_define, undash(argv, list(names)), "studies.distill_claims", _lib.__doc__)
