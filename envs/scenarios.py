@@ -32,7 +32,7 @@ not measurements of a real network):
 
 Presets that make a resource bind under a trained policy's *own* nominations (issue 23;
 measured shares in docs/dual.md). Their factors need env scalars other than the defaults, given
-by :data:`PRESET_ENV` (``preset_env(name)``; ``evals.stage2`` applies them per scenario):
+by :data:`PRESET_ENV` (``preset_env(name)``; ``studies.stage2_verdict`` applies them per scenario):
 
 * ``bandwidth_bound``: M = 16 units and B = 3 MHz (all factors 1): units are plentiful, the
   band is not, so requests of different widths wait while units are free (µ's job).
@@ -46,12 +46,12 @@ by :data:`PRESET_ENV` (``preset_env(name)``; ``evals.stage2`` applies them per s
 * ``outage_burst_m2``: ``outage_burst``'s schedule at M = 2 (M_t = 1 in an outage), 24
   users/s, U = 64: capacity binds for the rule in ≈ 18 % of validation slots (original: ≈ 5 %).
 Presets at the contended operating points of the roofline clock (issue 33 item 5; chosen on
-validation for the seed-0 policy under ``a100_orin_int4``, docs/results/stage2_pooled.md
+validation for the seed-0 policy under ``a100_orin_int4``, studies/stage2_pooled/registration.md
 Part 1b):
 * ``contended``: all factors 1 at M = 4 server sequence slots and λ = 4·√2 ≈ 5.66 users/s
   (load 1.41 per slot, a point of the load curve's grid): the λ = µ = 0 rule keeps the server
   ≈ 73 % busy and capacity binds in ≈ 31 % of validation slots, where the server LLM alone
-  would be unstable (docs/results/load_curve.md).
+  would be unstable (studies/load_curve/README.md).
 * ``outage_burst_m4``: ``outage_burst``'s schedule at M = 4 and 2 users/s (load 0.5 per
   slot): outside outages the server is lightly used (the rule's occupancy ≈ 25 %); in an
   outage (M_t = 1) with its arrival burst, requests queue (capacity binds in ≈ 26 % of
@@ -195,7 +195,7 @@ PRESET_ENV = {"bandwidth_bound": {"num_servers": 16, "bandwidth_hz": 3e6},
               "outage_burst": {"num_servers": 4},
               "slow_server": {"server_speed": 0.1},
               # variants chosen on validation seeds for the trained demo policy, where the
-              # originals did not bind under its own nominations (docs/results/stage2_verdict.md)
+              # originals did not bind under its own nominations (studies/stage2_verdict/registration.md)
               "bandwidth_bound_dense": {"num_servers": 16, "bandwidth_hz": 3e6,
                                         "arrival_rate_hz": 48.0, "num_users": 128},
               "outage_burst_m2": {"num_servers": 2, "arrival_rate_hz": 24.0, "num_users": 64},

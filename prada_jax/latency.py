@@ -245,7 +245,7 @@ DEFAULT_PAIR = PAPER
 #: The pair the launchers' configs (``prada_jax/configs/ppo.py``, ``dual.py``), ``train.main``
 #: and the evaluation commands without a policy use unless told otherwise (``env.hardware`` /
 #: ``--hardware``): an NVIDIA A100 80GB bf16 server with a Jetson AGX Orin 64GB INT4 edge
-#: (issue 32; the choice and its reasons: docs/results/load_curve.md).
+#: (issue 32; the choice and its reasons: studies/load_curve/README.md).
 CONFIG_PAIR = "a100_orin_int4"
 
 

@@ -48,7 +48,7 @@ def _env() -> ml_collections.ConfigDict:
     env.arrival_rate_hz = 4.0     # λ [users / s]
     env.beta = 0.02               # β [PRM units / s], quality-latency trade-off; 0.02 for
                                   # the roofline clock's latency scale by the rule of
-                                  # docs/results/load_curve.md (0.2 under the paper clock)
+                                  # studies/load_curve/README.md (0.2 under the paper clock)
     env.tau_s = 0.05              # slot length τ [s]
     env.hardware = latency.CONFIG_PAIR  # (edge, server) pair of the clock: A100 + Orin INT4
                                   # (prada_jax.latency.PAIRS or a .json file; docs/latency.md)

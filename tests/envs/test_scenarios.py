@@ -185,7 +185,7 @@ def test_binding_presets_state_their_env_and_outage_at_m_ge_2():
 
 
 def test_binding_variants_share_their_originals_schedule_at_a_higher_load():
-    """The validation-chosen variants (docs/results/stage2_verdict.md): the original preset's
+    """The validation-chosen variants (studies/stage2_verdict/registration.md): the original preset's
     per-slot factors, with more users and a higher arrival rate (and M = 2 for the outage);
     an env built from them has those U, λ, M and B."""
     for name, base in (("bandwidth_bound_dense", "bandwidth_bound"),

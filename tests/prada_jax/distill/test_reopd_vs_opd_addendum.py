@@ -65,7 +65,7 @@ def test_interleaved_speed_ratios_by_hand():
 
 
 def test_n_wall_reproduces_the_studys_far_budget():
-    # the study's far timings (docs/results/reopd_vs_opd.json) gave N_w = 261
+    # the study's far timings (studies/reopd_vs_opd/results/study.json) gave N_w = 261
     assert ad.n_wall(20, 6.311496451000494, 0.4835354360002384) == 261
     assert ad.n_wall(20, 12.190088651999758, 5.968942862999029) == 41   # near
     assert ad.n_wall(20, 1.0, 100.0) == 1                                # at least one update
