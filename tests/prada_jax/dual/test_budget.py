@@ -1,7 +1,7 @@
 """A long-run occupancy budget: the default constant learner (averaged subgradient) meets an
 operator's cap on average server occupancy (each admission counted with its own service time),
 at the price a brute-force search over constant prices finds; λ = 0 violates it, and the
-earlier constraint (admissions × the mean service time of all new nominations) misses it. The budget check of ``evals.stage2`` (bad values name the flag)
+earlier constraint (admissions × the mean service time of all new nominations) misses it. The budget check of ``studies.stage2_verdict`` (bad values name the flag)
 and its per-row report against NumPy."""
 import functools
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evals import stage2
+from studies import stage2_verdict as stage2
 from prada_jax.errors import BadInput
 from prada_jax.dual import learner, problem
 

@@ -168,7 +168,7 @@ def test_variant_default_and_bad_values():
 
 
 def test_stage2_dual_overrides_parse_and_name_bad_fields():
-    from evals import stage2
+    from studies import stage2_verdict as stage2
     from prada_jax.errors import BadInput
 
     assert stage2.parse_dual_overrides("utilisation=0.5, dual.mode=subgradient") == {
