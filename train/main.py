@@ -49,7 +49,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from evals import suite
-from evals.stages import cache, policy, tables
+from evals.stages import cache, tables, training
 from prada_jax import cli, config_utils
 from prada_jax.configs import main as main_config
 
@@ -102,23 +102,23 @@ def run_pipeline(workdir: str | Path, config, redo: bool = False,
                  hardware_flag: str = "--config.hardware") -> dict:
     """Runs (or resumes) every stage; returns a dict of where things are."""
     suite.check_hardware(config.hardware, hardware_flag)   # before anything is written
-    policy.check_envs(config, hardware_flag)
+    training.check_envs(config, hardware_flag)
     workdir = config_utils.prepare_workdir(workdir)
     (workdir / "main_settings.json").write_text(config_utils.config_to_json(config) + "\n")
     log = cache.Log()
     log(f"train.main ({config.mode}) in {workdir}; all data below is SYNTHETIC")
-    policy.stage_traces(workdir, config, log, redo)
+    training.stage_traces(workdir, config, log, redo)
     out = {"workdir": str(workdir), "benchmarks": {}}
     policy_dirs = {}
     for preset in config.benchmarks:
-        ppo_dir = policy.stage_ppo(workdir, config, preset, log, redo)
-        pol = policy.stage_critic(workdir, config, preset, ppo_dir, log, redo)
+        ppo_dir = training.stage_ppo(workdir, config, preset, log, redo)
+        pol = training.stage_critic(workdir, config, preset, ppo_dir, log, redo)
         policy_dirs[preset] = pol
         b = {"ppo": str(ppo_dir), "policy": str(pol), "dual": None, "curve": None,
              "eval": None, "sweep": None,
              "capacity": tables.stage_capacity(workdir, config, preset, pol, log, redo)}
         if config.legacy_stages:   # the old scenario (docs/history.md)
-            dual = policy.stage_dual(workdir, config, preset, pol, log, redo)
+            dual = training.stage_dual(workdir, config, preset, pol, log, redo)
             cv = tables.stage_curve(workdir, config, preset, pol, dual, log, redo)
             b.update(dual=str(dual), curve=cv,
                      eval=tables.stage_eval(workdir, config, preset, pol, dual, log, redo,

@@ -2,7 +2,7 @@
 into its own folder of the run directory and reuses a finished one whose settings are the same
 (``cache``):
 
-* ``policy``: the trace summary, the screening policy (PPO), its critic refit and the learned
+* ``training``: the trace summary, the screening policy (PPO), its critic refit and the learned
   multipliers (dual), and the env check every stage's config must pass first;
 * ``tables``: the load curve and its two table points, the benchmark table at those points, the
   M / B / λ sweep, capacity per server GPU under the SLO and the PRM calibration.

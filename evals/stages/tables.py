@@ -10,10 +10,10 @@ import numpy as np
 from envs import edge
 from evals import calibration, curve, suite, sweep
 from evals import evaluate as ev
-from evals.capacity import run as capacity
+from evals.capacity import study as capacity
 from evals.stages.cache import (load_policy_and_multipliers, mark_done, stage_done,
                                 table_traces)
-from evals.stages.policy import ppo_config
+from evals.stages.training import ppo_config
 from prada_jax import latency
 
 #: The pre-registered rule for the main table's two points (studies/load_curve), applied to

@@ -4,7 +4,7 @@ SYNTHETIC gsm8k.
     python -m studies.capacity --out=DIR [--pairs=a100_orin_int4,...] [--size=study]
     python -m studies.capacity --out=DIR --size=quick          # tiny end-to-end run (a test)
 
-The measurement and analysis are ``evals.capacity`` (``evals.capacity.run.run_study``); this
+The measurement and analysis are ``evals.capacity`` (``evals.capacity.study.run_study``); this
 command runs them at the registered size. Parts, in order, each written at once and reused on
 a rerun with the same sizes:
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from absl import flags
 
 from evals import curve, suite
-from evals.capacity import run as capacity
+from evals.capacity import study as capacity
 from prada_jax import cli, config_utils
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput

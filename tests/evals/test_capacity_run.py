@@ -1,4 +1,4 @@
-"""evals.capacity.run (studies.capacity's measurement; issue 42), end to end at the quick size: every part runs, the report's
+"""evals.capacity.study (studies.capacity's measurement; issue 42), end to end at the quick size: every part runs, the report's
 capacities are what a plain loop over the committed per-seed test grid gives, the fitted
 price is the validation argmax, and a rerun reuses every part."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from evals import capacity as cap
 from evals.capacity import analysis, measure
-from evals.capacity.run import SIZES, run_study
+from evals.capacity.study import SIZES, run_study
 from prada_jax.jsonio import read_json
 
 
@@ -84,7 +84,7 @@ def test_rerun_reuses_every_part(quick, monkeypatch):
 
 def test_report_only_reproduces_the_report_from_the_files(quick):
     """What regenerates a committed study's results: the analysis from the per-pair JSON."""
-    from evals.capacity.run import report_only
+    from evals.capacity.study import report_only
     out, res = quick
     again = report_only(out, ["a100_orin_int4"], "quick")
     assert again["tables"] == res["tables"]

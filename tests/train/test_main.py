@@ -11,7 +11,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from evals.stages import cache, policy, tables
+from evals.stages import cache, tables, training
 from prada_jax import config_utils
 from prada_jax.configs import main as main_cfg
 from prada_jax.configs import ppo as ppo_cfg
@@ -69,14 +69,14 @@ def test_seeds_flag_rule():
 def test_demo_ppo_config_is_the_default_with_150_updates():
     """What the demo trains: ppo.py's default config of the preset with 150 instead of 300
     updates (E·T = 16·64 env slots each), generator seed 0, the progress bar on."""
-    got = policy.ppo_config(main_cfg.get_config("demo"), "gsm8k")
+    got = training.ppo_config(main_cfg.get_config("demo"), "gsm8k")
     ref = ppo_cfg.get_config("gsm8k")
     ref.ppo.total_env_steps = ref.ppo.num_envs * ref.ppo.rollout_len * 150
     ref.env.trace_seed = 0
     ref.log.progress = True
     assert got.to_dict() == ref.to_dict()
     # smoke: ppo.py's smoke variant on the legacy server, 60 problems
-    got = policy.ppo_config(main_cfg.get_config("smoke"), "gsm8k")
+    got = training.ppo_config(main_cfg.get_config("smoke"), "gsm8k")
     ref = ppo_cfg.get_config("smoke,gsm8k")
     ref.env.server_model, ref.env.problems, ref.env.trace_seed = "legacy", 60, 0
     ref.log.progress = True
@@ -106,15 +106,15 @@ def test_trace_stage_and_reuse(tmp_path, capsys):
     c = main_cfg.get_config("smoke")
     c.summary_problems = 12
     log = lambda m: None  # noqa: E731
-    first = policy.stage_traces(tmp_path, c, log, redo=False)
+    first = training.stage_traces(tmp_path, c, log, redo=False)
     out = capsys.readouterr().out
     assert "SYNTHETIC" in out and "gsm8k" in out and "mmlu_stem" in out
     assert "accuracy all-LLM" in first["table"]
     (tmp_path / "traces" / "summary.txt").unlink()   # reuse must not regenerate it
-    policy.stage_traces(tmp_path, c, log, redo=False)
+    training.stage_traces(tmp_path, c, log, redo=False)
     assert not (tmp_path / "traces" / "summary.txt").exists()
     c.summary_problems = 13                          # other settings: the stage is redone
-    policy.stage_traces(tmp_path, c, log, redo=False)
+    training.stage_traces(tmp_path, c, log, redo=False)
     assert (tmp_path / "traces" / "summary.txt").exists()
 
 
@@ -124,7 +124,7 @@ def test_dual_config_matches_the_train_dual_command_line(tmp_path):
     c = main_cfg.get_config("smoke")
     env_kw = dict(num_users=16, num_servers=4, bandwidth_hz=20e6, arrival_rate_hz=4.0,
                   beta=0.2, tau_s=0.05)
-    config, key = policy.dual_config(c, "gsm8k", tmp_path / "ppo", env_kw)
+    config, key = training.dual_config(c, "gsm8k", tmp_path / "ppo", env_kw)
     argv = ["train.dual", f"--config={REPO / 'prada_jax/configs/dual.py'}:smoke,gsm8k",
             "--config.env.trace_seed=0", "--config.env.problems=60",
             f"--config.policy_dir={tmp_path / 'ppo'}", "--config.env.server_model=legacy"]
