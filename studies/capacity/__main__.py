@@ -46,8 +46,7 @@ def _define_flags():
 def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    if not F.out:
-        raise BadInput("--out is required (the study folder)")
+    config_utils.require_flag(F.out, "--out", "the study folder")
     pairs = list(dict.fromkeys(F.pairs))
     if not pairs:
         raise BadInput("--pairs: empty list")

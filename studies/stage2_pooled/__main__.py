@@ -54,8 +54,7 @@ def _define_flags():
 def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    if not F.out:
-        raise BadInput("--out is required (a folder for pooled.json)")
+    config_utils.require_flag(F.out, "--out", "a folder for pooled.json")
     if F.report_only:
         print(to_markdown(report_only(F.out)))
         print(f"wrote {Path(F.out) / 'pooled.json'}, pooled.md")

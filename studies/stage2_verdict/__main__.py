@@ -73,8 +73,7 @@ def main(argv):
     ``--out`` is created; bad input raises ``BadInput`` (one stderr line, exit 2)."""
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    if not F.out:
-        raise BadInput("--out is required (a folder for stage2.json)")
+    config_utils.require_flag(F.out, "--out", "a folder for stage2.json")
     if F.report_only:
         report_only(Path(F.out))
         return
