@@ -140,7 +140,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     #                                     episodes × the task's turn cap rows [supervised turns]
     c.opd.context_len = 96              # student context window while playing [tokens]; longer
     #                                     episodes keep their last context_len tokens
-    c.opd.tool_latency_s = 0.0          # simulated latency added to every tool call [s]; >= 0
+    c.opd.tool_latency_s = 0.0          # simulated tool latency per turn round with a call [s]; >= 0
 
     c.student = _student()
 
