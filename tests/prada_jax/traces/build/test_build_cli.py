@@ -198,7 +198,7 @@ def test_sigkill_mid_build_then_resume(tiny, tmp_path):
     out = tmp_path / "killed"
     script = (
         "import argparse,sys; from prada_jax.traces.build import cli as B\n"
-        "p=argparse.ArgumentParser(); cli_lib.add_arguments(p); sys.exit(cli_lib.run(p.parse_args(sys.argv[1:])))\n")
+        "p=argparse.ArgumentParser(); B.add_arguments(p); sys.exit(B.run(p.parse_args(sys.argv[1:])))\n")
     cli = ["--slm", str(tiny["slm"]), "--llm", str(tiny["llm"]), "--prm", str(tiny["prm"]),
            "--data", str(tiny["data"]), "--benchmark", "gsm8k", "--out", str(out),
            "--device", "cpu", *SMALL, "--no-progress", "--limit", "5", "--batch-size", "1"]
