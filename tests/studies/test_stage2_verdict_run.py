@@ -159,9 +159,11 @@ def test_stage2_paired_matches_independent_evaluation(tiny_run):
     assert meta["eval_seed_range"][0] == splits.TEST_SEED_BASE
     assert meta["choice_seed_range"][0] == splits.VALIDATION_SEED_BASE
     assert meta["traces"]["problems"] == traces.info["problems"] < traces.info["problems_total"]
+    assert meta["env"]["hardware"] == policy.config.env.hardware
     params = edge.make_params(traces.traces, num_users=8, num_servers=1, bandwidth_hz=20e6,
                               arrival_rate_hz=12.0,
                               beta=float(policy.config.env.beta), tau_s=0.05,
+                              hardware=meta["env"]["hardware"],   # the policy's clock
                               scenario=scenarios.preset("burst", 60))
     e = ev.Evaluator(params, 3, 60, 10, policy.apply_fn, policy.params,
                      seed0=splits.TEST_SEED_BASE)
