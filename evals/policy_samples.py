@@ -105,8 +105,7 @@ def _define_flags():
 def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    if not F.out:
-        raise BadInput("--out is required (a folder for the policy samples)")
+    config_utils.require_flag(F.out, "--out", "a folder for the policy samples")
     seeds = parse_seeds(F.seeds)
     out = Path(F.out)
     if out.exists() and not out.is_dir():

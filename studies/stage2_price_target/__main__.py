@@ -36,8 +36,7 @@ def _define_flags():
 def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    if not F.out:
-        raise BadInput("--out is required (a folder for the records)")
+    config_utils.require_flag(F.out, "--out", "a folder for the records")
     out = Path(F.out)
     if not F.report_only:
         if not F.policy or not Path(F.policy).is_dir():
