@@ -91,10 +91,12 @@ def prefix(pool, sampler, k, cache: dict) -> list[int]:
     return cache[k]
 
 
-def opd_batch(setup, params, seed: int, s: int) -> Drawn:
+def opd_batch(setup, params, seed: int, s: int, tool_delay_s: float | None = None) -> Drawn:
     """Micro-step ``s``'s OPD batch of the student ``params`` of seed ``seed``: ``opd.episodes``
     pool problems drawn with ``default_rng([seed, s])``, played by the student (sampling key
-    ``fold_in(key(seed), s)``), scored by the teacher."""
+    ``fold_in(key(seed), s)``), scored by the teacher. ``tool_delay_s``: the simulated wait per
+    turn round with a call (None: ``opd.tool_latency_s``; the trainer passes 0 when N > 1
+    seeds and waits once per round merged across the seeds itself)."""
     config, task = setup.config, setup.task
     rng = np.random.default_rng([seed, s])
     idx = rng.integers(0, len(setup.problems), size=int(config.opd.episodes))
@@ -107,19 +109,22 @@ def opd_batch(setup, params, seed: int, s: int) -> Drawn:
         task, [setup.problems[j] for j in idx], gen, setup.teacher_score_fn,
         rows=opd_rows(config, task), context_len=int(config.opd.context_len),
         action_len=int(config.onpolicy.max_new_tokens),
-        tool_delay_s=float(config.opd.tool_latency_s))
+        tool_delay_s=float(config.opd.tool_latency_s if tool_delay_s is None
+                           else tool_delay_s))
     has = batch["action_mask"].sum(-1) > 0
     counts = np.bincount(batch["turn"][has], minlength=setup.num_turns)[:setup.num_turns]
     return Drawn(batch, st.student_tokens, st, counts)
 
 
-def draw(setup, sampler, params, seed: int, s: int, prompts_cache: dict) -> Drawn:
+def draw(setup, sampler, params, seed: int, s: int, prompts_cache: dict,
+         tool_delay_s: float | None = None) -> Drawn:
     """Micro-step ``s``'s batch for the student ``params`` of seed ``seed`` (what a separate
     run with ``config.seed = seed`` draws; offline rows do not read ``params``, which may be
     None there); ``sampler`` is that seed's
-    :class:`~prada_jax.distill.sampler.TurnSampler` (its schedule state in force)."""
+    :class:`~prada_jax.distill.sampler.TurnSampler` (its schedule state in force);
+    ``tool_delay_s``: OPD's simulated tool wait override (:func:`opd_batch`)."""
     if setup.config.mode == "opd":
-        return opd_batch(setup, params, seed, s)
+        return opd_batch(setup, params, seed, s, tool_delay_s)
     t0 = time.perf_counter()
     config, task = setup.config, setup.task
     rng = np.random.default_rng([seed, s])

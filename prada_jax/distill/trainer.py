@@ -586,13 +586,18 @@ def optimizer_step(run: Run, opt_step: int) -> None:
     calls0 = run.task.tool_calls()
     ntok_step = 0
     cost = opd_lib.RoundStats()
+    # N > 1 seeds: the seeds' rollouts run one after another on the host, but their tool calls
+    # of one turn round are concurrent (the count ``tool_rounds`` prices): each seed's rollout
+    # waits for nothing and the update waits once per merged round below
+    merged_wait = float(config.opd.tool_latency_s) if run.opd and run.stacked else 0.0
     for micro in range(config.optim.grad_accum):
         s = opt_step * config.optim.grad_accum + micro
         got: list[Drawn] = []
         for i, seed in enumerate(run.seeds):
             # the student's parameters only where it samples (offline rows need none)
             params = None if config.mode == "offline" else run.params_of(i)
-            d = draw(run.setup, run.samplers[i], params, seed, s, run.prompts_cache)
+            d = draw(run.setup, run.samplers[i], params, seed, s, run.prompts_cache,
+                     tool_delay_s=0.0 if merged_wait else None)
             hist[i] += d.turn_counts
             got.append(d)
         ntok = sum(d.tokens for d in got)
@@ -603,6 +608,10 @@ def optimizer_step(run: Run, opt_step: int) -> None:
             mask |= d.stats.tool_turn_mask
         cost.tool_turn_mask |= mask
         cost.tool_rounds += bin(mask).count("1")   # one round per turn, across seeds
+        if merged_wait and mask:
+            tw = time.perf_counter()
+            time.sleep(merged_wait * bin(mask).count("1"))   # one wait per merged round
+            cost.rollout_s += time.perf_counter() - tw
         batch = stack_seeds([d.batch for d in got]) if run.stacked else got[0].batch
         if run.mesh is not None:   # sequences split over the ``batch`` mesh axis
             batch = (parallel.shard_axis(batch, run.mesh, 1) if run.stacked
@@ -770,6 +779,13 @@ def student_dir(run: Run, i: int) -> Path:
     return run.workdir / f"seed_{run.seeds[i]}" / "student_hf"
 
 
+def updates_done(run: Run) -> int:
+    """Optimiser updates the current state has taken (its micro-step counter over
+    ``optim.grad_accum``; N > 1: the seeds' counters are equal)."""
+    step = np.asarray(jax.device_get(run.state.step)).reshape(-1)
+    return int(step[0]) // int(run.config.optim.grad_accum)
+
+
 def finish(run: Run) -> dict:
     """Final evaluation, the students as Hugging Face folders and ``results.json``."""
     config = run.config
@@ -784,7 +800,10 @@ def finish(run: Run) -> dict:
         if run.schedule == "auto":
             results["kappa"] = run.samplers[i].kappa   # the last estimate in force
         results["after"] = evaluate(run, run.params_of(i))
-        end = (results.get("gate") or {}).get("step") or config.train.steps
+        # the final evaluation is labelled with the update of the model it evaluated (a run
+        # finished early, e.g. at a plateau or a gate, is not at ``train.steps``)
+        end = updates_done(run)
+        results["after_step"] = end
         if results["after"]:
             run.writers[i].write_scalars(end,
                                          {"eval/success_rate": results["after"]["success_rate"]})
