@@ -1,9 +1,10 @@
 """Rolls the edge env out for each evaluated policy over seeds and reduces it to per-seed metrics.
 
 One jitted function (``make_evaluator``) serves every policy and every sweep point: the screening
-mode, the random-nomination probability, the scheduler index, the multipliers, M, B and λ are
-all array leaves, so only the trace-set shape, the user slots U and the slot counts are static
-(one compile per trace set). Seeds are vmapped: seed ``s`` uses ``jax.random.key(seed0 + s)``
+mode, the random-nomination probability, the critic's threshold θ, the oracle's table and
+budget, the scheduler index, the multipliers, M, B and λ are all array leaves, so only the
+trace-set shape, the user slots U and the slot counts are static (one compile per trace set;
+a θ, p, k or RSD-threshold grid does not recompile, ``evals.knobs``). Seeds are vmapped: seed ``s`` uses ``jax.random.key(seed0 + s)``
 for the same arrivals, problems and fading in every policy (paired comparisons).
 
 Policies (``PolicySpec``; docs/design.md §8):
@@ -13,6 +14,17 @@ Policies (``PolicySpec``; docs/design.md §8):
   queue; a request that waited ``max_wait_slots`` is kept local — the env's hard rule).
 * ``Random``: nominate with probability p, FIFO-greedy scheduler; p is matched to PRADA's
   measured offload rate (one correction pass, see ``matched_random_probability``).
+* ``critic`` screen: nominate iff the critic's ΔQ > θ (``PolicySpec.theta``, default 0: greedy
+  in the critic); θ is PRADA's knob (``evals.knobs``).
+* ``oracle`` screen (``prada_jax.traces.oracle``): a user at node n that has had ``offloads``
+  steps served by the server nominates ``table[n, min(k − offloads, K)]``, the step of a
+  minimum-offload path to a correct answer within its budget of k offloads per problem
+  (``PolicySpec.oracle_budget``; None: unlimited, column K); a problem with no correct answer
+  within the budget keeps every draft. It knows the answers: the ceiling of any screening
+  policy on the traces, not a system. Its rows use the offload-all scheduler (immediate while
+  M and B last, else queue; the same rule as FIFO-greedy), so at light load every nomination
+  is served and the oracle's path is the one the table plans; a refused nomination (outage,
+  expiry) sends the user down the SLM branch, and the table replans from there.
 * ``RSD``: online PRM thresholding (keep the draft if its PRM score ≥ 0.7, else the LLM); the
   env charges the PRM's forward pass to every draft.
 * ``Policy (no limits)``: the screening policy's greedy action, offload-all scheduler, with
@@ -74,11 +86,12 @@ import numpy as np
 from envs import edge
 from prada_jax.rl.screen import critic_screen, screen_and_gain
 from prada_jax.sched.registry import scheduler_index
+from prada_jax.traces import oracle as oracle_lib
 
-SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC = 0, 1, 2, 3, 4
+SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC, SCREEN_ORACLE = range(6)
 #: ``PolicySpec.screen`` name -> the screening-mode code the jitted evaluator switches on.
 SCREEN_MODES = {"never": SCREEN_NEVER, "always": SCREEN_ALWAYS, "random": SCREEN_RANDOM,
-                "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC}
+                "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC, "oracle": SCREEN_ORACLE}
 UNLIMITED_BANDWIDTH_HZ = 1e12
 
 
@@ -91,10 +104,14 @@ class PolicySpec(NamedTuple):
     """One evaluated system (host side).
 
     name: row label. screen: "never" | "always" | "random" | "policy" (the actor's greedy
-    action) | "critic" (nominate iff the critic's ΔQ > 0; ``prada_jax.rl.screen``'s
-    ``nominate_by="critic"``). scheduler: a name in
+    action) | "critic" (nominate iff the critic's ΔQ > ``theta``; ``prada_jax.rl.screen``'s
+    ``nominate_by="critic"`` at θ = 0) | "oracle" (``prada_jax.traces.oracle``'s table, at most
+    ``oracle_budget`` offloads per problem). scheduler: a name in
     ``prada_jax.sched.registry.SCHEDULER_NAMES``. lambda_s, mu: multipliers (mu per Hz).
     unlimited: lift M and B (M = U, B = 1e12 Hz). p_random: nomination probability ("random").
+    theta: the critic's nomination threshold [PRM units] ("critic"). oracle_budget: k, offloads
+    per problem ("oracle"; None: unlimited). rsd_threshold: the RSD rule keeps a draft whose
+    PRM score is ≥ this (None: the env params' value, 0.7 by default).
     """
 
     name: str
@@ -104,6 +121,9 @@ class PolicySpec(NamedTuple):
     mu: float = 0.0
     unlimited: bool = False
     p_random: float = 0.0
+    theta: float = 0.0
+    oracle_budget: int | None = None
+    rsd_threshold: float | None = None
 
 
 def baseline_specs() -> list[PolicySpec]:
@@ -131,6 +151,8 @@ def apply_spec(params: edge.EnvParams, spec: PolicySpec) -> edge.EnvParams:
     p = params.replace(scheduler=jnp.asarray(scheduler_index(spec.scheduler), jnp.int32),
                        lambda_s=jnp.asarray(spec.lambda_s, jnp.float32),
                        mu=jnp.asarray(spec.mu, jnp.float32))
+    if spec.rsd_threshold is not None:
+        p = p.replace(rsd_threshold=jnp.asarray(spec.rsd_threshold, jnp.float32))
     if spec.unlimited:
         p = p.replace(num_servers=jnp.asarray(params.num_users, jnp.int32),
                       bandwidth_hz=jnp.asarray(UNLIMITED_BANDWIDTH_HZ, jnp.float32))
@@ -158,22 +180,46 @@ def _zero_totals(n_bins: int) -> dict:
                 outages=zf, steps=zf, fallbacks=zf, server_busy=zf, queue_len=zf,
                 slots=zf, decisions=zf, nominations=zf, capacity_bound=zf,
                 bandwidth_bound=zf, offered_job_s=zf, capacity_s=zf, uplink_bound=zf,
-                downlink_bound=zf, server_batch=zf,
+                downlink_bound=zf, server_batch=zf, prefix_hit_tokens=zf,
+                prefix_ctx_tokens=zf, evicted_tokens=zf, kv_in_use_tokens=zf,
                 latency_hist=jnp.zeros((n_bins,), jnp.float32),
                 **{f"half_{k}": z2 for k in _HALF_KEYS})
     return acc0
 
 
-def _screen(apply_fn, net_params, obs, act_key, screen_mode, p_random, params):
-    """The slot's screening decisions [U] and gains [U] under ``screen_mode``."""
+class OracleInputs(NamedTuple):
+    """The oracle screen's arrays (device): ``table`` [N, K + 1] int8
+    (``prada_jax.traces.oracle.OracleTables.nominate`` of the env's trace set) and ``budget``
+    int32 [] (k offloads per problem; K or more: unlimited)."""
+
+    table: Any
+    budget: Any
+
+
+def oracle_screen(oracle: OracleInputs, state: edge.EnvState) -> jax.Array:
+    """int32 [U]: ``table[node, clip(k − offloads, 0, K)]`` of each user slot (meaningful at
+    its decision points)."""
+    k_max = oracle.table.shape[1] - 1
+    left = jnp.clip(oracle.budget - state.offloads, 0, k_max)
+    return oracle.table[state.node, left].astype(jnp.int32)
+
+
+def _screen(apply_fn, net_params, obs, act_key, screen_mode, p_random, params, state=None,
+            theta=0.0, oracle: OracleInputs | None = None):
+    """The slot's screening decisions [U] and gains [U] under ``screen_mode`` (``state``: the
+    env state the observation was taken from, read by the oracle screen; ``theta``: the critic
+    screen's threshold; ``oracle``: None makes the oracle screen keep every draft)."""
     greedy, dq = screen_and_gain(apply_fn, net_params, obs)
-    critic = critic_screen(dq)  # greedy in the critic
+    critic = critic_screen(dq, theta)  # greedy in the critic at θ = 0
     u = params.num_users
     rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
+    orc = (oracle_screen(oracle, state) if oracle is not None and state is not None
+           else jnp.zeros((u,), jnp.int32))
     screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
-                         screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC],
+                         screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC,
+                         screen_mode == SCREEN_ORACLE],
                         [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand,
-                         critic], greedy)
+                         critic, orc], greedy)
     gain = jnp.where((screen_mode == SCREEN_POLICY) | (screen_mode == SCREEN_CRITIC),
                      dq, params.default_gain).astype(jnp.float32)
     return screen, gain
@@ -220,6 +266,10 @@ def _slot_sums(info, done, arrival_slot, t, params, warmup_slots: int, num_slots
         uplink_bound=w * f32(info["uplink_demand"] > 1.0),
         downlink_bound=w * f32(info["downlink_demand"] > 1.0),
         server_batch=w * f32(info["server_batch"]),
+        # the server's prefix cache (envs.prefix_cache)
+        prefix_hit_tokens=w * info["prefix_hit_tokens"],
+        prefix_ctx_tokens=w * info["prefix_ctx_tokens"],
+        evicted_tokens=w * info["evicted_tokens"], kv_in_use_tokens=w * info["kv_in_use_tokens"],
         capacity_s=w * f32(info["num_servers_t"]) * params.tau_s,
         half_arrivals=arr_hot * f32(info["arrivals"]),
         half_blocked=arr_hot * f32(info["blocked"]),
@@ -233,8 +283,10 @@ def _slot_sums(info, done, arrival_slot, t, params, warmup_slots: int, num_slots
 def make_evaluator(num_slots: int, warmup_slots: int,
                    apply_fn: Callable | None = None, mult_fn: Callable | None = None,
                    drain_slots: int = DEFAULT_DRAIN_SLOTS) -> Callable:
-    """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random[, mult_params])
-    -> totals``.
+    """Builds ``evaluate(keys [S], params, net_params, screen_mode, p_random[, mult_params,
+    theta, oracle]) -> totals`` (``theta``: float32 [] the critic screen's threshold, default
+    0; ``oracle``: ``OracleInputs`` of the params' trace set, needed by the oracle screen; its
+    presence is part of the compiled signature, so pass it on every call or on none).
 
     Args:
       num_slots: T, the window ends at slot T (static).
@@ -262,7 +314,7 @@ def make_evaluator(num_slots: int, warmup_slots: int,
     n_bins = drain + 1
     half_len = (num_slots - warmup_slots + 1) // 2   # first half: slots [W, W + half_len)
 
-    def _one(key, params, net_params, screen_mode, p_random, mult_params):
+    def _one(key, params, net_params, screen_mode, p_random, mult_params, theta, oracle):
         reset_key, run_key = jax.random.split(key)
         params = params.replace(initial_users=jnp.zeros_like(params.initial_users))
         obs, state = edge.reset(reset_key, params)
@@ -273,7 +325,7 @@ def make_evaluator(num_slots: int, warmup_slots: int,
             slot_key = jax.random.fold_in(run_key, t)
             act_key, env_key = jax.random.split(slot_key)
             screen, gain = _screen(apply_fn, net_params, obs, act_key, screen_mode, p_random,
-                                   params)
+                                   params, state, theta, oracle)
             p_t = params
             if mult_fn is not None:
                 lam, mu = mult_fn(mult_params, state, params, edge.EdgeAction(screen, gain),
@@ -296,9 +348,11 @@ def make_evaluator(num_slots: int, warmup_slots: int,
         acc["timeout_s"] = drain * params.tau_s
         return acc
 
-    def batched(keys, params, net_params, screen_mode, p_random, mult_params=None):
-        return jax.vmap(_one, in_axes=(0, None, None, None, None, None))(
-            keys, params, net_params, screen_mode, p_random, mult_params)
+    def batched(keys, params, net_params, screen_mode, p_random, mult_params=None, theta=0.0,
+                oracle=None):
+        return jax.vmap(_one, in_axes=(0, None, None, None, None, None, None, None))(
+            keys, params, net_params, screen_mode, p_random, mult_params,
+            jnp.asarray(theta, jnp.float32), oracle)
 
     return jax.jit(batched)
 
@@ -358,6 +412,9 @@ def per_seed_metrics(totals: dict, tau_s: float) -> dict[str, np.ndarray]:
         "uplink_bound_share": ratio(t["uplink_bound"], t["slots"]),
         "downlink_bound_share": ratio(t["downlink_bound"], t["slots"]),
         "server_batch": ratio(t["server_batch"], t["slots"]),
+        "prefix_hit_rate": ratio(t["prefix_hit_tokens"], t["prefix_ctx_tokens"]),
+        "evicted_tokens_per_s": ratio(t["evicted_tokens"], t["slots"] * tau_s),
+        "kv_in_use_tokens": ratio(t["kv_in_use_tokens"], t["slots"]),
         "finished": fin,
         "arrivals": arrivals,
     }
@@ -391,6 +448,25 @@ class Evaluator:
         self.evaluate_fn = make_evaluator(num_slots, warmup_slots, apply_fn, mult_fn,
                                           int(drain_slots))
         self.timeout_s = int(drain_slots) * float(base_params.tau_s)
+        self._oracle: tuple[Any, oracle_lib.OracleTables, Any] | None = None
+
+    def oracle_tables(self, params: edge.EnvParams | None = None) -> oracle_lib.OracleTables:
+        """The oracle screen's tables of ``params.traces`` (default: ``base_params``), computed
+        on the host once per trace set (``prada_jax.traces.oracle.oracle_tables``)."""
+        traces = (params or self.base_params).traces
+        if self._oracle is None or self._oracle[0] is not traces:
+            tables = oracle_lib.oracle_tables(jax.device_get(traces))
+            self._oracle = (traces, tables, jnp.asarray(tables.nominate))
+        return self._oracle[1]
+
+    def oracle_inputs(self, params: edge.EnvParams, budget: int | None) -> OracleInputs:
+        """``OracleInputs`` of ``params.traces`` at ``budget`` offloads per problem (None:
+        unlimited, the table's last column)."""
+        k = self.oracle_tables(params).max_budget
+        b = k if budget is None else min(int(budget), k)
+        if b < 0:
+            raise ValueError(f"oracle_budget must be >= 0 or None, got {budget}")
+        return OracleInputs(self._oracle[2], jnp.asarray(b, jnp.int32))
 
     def metrics(self, totals: dict, params: edge.EnvParams) -> dict[str, np.ndarray]:
         """Per-seed metrics [S] of ``evaluate_fn`` window sums (one row's), with the env
@@ -411,8 +487,11 @@ class Evaluator:
             params = params.replace(**{k: jnp.asarray(v, getattr(params, k).dtype)
                                        for k, v in param_overrides.items()})
         params = apply_spec(params, spec)
+        # Every row passes θ and the oracle's table (one compiled signature for every row).
         totals = self.evaluate_fn(self.keys, params, self.net_params, screen_mode(spec.screen),
-                                  jnp.asarray(spec.p_random, jnp.float32), mult_params)
+                                  jnp.asarray(spec.p_random, jnp.float32), mult_params,
+                                  jnp.asarray(spec.theta, jnp.float32),
+                                  self.oracle_inputs(params, spec.oracle_budget))
         return self.metrics(totals, params)
 
     def run_all(self, specs: Sequence[PolicySpec], **param_overrides

@@ -4,8 +4,9 @@ A screening network maps observations to ``(logits [..., 2], q [..., 2])`` (acti
 nominate the draft for server recompute). :func:`screen_and_gain` is the action every runner
 of a trained policy uses (evaluation rollouts, the edge-env evaluator, the stage-2 policy
 wrapper, ``policy.make_act_fn``): by the actor, the argmax of the logits (greedy) or a
-categorical sample; by the critic, nominate iff ΔQ > 0. Either way the gain the threshold
-scheduler ranks by is the critic's ΔQ = Q(s, 1) − Q(s, 0) [PRM units].
+categorical sample; by the critic, nominate iff ΔQ > θ (θ = 0 unless a caller sweeps it:
+PRADA's knob, ``evals.knobs``). Either way the gain the threshold scheduler ranks by is the
+critic's ΔQ = Q(s, 1) − Q(s, 0) [PRM units].
 """
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ def greedy_screen(logits: jax.Array) -> jax.Array:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
-def critic_screen(gain: jax.Array) -> jax.Array:
-    """int32 [...]: 1 where the critic's ΔQ ``gain`` is > 0."""
-    return (gain > 0).astype(jnp.int32)
+def critic_screen(gain: jax.Array, theta=0.0) -> jax.Array:
+    """int32 [...]: 1 where the critic's ΔQ ``gain`` is > ``theta`` [PRM units] (default 0:
+    greedy in the critic; a larger θ nominates a subset of the same states: PRADA's knob)."""
+    return (gain > theta).astype(jnp.int32)
 
 
 def screen_and_gain(apply_fn, params, obs: jax.Array, key: jax.Array | None = None,

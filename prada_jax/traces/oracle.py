@@ -41,7 +41,7 @@ import numpy as np
 
 from prada_jax.traces.format import TraceSet
 
-__all__ = ["NO_PATH", "OracleTables", "branch_costs", "oracle_tables", "follow",
+__all__ = ["NO_PATH", "OracleTables", "branch_costs", "oracle_tables", "follow", "walk",
            "problem_min_offloads", "budget_curve"]
 
 #: ``min_offloads`` / ``branch_cost`` of a node from which no correct answer is reachable.
@@ -133,6 +133,49 @@ def follow(traces: TraceSet, tables: OracleTables, node: int, budget: int
         n = int(child[n, c]) if child[n, c] >= 0 else int(fb[n])
 
 
+def walk(traces: TraceSet, nominate: np.ndarray, budget: int | None = None
+         ) -> dict[str, np.ndarray]:
+    """Walks every problem's tree from its root under a screen (vectorised over problems; no
+    env: every nomination is served).
+
+    Args:
+      traces: the trace set.
+      nominate: [N] 0/1, a fixed screen (offload node n's step iff 1; e.g. a critic's ΔQ > θ),
+        or [N, K + 1] a budgeted table read at column ``min(budget − offloads so far, K)``.
+      budget: k offloads per problem for a table (None: column K, unlimited).
+    Returns:
+      dict of [P] int64: ``correct``, ``offloads``, ``steps``.
+    """
+    nom = np.asarray(nominate).astype(np.int64)
+    child = np.asarray(traces.child)
+    term = np.asarray(traces.terminal).astype(bool)
+    corr = np.asarray(traces.correct).astype(np.int64)
+    fb = np.asarray(traces.fallback)
+    node = np.asarray(traces.root).astype(np.int64)
+    p = node.size
+    k_max = nom.shape[1] - 1 if nom.ndim == 2 else 0
+    left = np.full(p, k_max if budget is None else int(budget), np.int64)
+    out = {k: np.zeros(p, np.int64) for k in ("correct", "offloads", "steps")}
+    live = np.ones(p, bool)
+    for _ in range(int(np.asarray(traces.depth).max(initial=0)) + 2):
+        if not live.any():
+            break
+        a = nom[node, np.clip(left, 0, k_max)] if nom.ndim == 2 else nom[node]
+        a = np.where(live, a, 0)
+        out["offloads"] += a
+        out["steps"] += live
+        left -= a
+        ends = live & term[node, a]
+        out["correct"] = np.where(ends, corr[node, a], out["correct"])
+        nxt = child[node, a]
+        nxt = np.where(nxt >= 0, nxt, fb[node])
+        live &= ~ends
+        node = np.where(live, nxt, node)
+    if live.any():
+        raise ValueError("a walk did not end within max depth + 1 steps (invalid trace set)")
+    return out
+
+
 def problem_min_offloads(traces: TraceSet, tables: OracleTables) -> np.ndarray:
     """[P] int32: the fewest offloads to a correct answer per problem (``NO_PATH``: none)."""
     return tables.min_offloads[np.asarray(traces.root)]
@@ -145,12 +188,11 @@ def budget_curve(traces: TraceSet, tables: OracleTables) -> dict[str, np.ndarray
     Returns ``{"budget" [K+1], "accuracy" [K+1], "offloads_per_problem" [K+1],
     "offload_share" [K+1]}`` (offload share = offloaded steps / steps over the problems).
     """
-    roots = np.asarray(traces.root)
     acc, offl, share = [], [], []
     for k in range(tables.max_budget + 1):
-        runs = np.array([follow(traces, tables, r, k) for r in roots], np.float64)
-        acc.append(runs[:, 0].mean())
-        offl.append(runs[:, 1].mean())
-        share.append(runs[:, 1].sum() / runs[:, 2].sum())
+        w = walk(traces, tables.nominate, k)
+        acc.append(w["correct"].mean())
+        offl.append(w["offloads"].mean())
+        share.append(w["offloads"].sum() / w["steps"].sum())
     return {"budget": np.arange(tables.max_budget + 1), "accuracy": np.asarray(acc),
             "offloads_per_problem": np.asarray(offl), "offload_share": np.asarray(share)}

@@ -143,6 +143,23 @@ def test_unlimited_accuracy_is_the_share_of_problems_with_a_reachable_correct_le
     assert curve["offload_share"][0] == 0.0
 
 
+def test_vectorised_walk_matches_the_single_path_follower(tree):
+    traces, depth = tree
+    tables = oracle.oracle_tables(traces)
+    for k in list(range(depth + 2)) + [None]:
+        w = oracle.walk(traces, tables.nominate, k)
+        one = [oracle.follow(traces, tables, r, tables.max_budget if k is None else k)
+               for r in traces.root]
+        assert [tuple(x) for x in zip(w["correct"].astype(bool), w["offloads"], w["steps"])] \
+            == one, k
+    # A fixed screen: all-keep walks the SLM path, brute force's all-zero string.
+    w0 = oracle.walk(traces, np.zeros(traces.num_nodes, np.int8))
+    for p, r in enumerate(traces.root):
+        slm = [o for o in _brute(traces, r, depth) if set(o[2]) <= {0}][0]
+        assert (bool(w0["correct"][p]), int(w0["offloads"][p]), int(w0["steps"][p])) == \
+            (slm[0], 0, len(slm[2]))
+
+
 def test_the_table_column_rule_is_the_budgeted_dp():
     """Column b: offload iff the LLM branch is strictly cheaper and within b (ties keep)."""
     traces = random_traces(seed=3, problems=20, depth=5, p_terminal=0.2, p_expand=0.7)
