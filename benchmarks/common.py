@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -45,8 +46,11 @@ def median_time(fn: Callable, *args, repeats: int = 5) -> float:
 
 
 def save_json(path: str | None, result: Any, indent: int = 2) -> None:
-    """Writes ``result`` to ``path`` as JSON; nothing when ``path`` is empty or None."""
+    """Writes ``result`` to ``path`` as JSON, creating missing parent folders (as
+    ``config_utils.check_output_file``, which checked the path before the run, promises);
+    nothing when ``path`` is empty or None."""
     if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:
             json.dump(result, f, indent=indent)
 

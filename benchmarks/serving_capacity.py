@@ -28,7 +28,8 @@ from absl import flags
 from benchmarks.common import save_json
 from envs import edge
 from envs.testing import llm_alone_window_sums
-from prada_jax import cli
+from evals import suite
+from prada_jax import cli, config_utils
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.traces import synthetic
@@ -114,15 +115,35 @@ def _define_flags():
     flags.DEFINE_string("json", None, "write the results here as JSON.")
 
 
+def _check_ms(pair: str, ms, seeds: int) -> None:
+    """Refuses an empty ``--m``, a value that is not a positive integer or ``kv``, an M above
+    the pair's KV bound, and an env batch (``seeds`` envs of M + 128 user slots) beyond this
+    machine's memory, before the run."""
+    if not ms:
+        raise BadInput("--m: empty list; give max_num_seqs values (positive integers or 'kv')")
+    for m in ms:
+        if m != "kv" and not (m.isdigit() and int(m) >= 1):
+            raise BadInput(f"--m: positive integers or 'kv', got {m!r}")
+    traces, _ = synthetic.generate("gsm8k", seed=0, problems=256)
+    lp = edge.make_params(traces, num_users=1, hardware=pair, num_servers=1).latency
+    kv = edge.max_num_servers(lp, traces, "serving")
+    top = max(kv if m == "kv" else int(m) for m in ms)
+    if top > kv:
+        raise BadInput(f"--m: {top} is above the KV bound of pair {pair} ({kv} sequences)")
+    suite.check_fits(seeds, top + 128, "--m")
+
+
 def main(argv):
+    """Checks every flag (``--json`` writable, the pair, each M) before the run: bad input is
+    one stderr line, exit 2, nothing written."""
     del argv
     F = flags.FLAGS
+    if F.json:   # before the run, not after it (a folder or a bad parent lost the results)
+        config_utils.check_output_file(F.json, "--json")
     if F.pair == lat.PAPER:
         raise BadInput("--pair: the serving server needs a roofline pair, not paper")
     lat.check_pair(F.pair, "--pair")
-    for m in F.m:
-        if m != "kv" and not (m.isdigit() and int(m) >= 1):
-            raise BadInput(f"--m: positive integers or 'kv', got {m!r}")
+    _check_ms(F.pair, F.m, F.seeds)
     res = run(F.pair, F.m, F.seeds)
     print(table(res))
     save_json(F.json, res, indent=1)

@@ -24,7 +24,8 @@ from absl import flags
 
 from benchmarks.common import save_json, time_repeats
 from envs import edge
-from prada_jax import cli
+from evals import suite
+from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 from prada_jax.traces import synthetic
 
@@ -124,8 +125,12 @@ def _define_flags():
 
 
 def main(argv):
+    """Checks every flag (``--json`` writable, U and the NumPy Us in range, the largest U's
+    memory) before the run: bad input is one stderr line, exit 2, nothing written."""
     del argv
     F = flags.FLAGS
+    if F.json:   # before the run, not after it (a folder or a bad parent lost the results)
+        config_utils.check_output_file(F.json, "--json")
     try:
         users = [int(u) for u in F.users]
         numpy_users = [int(u) for u in F.numpy_users]
@@ -134,6 +139,10 @@ def main(argv):
                        f"{F.numpy_users}") from None
     if not users or min(users) < 1 or max(users) > 1 << 20:
         raise BadInput(f"--users: integers in [1, 2^20], got {F.users}")
+    stray = [u for u in numpy_users if u not in users]
+    if stray:   # a U not measured would be silently skipped
+        raise BadInput(f"--numpy_users: {stray[0]} is not one of --users ({F.users})")
+    suite.check_fits(1, max(users), "--users")   # one env of the largest U at a time
     res = run(users, F.slots, F.repeats, numpy_users)
     print(table(res))
     save_json(F.json, res, indent=1)

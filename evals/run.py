@@ -60,7 +60,8 @@ def main(argv):
         raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
     policy, mult, dual_info, traces, env_kw = suite.inputs_from_flags(FLAGS)
-    suite.check_fits(FLAGS.seeds, env_kw["num_users"])   # one row at a time, seeds vmapped
+    # one row at a time, seeds vmapped; each seed keeps a [drain + 1] latency histogram
+    suite.check_fits(FLAGS.seeds, env_kw["num_users"], drain_slots=FLAGS.drain_slots)
     extras = [suite.load_policy(p, flag="--checkpoints") for p in FLAGS.checkpoints]
     logging.info(config_utils.runtime_info())
     for p in ([policy] if policy else []) + extras:

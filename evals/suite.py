@@ -437,6 +437,8 @@ def inputs_from_flags(F) -> FlagInputs:
     policy, mult, dual_info, traces = load_inputs(F.policy, F.step, F.dual, F.traces,
                                                   F.problems, F.trace_seed, split=F.split)
     env_kw = env_kwargs_from(policy.config if policy else None, overrides)
+    if getattr(F, "pairs", None) is None:   # evals.curve checks its --pairs itself
+        check_server_model_applies(server_model, [env_kw["hardware"]])
     try:   # the env the flags describe, checked before anything runs (e.g. M vs KV memory)
         edge.make_params(traces.traces, **env_kw)
     except BadInput as e:
@@ -445,6 +447,19 @@ def inputs_from_flags(F) -> FlagInputs:
         check_scenario(f"--dual={F.dual}", dual_info, env_kw, traces.info, policy,
                        allow=F.allow_scenario_mismatch)
     return FlagInputs(policy, mult, dual_info, traces, env_kw)
+
+
+def check_server_model_applies(server_model: str | None, pairs: Sequence[str],
+                               flag: str = "--hardware") -> None:
+    """Refuses ``--server_model`` when every pair of the evaluation is the ``paper`` clock,
+    which has one server (fixed-slot jobs) and ignores it: the run would record a server model
+    that had no effect. ``EvalError`` naming the flag; None (not given) passes."""
+    if server_model is None or not pairs:
+        return
+    if all(latency.PAIRS.get(p, ()) is None for p in pairs):
+        raise EvalError(f"--server_model={server_model}: has no effect under the "
+                        f"{latency.PAPER} clock ({flag}={','.join(pairs)}); the server model "
+                        "applies to a roofline pair only")
 
 
 def users_for(rate_hz: float, worst_latency_s: float, margin: float = 1.25) -> int:
@@ -461,19 +476,42 @@ def users_for(rate_hz: float, worst_latency_s: float, margin: float = 1.25) -> i
 #: 1.08 GB peak for 16 envs × 2 048 users (an ``evals.curve`` point, process included) and
 #: 1.09 GB for 6 rows × 1 seed × 100 000 users run one row at a time (docs/BENCHMARKS.md).
 BYTES_PER_USER_ENV = 32e3
+#: Memory one latency-histogram bin of one vmapped env costs an evaluation [bytes]: the
+#: evaluator keeps a float32 histogram of ``drain_slots + 1`` bins per env (``latency_hist``
+#: [S, D + 1], evals.evaluate) in the scan's carry; counted twice (the carry and the updated
+#: copy a step may hold), an upper estimate.
+BYTES_PER_HIST_BIN_ENV = 2 * 4
 
 
-def check_fits(num_envs: int, num_users: int, flag: str = "--num_users") -> None:
-    """Refuses an evaluation of ``num_envs`` vmapped envs × ``num_users`` user slots whose
-    estimated memory (``BYTES_PER_USER_ENV`` each) exceeds 80 % of this machine's physical
-    memory, before anything is compiled: ``EvalError`` naming ``flag``, the estimate and the
-    limit."""
+def physical_memory_bytes() -> float | None:
+    """This machine's physical memory [bytes], or None where POSIX ``sysconf`` cannot say."""
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):   # not a POSIX sysconf: no check
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(num_envs: int, num_users: int, flag: str = "--num_users",
+               drain_slots: int = 0) -> None:
+    """Refuses an evaluation of ``num_envs`` vmapped envs × ``num_users`` user slots (and a
+    latency histogram of ``drain_slots + 1`` bins each, when ``drain_slots`` > 0) whose
+    estimated memory (``BYTES_PER_USER_ENV`` a user slot, ``BYTES_PER_HIST_BIN_ENV`` a bin)
+    exceeds 80 % of this machine's physical memory, before anything is compiled:
+    ``EvalError`` naming ``flag`` (or ``--drain_slots`` when the histogram is the larger
+    part), the estimate and the limit."""
+    total = physical_memory_bytes()
+    if total is None:   # not a POSIX sysconf: no check
         return
-    need = float(num_envs) * float(num_users) * BYTES_PER_USER_ENV
+    users = float(num_envs) * float(num_users) * BYTES_PER_USER_ENV
+    hist = (float(num_envs) * (float(drain_slots) + 1.0) * BYTES_PER_HIST_BIN_ENV
+            if drain_slots > 0 else 0.0)
+    need = users + hist
     if need > 0.8 * total:
+        if hist > users:
+            raise EvalError(f"--drain_slots={drain_slots}: {num_envs} envs × a latency "
+                            f"histogram of {drain_slots + 1} bins (and {num_users} user slots) "
+                            f"need about {need / 1e9:.1f} GB, more than 80 % of this "
+                            f"machine's {total / 1e9:.1f} GB; use fewer drain slots or seeds")
         raise EvalError(f"{flag}={num_users}: {num_envs} envs × {num_users} user slots need about "
                         f"{need / 1e9:.1f} GB, more than 80 % of this machine's "
                         f"{total / 1e9:.1f} GB; use fewer user slots, seeds, rows or loads")

@@ -22,12 +22,31 @@ from prada_jax.errors import BadInput
 __all__ = ["read_json", "loads_json", "write_json", "json_default"]
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_object(pairs):
+    """``object_pairs_hook`` that refuses an object naming a key twice (``json`` keeps the last
+    silently)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
 def loads_json(text: str, where: str, *, expect: type | tuple[type, ...] | None = dict,
-               error: type[BadInput] = BadInput) -> Any:
+               error: type[BadInput] = BadInput, unique_keys: bool = False) -> Any:
     """Parses ``text`` (read from ``where``, named in every message); ``expect`` is the type the
-    top-level value must have (``None``: any). Raises ``error`` (a BadInput) on any failure."""
+    top-level value must have (``None``: any); ``unique_keys``: an object that names a key twice
+    is refused (by default the last one wins, as ``json`` does). Raises ``error`` (a BadInput) on
+    any failure."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_object if unique_keys else None)
+    except _DuplicateKey as e:
+        raise error(f"{where}: key {e.args[0]!r} appears twice in one object") from None
     except json.JSONDecodeError as e:
         raise error(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
                     ) from None
@@ -44,11 +63,13 @@ def loads_json(text: str, where: str, *, expect: type | tuple[type, ...] | None 
 
 
 def read_json(path: os.PathLike | str, *, expect: type | tuple[type, ...] | None = dict,
-              missing: str | None = None, error: type[BadInput] = BadInput) -> Any:
+              missing: str | None = None, error: type[BadInput] = BadInput,
+              unique_keys: bool = False) -> Any:
     """The parsed content of the JSON file ``path``.
 
     ``missing`` is appended to the message when the file does not exist (a hint such as
-    ``"is DIR a run directory?"``); ``error`` is the BadInput subclass to raise.
+    ``"is DIR a run directory?"``); ``error`` is the BadInput subclass to raise;
+    ``unique_keys`` as in ``loads_json``.
     """
     p = Path(path)
     if not p.exists():
@@ -61,7 +82,7 @@ def read_json(path: os.PathLike | str, *, expect: type | tuple[type, ...] | None
         raise error(f"{p}: not valid JSON (not UTF-8 text)") from None
     except OSError as e:
         raise error(f"{p}: cannot read ({e.strerror or e})") from None
-    return loads_json(text, str(p), expect=expect, error=error)
+    return loads_json(text, str(p), expect=expect, error=error, unique_keys=unique_keys)
 
 
 def json_default(o: Any) -> Any:

@@ -411,7 +411,8 @@ def pair_profiles(hardware: str) -> tuple[HardwareProfile, HardwareProfile] | No
         raise BadInput(f"hardware file {hardware}: {path.stat().st_size} bytes; a hardware "
                        f"file is at most {MAX_HARDWARE_FILE_BYTES} bytes (two profiles)")
     try:
-        obj = read_json(path, expect=None)
+        # a key given twice is refused: json keeps the last one silently
+        obj = read_json(path, expect=None, unique_keys=True)
     except BadInput as e:
         raise BadInput(f"hardware file {hardware}: cannot read it as JSON ({e})") from None
     if not isinstance(obj, dict) or set(obj) != {"edge", "server"}:

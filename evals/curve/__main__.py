@@ -59,6 +59,7 @@ def main(argv):
     for pair in pairs:
         suite.check_hardware(pair, "--pairs")
     curve.pair_tags(pairs)   # two pair files drawn under one name: refused now, not at the end
+    suite.check_server_model_applies(FLAGS.server_model, pairs, "--pairs")
     policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
     if FLAGS.num_users is None and env_kw.get("server_model") == "serving" and all(
             p != lat.PAPER for p in pairs):
@@ -76,7 +77,7 @@ def main(argv):
         raise BadInput("--policy: the curve's PRADA row needs a train.ppo run directory")
     # rows × loads × seeds in one vmapped evaluation
     suite.check_fits(len(curve.curve_rows(mult)) * len(loads) * FLAGS.seeds,
-                     env_kw["num_users"])
+                     env_kw["num_users"], drain_slots=FLAGS.drain_slots)
     out = config_utils.check_output_dir(   # before the evaluation, not after it
         Path(FLAGS.out) if FLAGS.out else Path(FLAGS.policy) / "curve", "--out")
     seed0 = suite.evaluation_seed0(traces.info, policy, FLAGS.seeds, 0, flag="--seeds")

@@ -51,7 +51,8 @@ def main(argv):
         raise BadInput(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                        f"({FLAGS.slots})")
     policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
-    suite.check_fits(FLAGS.seeds, env_kw["num_users"])   # one row at a time, seeds vmapped
+    # one row at a time, seeds vmapped; each seed keeps a [drain + 1] latency histogram
+    suite.check_fits(FLAGS.seeds, env_kw["num_users"], drain_slots=FLAGS.drain_slots)
     if "M" in FLAGS.axes:   # every M of the grid against the server's KV memory, up front
         probe = edge.make_params(traces.traces, **env_kw)
         try:

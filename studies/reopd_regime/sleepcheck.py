@@ -21,15 +21,14 @@ cold, in ``--study_out``). Writes ``<out>/sleep_check.json``. SYNTHETIC task.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from prada_jax import cli
+from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
-from prada_jax.jsonio import write_json
+from prada_jax.jsonio import read_json, write_json
 from studies import reopd_regime as rr
 
 
@@ -90,21 +89,39 @@ def _run(study: "rr.Study", cold: str, latency: float, updates: int, seed: int, 
     return res["cost"]["per_update"]
 
 
+def _cold_student(cold_path: Path) -> str:
+    """The cold start's folder named by the study's ``cold.json`` (``{"student": FOLDER,
+    ...}``); ``BadInput`` naming ``--study_out`` and the file if it is missing, not a JSON
+    object, has no ``student`` string, or names a folder that does not exist."""
+    if not cold_path.is_file():
+        raise BadInput(f"--study_out: {cold_path} not found (run the study's cold part first)")
+    try:
+        cold = read_json(cold_path)
+    except BadInput as e:
+        raise BadInput(f"--study_out: {e}") from None
+    student = cold.get("student")
+    if not isinstance(student, str) or not student:
+        raise BadInput(f"--study_out: {cold_path}: no 'student' folder (a string) in it")
+    if not Path(student).is_dir():
+        raise BadInput(f"--study_out: {cold_path}: the cold start {student} is not a folder")
+    return student
+
+
 def main(argv=None) -> int:
-    """Runs the check; bad flags or a missing cold start: one stderr line, exit 2."""
+    """Runs the check; bad flags, an ``--out`` that cannot be a folder or a missing or
+    malformed cold start (``cold.json``): one stderr line, exit 2, before anything runs."""
     cli.hub_offline()
     a = cli.parse_local(_define, argv, "studies.reopd_regime.sleepcheck", __doc__)
     if not a.out:
         raise BadInput("--out: required")
+    out = config_utils.check_output_dir(a.out, "--out")
     if not (math.isfinite(a.latency) and a.latency > 0):
         raise BadInput(f"--latency: must be a finite number > 0, got {a.latency}")
+    if not (math.isfinite(a.lr) and a.lr > 0):
+        raise BadInput(f"--lr: must be a finite number > 0, got {a.lr}")
     if a.updates < 1:
         raise BadInput(f"--updates: must be >= 1, got {a.updates}")
-    cold_path = Path(a.study_out) / "cold.json"
-    if not cold_path.is_file():
-        raise BadInput(f"--study_out: {cold_path} not found (run the study's cold part first)")
-    cold = json.loads(cold_path.read_text())["student"]
-    out = Path(a.out)
+    cold = _cold_student(Path(a.study_out) / "cold.json")
     study = rr.Study(Path(a.study_out) / "cache", out, rr.FULL)
     base = _run(study, cold, 0.0, a.updates, a.seed, a.lr, "latency_0")
     slept = _run(study, cold, a.latency, a.updates, a.seed, a.lr, f"latency_{a.latency:g}")
