@@ -34,8 +34,12 @@ Model (every choice below is an assumption where the PRADA paper is silent):
 * Delay accounting per user (slot-quantised, so it sums to the wall-clock latency): each slot in
   DRAFT adds τ to processing, in QUEUE τ to queueing, in SERVICE τ split between communication
   and processing in proportion to (upload + download) : server compute.
-* ``server_kv_cache`` (off by default): the server keeps each user's context, so an upload sends
-  and prefills only the tokens it has not seen. The edge SLM always keeps its own KV cache.
+* ``server_kv_cache``: the server keeps each user's context. Under the serving server it is
+  the default (``envs.prefix_cache``: the engines' prefix cache; the upload carries the whole
+  context, the server prefills only the tokens its cache lacks, and a KV budget evicts the
+  least recently used prefix); under the other servers it is off by default and an upload
+  sends and prefills only the tokens the server has not seen (unbounded). The edge SLM always
+  keeps its own KV cache.
 * Clock (``make_params(hardware=...)``, docs/latency.md): ``paper`` (default) prices phases by
   FLOPs and a job holds its unit for ``max(1, ceil(D/τ))`` slots, as above. A roofline pair
   prices them by ``prada_jax.latency``'s roofline, M is the most concurrent server sequences
@@ -63,7 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from envs import scenarios, serving
+from envs import prefix_cache, scenarios, serving
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.sched.base import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams, prefix_admit
@@ -118,7 +122,8 @@ class EnvParams:
       policy_true_reward: bool, the screening policy whose ΔQ the nominations carry was
         trained with the ``true`` reward (else ``coarse``); the threshold rule then adds no
         communication cost to ΔQ (``prada_jax.sched.threshold``).
-      server_kv_cache: bool, per-user server KV cache (extension).
+      server_kv_cache: bool, the server keeps each user's prefix (under the serving server:
+        the prefix cache of ``envs.prefix_cache``, bounded by ``kv_budget_tokens``).
       downlink: bool, charge the download of the LLM step.
       ctx_scale: observation scale of context length [1 / tokens] (obs = tokens · scale).
       scn_arrival, scn_bandwidth, scn_channel_db, scn_servers: the scenario schedule, [L]
@@ -134,9 +139,13 @@ class EnvParams:
         roofline pair).
       max_batched_tokens: the serving server's per-iteration token budget (decode tokens +
         prefill chunk).
-      prm_prefix_cache: bool, the online PRM keeps each user's scored prefix, so a scoring
-        pass uploads and prefills only the tokens new since the user's last score (default
-        off: every pass scores the whole context + draft).
+      prm_prefix_cache: bool, the online PRM keeps each user's scored prefix in the same
+        prefix cache, so a scoring pass prefills only the tokens new since the user's last
+        score (on by default under the serving server; off: every pass prefills the whole
+        context + draft).
+      kv_budget_tokens: the serving server's KV budget for running sequences + cached
+        prefixes [LLM-KV tokens] (``envs.prefix_cache.kv_budget_tokens``; inf elsewhere).
+      prm_kv_ratio: KV bytes of a PRM token / an LLM token.
       llm_path: ``LLMPath`` of the trace set (derived by ``make_params``/``replace_traces``).
     """
 
@@ -169,6 +178,8 @@ class EnvParams:
     max_batched_tokens: Any = DEFAULT_MAX_BATCHED_TOKENS
     prm_prefix_cache: Any = False
     llm_path: Any = None
+    kv_budget_tokens: Any = math.inf
+    prm_kv_ratio: Any = 1.0
 
     @property
     def serving(self) -> bool:
@@ -192,7 +203,9 @@ class EnvState:
     slots left in DRAFT/SERVICE; ``wait``: slots the current request has queued; ``gain``: ΔQ of
     the pending nomination; ``draft_s``: compute delay of the current draft [s]; ``svc_bw_hz``
     and ``svc_comm_frac``: bandwidth held and communication share of the running job;
-    ``edge_cached`` / ``server_cached``: tokens in the SLM / server KV cache; ``arrival_slot``;
+    ``edge_cached`` / ``server_cached``: tokens in the SLM / server KV cache (``prm_cached``:
+    the online PRM's, ``cache_used``: the slot the user's server prefixes were last used, the
+    prefix cache's LRU order; both None outside the serving server); ``arrival_slot``;
     accumulated ``proc_s``, ``comm_s``, ``queue_s`` [s], ``offloads``, ``outages``, ``steps``,
     ``fallbacks``; scalars ``t`` (next slot index), ``arrived`` (incl. blocked), ``finished``,
     ``blocked``; ``job``: the running jobs' remaining work under a roofline clock
@@ -223,6 +236,7 @@ class EnvState:
     blocked: Any
     job: Any = None
     prm_cached: Any = None
+    cache_used: Any = None
 
     @property
     def active(self):
@@ -342,12 +356,13 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
                 default_gain: float = 0.05, max_wait_slots: int = 20,
                 rsd_threshold: float = 0.7, reward_mode: str = "coarse",
                 policy_reward_mode: str = "coarse",
-                server_kv_cache: bool = False, downlink: bool = True,
+                server_kv_cache: bool | None = None, downlink: bool = True,
                 ctx_scale: float = 1e-3, feature_dim: int | None = None,
                 scenario=None, llm_only: bool = False, hardware: str = lat.DEFAULT_PAIR,
                 latency: lat.LatencyParams | None = None, server_model: str = "serving",
                 max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
-                prm_prefix_cache: bool = False, **latency_overrides) -> EnvParams:
+                prm_prefix_cache: bool | None = None, kv_budget_tokens: float | None = None,
+                **latency_overrides) -> EnvParams:
     """Builds validated env params from a trace set.
 
     Defaults are assumptions (the paper does not publish them): τ = 50 ms, M = 4 server jobs
@@ -376,7 +391,14 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         pair reads it. ``legacy`` also drops the lm_head FLOPs and uses the 7B LLM's shape as
         the PRM, as the results before issue 41 did.
       max_batched_tokens: the serving server's per-iteration token budget; must exceed M.
-      prm_prefix_cache: ``EnvParams.prm_prefix_cache``.
+      server_kv_cache, prm_prefix_cache: ``EnvParams.server_kv_cache`` / ``prm_prefix_cache``;
+        None (default): on under the serving server (the engines' default prefix cache), off
+        under the legacy server and the ``paper`` clock (their results before issue 51).
+        ``server_kv_cache=False`` under the serving server is the named no-cache ablation
+        (every offload re-prefills its whole context).
+      kv_budget_tokens: the serving server's KV budget [LLM-KV tokens]; None: the server's
+        memory less the LLM's and the PRM's weights (``envs.prefix_cache.kv_budget_tokens``).
+        A smaller budget (tests, ablations) must still hold M sequences of the longest length.
 
     Raises:
       ValueError: naming the field that is out of range. ``errors.BadInput`` (a ValueError)
@@ -441,7 +463,11 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
     lat.validate_latency_params(latency, hardware=hardware)
     scn = scenarios.validate(scenarios.static() if scenario is None else scenario)
     path = llm_path(traces)
-    serving_on = latency.roofline and server_model == "serving"
+    serving_on = bool(latency.roofline) and server_model == "serving"
+    server_kv_cache = serving_on if server_kv_cache is None else bool(server_kv_cache)
+    prm_prefix_cache = serving_on if prm_prefix_cache is None else bool(prm_prefix_cache)
+    budget = _kv_budget(latency, traces, num_servers, scn, server_model, path, serving_on,
+                        kv_budget_tokens)
     if latency.roofline:
         # M sequences must fit the server's KV memory at the longest server sequence (the
         # context plus the LLM step; the LLM alone's whole solution under the serving server)
@@ -470,7 +496,28 @@ def make_params(traces: TraceSet, *, num_users: int = 16, scheduler="threshold",
         num_users=int(num_users), policy_true_reward=jnp.asarray(policy_reward_mode == "true"),
         llm_only=jnp.asarray(bool(llm_only)), server_model=server_model,
         max_batched_tokens=i32(max_batched_tokens if serving_on else DEFAULT_MAX_BATCHED_TOKENS),
-        prm_prefix_cache=jnp.asarray(bool(prm_prefix_cache)), llm_path=path)
+        prm_prefix_cache=jnp.asarray(bool(prm_prefix_cache)), llm_path=path,
+        kv_budget_tokens=f32(budget), prm_kv_ratio=f32(prefix_cache.prm_kv_ratio(latency)))
+
+
+def _kv_budget(latency, traces, num_servers, scn, server_model, path, serving_on,
+               kv_budget_tokens) -> float:
+    """The prefix cache's KV budget [LLM-KV tokens] (``make_params``): the server's memory by
+    default, or ``kv_budget_tokens`` checked to hold M_max sequences of the longest length
+    (``errors.BadInput`` naming the flag otherwise). inf outside the serving server."""
+    if not serving_on:
+        return math.inf
+    if kv_budget_tokens is None:
+        return prefix_cache.kv_budget_tokens(latency)
+    b = float(kv_budget_tokens)
+    m_max = int(math.floor(float(num_servers) * float(np.max(np.asarray(scn.servers))) + 0.5))
+    need = m_max * _longest_sequence(traces, server_model, path)
+    if not (b >= need and b <= prefix_cache.kv_budget_tokens(latency)):
+        raise BadInput(f"kv_budget_tokens={kv_budget_tokens}: must hold M = {m_max} running "
+                       f"sequences of the longest length ({need:.0f} tokens) and fit the "
+                       f"server's KV memory ({prefix_cache.kv_budget_tokens(latency):.0f} "
+                       "tokens)")
+    return b
 
 
 def _longest_sequence(traces: TraceSet, server_model: str = "legacy", path=None) -> float:
@@ -649,12 +696,14 @@ def _successor(tr: TraceSet, node, branch):
 
 def _begin_score(s: EnvState, params: EnvParams, mask, fading, t):
     """Starts the online PRM's scoring job of the users in ``mask`` (serving server, RSD):
-    they upload the context + draft (only what the PRM has not scored, with
-    ``prm_prefix_cache``) over this slot's channel and wait in SCORE until the PRM's prefill
-    pass ran on the server; the score returns in a few bytes (no download charged). An upload
+    they upload the context + draft over this slot's channel (the whole of it: a stateless
+    API) and wait in SCORE until the PRM's prefill pass ran on the server, which prefills only
+    what the PRM has not scored (``prm_prefix_cache``, the prefix cache of
+    ``envs.prefix_cache``); the score returns in a few bytes (no download charged). An upload
     below γ_th is not modelled as an outage here (the PRM has no local fallback).
 
-    Returns ``(state, prm_load_s)``: the offered load of the new jobs [s] (``job_load_s`` · M_t).
+    Returns ``(state, prm_load_s, hit_tokens, ctx_tokens)``: the offered load of the new jobs
+    [s] (``job_load_s`` · M_t) and the prefix tokens the cache served / the jobs' contexts.
     """
     tr, lp = params.traces, params.latency
     n = s.node
@@ -663,7 +712,7 @@ def _begin_score(s: EnvState, params: EnvParams, mask, fading, t):
     new = total - cached
     cond = slot_conditions(params, t)
     snr = lat.snr_linear(lp, jnp.maximum(fading * cond["channel_gain"], 1e-12))
-    bits = new.astype(jnp.float32) * lp.bits_per_token
+    bits = total.astype(jnp.float32) * lp.bits_per_token
     bw = lat.request_bandwidth_hz(lp, bits, snr, cond["bandwidth_hz"])
     t_up = lat.transfer_delay_s(bits, bw, snr)
     pf_flops = lat.roofline_prefill_flops(lp.prm, new, cached)
@@ -681,7 +730,8 @@ def _begin_score(s: EnvState, params: EnvParams, mask, fading, t):
     s = s.replace(job=job, phase=jnp.where(mask, SCORE, s.phase),
                   remaining=jnp.where(mask, 1, s.remaining),
                   prm_cached=jnp.where(mask, total, s.prm_cached))
-    return s, jnp.sum(jnp.where(mask, load, 0.0))
+    f32 = lambda v: jnp.sum(jnp.where(mask, v, 0)).astype(jnp.float32)  # noqa: E731
+    return s, jnp.sum(jnp.where(mask, load, 0.0)), f32(cached), f32(total)
 
 
 def _observe(state: EnvState, params: EnvParams):
@@ -726,6 +776,7 @@ def _admit(state: EnvState, params: EnvParams, n_arrivals, problem, slot, draft=
         offloads=w(zi, state.offloads), outages=w(zi, state.outages), steps=w(zi, state.steps),
         fallbacks=w(zi, state.fallbacks),
         prm_cached=None if state.prm_cached is None else w(zi, state.prm_cached),
+        cache_used=None if state.cache_used is None else w(zi, state.cache_used),
         arrived=state.arrived + n_arrivals, blocked=state.blocked + n_arrivals - n_admit)
     return state, n_arrivals - n_admit, admit
 
@@ -741,7 +792,8 @@ def _empty_state(u: int, roofline: bool = False, serving_on: bool = False) -> En
                     svc_comm_frac=zf, edge_cached=zi, server_cached=zi, arrival_slot=zi,
                     proc_s=zf, comm_s=zf, queue_s=zf, offloads=zi, outages=zi, steps=zi,
                     fallbacks=zi, t=s0, arrived=s0, finished=s0, blocked=s0, job=job,
-                    prm_cached=zi if serving_on else None)
+                    prm_cached=zi if serving_on else None,
+                    cache_used=zi if serving_on else None)
 
 
 # ----------------------------------------------------------------------------- reset / step
@@ -766,7 +818,10 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
     request's bandwidth is capped at B_t.
 
     Returns a dict of [U] arrays: ``snr`` (linear), ``outage`` (bool), ``bandwidth_hz``,
-    ``upload_s``, ``server_s``, ``download_s``, ``delay_s`` (D = their sum), ``upload_tokens``;
+    ``upload_s``, ``server_s``, ``download_s``, ``delay_s`` (D = their sum), ``upload_tokens``
+    and ``prefill_tokens`` (the server prefills what its cache lacks: ``cached_tokens`` of the
+    context are reused; under the serving server the upload carries the whole context, under
+    the other servers only the uncached tokens);
     under a roofline clock also ``prefill_s`` (the server prefill part of ``server_s``). Under
     the serving server ``bandwidth_hz`` is the slot-average uplink bandwidth the upload needs
     (``up_hz · min(upload_s, τ) / τ``: what it takes of B_t this slot), ``up_hz`` /
@@ -803,6 +858,11 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
         down_bits = down_tok.astype(jnp.float32) * lp.bits_per_token
         bw_dn = lat.request_bandwidth_hz(lp, down_bits, snr, cond["bandwidth_hz"])
         t_down = jnp.where(params.downlink, lat.transfer_delay_s(down_bits, bw_dn, snr), 0.0)
+        # A stateless API: the upload carries the whole context; the server prefills only
+        # what its prefix cache lacks (envs.prefix_cache).
+        up_bits = ctx.astype(jnp.float32) * lp.bits_per_token
+        bw = lat.request_bandwidth_hz(lp, up_bits, snr, cond["bandwidth_hz"])
+        t_up = lat.transfer_delay_s(up_bits, bw, snr)
         pf_flops = lat.roofline_prefill_flops(lp.llm, up_tokens, srv_cached)
         t_pre = pf_flops / (lp.server_hw.peak_flops * lp.server_hw.eta)
         t_srv = t_pre + lat.decode_s(lp.llm, lp.server_hw, dec_tok, ctx, full)
@@ -810,7 +870,8 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
         return dict(snr=snr, outage=lat.in_outage(lp, snr),
                     bandwidth_hz=bw * jnp.minimum(t_up, params.tau_s) / params.tau_s,
                     up_hz=bw, down_hz=bw_dn, upload_s=t_up, server_s=t_srv, download_s=t_down,
-                    delay_s=t_up + t_srv + t_down, upload_tokens=up_tokens, prefill_s=t_pre,
+                    delay_s=t_up + t_srv + t_down, upload_tokens=ctx, prefill_tokens=up_tokens,
+                    cached_tokens=srv_cached, prefill_s=t_pre,
                     pf_flops=pf_flops, dec_tok=dec_tok.astype(jnp.float32), load_s=load)
     if lp.roofline:
         # Service time on a full server: M_t sequences share every decode step.
@@ -823,7 +884,8 @@ def request_scalars(state: EnvState, params: EnvParams, fading):
         extra = {}
     return dict(snr=snr, outage=lat.in_outage(lp, snr), bandwidth_hz=bw, upload_s=t_up,
                 server_s=t_srv, download_s=t_down, delay_s=t_up + t_srv + t_down,
-                upload_tokens=up_tokens, **extra)
+                upload_tokens=up_tokens, prefill_tokens=up_tokens, cached_tokens=srv_cached,
+                **extra)
 
 
 class CandidateSet(NamedTuple):
@@ -915,13 +977,23 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
                                                                       in_svc, t)
     s, blocked = _start_drafts(s, params, noise, n_arrivals, res.cont_local, cont_svc, cache_in,
                                t)
-    prm_load = jnp.zeros((), jnp.float32)
+    zero = jnp.zeros((), jnp.float32)
+    prm_load = zero
+    admitted = cs.x.candidate & (dec == IMMEDIATE)
+    hits = dict(prefix_hit_tokens=jnp.sum(jnp.where(admitted, cs.req["cached_tokens"], 0)
+                                          ).astype(jnp.float32),
+                prefix_ctx_tokens=jnp.sum(jnp.where(admitted, params.traces.ctx_tokens[state.node],
+                                                    0)).astype(jnp.float32),
+                evicted_tokens=zero, kv_in_use_tokens=zero, kv_pinned_tokens=zero)
     if params.serving:
         # RSD under the serving server: every finished draft is scored by the PRM on the
         # server (a SCORE job) before its decision.
         to_score = ((params.scheduler == RSD_INDEX) & (s.phase == DECIDE) & ~score_done
                     & ~params.llm_only)
-        s, prm_load = _begin_score(s, params, to_score, noise.fading, t)
+        s, prm_load, prm_hit, prm_ctx = _begin_score(s, params, to_score, noise.fading, t)
+        s, kv = _cache_end_of_slot(s, params, in_svc, t)
+        hits = dict(hits, prefix_hit_tokens=hits["prefix_hit_tokens"] + prm_hit,
+                    prefix_ctx_tokens=hits["prefix_ctx_tokens"] + prm_ctx, **kv)
     decision = jnp.where(cs.x.candidate | cs.deciding, dec, -1)
     decision = jnp.where(cs.deciding & ~cs.nominated, LOCAL, decision)
     # Offered server work (evals' load ρ): new nominations that asked for the server (queued,
@@ -943,8 +1015,25 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
         bandwidth_t_hz=cond["bandwidth_hz"],
         active_users=jnp.sum(s.active.astype(jnp.int32)),
         arrived=s.arrived, finished=s.finished, blocked_total=s.blocked,
-        in_flight=jnp.sum(s.active.astype(jnp.int32)))
+        in_flight=jnp.sum(s.active.astype(jnp.int32)), **hits)
     return _observe(s, params), s, reward.astype(jnp.float32), done, info
+
+
+def _cache_end_of_slot(s: EnvState, params: EnvParams, in_svc, t):
+    """The prefix cache at the end of slot ``t`` (serving server; ``envs.prefix_cache``):
+    users with a server job this slot or now (``in_svc`` | SERVICE/SCORE) mark their prefixes
+    used at ``t``; finished users and disabled caches hold nothing; then LRU eviction to the
+    KV budget. Returns ``(state, stats)`` (``evicted_tokens``, ``kv_in_use_tokens``,
+    ``kv_pinned_tokens``)."""
+    in_job = (s.phase == SERVICE) | (s.phase == SCORE)
+    used = jnp.where(in_svc | in_job, t, s.cache_used)
+    active = s.phase != EMPTY
+    llm_c = jnp.where(active & params.server_kv_cache, s.server_cached, 0)
+    prm_c = jnp.where(active & params.prm_prefix_cache, s.prm_cached, 0)
+    holds = serving.holds_sequence(s.job, in_job)
+    llm_c, prm_c, stats = prefix_cache.evict_lru(llm_c, prm_c, holds, s.job.ctx, used,
+                                                 params.kv_budget_tokens, params.prm_kv_ratio)
+    return s.replace(server_cached=llm_c, prm_cached=prm_c, cache_used=used), stats
 
 
 def _decide(state: EnvState, params: EnvParams, cs: CandidateSet):
@@ -1036,7 +1125,7 @@ def _resolve(state: EnvState, params: EnvParams, cs: CandidateSet, dec, out_hit)
         w = lambda new, old: jnp.where(res_imm, new, old)  # noqa: E731
         s = s.replace(job=j.replace(
             up_s=w(req["upload_s"], j.up_s), up_hz=w(req["up_hz"], j.up_hz),
-            pf_tok=w(req["upload_tokens"].astype(jnp.float32), j.pf_tok),
+            pf_tok=w(req["prefill_tokens"].astype(jnp.float32), j.pf_tok),
             pf_flops=w(req["pf_flops"], j.pf_flops), dec_tok=w(req["dec_tok"], j.dec_tok),
             ctx=w(tr.ctx_tokens[n].astype(jnp.float32), j.ctx),
             down_s=w(req["download_s"], j.down_s), down_hz=w(req["down_hz"], j.down_hz),

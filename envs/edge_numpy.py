@@ -212,7 +212,7 @@ def schedule(name, cands, free_units, free_bw, cfg):
 class _User:
     __slots__ = ("phase", "node", "left", "wait", "gain", "draft_s", "bw", "frac", "slm_kv",
                  "srv_kv", "t0", "proc", "comm", "queue", "offloads", "outages", "steps",
-                 "fallbacks", "job", "prm_kv", "scored")
+                 "fallbacks", "job", "prm_kv", "scored", "used")
 
     def __init__(self):
         self.phase = "empty"
@@ -235,6 +235,10 @@ class EdgeEnvNumPy:
         self.roof = self.c.clock != "paper"
         self.serving = self.roof and cfg.get("server_model", "serving") == "serving"
         self.budget = float(cfg.get("max_batched_tokens", 2048))
+        # The prefix cache (envs.prefix_cache): on by default under the serving server only.
+        self.kv_cache = self._flag("server_kv_cache")
+        self.prm_cache = self._flag("prm_prefix_cache")
+        self.kv_budget = self._kv_budget()
         self._paths = {}
         self.snr_bar = mean_snr(self.c)
         self.snr_th = 10.0 ** (self.c.snr_threshold_db / 10.0) if \
@@ -249,6 +253,21 @@ class EdgeEnvNumPy:
         self.corr = self.tr["correct"].tolist()
         self.fb = self.tr["fallback"].tolist()
         self.root = self.tr["root"].tolist()
+
+    def _flag(self, key: str) -> bool:
+        v = self.cfg.get(key)
+        return self.serving if v is None else bool(v)
+
+    def _kv_budget(self) -> float:
+        """KV budget [LLM-KV tokens]: the config's, else the server's memory less the LLM's and
+        the PRM's weights over one LLM token's KV bytes; inf outside the serving server."""
+        if not self.serving:
+            return math.inf
+        if self.cfg.get("kv_budget_tokens") is not None:
+            return float(self.cfg["kv_budget_tokens"])
+        c, hw = self.c, self.c.server_hw
+        free = hw["mem_bytes"] - (c.llm.weights + c.prm.weights) * hw["weight_bytes"]
+        return float(max(math.floor(free / kv_token_bytes(c.llm, hw)), 0))
 
     # -- delays
     def _nslots(self, sec):
@@ -322,8 +341,8 @@ class EdgeEnvNumPy:
         _, bw_t, m_t, gain_t = self._cond(self.t)
         n = u.node
         ctx = self.ctx[n]
-        cached = min(u.srv_kv, ctx) if cfg.get("server_kv_cache", False) else 0
-        up = ctx - cached
+        cached = min(u.srv_kv, ctx) if self.kv_cache else 0
+        up = ctx - cached            # prefilled; the upload carries all ctx tokens
         if cfg.get("llm_only", False):
             dec, _, _, _, dtok = self._path(n)
         else:
@@ -331,8 +350,8 @@ class EdgeEnvNumPy:
         snr = self.snr_bar * max(fading * gain_t, 1e-12)
         se = math.log2(1.0 + snr)
         need = lambda bits: min(max(bits / (se * c.uplink_target_s), c.min_request_hz), bw_t)  # noqa
-        bw = need(up * c.bits_per_token)
-        t_up = up * c.bits_per_token / (bw * se)
+        bw = need(ctx * c.bits_per_token)
+        t_up = ctx * c.bits_per_token / (bw * se)
         bw_dn = need(dtok * c.bits_per_token)
         t_dn = dtok * c.bits_per_token / (bw_dn * se) if cfg.get("downlink", True) else 0.0
         hw = c.server_hw
@@ -343,7 +362,8 @@ class EdgeEnvNumPy:
         load = self._load(pf_flops, dec, ctx, m) * m
         return dict(snr=snr, outage=snr < self.snr_th, bw=bw * min(t_up, tau) / tau,
                     up_hz=bw, dn_hz=bw_dn, up=t_up, dn=t_dn, srv=hold, pf_flops=pf_flops,
-                    pf_tok=float(up), dec=float(dec), delay=t_up + hold + t_dn, load=load)
+                    pf_tok=float(up), dec=float(dec), delay=t_up + hold + t_dn, load=load,
+                    cached=cached, ctx=ctx)
 
     def _request(self, u: _User, fading: float):
         if self.serving:
@@ -352,7 +372,7 @@ class EdgeEnvNumPy:
         _, bw_t, m_t, gain_t = self._cond(self.t)
         ctx = self.ctx[u.node]
         ltok = self.tok[u.node][1]
-        cached = min(u.srv_kv, ctx) if cfg.get("server_kv_cache", False) else 0
+        cached = min(u.srv_kv, ctx) if self.kv_cache else 0
         up = ctx - cached
         snr = self.snr_bar * max(fading * gain_t, 1e-12)
         se = math.log2(1.0 + snr)
@@ -368,7 +388,7 @@ class EdgeEnvNumPy:
             fl = flops_prefill(c.llm, up, cached) + flops_decode(c.llm, ltok, ctx)
             t_srv = fl / (c.server_peak_flops * c.server_eta)
         return dict(snr=snr, outage=snr < self.snr_th, bw=bw, up=t_up, dn=t_dn, srv=t_srv,
-                    pf=pf, delay=t_up + t_srv + t_dn)
+                    pf=pf, delay=t_up + t_srv + t_dn, cached=cached, ctx=ctx)
 
     def _advance(self, u: _User, i: int, finished_now: dict) -> None:
         """User ``i``'s step is over: it drafts its next step (the successor of its node by
@@ -395,7 +415,7 @@ class EdgeEnvNumPy:
                 break
             if u.phase == "empty":
                 u.wait, u.gain, u.bw, u.frac, u.srv_kv, u.t0 = 0, 0.0, 0.0, 0.0, 0, slot
-                u.prm_kv, u.scored, u.job = 0, False, None
+                u.prm_kv, u.scored, u.job, u.used = 0, False, None, 0
                 u.proc = u.comm = u.queue = 0.0
                 u.offloads = u.outages = u.steps = u.fallbacks = 0
                 self._begin_draft(u, self.root[int(problems[i])], 0)
@@ -442,6 +462,7 @@ class EdgeEnvNumPy:
             busy_bw = sum(u.bw for u in users if u.phase == "service")
         offered_load = 0.0
         queue_len = sum(1 for u in users if u.phase == "queue")
+        self._hits = [0, 0]     # prefix tokens the server's cache served, context tokens
 
         cands = []
         for i, u in enumerate(users):
@@ -531,6 +552,8 @@ class EdgeEnvNumPy:
                 u.frac = (r["up"] + r["dn"]) / max(r["delay"], 1e-30)
                 u.srv_kv = self.ctx[n] + self.tok[n][1]
                 u.offloads += 1
+                self._hits[0] += r["cached"]
+                self._hits[1] += r["ctx"]
                 if self.serving:
                     u.job = dict(up=r["up"], up_hz=r["up_hz"], pf=r["pf_tok"],
                                  pf_flops=r["pf_flops"], dec=r["dec"], ctx=float(self.ctx[n]),
@@ -545,6 +568,7 @@ class EdgeEnvNumPy:
         bw_use = sum(u.bw for u in users if u.phase == "service")
         qlen = sum(1 for u in users if u.phase == "queue")
         stats = {}
+        had_job = [u.phase in ("service", "score") for u in users]
         if self.serving:
             in_use = sum(1 for u in users if self._holds(u))
             bw_use = min(sum(self._up_demand(u) for u in users), bw_t)
@@ -619,15 +643,58 @@ class EdgeEnvNumPy:
                         and u.phase == "decide" and not getattr(u, "scored", False)):
                     offered_load += self._begin_score(u, float(noise["fading"][i]), t_old)
                 u.scored = False
+        cache = dict(evicted_tokens=0.0, kv_in_use_tokens=0.0, kv_pinned_tokens=0.0)
         if self.serving:
+            cache = self._cache_end(users, had_job, t_old)
             stats = dict(stats, offered_job_s=offered_load)
         info = dict(**stats,decision_mask=decided, decision=decision, outage=outage, terminated=done,
                     server_in_use=in_use, bandwidth_in_use_hz=bw_use, queue_len=qlen,
                     arrivals=n_arr, num_servers_t=m_t, bandwidth_t_hz=bw_t,
                     blocked=blocked, arrived=self.arrived, finished=self.finished,
                     blocked_total=self.blocked,
-                    in_flight=sum(1 for u in users if u.phase != "empty"), **info_user)
+                    in_flight=sum(1 for u in users if u.phase != "empty"),
+                    prefix_hit_tokens=self._hits[0], prefix_ctx_tokens=self._hits[1], **cache,
+                    **info_user)
         return self.observe(), reward, done, info
+
+    def _cache_end(self, users, had_job, t: int) -> dict:
+        """The prefix cache at the end of slot ``t`` (rules in ``envs.prefix_cache``), user by
+        user: mark the prefixes of users with a server job this slot as used at ``t``, drop
+        finished users' and disabled caches, then evict the least recently used prefix (ties
+        by user slot) while the running sequences and the cached prefixes exceed the budget."""
+        ratio = 1.0
+        if self.c.server_hw is not None:
+            ratio = kv_token_bytes(self.c.prm, self.c.server_hw) / kv_token_bytes(
+                self.c.llm, self.c.server_hw)
+        pinned, own = 0.0, {}
+        for i, u in enumerate(users):
+            if u.phase == "empty":
+                u.srv_kv = u.prm_kv = 0
+                continue
+            if had_job[i] or u.phase in ("service", "score"):
+                u.used = t
+            if not self.kv_cache:
+                u.srv_kv = 0
+            if not self.prm_cache:
+                u.prm_kv = 0
+            holds = self._holds(u)
+            if holds:
+                pinned += u.job["ctx"]
+            size = (0 if holds else u.srv_kv) + u.prm_kv * ratio
+            if size > 0:
+                own[i] = size
+        total = pinned + sum(own.values())
+        evicted = 0.0
+        while total > self.kv_budget and own:
+            i = min(own, key=lambda k: (users[k].used, k))
+            u = users[i]
+            if not self._holds(u):
+                evicted += u.srv_kv
+                u.srv_kv = 0
+            evicted += u.prm_kv
+            u.prm_kv = 0
+            total -= own.pop(i)
+        return dict(evicted_tokens=evicted, kv_in_use_tokens=total, kv_pinned_tokens=pinned)
 
     # -- the serving server (rules in ``envs.serving``), job by job
     @staticmethod
@@ -649,13 +716,16 @@ class EdgeEnvNumPy:
         c, cfg = self.c, self.cfg
         _, bw_t, m_t, gain_t = self._cond(t)
         total = self.ctx[u.node] + self.tok[u.node][0]
-        cached = min(u.prm_kv, total) if cfg.get("prm_prefix_cache", False) else 0
+        cached = min(u.prm_kv, total) if self.prm_cache else 0
         new = total - cached
+        self._hits[0] += cached
+        self._hits[1] += total
         snr = self.snr_bar * max(fading * gain_t, 1e-12)
         se = math.log2(1.0 + snr)
-        bw = min(max(new * c.bits_per_token / (se * c.uplink_target_s), c.min_request_hz), bw_t)
+        bw = min(max(total * c.bits_per_token / (se * c.uplink_target_s), c.min_request_hz),
+                 bw_t)
         pf_flops = roofline_prefill_flops(c.prm, new, cached)
-        u.job = dict(up=new * c.bits_per_token / (bw * se), up_hz=bw, pf=float(new),
+        u.job = dict(up=total * c.bits_per_token / (bw * se), up_hz=bw, pf=float(new),
                      pf_flops=pf_flops, dec=0.0, ctx=float(total), dn=0.0, dn_hz=0.0, seq=False,
                      prm=True, ticket=t + 1)
         u.phase, u.left, u.prm_kv = "score", 1, total

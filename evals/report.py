@@ -88,6 +88,13 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
                              "B_t·τ (serving server)", 3, 1.0),
     "server_batch": ("batch", "mean sequences in the server's decode batch per slot (serving "
                      "server)", 1, 1.0),
+    "prefix_hit_rate": ("prefix hit", "share of the context tokens of admitted server jobs "
+                        "(LLM and PRM) that the server's prefix cache served (serving server)",
+                        3, 1.0),
+    "evicted_tokens_per_s": ("evicted tok/s", "prefix tokens evicted from the server's KV "
+                             "cache per second (LRU, KV budget; serving server)", 0, 1.0),
+    "kv_in_use_tokens": ("KV tokens", "mean LLM-KV tokens held per slot: running sequences + "
+                         "cached prefixes (serving server)", 0, 1.0),
 }
 TABLE_METRICS = ("accuracy", "latency_mean_s", "latency_p95_s", "processing_s", "communication_s",
                  "queueing_s", "offload_rate", "server_util", "outage_rate", "blocked_rate",
