@@ -574,6 +574,15 @@ CASES: list[Case] = [
          r"--candidates.*num_servers=0.*> 0"),
     Case("evals.policy_samples", ("--seeds=0,x", "--out={out}"), r"--seeds"),
     Case("evals.policy_samples", ("--seeds=1,1", "--out={out}"), r"--seeds"),
+    # evals.screening (issue 51): the oracle and PRADA vs random at equal share
+    Case("evals.screening", ("--out={out}",), r"--policy"),
+    Case("evals.screening", ("--policy={empty_dir}", "--shares=0.1,1.5", "--out={out}"),
+         r"--shares"),
+    Case("evals.screening", ("--policy={empty_dir}", "--shares=0.1,x", "--out={out}"),
+         r"--shares"),
+    Case("evals.screening", ("--policy={empty_dir}", "--slots=10", "--warmup_slots=10",
+                             "--out={out}"), r"--warmup_slots"),
+    Case("evals.screening", ("--policy={empty_dir}", "--out={out}"), r"--policy"),
     # studies.stage2_price_target / the stage-2 studies' --report_only (issue 46)
     Case("studies.stage2_price_target", ("--out={out}",), r"--policy=None"),
     Case("studies.stage2_price_target", ("--policy={empty_dir}", "--learner_seeds=0,x",
