@@ -37,6 +37,7 @@ from absl import flags
 from evals import pipeline
 from prada_jax import cli, config_utils, latency
 from prada_jax.errors import BadInput
+from prada_jax.jsonio import read_json
 from prada_jax.rl import critic_refit
 
 #: Sizes of one policy sample: (ppo.py variant, ppo overrides, critic refit settings).
@@ -58,13 +59,21 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     return seeds
 
 
-def train_sample(out: Path, seed: int, size: str = "demo", log=print) -> Path:
+def train_sample(out: Path, seed: int, size: str = "demo", log=print,
+                 hardware: str | None = None) -> Path:
     """Trains (or reuses) policy sample ``seed`` under ``out/seed_<seed>``; returns the refit
-    policy folder."""
+    policy folder. ``hardware``: the pair of the clock it trains under (default: the PPO
+    config's ``env.hardware``); a folder trained under another pair is refused (BadInput)."""
     variant, overrides, refit = SIZES[size]
     d = Path(out) / f"seed_{int(seed)}"
     c = pipeline.ppo_config("gsm8k", variant, overrides)
     c.seed = int(seed)
+    if hardware is not None:
+        latency.check_pair(hardware, "--hardware")   # BadInput naming the flag
+        c.env.hardware = str(hardware)
+    meta_path = d / "critic" / "policy_meta.json"
+    if meta_path.is_file():
+        check_policy_pair(read_json(meta_path), c.env.hardware, str(d), flag="--hardware")
     log(f"  policy sample {seed}: train.ppo ({c.ppo.total_env_steps} env slots) in {d / 'ppo'}")
     pipeline.train_policy(c, d / "ppo")
     crit = d / "critic"
@@ -100,6 +109,10 @@ def _define_flags():
     flags.DEFINE_string("out", None, "Folder of the policy samples (seed_<k>/ppo, /critic).")
     flags.DEFINE_string("seeds", "0,1,2", "Comma-separated PPO / refit seeds, one sample each.")
     flags.DEFINE_bool("quick", False, "Smoke sizes (seconds; the policies mean nothing).")
+    flags.DEFINE_string("hardware", None, "Hardware pair of the clock the samples train under "
+                        "(prada_jax.latency.PAIRS name or a pair JSON file; default: the PPO "
+                        "config's env.hardware). A verdict evaluates a pair only with policies "
+                        "trained under it (check_policy_pair).")
 
 
 def main(argv):
@@ -107,10 +120,13 @@ def main(argv):
     config_utils.reject_extra_argv(argv)
     config_utils.require_flag(F.out, "--out", "a folder for the policy samples")
     seeds = parse_seeds(F.seeds)
+    if F.hardware is not None:
+        latency.check_pair(F.hardware, "--hardware")
     out = Path(F.out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out={F.out} exists and is not a folder")
-    dirs = [train_sample(out, k, "quick" if F.quick else "demo") for k in seeds]
+    dirs = [train_sample(out, k, "quick" if F.quick else "demo", hardware=F.hardware)
+            for k in seeds]
     print("policy samples (SYNTHETIC gsm8k): " + ",".join(str(d) for d in dirs))
 
 

@@ -574,6 +574,11 @@ CASES: list[Case] = [
          r"--candidates.*num_servers=0.*> 0"),
     Case("evals.policy_samples", ("--seeds=0,x", "--out={out}"), r"--seeds"),
     Case("evals.policy_samples", ("--seeds=1,1", "--out={out}"), r"--seeds"),
+    Case("evals.policy_samples", ("--hardware=tpu9", "--out={out}", "--quick"),
+         r"tpu9.*unknown"),
+    Case("evals.prefix_cache", (), r"--policy"),
+    Case("evals.prefix_cache", ("--policy={policy_nockpt}", "--json={out}/r.json"),
+         r"--policy=.*policy_nockpt"),
     # evals.screening (issue 51): the oracle and PRADA vs random at equal share
     Case("evals.screening", ("--out={out}",), r"--policy"),
     Case("evals.screening", ("--policy={empty_dir}", "--shares=0.1,1.5", "--out={out}"),
