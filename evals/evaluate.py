@@ -15,7 +15,8 @@ Policies (``PolicySpec``; docs/design.md §8):
 * ``Random``: nominate with probability p, FIFO-greedy scheduler; p is matched to PRADA's
   measured offload rate (one correction pass, see ``matched_random_probability``).
 * ``critic`` screen: nominate iff the critic's ΔQ > θ (``PolicySpec.theta``, default 0: greedy
-  in the critic); θ is PRADA's knob (``evals.knobs``).
+  in the critic); θ is PRADA's knob (``evals.knobs``). ``margin`` screen: nominate iff the
+  actor's logit margin (log-odds of nominating) > θ; θ = 0 is the ``policy`` screen.
 * ``oracle`` screen (``prada_jax.traces.oracle``): a user at node n that has had ``offloads``
   steps served by the server nominates ``table[n, min(k − offloads, K)]``, the step of a
   minimum-offload path to a correct answer within its budget of k offloads per problem
@@ -84,14 +85,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import edge
-from prada_jax.rl.screen import critic_screen, screen_and_gain
+from prada_jax.rl.screen import critic_screen, greedy_screen, margin_screen, screen_scores
 from prada_jax.sched.registry import scheduler_index
 from prada_jax.traces import oracle as oracle_lib
 
-SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC, SCREEN_ORACLE = range(6)
+(SCREEN_NEVER, SCREEN_ALWAYS, SCREEN_RANDOM, SCREEN_POLICY, SCREEN_CRITIC, SCREEN_ORACLE,
+ SCREEN_MARGIN) = range(7)
 #: ``PolicySpec.screen`` name -> the screening-mode code the jitted evaluator switches on.
 SCREEN_MODES = {"never": SCREEN_NEVER, "always": SCREEN_ALWAYS, "random": SCREEN_RANDOM,
-                "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC, "oracle": SCREEN_ORACLE}
+                "policy": SCREEN_POLICY, "critic": SCREEN_CRITIC, "oracle": SCREEN_ORACLE,
+                "margin": SCREEN_MARGIN}
 UNLIMITED_BANDWIDTH_HZ = 1e12
 
 
@@ -105,11 +108,13 @@ class PolicySpec(NamedTuple):
 
     name: row label. screen: "never" | "always" | "random" | "policy" (the actor's greedy
     action) | "critic" (nominate iff the critic's ΔQ > ``theta``; ``prada_jax.rl.screen``'s
-    ``nominate_by="critic"`` at θ = 0) | "oracle" (``prada_jax.traces.oracle``'s table, at most
+    ``nominate_by="critic"`` at θ = 0) | "margin" (iff the actor's logit margin > ``theta``;
+    "policy" at θ = 0) | "oracle" (``prada_jax.traces.oracle``'s table, at most
     ``oracle_budget`` offloads per problem). scheduler: a name in
     ``prada_jax.sched.registry.SCHEDULER_NAMES``. lambda_s, mu: multipliers (mu per Hz).
     unlimited: lift M and B (M = U, B = 1e12 Hz). p_random: nomination probability ("random").
-    theta: the critic's nomination threshold [PRM units] ("critic"). oracle_budget: k, offloads
+    theta: the nomination threshold on the critic's ΔQ [PRM units] ("critic") or on the
+    actor's logit margin ("margin"). oracle_budget: k, offloads
     per problem ("oracle"; None: unlimited). rsd_threshold: the RSD rule keeps a draft whose
     PRM score is ≥ this (None: the env params' value, 0.7 by default).
     """
@@ -209,19 +214,21 @@ def _screen(apply_fn, net_params, obs, act_key, screen_mode, p_random, params, s
     """The slot's screening decisions [U] and gains [U] under ``screen_mode`` (``state``: the
     env state the observation was taken from, read by the oracle screen; ``theta``: the critic
     screen's threshold; ``oracle``: None makes the oracle screen keep every draft)."""
-    greedy, dq = screen_and_gain(apply_fn, net_params, obs)
+    logits, dq = screen_scores(apply_fn, net_params, obs)
+    greedy = greedy_screen(logits)
     critic = critic_screen(dq, theta)  # greedy in the critic at θ = 0
+    margin = margin_screen(logits, theta)  # the actor's greedy action at θ = 0
     u = params.num_users
     rand = jax.random.bernoulli(act_key, p_random, (u,)).astype(jnp.int32)
     orc = (oracle_screen(oracle, state) if oracle is not None and state is not None
            else jnp.zeros((u,), jnp.int32))
     screen = jnp.select([screen_mode == SCREEN_NEVER, screen_mode == SCREEN_ALWAYS,
                          screen_mode == SCREEN_RANDOM, screen_mode == SCREEN_CRITIC,
-                         screen_mode == SCREEN_ORACLE],
+                         screen_mode == SCREEN_ORACLE, screen_mode == SCREEN_MARGIN],
                         [jnp.zeros((u,), jnp.int32), jnp.ones((u,), jnp.int32), rand,
-                         critic, orc], greedy)
-    gain = jnp.where((screen_mode == SCREEN_POLICY) | (screen_mode == SCREEN_CRITIC),
-                     dq, params.default_gain).astype(jnp.float32)
+                         critic, orc, margin], greedy)
+    gain = jnp.where((screen_mode == SCREEN_POLICY) | (screen_mode == SCREEN_CRITIC)
+                     | (screen_mode == SCREEN_MARGIN), dq, params.default_gain).astype(jnp.float32)
     return screen, gain
 
 
@@ -480,7 +487,7 @@ class Evaluator:
         """Per-seed metrics of one row; ``param_overrides`` replace env param leaves (e.g.
         ``num_servers``, ``bandwidth_hz``, ``arrival_rate_hz``) before the row is applied;
         ``mult_params``: the argument of the evaluator's ``mult_fn`` (if it has one)."""
-        if spec.screen == "policy" and not self.has_policy:
+        if spec.screen in ("policy", "critic", "margin") and not self.has_policy:
             raise ValueError(f"policy row '{spec.name}' needs a screening policy (--policy)")
         params = self.base_params
         if param_overrides:

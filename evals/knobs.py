@@ -6,14 +6,21 @@ as frontiers"; issue 51 item 4). :func:`knob_specs` turns a grid of knob values 
 a grid costs one compilation per trace set, and every row runs on the evaluator's seeds (same
 arrivals, problems and fading: paired comparisons).
 
-=========  ======================  ==========================================  =============
-method     knob                    rule                                        scheduler
-=========  ======================  ==========================================  =============
-prada      θ [PRM units]           nominate iff the critic's ΔQ > θ            threshold (λ, µ)
-random     p                       nominate each draft with probability p      fifo_greedy
-rsd        PRM threshold τ         keep a draft whose PRM score ≥ τ, else LLM  rsd
-oracle     k (offloads/problem)    ``prada_jax.traces.oracle``'s table         offload_all
-=========  ======================  ==========================================  =============
+===========  ====================  ==========================================  =============
+method       knob                  rule                                        scheduler
+===========  ====================  ==========================================  =============
+prada        θ [PRM units]         nominate iff the critic's ΔQ > θ            threshold (λ, µ)
+prada_actor  m (log-odds)          nominate iff the actor's logit margin > m   threshold (λ, µ)
+random       p                     nominate each draft with probability p      fifo_greedy
+rsd          PRM threshold τ       keep a draft whose PRM score ≥ τ, else LLM  rsd
+oracle       k (offloads/problem)  ``prada_jax.traces.oracle``'s table         offload_all
+===========  ====================  ==========================================  =============
+
+``prada`` is the issue's knob (ΔQ is what a nomination carries to the server). ``prada_actor``
+thresholds the actor's own log-odds instead; at m = 0 it is the policy's greedy action, so its
+curve passes through the operating point training put the policy at (the critic, refit to the
+final actor's Monte-Carlo values, can rank states worse than the actor does: both curves are
+worth drawing).
 
 The scheduler of a PRADA, random or oracle grid can be overridden (``scheduler=``, with λ_s,
 µ for ``threshold``): a screening comparison serves every method's nominations by one rule
@@ -21,9 +28,9 @@ The scheduler of a PRADA, random or oracle grid can be overridden (``scheduler=`
 capacity frontier gives PRADA its fitted price. RSD's scheduler is its rule and is fixed.
 
 θ has no natural scale (it is in the critic's units), so :func:`theta_grid` picks θ values
-that land on chosen offload shares: the critic's ΔQ is a function of the node alone (the
-observation is the node's features, depth and context), so for any θ the path of every problem
-of the pool under "offload iff ΔQ > θ" follows from the trace tree
+that land on chosen offload shares: the critic's ΔQ (and the actor's margin) is a function of
+the node alone (the observation is the node's features, depth and context), so for any θ the
+path of every problem of the pool under "offload iff ΔQ > θ" follows from the trace tree
 (``prada_jax.traces.oracle.walk``), and with it the offload share at light load when every
 nomination is served (an outage refuses a few). The grid is that share over candidate θ (the
 quantiles of ΔQ over the pool's nodes), and each target share takes the candidate closest to
@@ -41,6 +48,7 @@ import numpy as np
 from evals.evaluate import PolicySpec
 from prada_jax.errors import BadInput
 from prada_jax.rl.evaluate import node_observations
+from prada_jax.rl.screen import screen_scores
 from prada_jax.traces import oracle as oracle_lib
 
 
@@ -58,6 +66,7 @@ class Knob(NamedTuple):
 RSD_PAPER_THRESHOLD = 0.7
 KNOBS: dict[str, Knob] = {
     "prada": Knob("theta", "θ", None, "nominate iff the critic's ΔQ > θ"),
+    "prada_actor": Knob("theta", "m", None, "nominate iff the actor's logit margin > m"),
     "random": Knob("p_random", "p", (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
                    "nominate each draft with probability p"),
     "rsd": Knob("rsd_threshold", "τ_PRM", (0.5, 0.6, RSD_PAPER_THRESHOLD, 0.8, 0.9),
@@ -66,18 +75,21 @@ KNOBS: dict[str, Knob] = {
                    "the fewest offloads to a correct answer, at most k per problem"),
 }
 METHODS = tuple(KNOBS)
-_DEFAULT_SCHEDULER = {"prada": "threshold", "random": "fifo_greedy", "rsd": "rsd",
-                      "oracle": "offload_all"}
+_DEFAULT_SCHEDULER = {"prada": "threshold", "prada_actor": "threshold",
+                      "random": "fifo_greedy", "rsd": "rsd", "oracle": "offload_all"}
+_SCREEN = {"prada": "critic", "prada_actor": "margin", "random": "random", "rsd": "always",
+           "oracle": "oracle"}
 #: Offload shares a default θ grid aims at (issue 51: from ≈ 5 % to ≈ 80 %).
 THETA_TARGET_SHARES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
 def _label(method: str, v) -> str:
-    name = {"prada": "PRADA", "random": "Random", "rsd": "RSD", "oracle": "Oracle"}[method]
+    name = {"prada": "PRADA", "prada_actor": "PRADA", "random": "Random", "rsd": "RSD",
+            "oracle": "Oracle"}[method]
     sym = KNOBS[method].symbol
     if v is None:
         return f"{name} {sym}=∞"
-    return f"{name} {sym}={v:+.4g}" if method == "prada" else f"{name} {sym}={v:g}"
+    return f"{name} {sym}={v:+.4g}" if method.startswith("prada") else f"{name} {sym}={v:g}"
 
 
 def _check_value(method: str, v):
@@ -106,7 +118,7 @@ def knob_specs(method: str, values: Sequence | None = None, *, scheduler: str | 
 
     Args:
       method: one of :data:`METHODS`.
-      values: knob values (None: the method's default grid; PRADA has none, use
+      values: knob values (None: the method's default grid; PRADA's two have none, use
         :func:`theta_grid`). Oracle: integers k ≥ 0, None or ``inf`` for unlimited.
       scheduler: overrides the method's scheduler (not for ``rsd``); lambda_s, mu: its
         multipliers (the threshold rule's price).
@@ -123,7 +135,7 @@ def knob_specs(method: str, values: Sequence | None = None, *, scheduler: str | 
     if method == "rsd" and scheduler not in (None, "rsd"):
         raise BadInput(f"rsd: the scheduler is the RSD rule itself, got scheduler={scheduler!r}")
     sched = scheduler or _DEFAULT_SCHEDULER[method]
-    screen = {"prada": "critic", "random": "random", "rsd": "always", "oracle": "oracle"}[method]
+    screen = _SCREEN[method]
     out = []
     for v in values:
         x = _check_value(method, v)
@@ -135,7 +147,7 @@ def knob_specs(method: str, values: Sequence | None = None, *, scheduler: str | 
 def knob_value(spec: PolicySpec) -> Any:
     """The knob value a spec sits at (θ, p, τ_PRM, or k with None = unlimited), by its screen
     and scheduler; None for a row that is not one of the methods."""
-    if spec.screen == "critic":
+    if spec.screen in ("critic", "margin"):
         return spec.theta
     if spec.screen == "random":
         return spec.p_random
@@ -146,19 +158,24 @@ def knob_value(spec: PolicySpec) -> Any:
     return None
 
 
-def node_gains(apply_fn: Callable, net_params: Any, params) -> np.ndarray:
-    """[N] float64: the critic's ΔQ = Q(s, 1) − Q(s, 0) at every node of ``params.traces``,
-    from the observation the env gives a user there (``prada_jax.rl.evaluate
-    .node_observations``)."""
+def node_scores(apply_fn: Callable, net_params: Any, params, method: str = "prada"
+                ) -> np.ndarray:
+    """[N] float64: the score a PRADA knob thresholds at every node of ``params.traces``, from
+    the observation the env gives a user there (``prada_jax.rl.evaluate.node_observations``):
+    the critic's ΔQ = Q(s, 1) − Q(s, 0) (``prada``) or the actor's logit margin
+    (``prada_actor``)."""
+    if method not in ("prada", "prada_actor"):
+        raise BadInput(f"node_scores: method must be prada or prada_actor, got {method!r}")
     obs = jnp.asarray(node_observations(params))
-    _, q = jax.jit(apply_fn)(net_params, obs)
-    return np.asarray(q[:, 1] - q[:, 0], np.float64)
+    logits, gain = jax.jit(screen_scores, static_argnums=0)(apply_fn, net_params, obs)
+    score = gain if method == "prada" else logits[:, 1] - logits[:, 0]
+    return np.asarray(score, np.float64)
 
 
-def critic_share(traces, gains: np.ndarray, theta: float) -> float:
+def threshold_share(traces, scores: np.ndarray, theta: float) -> float:
     """Offload share (offloaded steps / steps over the pool's problems, each once) of the
-    screen "ΔQ > θ" when every nomination is served (``prada_jax.traces.oracle.walk``)."""
-    w = oracle_lib.walk(traces, np.asarray(gains) > theta)
+    screen "score > θ" when every nomination is served (``prada_jax.traces.oracle.walk``)."""
+    w = oracle_lib.walk(traces, np.asarray(scores) > theta)
     return float(w["offloads"].sum() / max(w["steps"].sum(), 1))
 
 
@@ -169,7 +186,8 @@ def theta_grid(traces, gains: np.ndarray, shares: Sequence[float] = THETA_TARGET
 
     Args:
       traces: the pool's trace set (NumPy or JAX arrays).
-      gains: [N] the critic's ΔQ per node (:func:`node_gains`).
+      gains: [N] the thresholded score per node (:func:`node_scores`: the critic's ΔQ, or
+        the actor's logit margin).
       shares: target offload shares in (0, 1).
       candidates: quantiles of ΔQ tried as θ.
     Returns:
@@ -181,7 +199,7 @@ def theta_grid(traces, gains: np.ndarray, shares: Sequence[float] = THETA_TARGET
     tr = jax.device_get(traces)
     cand = np.unique(np.concatenate([np.quantile(g, np.linspace(0, 1, int(candidates) + 1)),
                                      [g.min() - 1.0]]))
-    got = np.array([critic_share(tr, g, t) for t in cand])
+    got = np.array([threshold_share(tr, g, t) for t in cand])
     picks = {}
     for s in shares:
         i = int(np.argmin(np.abs(got - float(s))))

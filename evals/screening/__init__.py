@@ -9,9 +9,10 @@ One evaluator (``evals.evaluate``: same seeds, so every difference is paired) ru
 * **Oracle screening** (``prada_jax.traces.oracle``): unlimited (its minimum offload share)
   and every budget k = 1 … up to the pool's largest minimum (k = 0 is All-SLM). Its exact
   values on the pool (every problem once, no env) are printed beside.
-* **PRADA at θ** (nominate iff the critic's ΔQ > θ; θ from ``evals.knobs.theta_grid``) and,
-  for each θ, **random screening matched to PRADA's measured offload share** (one correction
-  pass, ``evals.evaluate.matched_random_probability``). Both serve their nominations with the
+* **PRADA at θ** (nominate iff the critic's ΔQ > θ; θ from ``evals.knobs.theta_grid``), the
+  same over the actor's logit margin (``prada_actor``: through the policy's own operating
+  point) and, for each point, **random screening matched to PRADA's measured offload share**
+  (one correction pass, ``evals.evaluate.matched_random_probability``). Both serve their nominations with the
   FIFO-greedy scheduler, as does the oracle (offload-all: the same rule), so only the screen
   differs. At light load every nomination is served (an outage refuses a few), so the
   comparison is one of screening alone, not of scheduling.
@@ -74,11 +75,12 @@ def exact_pool(traces) -> dict:
             "llm_accuracy": float(llm["correct"].mean())}
 
 
-def compare(evaluator: ev.Evaluator, gains: np.ndarray, shares=DEFAULT_SHARES,
+def compare(evaluator: ev.Evaluator, scores: dict, shares=DEFAULT_SHARES,
             progress: Callable[[str], None] | None = None) -> Comparison:
     """Runs every row of the module docstring on ``evaluator`` (which holds the policy) and
-    returns them with the pairing (``gains``: the critic's ΔQ per node of the evaluator's
-    trace set, ``evals.knobs.node_gains``)."""
+    returns them with the pairing (``scores``: ``{method: [N]}`` for ``prada`` and/or
+    ``prada_actor``, the score each thresholds per node of the evaluator's trace set,
+    ``evals.knobs.node_scores``)."""
     say = progress or (lambda m: None)
     traces = evaluator.base_params.traces
     exact = exact_pool(traces)
@@ -94,11 +96,14 @@ def compare(evaluator: ev.Evaluator, gains: np.ndarray, shares=DEFAULT_SHARES,
         say(f"evaluating {spec.name}")
         rows[spec.name] = evaluator.run(spec)
         oracle_rows.append((spec.oracle_budget, spec.name))
-    thetas, predicted = knobs.theta_grid(traces, gains, shares)
+    points = [("actor", None, None)]
+    for method in [m for m in ("prada", "prada_actor") if m in scores]:
+        thetas, predicted = knobs.theta_grid(traces, scores[method], shares)
+        points += [(method, t, p) for t, p in zip(thetas, predicted)]
     actor = ev.PolicySpec(ACTOR_ROW, "policy", SCHEDULER)
     pairs = []
-    for theta, pred in [(None, None)] + list(zip(thetas, predicted)):
-        spec = actor if theta is None else knobs.knob_specs("prada", [theta],
+    for method, theta, pred in points:
+        spec = actor if theta is None else knobs.knob_specs(method, [theta],
                                                             scheduler=SCHEDULER)[0]
         say(f"evaluating {spec.name}" + ("" if pred is None else
                                          f" (share ≈ {pred:.2f} if every nomination is served)"))
@@ -108,7 +113,8 @@ def compare(evaluator: ev.Evaluator, gains: np.ndarray, shares=DEFAULT_SHARES,
         name = f"Random p={p:.3g} (≡ {spec.name})"
         say(f"evaluating {name}")
         rows[name] = res
-        pairs.append({"theta": None if theta is None else float(theta), "prada": spec.name,
+        pairs.append({"method": method, "theta": None if theta is None else float(theta),
+                      "prada": spec.name,
                       "random": name, "p": p,
                       "predicted_share": None if pred is None else float(pred)})
     return Comparison(rows, pairs, oracle_rows, exact)
@@ -187,15 +193,17 @@ def format_report(summary: dict, title: str) -> str:
                    f"{curve['offload_share'][i]:.3f}")
     out.append(f"{'  (exact pool: All-SLM':<34} acc {ex['slm_accuracy']:.3f}, LLM alone acc "
                f"{ex['llm_accuracy']:.3f})")
-    out += ["", "PRADA (nominate iff critic ΔQ > θ) vs random screening at equal offload share "
-            "(paired over seeds; 'actor': the policy's own greedy nominations)"]
-    out.append(f"{'θ':>9}{'PRADA share':>13}{'random share':>14}{'PRADA acc':>12}"
+    out += ["", "PRADA vs random screening at equal offload share (paired over seeds): "
+            "'as trained' = the actor's greedy nominations; 'ΔQ > θ' = the critic's threshold; "
+            "'margin > m' = the actor's log-odds threshold"]
+    out.append(f"{'PRADA point':<20}{'PRADA share':>12}{'random share':>14}{'PRADA acc':>12}"
                f"{'random acc':>12}{'PRADA − random [95% CI]':>30}{'gap PRADA':>12}"
                f"{'gap random':>12}")
     for pr in summary["pairs"]:
         a, b = r[pr["prada"]], r[pr["random"]]
-        theta = "actor" if pr["theta"] is None else f"{pr['theta']:+.4f}"
-        out.append(f"{theta:>9}{a['offload_rate']['mean']:>13.3f}"
+        theta = ("as trained" if pr["theta"] is None else
+                 f"{'ΔQ' if pr['method'] == 'prada' else 'margin'} > {pr['theta']:+.4g}")
+        out.append(f"{theta:<20}{a['offload_rate']['mean']:>12.3f}"
                    f"{b['offload_rate']['mean']:>14.3f}{a['accuracy']['mean']:>12.3f}"
                    f"{b['accuracy']['mean']:>12.3f}{_ci(pr['accuracy_diff'], 3):>30}"
                    f"{a['gap_recovered']['mean']:>12.2f}{b['gap_recovered']['mean']:>12.2f}")

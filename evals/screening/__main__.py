@@ -5,8 +5,9 @@
 
 At light load (default λ = 4 users/s, the policy's env otherwise), on the test split, over
 ``--seeds`` paired seeds: All-SLM, the LLM alone, the oracle screening (unlimited and each
-budget k) and, for each θ of the critic's grid, PRADA (ΔQ > θ) against random screening
-matched to its measured offload share, with the share of the SLM→LLM accuracy gap each
+budget k) and, for each θ of the critic's grid, PRADA (ΔQ > θ; and the actor's logit margin
+> m, through the policy's own operating point) against random screening matched to its
+measured offload share, with the share of the SLM→LLM accuracy gap each
 recovers (:mod:`evals.screening`). Prints the table; with ``--out`` also writes
 ``screening.json`` (per-seed metrics and the summary). A synthetic trace set's numbers are
 labelled SYNTHETIC. Bad input: one stderr line naming the flag, exit 2, nothing written.
@@ -72,8 +73,9 @@ def main(argv):
     params = ev.edge.make_params(traces.traces, **env_kw)
     evaluator = ev.Evaluator(params, F.seeds, F.slots, F.warmup_slots, policy.apply_fn,
                              policy.params, seed0=seed0, drain_slots=F.drain_slots)
-    gains = knobs.node_gains(policy.apply_fn, policy.params, params)
-    comp = screening.compare(evaluator, gains, shares,
+    scores = {m: knobs.node_scores(policy.apply_fn, policy.params, params, m)
+              for m in ("prada", "prada_actor")}
+    comp = screening.compare(evaluator, scores, shares,
                              progress=lambda m: print(m, file=sys.stderr, flush=True))
     summary = screening.summarize(comp)
     synthetic = bool(traces.info.get("synthetic", False))

@@ -5,7 +5,7 @@ nominate the draft for server recompute). :func:`screen_and_gain` is the action 
 of a trained policy uses (evaluation rollouts, the edge-env evaluator, the stage-2 policy
 wrapper, ``policy.make_act_fn``): by the actor, the argmax of the logits (greedy) or a
 categorical sample; by the critic, nominate iff ΔQ > θ (θ = 0 unless a caller sweeps it:
-PRADA's knob, ``evals.knobs``). Either way the gain the threshold scheduler ranks by is the
+PRADA's knob, ``evals.knobs``; the actor's logit margin > θ is the other knob, θ = 0 greedy). Either way the gain the threshold scheduler ranks by is the
 critic's ΔQ = Q(s, 1) − Q(s, 0) [PRM units].
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from prada_jax.errors import BadInput
 
 __all__ = ["NOMINATE_BY", "check_nominate_by", "critic_screen", "greedy_screen",
-           "screen_and_gain"]
+           "margin_screen", "screen_and_gain", "screen_scores"]
 
 #: Who decides a nomination: the actor's logits, or the critic's ΔQ > 0 (greedy with respect
 #: to the policy's own critic, so a nomination always carries a positive value).
@@ -41,6 +41,20 @@ def critic_screen(gain: jax.Array, theta=0.0) -> jax.Array:
     return (gain > theta).astype(jnp.int32)
 
 
+def margin_screen(logits: jax.Array, theta=0.0) -> jax.Array:
+    """int32 [...]: 1 where the actor's logit margin ``logits[..., 1] − logits[..., 0]`` (the
+    log-odds of nominating) is > ``theta``. At θ = 0 it is :func:`greedy_screen` (ties keep);
+    a larger θ nominates a subset of the same states."""
+    return ((logits[..., 1] - logits[..., 0]) > theta).astype(jnp.int32)
+
+
+def screen_scores(apply_fn, params, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(logits [..., 2], gain float32 [...])``: the actor's logits and the critic's
+    ΔQ = Q(s, 1) − Q(s, 0) of ``apply_fn(params, obs [..., D])``."""
+    logits, q = apply_fn(params, obs)
+    return logits, (q[..., 1] - q[..., 0]).astype(jnp.float32)
+
+
 def screen_and_gain(apply_fn, params, obs: jax.Array, key: jax.Array | None = None,
                     greedy: bool = True, nominate_by: str = "actor"
                     ) -> tuple[jax.Array, jax.Array]:
@@ -49,8 +63,7 @@ def screen_and_gain(apply_fn, params, obs: jax.Array, key: jax.Array | None = No
     ``nominate_by="actor"``: argmax of the logits (``greedy``) or a sample from them with
     ``key``; ``"critic"``: :func:`critic_screen` of the gain (``greedy`` unused).
     """
-    logits, q = apply_fn(params, obs)
-    gain = (q[..., 1] - q[..., 0]).astype(jnp.float32)
+    logits, gain = screen_scores(apply_fn, params, obs)
     if nominate_by == "critic":
         screen = critic_screen(gain)
     elif greedy:

@@ -25,7 +25,8 @@ from prada_jax.traces.testing import random_traces
 
 def test_knob_specs_set_each_methods_knob_and_read_back():
     thetas = [0.1, -0.05, 0.0]
-    rows = {m: knobs.knob_specs(m, thetas if m == "prada" else None) for m in knobs.METHODS}
+    rows = {m: knobs.knob_specs(m, thetas if m.startswith("prada") else None)
+            for m in knobs.METHODS}
     assert [s.theta for s in rows["prada"]] == thetas
     assert all(s.screen == "critic" and s.scheduler == "threshold" for s in rows["prada"])
     assert [s.p_random for s in rows["random"]] == list(knobs.KNOBS["random"].grid)
@@ -36,7 +37,7 @@ def test_knob_specs_set_each_methods_knob_and_read_back():
     assert all(s.screen == "oracle" and s.scheduler == "offload_all" for s in rows["oracle"])
     for m, specs in rows.items():
         assert len({s.name for s in specs}) == len(specs), m     # distinct row labels
-        want = thetas if m == "prada" else list(knobs.KNOBS[m].grid)
+        want = thetas if m.startswith("prada") else list(knobs.KNOBS[m].grid)
         assert [knobs.knob_value(s) for s in specs] == want, m
     assert knobs.knob_specs("oracle", [float("inf")])[0].oracle_budget is None
     fifo = knobs.knob_specs("prada", [0.2], scheduler="fifo_greedy", lambda_s=0.3)[0]
@@ -192,3 +193,28 @@ def test_oracle_in_the_env_ends_as_the_dp_plans():
         new = np.asarray(state.arrival_slot) != prev_arrival
         problem_of[new] = prob[np.asarray(state.node)[new]]
     assert checked > 40
+
+
+def test_actor_margin_knob_is_the_greedy_action_at_zero_and_monotone():
+    rng = np.random.default_rng(1)
+    obs = jnp.asarray(rng.normal(size=(256, 6)), jnp.float32)
+    params = edge.make_params(crafted_traces(), num_users=256)
+    key = jax.random.key(0)
+    greedy, _ = ev._screen(oracle_apply, None, obs, key, ev.screen_mode("policy"), 0.0, params)
+    at0, _ = ev._screen(oracle_apply, None, obs, key, ev.screen_mode("margin"), 0.0, params,
+                        theta=0.0)
+    np.testing.assert_array_equal(at0, greedy)
+    prev = None
+    for theta in np.linspace(-10.0, 10.0, 21):
+        s = np.asarray(ev._screen(oracle_apply, None, obs, key, ev.screen_mode("margin"), 0.0,
+                                  params, theta=theta)[0])
+        assert prev is None or np.all(s <= prev)
+        prev = s
+    assert prev.sum() == 0
+    spec = knobs.knob_specs("prada_actor", [0.5])[0]
+    assert (spec.screen, spec.theta, knobs.knob_value(spec)) == ("margin", 0.5, 0.5)
+    # oracle_apply: logits (−f, f), ΔQ f: margin 2f, so the two scores order nodes alike
+    sc = {m: knobs.node_scores(oracle_apply, None, params, m) for m in ("prada", "prada_actor")}
+    np.testing.assert_allclose(sc["prada_actor"], 2 * sc["prada"])
+    with pytest.raises(BadInput):
+        knobs.node_scores(oracle_apply, None, params, "random")

@@ -20,8 +20,9 @@ def comparison():
                               arrival_rate_hz=8.0, snr_threshold_db=-np.inf)
     e = ev.Evaluator(params, seeds=4, num_slots=120, warmup_slots=10, apply_fn=oracle_apply,
                      net_params=jnp.zeros(()), drain_slots=60)
-    gains = knobs.node_gains(oracle_apply, None, params)
-    comp = screening.compare(e, gains, shares=(0.05, 0.5, 0.8))
+    scores = {m: knobs.node_scores(oracle_apply, None, params, m)
+              for m in ("prada", "prada_actor")}
+    comp = screening.compare(e, scores, shares=(0.05, 0.5, 0.8))
     return comp, screening.summarize(comp)
 
 
@@ -40,12 +41,13 @@ def test_rows_and_pairs(comparison):
     orc = ps["Oracle k=∞"]
     np.testing.assert_allclose(orc["accuracy"], 1 - orc["blocked_rate"] - orc["timeout_rate"])
     np.testing.assert_array_equal(ps[screening.SLM]["offload_rate"], 0.0)
-    thetas = [p["theta"] for p in comp.pairs]
-    assert thetas[0] is None and len(thetas) >= 3                # the actor's point first
-    by_theta = {p["theta"]: p for p in summ["pairs"]}
-    zero = [t for t in thetas if t is not None and -1.0 <= t < 1.0]
-    assert zero, thetas                                           # a θ that picks the wrong drafts
-    pr = by_theta[zero[0]]
+    assert comp.pairs[0]["theta"] is None                         # the actor's point first
+    assert {p["method"] for p in comp.pairs} == {"actor", "prada", "prada_actor"}
+    critic = [p for p in summ["pairs"] if p["method"] == "prada"]
+    assert len(critic) >= 2
+    zero = [p for p in critic if -1.0 <= p["theta"] < 1.0]
+    assert zero, critic                                           # a θ that picks the wrong drafts
+    pr = zero[0]
     np.testing.assert_array_equal(ps[pr["prada"]]["accuracy"], orc["accuracy"])
     assert pr["accuracy_diff"]["ci_low"] > 0                      # beats random at equal share
     assert abs(pr["share_diff"]["mean"]) < 0.1
