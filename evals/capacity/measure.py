@@ -3,15 +3,22 @@ reference run, the per-operating-point price fit on validation and the test grid
 
 Every point is ``evals.evaluate``'s measurement on the serving server; all rows of one rate
 run in one vmapped call (``evals.curve.make_curve_fn``), compiled once per (split, U) and
-shared by the policy samples (one network architecture, so one ``apply_fn``).
+shared by the policy samples (one network architecture, so one ``apply_fn``). The bisection
+(``bisect_rows``) measures one row per call at rates of its own choosing; its U is the
+power-of-two bucket above ``suite.users_for`` (``Grid(bucketed=True)``), so a bisection
+compiles once per (split, U bucket, rows per call): at most five U buckets between 4 and
+64 users/s at the study's timeout, never one compile per probed rate. ``test_pool`` is the
+reference's exact test-pool accuracy, from the traces.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+import math
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from envs import edge
+from evals import capacity as cap
 from evals import curve, suite
 from evals import evaluate as ev
 from prada_jax.errors import BadInput
@@ -54,13 +61,19 @@ class Grid:
     ``curve_fn`` per (split, U)."""
 
     def __init__(self, traces, env_kw: dict, sizes: Sizes, apply_fn: Callable, seed0: int,
-                 seeds: int):
+                 seeds: int, bucketed: bool = False):
         self.traces, self.env_kw, self.sizes = traces, dict(env_kw), sizes
         self.apply_fn, self.seed0, self.seeds = apply_fn, seed0, seeds
+        self.bucketed = bool(bucketed)
         self._fns: dict[int, Callable] = {}
 
     def users(self, rate: float) -> int:
-        return suite.users_for(rate, self.sizes.drain * float(self.env_kw["tau_s"]))
+        """U at ``rate``: ``suite.users_for`` (the rate and the timeout), or with ``bucketed``
+        the smallest 64 · 2^k at least that (one compile per bucket, ≤ 2× the slots)."""
+        u = suite.users_for(rate, self.sizes.drain * float(self.env_kw["tau_s"]))
+        if not self.bucketed or u <= 64:
+            return u
+        return 64 * 2 ** math.ceil(math.log2(u / 64))
 
     def params(self, rate: float) -> edge.EnvParams:
         kw = dict(self.env_kw, num_users=self.users(rate), arrival_rate_hz=float(rate))
@@ -97,6 +110,19 @@ def load_split(policy, split: str):
     return suite.load_traces(spec, problems, seed, split=split)
 
 
+def test_pool(policies) -> dict:
+    """The reference's exact test-pool accuracy: the LLM alone's correctness
+    (``envs.edge.llm_path``) averaged over the test problems, uniform over problems as the
+    arrivals draw them; with the trace set it was computed on."""
+    tr = load_split(policies[0], "test")
+    t = tr.traces
+    correct = np.asarray(edge.llm_path(t).correct, np.float64)
+    acc = float(np.mean(correct[np.asarray(t.root)]))
+    return {"llm_alone_accuracy": acc, "problems": int(np.asarray(t.root).size),
+            "traces": {k: tr.info[k] for k in ("source", "trace_seed", "split", "problems",
+                                               "problems_total") if k in tr.info}}
+
+
 def reference_run(policies, pair: str, sizes: Sizes) -> dict:
     """The SLO's reference: the LLM alone at the lightest rate on validation (per seed)."""
     p0 = policies[0]
@@ -116,22 +142,86 @@ def fit_prices(policies, pair: str, sizes: Sizes, log=print) -> dict:
     seed0 = suite.evaluation_seed0(tr.info, p0, sizes.val_seeds)
     g = Grid(tr.traces, env_kwargs(p0, pair, sizes), sizes, p0.apply_fn, seed0,
              sizes.val_seeds)
-    rows = [ev.PolicySpec(f"λ_s={lam:g}", "policy", "threshold", lam, 0.0)
-            for lam in PRICE_GRID]
     out = {}
     for rate in sizes.rates:
-        out[str(rate)] = {}
-        for k, pol in zip(sizes.samples, policies):
-            res = g.run(rate, rows, pol.params)
-            obj = {r.name: float(np.nanmean(res[r.name]["objective"])) for r in rows}
-            best = max(rows, key=lambda r: (obj[r.name], -r.lambda_s))   # ties: the lower
-            out[str(rate)][str(k)] = {"lambda_s": best.lambda_s, "mu": 0.0,
-                                      "objective": obj,
-                                      "link_binds": float(np.nanmean(
-                                          res[best.name]["uplink_bound_share"]))}
+        out[str(rate)] = {str(k): fit_price(g, rate, pol.params)
+                          for k, pol in zip(sizes.samples, policies)}
         log(f"  [{pair}] prices at λ = {rate:g}/s: " + ", ".join(
             f"#{k} λ_s={v['lambda_s']:g}" for k, v in out[str(rate)].items()))
     return out
+
+
+def fit_price(g: Grid, rate: float, net_params) -> dict:
+    """One sample's grid price λ_s (µ = 0) at ``rate`` on ``g``'s (validation) split: the
+    best mean objective over ``PRICE_GRID``, ties to the lower price."""
+    rows = [ev.PolicySpec(f"λ_s={lam:g}", "policy", "threshold", lam, 0.0)
+            for lam in PRICE_GRID]
+    res = g.run(rate, rows, net_params)
+    obj = {r.name: float(np.nanmean(res[r.name]["objective"])) for r in rows}
+    best = max(rows, key=lambda r: (obj[r.name], -r.lambda_s))   # ties: the lower
+    return {"lambda_s": best.lambda_s, "mu": 0.0, "objective": obj,
+            "link_binds": float(np.nanmean(res[best.name]["uplink_bound_share"]))}
+
+
+def bisect_rows(policies, pair: str, sizes: Sizes, slos: Mapping[str, cap.SLO],
+                resolution: float = cap.RESOLUTION, log=print) -> dict:
+    """Each row's capacity by bisection on the rate (``evals.capacity.bisect_capacity``)
+    between ``sizes.rates[0]`` and ``sizes.rates[-1]``, once per SLO of ``slos`` (``{anchor:
+    SLO}``), on test; a PRADA (fitted) probe first fits its price at that rate on validation
+    (``fit_price``). Probes are shared between the SLOs (a rate measured once per row).
+    Returns ``{"resolution", "bracket", "probes": {row: {rate: {metric: [S]}}}, "prices":
+    {rate: {sample: fit}}, "by_slo": {anchor: {row: {"capacity", "censored", "bracket",
+    "probed": [rates in probe order]}}}}``: every probe's per-seed records, so an analysis can
+    recompute the capacities."""
+    p0 = policies[0]
+    kw = env_kwargs(p0, pair, sizes)
+    te = load_split(p0, "test")
+    va = load_split(p0, "validation")
+    g = Grid(te.traces, kw, sizes, p0.apply_fn,
+             suite.evaluation_seed0(te.info, p0, sizes.seeds), sizes.seeds, bucketed=True)
+    gv = Grid(va.traces, kw, sizes, p0.apply_fn,
+              suite.evaluation_seed0(va.info, p0, sizes.val_seeds), sizes.val_seeds,
+              bucketed=True)
+    base = {r.name: r for r in baseline_rows()}
+    probes: dict[str, dict] = {}
+    prices: dict[str, dict] = {}
+
+    def spec_of(row: str, rate: float):
+        if row in base:
+            return base[row], p0.params
+        name, k = row.rsplit(" #", 1)
+        pol = policies[list(sizes.samples).index(int(k))]
+        if name == ZERO:
+            return ev.PolicySpec(ZERO, "policy", "threshold", 0.0, 0.0), pol.params
+        fit = prices.setdefault(str(rate), {})
+        if k not in fit:
+            fit[k] = fit_price(gv, rate, pol.params)
+        return (ev.PolicySpec(FITTED, "policy", "threshold", fit[k]["lambda_s"],
+                              fit[k]["mu"]), pol.params)
+
+    def measure(row: str, rate: float) -> dict:
+        rec = probes.setdefault(row, {})
+        if str(rate) not in rec:
+            spec, params = spec_of(row, rate)
+            rec[str(rate)] = _lists(g.run(rate, [spec], params)[spec.name])
+        return rec[str(rate)]
+
+    rows = list(base) + [sample_row(n, k) for k in sizes.samples for n in (FITTED, ZERO)]
+    lo, hi = float(sizes.rates[0]), float(sizes.rates[-1])
+    by_slo = {}
+    for anchor, slo in slos.items():
+        by_slo[anchor] = {}
+        for row in rows:
+            b = cap.bisect_capacity(lambda r, row=row: measure(row, r), slo, lo, hi,
+                                    resolution)
+            by_slo[anchor][row] = {"capacity": b["capacity"], "censored": b["censored"],
+                                   "bracket": b["bracket"],
+                                   "probed": [p.rate for p in b["probes"]]}
+            log(f"  [{pair}] bisection ({anchor} SLO) {row}: capacity {b['capacity']:g} "
+                f"(bracket {b['bracket'][0]:g}–{b['bracket'][1]:g}, "
+                f"{len(b['probes'])} probes)")
+    return {"resolution": resolution, "bracket": [lo, hi], "probes": probes,
+            "prices": prices, "by_slo": by_slo}
 
 
 def test_grid(policies, pair: str, sizes: Sizes, prices: dict, log=print) -> dict:

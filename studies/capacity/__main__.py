@@ -10,14 +10,18 @@ a rerun with the same sizes:
 
 * ``DIR/policies/seed_<k>/``: the screening-policy samples (``evals.policy_samples``);
 * per pair, ``DIR/<pair>/reference.json``: the LLM alone at the lightest rate on validation
-  (the SLO's reference); ``prices.json``: λ_s fitted per rate and sample on validation;
-  ``test.json``: every row at every rate on test, per seed;
+  (the SLO's latency reference); ``prices.json``: λ_s fitted per rate and sample on
+  validation; ``test.json``: every row at every rate on test, per seed; ``test_pool.json``:
+  the LLM alone's exact test-pool accuracy (from the traces: the accuracy reference);
+  ``bisect.json``: each row's capacity by bisection on the rate to 5 %, every probe's
+  per-seed records;
 * ``DIR/study.json``, ``DIR/report.md`` (both SLO anchors: the registered validation one and
   deviation 2's same-split one), ``DIR/capacity_slo_<anchor>.png`` (capacity against the SLO
   sweep), ``DIR/curve_<pair>.png`` (the objective curve).
 
-Bad input (an unknown pair or size, a folder that is a file): one stderr line, exit 2,
-nothing written.
+Bad input (an unknown pair or size, a folder that is a file, two pairs that would share a
+folder, a ``--report_only`` part file without its ``data``): one stderr line, exit 2, nothing
+written.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from pathlib import Path
 
 from absl import flags
 
-from evals import curve, suite
+from evals import suite
 from evals.capacity import study as capacity
 from prada_jax import cli, config_utils
 from prada_jax import latency as lat
@@ -58,9 +62,10 @@ def main(argv):
     out = Path(F.out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out={F.out} exists and is not a folder")
+    folders = capacity.pair_folders(out, pairs)   # two pairs sharing a folder: exit 2 here
     if F.report_only:
-        missing = [f"{p}/{k}.json" for p in pairs for k in ("reference", "prices", "test")
-                   if not (out / curve.pair_tags([p])[p] / f"{k}.json").is_file()]
+        missing = [f"{folders[p].name}/{k}.json" for p in pairs for k in capacity.PARTS
+                   if not (folders[p] / f"{k}.json").is_file()]
         if missing:
             raise BadInput(f"--report_only: {out} lacks {', '.join(missing)}")
         res = capacity.report_only(out, pairs, F.size)

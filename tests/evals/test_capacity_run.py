@@ -23,7 +23,8 @@ def test_quick_study_writes_every_part(quick):
     for f in ("study.json", "report.md", "capacity_slo_validation.png",
               "capacity_slo_same_split.png", "curve_a100_orin_int4.png",
               "a100_orin_int4/reference.json", "a100_orin_int4/prices.json",
-              "a100_orin_int4/test.json"):
+              "a100_orin_int4/test.json", "a100_orin_int4/test_pool.json",
+              "a100_orin_int4/bisect.json"):
         assert (out / f).is_file(), f
     assert "SYNTHETIC" in res["report"]
     a = res["results"]["validation"]["a100_orin_int4"]
@@ -33,16 +34,29 @@ def test_quick_study_writes_every_part(quick):
 
 @pytest.mark.parametrize("anchor", ["validation", "same split"])
 def test_capacities_follow_the_registered_rule(quick, anchor):
+    """The grid's capacities by plain loops (stability and p90 per seed, the accuracy
+    clause on the arrivals pooled over seeds against 0.95 × the exact test-pool accuracy,
+    recomputed here from the traces), and the headline's bisection capacities recomputed from
+    the probes in bisect.json, each within one grid step of the grid's."""
+    from envs import edge
+    from evals import suite
     out, res = quick
     a = res["results"][anchor]["a100_orin_int4"]
     test = read_json(out / "a100_orin_int4/test.json")["data"]
     rates = sorted(float(r) for r in test)
     ref = (read_json(out / "a100_orin_int4/reference.json")["data"] if anchor == "validation"
            else test[str(rates[0])]["All-LLM"])
-    slo = cap.SLO(2.0 * np.nanmean(ref["latency_p90_s"]), 0.95 * np.nanmean(ref["accuracy"]))
+    env = suite.load_policy(str(out / "policies/seed_0/critic")).config.env   # the quick set
+    tr = suite.load_traces(env.get("preset", "gsm8k"), int(env.get("problems", 0)) or None,
+                           int(env.get("trace_seed", 0)), split="test").traces
+    exact = float(np.mean(np.asarray(edge.llm_path(tr).correct, float)[np.asarray(tr.root)]))
+    assert read_json(out / "a100_orin_int4/test_pool.json")["data"]["llm_alone_accuracy"] \
+        == pytest.approx(exact)
+    slo = cap.SLO(2.0 * np.nanmean(ref["latency_p90_s"]), 0.95 * exact, 0.95, exact)
     assert a["slo"]["latency_p90_s"] == pytest.approx(slo.latency_p90_s)
     assert a["slo"]["accuracy"] == pytest.approx(slo.accuracy)
-    for row, c in a["capacities"].items():
+    grid = analysis.capacities(test, slo)
+    for row, c in grid.items():
         per_seed = []
         for s in range(SIZES["quick"].seeds):
             c_s = 0.0
@@ -50,11 +64,20 @@ def test_capacities_follow_the_registered_rule(quick, anchor):
                 m = test[str(r)][row]
                 if not (m["rho"][s] < 1 and m["blocked_rate"][s] <= 0.001
                         and m["latency_p90_s"][s] <= slo.latency_p90_s
-                        and m["accuracy"][s] >= slo.accuracy):
+                        and not cap.accuracy_missed(m, slo)):
                     break
                 c_s = r
             per_seed.append(c_s)
         assert c["per_seed"] == per_seed, row
+    bis = read_json(out / "a100_orin_int4/bisect.json")["data"]
+    assert a["capacity_method"].startswith("bisection")
+    for row, c in a["capacities"].items():
+        b = bis["by_slo"][anchor][row]
+        probes = {float(r): {row: bis["probes"][row][str(r)]} for r in b["probed"]}
+        assert cap.capacity(probes, row, slo)["capacity"] == c["capacity"] == b["capacity"]
+        g = grid[row]["capacity"]
+        nxt = [r for r in rates if r > g]
+        assert g <= c["capacity"] <= (nxt[0] if nxt else g), row
 
 
 def test_fitted_price_is_the_validation_argmax(quick):
@@ -76,6 +99,8 @@ def test_rerun_reuses_every_part(quick, monkeypatch):
     monkeypatch.setattr(measure, "test_grid", boom)
     monkeypatch.setattr(measure, "fit_prices", boom)
     monkeypatch.setattr(measure, "reference_run", boom)
+    monkeypatch.setattr(measure, "test_pool", boom)
+    monkeypatch.setattr(measure, "bisect_rows", boom)
     again = run_study(out, ["a100_orin_int4"], "quick", log=lambda m: None)
     assert again["tables"] == res["tables"]
     for anchor in analysis.ANCHORS:
