@@ -81,7 +81,8 @@ def test_reductions_match_numpy():
         "offloads", "outages", "steps", "fallbacks", "server_busy", "slots",
         "decisions", "nominations", "queue_len", "capacity_bound",
         "bandwidth_bound", "offered_job_s", "capacity_s", "uplink_bound", "downlink_bound",
-        "server_batch")}
+        "server_batch", "prefix_hit_tokens", "prefix_ctx_tokens", "evicted_tokens",
+        "kv_in_use_tokens")}
     arr = rng.integers(20, 40, size=(2, 2)).astype(np.float64)
     blk = rng.integers(0, 5, size=(2, 2)).astype(np.float64)
     fin = arr - blk - rng.integers(0, 3, size=(2, 2))
@@ -116,6 +117,12 @@ def test_reductions_match_numpy():
                         ("downlink_bound_share", "downlink_bound"),
                         ("server_batch", "server_batch")):
         np.testing.assert_allclose(m[metric], totals[key] / totals["slots"])
+    # the server's prefix cache (envs.prefix_cache)
+    np.testing.assert_allclose(m["prefix_hit_rate"],
+                               totals["prefix_hit_tokens"] / totals["prefix_ctx_tokens"])
+    np.testing.assert_allclose(m["evicted_tokens_per_s"],
+                               totals["evicted_tokens"] / (totals["slots"] * tau))
+    np.testing.assert_allclose(m["kv_in_use_tokens"], totals["kv_in_use_tokens"] / totals["slots"])
     empty = dict(totals, half_arrivals=np.zeros((2, 2)), half_finished=np.zeros((2, 2)),
                  half_blocked=np.zeros((2, 2)), latency_hist=np.zeros((2, 40)))
     assert np.all(np.isnan(ev.per_seed_metrics(empty, tau)["accuracy"]))
