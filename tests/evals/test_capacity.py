@@ -2,7 +2,9 @@
 flags of ``evals.report`` and the p90 of ``evals.evaluate``."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +12,8 @@ import pytest
 from evals import capacity as cap
 from evals import curve, report
 from evals import evaluate as ev
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(rng, s, *, rho=None, blocked=None, p90=None, acc=None):
@@ -363,3 +367,69 @@ def test_bisection_user_slots_come_in_few_buckets():
         u = g.users(r)
         need = suite.users_for(r, 20.0)
         assert need <= u < 2 * need and (u // 64) & (u // 64 - 1) == 0
+
+
+# ----------------------------------------------------------------------------- the study page
+# (issue 51 item 6)
+
+def _caps(per_sample_binds, ref_caps=(8.0, 8.0)):
+    from evals.capacity.measure import FITTED, LLM_ALONE, sample_row
+    caps = {LLM_ALONE: {"per_seed": list(ref_caps), "capacity": min(ref_caps),
+                        "rates": [1.0, 8.0, 16.0], "binds": ["latency"] * 2}}
+    for k, binds in enumerate(per_sample_binds):
+        caps[sample_row(FITTED, k)] = {"per_seed": [0.0, 0.0], "capacity": 0.0,
+                                       "binds": binds}
+    return caps
+
+
+def test_prada_at_zero_from_accuracy_reads_as_quality_not_below_1():
+    """Every PRADA row's capacity 0 with the accuracy clause binding: the registered reading
+    ("a comparison about quality, not load"), never "below 1"; 0 from latency says so."""
+    from evals.capacity import analysis
+    from evals.capacity.measure import LLM_ALONE
+    m = analysis.multiplier(_caps([["accuracy", "accuracy"], ["latency", "accuracy"]]),
+                            [0, 1], LLM_ALONE)
+    assert m["reading"] == ("PRADA does not meet the quality target: a comparison about "
+                            "quality, not load")
+    m = analysis.multiplier(_caps([["latency", "latency"], ["accuracy", "accuracy"]]),
+                            [0, 1], LLM_ALONE)
+    assert "below 1" not in m["reading"] and "latency" in m["reading"]
+
+
+def test_the_retention_sweep_table_shows_all_slm():
+    """The 85 % line shows All-SLM's capacity (a system with no server meets that target)."""
+    from evals.capacity import analysis
+    from evals.capacity.measure import ALL_SLM
+    results = json.loads((ROOT / "studies/capacity/results/study.json").read_text())["results"]
+    table = analysis.retention_table(results["validation"])
+    head = table.splitlines()[0]
+    assert "≥ 0.85" in head
+    rows = [ln for ln in table.splitlines() if ln.startswith(f"| {ALL_SLM} |")]
+    assert len(rows) == 3 and all("≥ 64" in ln.split("|")[3] for ln in rows)
+    assert table in (ROOT / "studies/capacity/results/report.md").read_text()
+
+
+def test_the_study_page_points_at_modules_that_exist():
+    """No pointer to a deleted module: every dotted ``evals.*`` / ``studies.*`` /
+    ``prada_jax.*`` / ``envs.*`` name in back-quotes on the study page resolves to a module or
+    to an attribute of one; and deviation 2 is not called registered before the numbers."""
+    import importlib
+    import re
+    text = (ROOT / "studies/capacity/README.md").read_text()
+    names = set(re.findall(r"`((?:evals|studies|prada_jax|envs)(?:\.\w+)+)", text))
+    assert names
+    for name in sorted(names):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)          # AttributeError: a dangling pointer
+            break
+        else:
+            raise AssertionError(f"{name}: no such module")
+    for line in text.splitlines():
+        if "deviation 2" in line.lower():
+            assert "registered before" not in line.lower(), line
