@@ -75,6 +75,10 @@ class Grid:
             return u
         return 64 * 2 ** math.ceil(math.log2(u / 64))
 
+    def compiles(self) -> dict[str, int]:
+        """``{U: compilations of its curve function}`` so far (one per rows-per-call shape)."""
+        return {str(u): int(f._cache_size()) for u, f in sorted(self._fns.items())}
+
     def params(self, rate: float) -> edge.EnvParams:
         kw = dict(self.env_kw, num_users=self.users(rate), arrival_rate_hz=float(rate))
         return edge.make_params(self.traces, **kw)
@@ -164,11 +168,13 @@ def fit_price(g: Grid, rate: float, net_params) -> dict:
 
 
 def bisect_rows(policies, pair: str, sizes: Sizes, slos: Mapping[str, cap.SLO],
-                resolution: float = cap.RESOLUTION, log=print) -> dict:
+                resolution: float = cap.RESOLUTION, log=print,
+                rows: Sequence[str] | None = None) -> dict:
     """Each row's capacity by bisection on the rate (``evals.capacity.bisect_capacity``)
     between ``sizes.rates[0]`` and ``sizes.rates[-1]``, once per SLO of ``slos`` (``{anchor:
     SLO}``), on test; a PRADA (fitted) probe first fits its price at that rate on validation
     (``fit_price``). Probes are shared between the SLOs (a rate measured once per row).
+    ``rows``: the row names to bisect (default: the baselines and every sample's PRADA rows).
     Returns ``{"resolution", "bracket", "probes": {row: {rate: {metric: [S]}}}, "prices":
     {rate: {sample: fit}}, "by_slo": {anchor: {row: {"capacity", "censored", "bracket",
     "probed": [rates in probe order]}}}}``: every probe's per-seed records, so an analysis can
@@ -206,7 +212,8 @@ def bisect_rows(policies, pair: str, sizes: Sizes, slos: Mapping[str, cap.SLO],
             rec[str(rate)] = _lists(g.run(rate, [spec], params)[spec.name])
         return rec[str(rate)]
 
-    rows = list(base) + [sample_row(n, k) for k in sizes.samples for n in (FITTED, ZERO)]
+    if rows is None:
+        rows = list(base) + [sample_row(n, k) for k in sizes.samples for n in (FITTED, ZERO)]
     lo, hi = float(sizes.rates[0]), float(sizes.rates[-1])
     by_slo = {}
     for anchor, slo in slos.items():
@@ -221,7 +228,8 @@ def bisect_rows(policies, pair: str, sizes: Sizes, slos: Mapping[str, cap.SLO],
                 f"(bracket {b['bracket'][0]:g}–{b['bracket'][1]:g}, "
                 f"{len(b['probes'])} probes)")
     return {"resolution": resolution, "bracket": [lo, hi], "probes": probes,
-            "prices": prices, "by_slo": by_slo}
+            "prices": prices, "by_slo": by_slo,
+            "compiles": {"test": g.compiles(), "validation": gv.compiles()}}
 
 
 def test_grid(policies, pair: str, sizes: Sizes, prices: dict, log=print) -> dict:
