@@ -2,8 +2,11 @@
 capacity multipliers with nested-bootstrap and cluster-t intervals, the gate, the targets,
 the SLO sweep, the objective curve and the report.
 
-Input per pair: the reference run (LLM alone, lightest rate, validation), the fitted prices
-and the test grid ``{rate: {row: {metric: [S]}}}`` (``evals.capacity.measure``).
+Input per pair: the reference run (LLM alone, lightest rate, validation), the fitted prices,
+the test grid ``{rate: {row: {metric: [S]}}}``, the LLM alone's exact test-pool accuracy and,
+where the study ran it, the bisection's probes (``evals.capacity.measure``). Accuracy is
+judged on arrivals pooled over seeds (``evals.capacity.POOLED``, deviation 3); the registered
+per-seed rule's capacities are reported beside it.
 """
 from __future__ import annotations
 
@@ -241,7 +244,7 @@ def slo_for(pair_data: Mapping, anchor: str) -> cap.SLO:
 
 def analyse(pair_data: Mapping, anchor: str = "validation") -> dict:
     """Every registered quantity of one pair from ``{"reference", "prices", "test",
-    "test_pool"}`` (and ``"bisect"`` where the study ran it: ``{anchor: probes}``), the SLO's
+    "test_pool"}`` (and ``"bisect"``, ``measure.bisect_rows``'s output, where it ran), the SLO's
     latency anchored on ``anchor`` (``ANCHORS``) and its accuracy on the exact test-pool
     accuracy (``test_pool``). The capacities are the bisection's where it ran, else the
     grid's (``capacity_method`` says which); the sweep, the gate and the curve are the grid's."""
