@@ -12,9 +12,11 @@ reference's exact test-pool accuracy, from the traces.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Callable, Mapping, NamedTuple, Sequence
 
+import jax
 import numpy as np
 
 from envs import edge
@@ -112,6 +114,27 @@ def env_kwargs(policy, pair: str, sizes: Sizes) -> dict:
 def load_split(policy, split: str):
     spec, problems, seed = suite.resolve_traces(policy, None, None, None)
     return suite.load_traces(spec, problems, seed, split=split)
+
+
+def env_fingerprint(policies, pair: str, sizes: Sizes) -> dict:
+    """What the env every part runs resolves to, for the parts' cache keys: the test split's
+    trace set (``info``) and the sha256 of every ``EnvParams`` leaf outside the traces at the
+    lightest rate (the server model, its prefix cache and every other default ``make_params``
+    fills in), so a changed default is measured again rather than reused."""
+    p0 = policies[0]
+    tr = load_split(p0, "test")
+    g = Grid(tr.traces, env_kwargs(p0, pair, sizes), sizes, p0.apply_fn, 0, 1)
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(g.params(sizes.rates[0]))[0]:
+        name = jax.tree_util.keystr(path)
+        if name.startswith(".traces"):
+            continue
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{name}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return {"traces": {k: tr.info[k] for k in ("source", "trace_seed", "split", "problems",
+                                               "problems_total") if k in tr.info},
+            "params_sha256": h.hexdigest()}
 
 
 def test_pool(policies) -> dict:

@@ -5,7 +5,8 @@ accuracy and the capacities by bisection, each written at once under the output 
 reused on a rerun only if its key matches: the sizes, the policies' parameter hashes, the
 price grid, **the pair's name and the sha256 of its resolved figures**
 (``prada_jax.latency.pair_latency_params``: a pair file's content and the profile table both
-enter it), and the parts it was computed from; then the analysis, the report and the plots.
+enter it), the env's resolved settings (``measure.env_fingerprint``: a changed default such as
+the server's prefix cache is measured again), and the parts it was computed from; then the analysis, the report and the plots.
 The whole ``pairs`` list is checked for two pairs that would share a folder before anything
 is trained (``BadInput`` naming both).
 
@@ -106,7 +107,7 @@ def run_study(out: Path, pairs, size: str = "study", log=_log, policy_dirs=None)
     for pair in pairs:
         d = folders[pair]
         d.mkdir(parents=True, exist_ok=True)
-        pkey = dict(key, pair=pair_key(pair))
+        pkey = dict(key, pair=pair_key(pair), env=measure.env_fingerprint(pols, pair, sizes))
         log(f"[{pair}] reference (LLM alone, λ = {sizes.rates[0]:g}/s, validation)")
         ref = _cached(d / "reference.json", pkey,
                       lambda: measure.reference_run(pols, pair, sizes))

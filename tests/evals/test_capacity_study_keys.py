@@ -47,6 +47,8 @@ def fakes(monkeypatch):
         monkeypatch.setattr(measure, name, part(name), raising=False)
     monkeypatch.setattr(measure, "test_pool", lambda pols: calls.append(("test_pool", None))
                         or {"llm_alone_accuracy": 0.9}, raising=False)
+    monkeypatch.setattr(measure, "env_fingerprint", lambda pols, pair, sizes: {"env": 1},
+                        raising=False)
     monkeypatch.setattr(study, "analyse_pairs", lambda out, pairs: ({}, {}))
     monkeypatch.setattr(study, "write_report", lambda out, pairs, r, t, meta: {"meta": meta})
     monkeypatch.setattr(study.analysis, "slo_for", lambda data, a: study.analysis.cap.SLO(
@@ -99,3 +101,37 @@ def test_the_pair_key_follows_the_profile_table(monkeypatch):
     after = study.pair_key("a100_orin_int4")
     assert after["name"] == before["name"]
     assert after["figures_sha256"] != before["figures_sha256"]
+
+
+def test_a_changed_env_default_is_measured_again(tmp_path, fakes, monkeypatch):
+    """The parts' key holds the env's resolved settings: a default that changes under the
+    same pair and sizes (as the server's prefix cache did) is not reused."""
+    pair = "a100_orin_int4"
+    out = tmp_path / "out"
+    run = lambda: study.run_study(out, [pair], "quick", log=lambda m: None,  # noqa: E731
+                                  policy_dirs=[tmp_path / "p0"])
+    run()
+    n = len(fakes)
+    monkeypatch.setattr(measure, "env_fingerprint", lambda pols, pair, sizes: {"env": 2})
+    run()
+    assert {c[0] for c in fakes[n:]} >= {"reference_run", "fit_prices", "test_grid"}
+
+
+def test_the_env_fingerprint_follows_make_params(monkeypatch):
+    """``env_fingerprint`` changes with an EnvParams leaf outside the traces (here the server's
+    prefix cache switched by hand) and not with anything else."""
+    from envs import edge
+    from evals.capacity.study import SIZES
+    pol = types.SimpleNamespace(config=None, apply_fn=None, params=None, meta={})
+    monkeypatch.setattr(measure, "load_split", lambda p, split: suite.load_traces(
+        "gsm8k", 300, 0, split=split))
+    monkeypatch.setattr(measure, "env_kwargs", lambda p, pair, sizes: dict(
+        hardware=pair, server_model="serving", num_servers=4, bandwidth_hz=20e6, beta=0.02,
+        tau_s=0.05))
+    a = measure.env_fingerprint([pol], "a100_orin_int4", SIZES["quick"])
+    assert a == measure.env_fingerprint([pol], "a100_orin_int4", SIZES["quick"])
+    make = edge.make_params
+    monkeypatch.setattr(measure.edge, "make_params",
+                        lambda tr, **kw: make(tr, **dict(kw, server_kv_cache=False)))
+    b = measure.env_fingerprint([pol], "a100_orin_int4", SIZES["quick"])
+    assert a["traces"] == b["traces"] and a["params_sha256"] != b["params_sha256"]
