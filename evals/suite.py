@@ -27,6 +27,7 @@ from prada_jax.metric_writer import MetricWriter
 from prada_jax.rl import policy as policy_files
 from prada_jax.rl.policy import LoadedPolicy
 from prada_jax.dual import files as dual_lib
+from prada_jax.traces import format as tf
 from prada_jax.traces import splits
 from prada_jax.traces.loader import load_trace_set
 
@@ -96,7 +97,7 @@ def load_traces(spec: str, problems: int | None = None, trace_seed: int = 0,
                                       split=split, split_name=split_name)
     except BadInput as e:
         raise EvalError(str(e)) from None
-    info = {k: full[k] for k in ("source", "benchmark", "synthetic", "trace_seed")
+    info = {k: full[k] for k in ("source", "benchmark", "synthetic", "trace_seed", "stand_in")
             if k in full}
     info.update(problems=full["num_problems"], nodes=full["num_nodes"],
                 feature_dim=full["feature_dim"], split=full["split"],
@@ -669,15 +670,25 @@ def headline(per_seed: dict, reference: str = ALL_LLM) -> dict[str, Any]:
     return out
 
 
+def _share_text(what: str, share, reference: str) -> str:
+    """``what`` as a share of ``reference`` with its CI, or why there is none (the
+    reference's mean is 0 on a seed, e.g. All-LLM solving nothing: the ratio is undefined)."""
+    if not (math.isfinite(share.mean) and math.isfinite(share.low)
+            and math.isfinite(share.high)):
+        return f"{what} share undefined ({reference}'s {what} is 0 on some seed)"
+    return (f"{what} {share.fmt(1, 100)} %  (95% CI [{100 * share.low:.1f}, "
+            f"{100 * share.high:.1f}])")
+
+
 def headline_text(h: dict, synthetic: bool) -> str:
     if not h:
         return ""
     tag = " [synthetic traces]" if synthetic else ""
     a, l = h["accuracy_share"], h["latency_share"]
     lat = ("mean latency withheld (an unstable row, ρ ≥ 1)" if l is None else
-           f"mean latency {l.fmt(1, 100)} %  (95% CI [{100 * l.low:.1f}, {100 * l.high:.1f}])")
-    text = (f"{h['policy']} / {h['reference']}{tag}: accuracy {a.fmt(1, 100)} %  "
-            f"(95% CI [{100 * a.low:.1f}, {100 * a.high:.1f}]), {lat}")
+           _share_text("mean latency", l, h["reference"]))
+    text = (f"{h['policy']} / {h['reference']}{tag}: "
+            f"{_share_text('accuracy', a, h['reference'])}, {lat}")
     if "objective_diff" in h:
         o = h["objective_diff"]
         rho = h.get("rho", {})
@@ -687,11 +698,39 @@ def headline_text(h: dict, synthetic: bool) -> str:
     if "slm_accuracy_share" in h:
         g = h["accuracy_gain_over_slm"]
         sl = h["slm_latency_share"]
+        sa = h["slm_accuracy_share"]
         text += (f"\n  for context, All-SLM / {h['reference']}: accuracy "
-                 f"{h['slm_accuracy_share'].fmt(1, 100)} %, mean latency "
+                 + (f"{sa.fmt(1, 100)} %" if math.isfinite(sa.mean) else "share undefined")
+                 + ", mean latency "
                  + ("withheld (unstable reference)" if sl is None else f"{sl.fmt(1, 100)} %")
                  + f"; {h['policy']} − All-SLM accuracy (paired): {g.fmt(1, 100)} points")
     return text
+
+
+#: The mark of a table row whose numbers come from a stand-in model (``mark_stand_in_rows``).
+STAND_IN_MARK = "†"
+
+
+def mark_stand_in_rows(table: str, stand_in: dict | None) -> str:
+    """``table`` (``report.format_table``) with the rows that rest on a stand-in role
+    (``prada_jax.traces.format.STAND_IN_ROWS``: All-LLM and Draft-then-LLM on the LLM role,
+    RSD on the PRM role) marked ``†`` after their name, and a footnote naming each stand-in
+    role with its ``meta.json`` note. Unchanged when ``stand_in`` is empty."""
+    if not stand_in:
+        return table
+    rows = {name: role for role in stand_in for name in tf.STAND_IN_ROWS.get(role, ())}
+    lines = table.split("\n")
+    for i, line in enumerate(lines):
+        for name in rows:
+            if line.startswith(name + "   "):   # the name column has room for the mark
+                lines[i] = name + " " + STAND_IN_MARK + line[len(name) + 2:]
+            elif line.startswith(name + "  "):
+                lines[i] = name + STAND_IN_MARK + line[len(name) + 1:]
+    notes = "; ".join(f"{role}: {note}" for role, note in stand_in.items())
+    marked = ", ".join(sorted(rows))
+    return "\n".join(lines) + (f"\n{STAND_IN_MARK} stand-in: {marked} rest on a role this trace "
+                               f"set's models fill only as stand-ins (meta.json roles — "
+                               f"{notes})")
 
 
 def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict,
@@ -703,7 +742,8 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = report.summarize(per_seed)
-    table = report.format_table(summary, title=title)
+    table = mark_stand_in_rows(report.format_table(summary, title=title),
+                               meta.get("traces", {}).get("stand_in"))
     h = headline(per_seed)
     synthetic = bool(meta.get("traces", {}).get("synthetic", False))
     htext = headline_text(h, synthetic)
@@ -731,13 +771,15 @@ def write_outputs(per_seed: dict, out_dir: str | Path, *, title: str, meta: dict
               ("queueing", "queueing_s"))}
     figs["delay_split"] = plots.plot_delay_split_bars(names, comps, title=title,
                                                       path=out / "delay_split.png")
-    with MetricWriter(out / "tb") as w:
-        w.write_scalars(tb_step, report.tb_scalars(summary))
+    finite = lambda d: {k: v for k, v in d.items() if math.isfinite(float(v))}  # noqa: E731
+    with MetricWriter(out / "tb") as w:   # an undefined value (NaN) is left out, not drawn
+        w.write_scalars(tb_step, finite(report.tb_scalars(summary)))
         if h:
-            w.write_scalars(tb_step, {"eval/headline/accuracy_share": h["accuracy_share"].mean})
+            w.write_scalars(tb_step, finite(
+                {"eval/headline/accuracy_share": h["accuracy_share"].mean}))
             if h["latency_share"] is not None:
-                w.write_scalars(tb_step,
-                                {"eval/headline/latency_share": h["latency_share"].mean})
+                w.write_scalars(tb_step, finite(
+                    {"eval/headline/latency_share": h["latency_share"].mean}))
         w.write_texts(tb_step, {"eval/table": "```\n" + table + "\n\n" + htext + "\n```",
                                 "eval/meta": "```\n" + json.dumps(meta, indent=2, default=str)
                                 + "\n```"})

@@ -197,6 +197,28 @@ def _check_regular_file(path: Path) -> None:
     raise TraceFormatError(path, "<file>", problem)
 
 
+#: Rows (of ``traces stats`` and the evaluation tables) whose numbers come from one role's
+#: model: a stand-in in that role (``stand_in_roles``) makes them the stand-in's numbers.
+STAND_IN_ROWS = {"llm": ("All-LLM", "Draft then LLM (recompute)"),
+                 "prm": ("RSD (online PRM)",)}
+
+
+def stand_in_roles(meta: dict | None) -> dict[str, str]:
+    """The roles a trace set's models fill only as stand-ins: ``{role: note}`` for each entry
+    of ``meta["roles"]`` (written by the real builder's ``--role-notes``) whose note starts
+    with "stand-in" (e.g. one small model playing the server LLM and the PRM). Empty for
+    synthetic sets and sets built with the models the roles name."""
+    roles = (meta or {}).get("roles")
+    if not isinstance(roles, dict):
+        return {}
+    out = {}
+    for role, entry in roles.items():
+        note = entry.get("note") if isinstance(entry, dict) else entry
+        if isinstance(note, str) and note.strip().lower().startswith("stand-in"):
+            out[str(role)] = note.strip()
+    return out
+
+
 def read_meta(path: os.PathLike | str) -> dict:
     """Reads and checks ``meta.json`` of a trace folder."""
     path = Path(path)

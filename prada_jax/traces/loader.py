@@ -44,6 +44,9 @@ def load_trace_set(spec: os.PathLike | str, *, problems: int | None = None, seed
       prefer_folder: an existing path wins over a preset of the same name.
       split: ``train``, ``validation``, ``test``, or None / ``all`` (every problem).
       split_name: how the user set ``split`` (``--split``, ``config.env.split``).
+
+    ``info`` names the source, benchmark, synthetic flag, split and sizes, and under
+    ``stand_in`` the roles a folder's models fill only as stand-ins (``format.stand_in_roles``).
     """
     part = sp.check_split_name(split, split_name)
     spec = str(spec)
@@ -58,6 +61,8 @@ def load_trace_set(spec: os.PathLike | str, *, problems: int | None = None, seed
                                       f"(invalid trace folder {name}={spec})") from None
         info = {"source": str(path), "benchmark": meta["benchmark"],
                 "synthetic": bool(meta["synthetic"]), "content_hash": meta["content_hash"]}
+        if tf.stand_in_roles(meta):   # rows that rest on a stand-in model are marked
+            info["stand_in"] = tf.stand_in_roles(meta)
         if part is not None and "splits" not in meta:
             raise sp.SplitError(f"{split_name}={part}: {name}={spec} has no split metadata "
                                 f"(meta.json 'splits'); add one with "

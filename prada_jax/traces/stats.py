@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prada_jax.traces.format import TraceSet
+from prada_jax.traces.format import TraceSet, stand_in_roles
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -139,7 +139,9 @@ def trace_stats(traces: TraceSet, meta: dict | None = None, seed: int = 0) -> di
         synthetic label), optional. seed: seed of the random walk.
 
     Returns:
-      a flat dict of Python scalars: ``benchmark``, ``synthetic``, ``problems``, ``nodes``,
+      a flat dict of Python scalars: ``benchmark``, ``synthetic``, ``stand_in`` (``{role:
+      note}`` of the roles filled by a stand-in, ``format.stand_in_roles``), ``problems``,
+      ``nodes``,
       ``nodes_per_problem``, ``steps_mean``/``steps_min``/``steps_max`` (all-SLM path),
       ``prompt_tokens``, ``slm_step_tokens``, ``llm_step_tokens`` (means over nodes),
       ``path_tokens_slm`` (mean prompt + generated tokens of the all-SLM path), ``acc_slm``,
@@ -164,6 +166,7 @@ def trace_stats(traces: TraceSet, meta: dict | None = None, seed: int = 0) -> di
     st = {
         "benchmark": str(meta.get("benchmark", "?")),
         "synthetic": bool(meta.get("synthetic", False)),
+        "stand_in": stand_in_roles(meta),
         "problems": traces.num_problems,
         "nodes": traces.num_nodes,
         "nodes_per_problem": traces.num_nodes / traces.num_problems,
@@ -212,13 +215,22 @@ _ROWS = (
 )
 
 
+#: The role each row's numbers come from, where one role's model alone makes them: marked
+#: ``†`` when the trace set's model in that role is a stand-in (``format.stand_in_roles``).
+_ROW_ROLE = {"llm_step_tokens": "llm", "acc_llm": "llm", "fallback_llm": "llm",
+             "prm_delta_auc": "prm", "prm_final_auc": "prm"}
+
+
 def summary_table(stats: list[dict]) -> str:
-    """A plain-text table, one column per trace set (as returned by ``trace_stats``)."""
+    """A plain-text table, one column per trace set (as returned by ``trace_stats``); a value
+    that rests on a stand-in model (the All-LLM rows on a stand-in LLM, the PRM rows on a
+    stand-in PRM) is marked ``†``, with a footnote naming the roles."""
     if not stats:
         return "(no trace sets)"
     cols = []
     for s in stats:
         name = s.get("benchmark", "?") + (" [synthetic]" if s.get("synthetic") else "")
+        stand_in = s.get("stand_in") or {}
         vals = []
         for key, _, fmt in _ROWS:
             if key == "steps_range":
@@ -227,6 +239,8 @@ def summary_table(stats: list[dict]) -> str:
                 vals.append(f"{100 * s[key]:.1f}")
             else:
                 vals.append(fmt.format(s[key]))
+            if _ROW_ROLE.get(key) in stand_in:
+                vals[-1] += " †"
         cols.append([name] + vals)
     labels = ["metric"] + [label for _, label, _ in _ROWS]
     lw = max(len(x) for x in labels)
@@ -237,4 +251,7 @@ def summary_table(stats: list[dict]) -> str:
         lines.append(f"{lab.ljust(lw)}  {cells}")
         if i == 0:
             lines.append("-" * len(lines[0]))
+    for s in stats:
+        for role, note in (s.get("stand_in") or {}).items():
+            lines.append(f"† {s.get('benchmark', '?')}: the {role.upper()} role is a {note}")
     return "\n".join(lines)
