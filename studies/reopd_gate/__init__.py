@@ -81,6 +81,10 @@ def fingerprint(cache: Path, sizes, design: Design) -> dict:
 class GateStudy(_shared.Log):
     def __init__(self, regime: Path, out: Path, sizes, design: Design):
         super().__init__()
+        import torch  # lazy: torch is the [torch] extra (the teacher's scorer)
+        # one thread, as the regime's teacher part: the scorer's default 2 threads spin against
+        # the other processes of a shared 2-core machine (scoring was 1-3 s of a ReOPD update)
+        torch.set_num_threads(1)
         self.regime, self.out, self.d = Path(regime), Path(out), design
         self.cache = self.regime / "cache"
         cold_path = self.regime / "cold.json"

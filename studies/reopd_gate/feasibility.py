@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from prada_jax import stats
+from prada_jax.distill.task import kg
 from prada_jax.stats.power import BOOTSTRAP_INTERACTION
 from studies.reopd_gate import rules
 
@@ -96,7 +97,6 @@ def first_reach_opd(cold_guess: float) -> dict:
 def opd_cost() -> dict:
     per = sum((json.loads((REGIME / "runs" / "pilot" / f"opd_lr0.003_seed{s}.json")
                           .read_text())["per_update_counts"] for s in SEEDS), [])
-    from prada_jax.distill.task import kg
     out = {}
     for lat in (rules.COST_TOOL_S, 0.0):
         p = rules.price_counts(per, "opd", kg.MAX_ACTION_TOKENS, tool_s=lat)

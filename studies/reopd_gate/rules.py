@@ -12,7 +12,7 @@ import numpy as np
 from prada_jax import latency, stats
 from prada_jax.distill import gpucost
 from studies.reopd_regime import verdicts as RV
-from studies.reopd_regime.rules import COST_HW, COST_TOOL_S, record_counts
+from studies.reopd_regime.rules import COST_HW, COST_TOOL_S, record_counts, snap13
 
 G1_MIN = 0.05           # G1: OPD − cold start >= this, CI above 0
 G2_MIN = 0.03           # G2: OPD − SFT continuation (equal supervised turns) >= this, CI above 0
@@ -76,15 +76,10 @@ def extension(means: dict, grid: tuple, tol: float = 0.01) -> float | None:
     more than ``tol``, one factor-√10 step past it (1e-3 → 3e-4, 3e-3 → 1e-2), else None."""
     lo, hi = sorted(grid)
     if means[hi] > means[lo] + tol:
-        return _snap(hi * math.sqrt(10))
+        return snap13(hi * math.sqrt(10))
     if means[lo] > means[hi] + tol:
-        return _snap(lo / math.sqrt(10))
+        return snap13(lo / math.sqrt(10))
     return None
-
-
-def _snap(x: float) -> float:
-    from studies.reopd_regime.rules import snap13
-    return snap13(x)
 
 
 def endpoints(X: dict, cold: np.ndarray, strata, curve: dict, n_boot: int = 2000) -> dict:
