@@ -16,9 +16,13 @@ runtime would run, in float32.
 Checked before anything is written (each a :class:`~prada_jax.errors.BadInput` naming the
 flag or file): the file exists and starts with the GGUF magic, its ``general.architecture`` is
 one the Flax LM implements (``llama``, ``qwen2``), the converted config is one
-:class:`~prada_jax.lm.config.LMConfig` accepts, and ``--out`` does not hold files. The folder
-is written under a temporary name beside ``--out`` and renamed at the end, so a failed or
-interrupted conversion leaves no partial folder.
+:class:`~prada_jax.lm.config.LMConfig` accepts, and ``--out`` does not hold files (its
+missing parent folders are created, ``--out=models/NAME`` on a fresh clone, and removed again
+if the conversion fails). The folder is written under a temporary name beside ``--out``
+(``.NAME.tmp-<pid>``) and renamed at the end, so a failed or interrupted conversion leaves no
+partial folder: an exception (and SIGINT, and SIGTERM through the command) removes it on the
+way out; one left by a process killed outright (SIGKILL) is removed by the next conversion into
+the same ``--out`` once its process is gone.
 
 torch, transformers and gguf are imported inside functions only.
 """
@@ -115,8 +119,44 @@ def _check_out(out: Path) -> None:
         raise BadInput(f"--out={out}: exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         raise BadInput(f"--out={out}: folder exists and is not empty (choose a new folder)")
-    if not out.parent.is_dir():
-        raise BadInput(f"--out={out}: parent folder {out.parent} does not exist")
+    up = out.absolute().parent
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        raise BadInput(f"--out={out}: {up} is not a folder")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise BadInput(f"--out={out}: {up} is not writable")
+
+
+def _make_parents(out: Path) -> list[Path]:
+    """Creates ``out``'s missing parent folders; returns them, deepest first."""
+    made = []
+    p = out.absolute().parent
+    while not p.exists():
+        made.append(p)
+        p = p.parent
+    for d in reversed(made):
+        d.mkdir()
+    return made
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's live process
+        return True
+    return True
+
+
+def _remove_stale_tmp(out: Path) -> None:
+    """Removes ``.NAME.tmp-<pid>`` folders beside ``out`` whose process is gone (a conversion
+    killed with SIGKILL)."""
+    for d in out.parent.glob(f".{out.name}.tmp-*"):
+        pid = d.name.rsplit("-", 1)[-1]
+        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _sha256(path: Path) -> str:
@@ -180,9 +220,12 @@ def convert(gguf_file: str | os.PathLike, out: str | os.PathLike, *,
     if missing or unexpected:
         raise RuntimeError(f"state_dict copy left missing={missing} unexpected={unexpected}")
     plain.eval()
+    made = _make_parents(out)
+    _remove_stale_tmp(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
+    done = False
     try:
         plain.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -193,9 +236,16 @@ def convert(gguf_file: str | os.PathLike, out: str | os.PathLike, *,
         if out.is_dir():
             out.rmdir()   # checked empty above
         os.replace(tmp, out)
-    finally:
+        done = True
+    finally:   # also on SystemExit (SIGTERM through the command) and KeyboardInterrupt
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if not done:
+            for d in made:   # deepest first; only folders this call created, if still empty
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
     return {"out": str(out), "architecture": arch, "model_type": config.model_type,
             "parameters": int(sum(p.numel() for p in plain.parameters())),
             "vocab_size": len(tok), "chat_template": bool(tok.chat_template),

