@@ -29,7 +29,7 @@ from prada_jax.jsonio import write_json
 
 _ROWS = (("PRADA (λ=µ=0)", "threshold", False), ("FIFO-greedy", "fifo_greedy", False),
          ("Policy (no limits)", "offload_all", True))
-#: The stage-2 verdict's env (``evals.stage2.SIZES``) the presets' overrides act on.
+#: The stage-2 verdict's env (``studies.stage2_verdict.runner.SIZES``) the presets' overrides act on.
 BASE_ENV = {"num_servers": 1, "arrival_rate_hz": 12.0}
 
 

@@ -303,7 +303,7 @@ def make_evaluator(num_slots: int, warmup_slots: int,
       mult_fn: optional ``mult_fn(mult_params, state, params, action, env_key) -> (lambda_s,
         mu)`` giving the multipliers of each slot from what the server sees before it
         (``env_key`` is the key ``edge.step`` draws the slot's noise from; load-conditioned
-        multipliers, ``evals.stage2``); None: the constant ``params.lambda_s`` / ``params.mu``.
+        multipliers, ``studies.stage2_verdict``); None: the constant ``params.lambda_s`` / ``params.mu``.
       drain_slots: D ≥ 1, slots run after the window; the cohort's timeout is D·τ (static).
     Returns:
       a jitted function; ``totals`` is a dict of [S] sums (cohort sums per half [S, 2] under

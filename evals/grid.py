@@ -9,7 +9,7 @@ over the same S seeds for every pair) and returns the best pair. Coarse to fine,
 * fine: around the coarse best (λ*, µ*): λ*·10^{−0.3, −0.2, …, 0.3} (7 values; if λ* = 0:
   {0, 10^-4, 2·10^-4, 5·10^-4}) × µ*·10^{−0.5, 0, 0.5} (if µ* = 0: µ = 0 only).
 
-Callers may pass a smaller coarse µ grid (``evals.stage2`` measures with µ ∈ {0, 10^-2}).
+Callers may pass a smaller coarse µ grid (``studies.stage2_verdict`` measures with µ ∈ {0, 10^-2}).
 
 The ΔQ a nomination carries is O(0.01–0.1) PRM units, so 10^-3 … 1 spans "no effect" to "keeps
 everything local". The grid pairs are vmapped into one compiled rollout. Because the grid picks

@@ -106,7 +106,7 @@ def check_resume(config: Any, workdir, observational: Iterable[str],
     (``checkpointing.check_resumable``); writes nothing. First, every float field of ``config``
     must be finite and fit float32, every seed field the PRNG's range
     (``config_utils.check_float32``: the rule the commands apply to their flags, here also for
-    a config built in code, e.g. by ``evals.stage2`` or ``train.main``).
+    a config built in code, e.g. by ``studies.stage2_verdict`` or ``train.main``).
 
     Raises:
       ConfigError: a float or seed field ``check_float32`` refuses (named ``config.<field>``).

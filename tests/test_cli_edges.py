@@ -268,7 +268,7 @@ def test_seed_bound_keeps_every_derived_seed_inside_the_prng_range():
                                          ("dual.step_size", 1e300)])
 def test_a_config_built_in_code_is_checked_before_a_trainer_writes(tmp_path, field, value):
     """Every trainer's first call on a workdir (``run_state.check_resume``) applies the same
-    rule to a config built in code (evals.stage2, train.main), before anything is written."""
+    rule to a config built in code (studies.stage2_verdict, train.main), before anything is written."""
     from prada_jax import config_utils
     from prada_jax.configs import dual
 

@@ -117,7 +117,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sampler.kappa = 0.6               # κ in (0, 1]; p(t) ∝ κ^t over a trajectory's turns
     c.sampler.schedule = "kappa"        # "kappa" (early-heavy) | "late" (p ∝ κ^(K-1-t)) |
     #   "auto" (κ = exp(−c̄), c̄ = mean per-turn teacher–student gap on the pool, re-estimated) |
-    #   "exact-ratio" (p(t|i) ∝ clipped prefix likelihood ratio br_{i,t}; prada_jax/distill/ratio.py)
+    #   "exact-ratio" (p(t|i) ∝ clipped prefix likelihood ratio br_{i,t}; prada_jax/distill/ratio/)
     c.sampler.refresh_every = 50        # updates between ratio diagnostics (logged as ratio/* in
     #                                     every mode) and adaptive re-estimates; 0 = start and end
     c.sampler.kappa_min = 1e-3          # "auto": floor of κ

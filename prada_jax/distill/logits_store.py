@@ -179,6 +179,7 @@ class LogitStoreWriter:
         }
         path = os.path.join(self.out_dir, name)
         nbytes = safetensors_io.save_file(tensors, path + ".tmp",
+                                          # the format's tag, not a module path
                                           metadata={"format": "prada_jax.logits_store",
                                                     "format_version": str(FORMAT_VERSION)})
         os.replace(path + ".tmp", path)

@@ -89,7 +89,7 @@ from prada_jax.distill.student import (as_f32 as _as_f32, build_student,  # noqa
                                        stored_results)
 
 
-# Adaptive turn weightings (prada_jax/distill/ratio.py), re-estimated from the current student
+# Adaptive turn weightings (prada_jax/distill/ratio/), re-estimated from the current student
 # every ``sampler.refresh_every`` updates: "auto" = κ^t with κ = exp(−c̄), "exact-ratio" =
 # clipped per-prefix likelihood ratio br_{i,t}.
 ADAPTIVE = ("auto", "exact-ratio")

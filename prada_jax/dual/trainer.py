@@ -183,7 +183,7 @@ def build_policy(config, traces):
 def policy_key(policy_info: dict):
     """Hashable identity of a policy: the trace rule's threshold, or a PPO run's resolved folder,
     checkpoint step and sampling mode (its parameters are baked into the compiled function, so
-    runs of the same checkpoint in one process, e.g. ``evals.stage2``, share it)."""
+    runs of the same checkpoint in one process, e.g. ``studies.stage2_verdict``, share it)."""
     if policy_info.get("kind") == "trace_rule":
         return ("trace_rule", float(policy_info["threshold"]))
     if policy_info.get("kind") == "ppo" and int(policy_info.get("step", -1)) >= 0:

@@ -50,7 +50,7 @@ class MeanCI:
 
     def to_ci95_dict(self) -> dict:
         """``{"mean", "ci95", "n"}`` (``ci95``: the half-width, for an interval built at 0.95),
-        non-finite values as None: the per-row cell of ``evals.stage2``'s reports."""
+        non-finite values as None: the per-row cell of ``studies.stage2_verdict``'s reports."""
         return {"mean": finite_or_none(float(self.mean)),
                 "ci95": finite_or_none(float(self.half_width)), "n": self.n}
 

@@ -368,7 +368,7 @@ def _meta(s: Settings, S: int, resamples: int, pol_records: dict, cell_meta: lis
             # prada_jax.stats.hierarchical_interval); kept so reruns match them
             "interval": "union of the nested bootstrap (policies → learner seeds "
                         "→ eval seeds, percentile) and the Student-t interval over "
-                        "policy means (evals.stage2.hier), 95 %",
+                        "policy means (evals.stage2.hier), 95 %",  # the report's text of that time
             "cells": cell_meta}
 
 

@@ -1,5 +1,5 @@
 """evals.pipeline: the PPO and dual configs of a run, built once, equal the configs written out
-field by field (the way train.main and evals.stage2 each built them before)."""
+field by field (the way train.main and studies.stage2_verdict each built them before)."""
 import pytest
 
 from evals import pipeline

@@ -1,5 +1,5 @@
 """The default Adam learner (init_lambda_s, learning_rate of prada_jax/configs/dual.py) reaches the
-closed-form λ* within the verdict's step budget (evals.stage2 "full": 8 chunks × 20 steps,
+closed-form λ* within the verdict's step budget (studies.stage2_verdict "full": 8 chunks × 20 steps,
 T 0.05 → 0.0005 over 160 steps). w ~ U(0, s), w̄ = w − 0.05·s, N = 32 candidates, M = 8
 units per slot, 64 slots a step: #{w > λ} = M ⇒ λ* = s·(1 − M/N) = 0.75·s; M = 48 ≥ N: the
 constraint is slack, λ* = 0. Started at the softplus floor (λ = 1e-4) with the old lr 0.01 the
