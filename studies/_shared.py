@@ -1,6 +1,6 @@
 """Machinery the study commands share (not a study: no command, no results).
 
-One module, not a folder: under ``studies/`` a folder is a study (STYLE.md, "a study is one
+One module, not a folder: under ``studies/`` a folder is a study (docs/design.md, "a study is one
 folder"); the leading underscore says this file is none. It holds what two or more studies
 did alike: the command preamble (flags parsed, ``--out`` required, a seed range, a task cache's
 folders, the parts' prerequisites), the parts loop that merges each part into the study's JSON
