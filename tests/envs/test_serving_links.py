@@ -5,7 +5,8 @@ slot by slot, and the processor-sharing rule checked by hand on the env's own st
 No other serving test has a slot whose link demand exceeds ``B_t·τ``: the admission rule keeps
 the uplink demand of new jobs within the free bandwidth, so a link binds only when ``B_t``
 drops under jobs already admitted. Here a scenario drops the band to 10 % for 6 slots of every
-20, with 256-bit tokens on a 300 kHz band, so both links bind (asserted). A processor-sharing
+20, with 256-bit tokens on a 300 kHz band, so both links bind (asserted: over 100 slots the
+uplink binds in 6, the downlink in 14-15). A processor-sharing
 factor inverted (demand / capacity) or an uplink that never shares fails both tests.
 """
 import jax
@@ -18,7 +19,7 @@ from prada_jax.traces.testing import random_traces
 from tests.helpers.edge_pair import (assert_users_conserved, jax_rollout, random_actions,
                                      replay_on_numpy)
 
-S, T, U = 1, 200, 12
+S, T, U = 1, 100, 12
 TRACES = random_traces(seed=3, problems=10, depth=5, feature_dim=4)
 PAIR = "a100_orin_int4"
 _t = np.arange(20)
@@ -59,7 +60,7 @@ def test_both_links_bind_and_match_the_numpy_reference(kv_cache):
     assert (down > 1.01).sum() >= 2, "the downlink never binds: the case tests nothing"
     # the reference computes the same demands on its own
     assert sum(r["uplink_demand"] > 1.01 for r in ref_infos) == (up > 1.01).sum()
-    assert finished >= 20
+    assert finished >= 10
     assert_users_conserved(info, np.asarray(d)[0])
 
 
