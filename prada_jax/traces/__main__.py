@@ -6,7 +6,7 @@
         [--node_budget=B]
     python -m prada_jax.traces stats DIR [DIR ...] [--preset=all|NAME ...] [--json=FILE]
     python -m prada_jax.traces build --slm=DIR --llm=DIR --prm=DIR --data=FILE ...
-        ([torch] extra; flags in prada_jax/traces/build/cli.py, docs/build_traces.md)
+        ([torch] extra; flags in prada_jax/traces/builder/cli.py, docs/build_traces.md)
     python -m prada_jax.traces SUBCOMMAND --help
 
 Flags are absl flags (``--name=value`` or ``--name value``); the older dash spellings
@@ -125,7 +125,7 @@ def _define(cmd: str, fv: flags.FlagValues) -> None:
 def _build_parser() -> argparse.ArgumentParser:
     # Imported by name when the subcommand is chosen: without the [torch] extra an ImportError
     # here becomes one clear error line (main), not a failure of every subcommand.
-    build = importlib.import_module("prada_jax.traces.build.cli")
+    build = importlib.import_module("prada_jax.traces.builder.cli")
     p = argparse.ArgumentParser(prog="python -m prada_jax.traces build", add_help=False)
     build.add_arguments(p)
     return p
@@ -166,7 +166,7 @@ def _build_namespace(fv: flags.FlagValues) -> argparse.Namespace:
 def _cmd_build(fv, rest) -> int:
     if rest:
         raise BadInput(f"build: unexpected arguments {' '.join(rest)}")
-    build = importlib.import_module("prada_jax.traces.build.cli")
+    build = importlib.import_module("prada_jax.traces.builder.cli")
     return build.run(_build_namespace(fv))
 
 

@@ -67,6 +67,6 @@ def test_module_entry_point_no_traceback(tmp_path):
 
 
 def test_build_without_torch_extra_is_a_clear_error(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "prada_jax.traces.build.cli", None)   # import -> ImportError
+    monkeypatch.setitem(sys.modules, "prada_jax.traces.builder.cli", None)   # import -> ImportError
     assert main(["build", "--help"]) == 2
     assert "[torch]" in capsys.readouterr().err

@@ -6,8 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from prada_jax.traces.build import generation as generation_lib  # noqa: E402
-from prada_jax.traces.build import settings as settings_lib  # noqa: E402
+from prada_jax.traces.builder import generation as generation_lib  # noqa: E402
+from prada_jax.traces.builder import settings as settings_lib  # noqa: E402
 from tests.helpers.hf_traces import make_lm, make_tokenizer  # noqa: E402
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from prada_jax.traces import answers as answers_lib
 from prada_jax.traces import datasets as datasets_lib
-from prada_jax.traces.build.pipeline import build
-from prada_jax.traces.build.settings import DEFAULT_SYSTEM_PROMPT, STATS_FEATURES, BuildError
-from prada_jax.traces.build.staging import STAGING
+from prada_jax.traces.builder.pipeline import build
+from prada_jax.traces.builder.settings import DEFAULT_SYSTEM_PROMPT, STATS_FEATURES, BuildError
+from prada_jax.traces.builder.staging import STAGING
 
 __all__ = ["add_arguments", "run", "EXIT_BAD_INPUT", "EXIT_INTERRUPTED"]
 

@@ -9,7 +9,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from prada_jax.traces.build.settings import BuildError, Settings
+from prada_jax.traces.builder.settings import BuildError, Settings
 
 __all__ = ["Step", "StepGenerator", "HFStepGenerator"]
 

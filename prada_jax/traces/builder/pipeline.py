@@ -19,14 +19,14 @@ from prada_jax.jsonio import read_json
 from prada_jax.traces import answers as answers_lib
 from prada_jax.traces import datasets as datasets_lib
 from prada_jax.traces import prm as prm_lib
-from prada_jax.traces.build.assembly import assemble
-from prada_jax.traces.build.generation import HFStepGenerator, StepGenerator
-from prada_jax.traces.build.settings import (BuildError, Settings, local_model_dir,
+from prada_jax.traces.builder.assembly import assemble
+from prada_jax.traces.builder.generation import HFStepGenerator, StepGenerator
+from prada_jax.traces.builder.settings import (BuildError, Settings, local_model_dir,
                                               settings_from_args)
-from prada_jax.traces.build.staging import (PROJECTION_FILE, atomic_write_bytes, batch_name,
+from prada_jax.traces.builder.staging import (PROJECTION_FILE, atomic_write_bytes, batch_name,
                                              file_sha256, model_fingerprint, prepare_staging,
                                              write_batch)
-from prada_jax.traces.build.tree import build_trees, feature_names, make_projection
+from prada_jax.traces.builder.tree import build_trees, feature_names, make_projection
 
 __all__ = ["build"]
 

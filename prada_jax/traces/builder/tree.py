@@ -12,8 +12,8 @@ import numpy as np
 
 from prada_jax.traces import answers as answers_lib
 from prada_jax.traces import datasets as datasets_lib
-from prada_jax.traces.build.generation import Step, StepGenerator
-from prada_jax.traces.build.settings import STATS_FEATURES, Settings
+from prada_jax.traces.builder.generation import Step, StepGenerator
+from prada_jax.traces.builder.settings import STATS_FEATURES, Settings
 
 __all__ = ["ProblemTree", "build_trees", "behaviour_llm_prob", "make_projection",
            "node_features", "feature_names"]

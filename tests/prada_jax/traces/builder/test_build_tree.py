@@ -5,11 +5,11 @@ import itertools
 import numpy as np
 import pytest
 
-from prada_jax.traces.build import assembly as assembly_lib
-from prada_jax.traces.build import generation as generation_lib
-from prada_jax.traces.build import settings as settings_lib
-from prada_jax.traces.build import staging as staging_lib
-from prada_jax.traces.build import tree as tree_lib
+from prada_jax.traces.builder import assembly as assembly_lib
+from prada_jax.traces.builder import generation as generation_lib
+from prada_jax.traces.builder import settings as settings_lib
+from prada_jax.traces.builder import staging as staging_lib
+from prada_jax.traces.builder import tree as tree_lib
 from prada_jax.traces import format as fmt
 from prada_jax.traces.datasets import Problem
 
@@ -197,7 +197,7 @@ def test_importing_the_builder_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, prada_jax.traces.build.cli, prada_jax.traces.prm, "
+    code = ("import sys, prada_jax.traces.builder.cli, prada_jax.traces.prm, "
             "prada_jax.traces.answers, prada_jax.traces.datasets; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -13,8 +13,8 @@ from safetensors.numpy import save
 
 from prada_jax.jsonio import read_json
 from prada_jax.safetensors_folder import file_sha256
-from prada_jax.traces.build.settings import BuildError
-from prada_jax.traces.build.tree import ProblemTree
+from prada_jax.traces.builder.settings import BuildError
+from prada_jax.traces.builder.tree import ProblemTree
 
 __all__ = ["STAGING", "SETTINGS_FILE", "PROJECTION_FILE", "trees_to_arrays", "batch_name",
            "atomic_write_bytes", "write_batch", "read_batch", "file_sha256",

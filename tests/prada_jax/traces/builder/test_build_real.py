@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from prada_jax.traces import format as fmt  # noqa: E402
-from prada_jax.traces.build import cli as cli_lib  # noqa: E402
-from prada_jax.traces.build.settings import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+from prada_jax.traces.builder import cli as cli_lib  # noqa: E402
+from prada_jax.traces.builder.settings import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 from tests.helpers.real_model import real_model_dir  # noqa: E402
 
 pytestmark = pytest.mark.real

@@ -11,7 +11,7 @@ import numpy as np
 
 from prada_jax.traces import datasets as datasets_lib
 from prada_jax.traces import format as fmt
-from prada_jax.traces.build.staging import STAGING, batch_name, read_batch
+from prada_jax.traces.builder.staging import STAGING, batch_name, read_batch
 
 __all__ = ["assemble"]
 

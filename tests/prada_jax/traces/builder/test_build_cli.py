@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from prada_jax.traces import format as fmt  # noqa: E402
-from prada_jax.traces.build import cli as cli_lib  # noqa: E402
-from prada_jax.traces.build import pipeline as pipeline_lib  # noqa: E402
-from prada_jax.traces.build import staging as staging_lib  # noqa: E402
+from prada_jax.traces.builder import cli as cli_lib  # noqa: E402
+from prada_jax.traces.builder import pipeline as pipeline_lib  # noqa: E402
+from prada_jax.traces.builder import staging as staging_lib  # noqa: E402
 from tests.helpers.hf_traces import make_all  # noqa: E402
 
 SMALL = ["--node-budget", "4", "--full-depth", "1", "--max-steps", "3", "--max-step-tokens",
@@ -197,7 +197,7 @@ def test_sigkill_mid_build_then_resume(tiny, tmp_path):
     assert cli_lib.run(_args(tiny, ref, "--no-progress", "--limit", "5", "--batch-size", "1")) == 0
     out = tmp_path / "killed"
     script = (
-        "import argparse,sys; from prada_jax.traces.build import cli as B\n"
+        "import argparse,sys; from prada_jax.traces.builder import cli as B\n"
         "p=argparse.ArgumentParser(); B.add_arguments(p); sys.exit(B.run(p.parse_args(sys.argv[1:])))\n")
     cli = ["--slm", str(tiny["slm"]), "--llm", str(tiny["llm"]), "--prm", str(tiny["prm"]),
            "--data", str(tiny["data"]), "--benchmark", "gsm8k", "--out", str(out),
