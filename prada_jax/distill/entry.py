@@ -7,11 +7,14 @@ becomes ``--noprogress``. Everything else is left to absl (``prada_jax.cli.parse
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from absl import flags
 
 from prada_jax import cli
+from prada_jax.errors import BadInput
+from prada_jax.lm.hf import load_hf
 
 
 def undash(argv: Sequence[str] | None, names: Iterable[str]) -> list[str]:
@@ -40,3 +43,14 @@ def flag_names(define: Callable) -> list[str]:
 def parse(define: Callable, argv: Sequence[str] | None, prog: str, doc: str | None):
     """``prada_jax.cli.parse_local`` of ``argv`` with its dash spellings rewritten first."""
     return cli.parse_local(define, undash(argv, flag_names(define)), prog, doc)
+
+
+def load_student(path: str, flag: str = "--student"):
+    """``(model, config)`` of the Hugging Face student folder ``path`` (``lm.hf.load_hf``);
+    ``BadInput`` naming ``flag`` if the folder is missing or does not load."""
+    if not Path(path).is_dir():
+        raise BadInput(f"{flag} {path}: student folder not found")
+    try:
+        return load_hf(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise BadInput(f"{flag} {path}: cannot load the model ({cli.one_line(e)})") from None

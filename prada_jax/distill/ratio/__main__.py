@@ -22,7 +22,6 @@ from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import teacher_table
 from prada_jax.distill.ratio import diagnose_student, token_logp_fn
 from prada_jax.errors import BadInput
-from prada_jax.lm.hf import load_hf
 
 PROG = "prada_jax.distill.ratio"
 
@@ -47,13 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BadInput(f"--kappa_min must lie in (0, 1], got {fv.kappa_min}")
     pool = pool_lib.load_pool(fv.pool)
     table = teacher_table.load(fv.logits, pool)
-    if not Path(fv.student).is_dir():
-        raise BadInput(f"--student {fv.student}: student folder not found")
-    try:
-        model, _ = load_hf(fv.student)
-    except (OSError, ValueError, KeyError) as e:
-        raise BadInput(f"--student {fv.student}: cannot load the model "
-                       f"({cli.one_line(e)})") from None
+    model, _ = entry.load_student(fv.student)
     gd, params = nnx.split(model, nnx.Param)
     diag = diagnose_student(token_logp_fn(gd), params, pool, table, fv.kappa_min,
                             fv.batch_size)

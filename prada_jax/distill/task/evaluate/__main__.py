@@ -11,7 +11,6 @@ Greedy decoding; problems are synthetic, ``make_problems(seed * 1000 + 3, n, spl
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Sequence
 
 from absl import flags
@@ -21,7 +20,6 @@ from prada_jax.distill import entry
 from prada_jax.distill.task import arith
 from prada_jax.distill.task.evaluate import evaluate_model
 from prada_jax.errors import BadInput
-from prada_jax.lm.hf import load_hf
 
 PROG = "prada_jax.distill.task.evaluate"
 
@@ -40,13 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fv = entry.parse(_define, argv, PROG, __doc__)
     if not fv.student:
         raise BadInput("--student is required")
-    if not Path(fv.student).is_dir():
-        raise BadInput(f"--student {fv.student}: model folder not found")
-    try:
-        model, _ = load_hf(fv.student)
-    except (OSError, ValueError, KeyError) as e:
-        raise BadInput(f"--student {fv.student}: cannot load the model "
-                       f"({cli.one_line(e)})") from None
+    model, _ = entry.load_student(fv.student)
     problems = arith.make_problems(fv.seed * 1000 + 3, fv.n, split="eval")
     res = evaluate_model(model, problems, fv.batch)
     print(json.dumps(res, indent=2))
