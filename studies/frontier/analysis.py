@@ -21,8 +21,15 @@ from studies.frontier.measure import (ALL_SLM, LLM_ALONE, ORACLE, PRADA, RANDOM,
                                       method_of, split_sample)
 
 #: The SLO's latency scale (× the LLM alone's lightly loaded validation p90, per the capacity
-#: study) and the retention at which the screening and latency readings are taken.
+#: study) and the retention at which the gate, the screening and the latency readings are
+#: taken (the middle of a size's ``retentions``: 0.95 at the registered size).
 LATENCY_SCALE, HEADLINE_R = 2.0, 0.95
+
+
+def headline_r(retentions: Sequence[float]) -> str:
+    """The key of the retention the gate and the screening and latency readings use: the
+    middle of ``retentions`` (0.95 of (0.90, 0.95, 0.98))."""
+    return rkey(retentions[len(retentions) // 2])
 NOT_REACHED = "does not reach r at any knob"
 #: Methods with a knob (selection among settings); LLM alone and All-SLM are single points.
 KNOBBED = (PRADA, RANDOM, RSD, ORACLE)
@@ -192,14 +199,13 @@ def capacity_summary(caps_r: Mapping, g: str | Sequence[str]) -> dict:
 
 
 def gate(phase_b: Mapping, selection: Mapping, caps: Mapping, top: float,
-         resolution: float) -> dict:
+         resolution: float, r: str = rkey(HEADLINE_R)) -> dict:
     """G1 contention: the LLM alone's capacity at r = 0.95 is > 0 and below the bracket's
     top on every seed, with stability or latency breaking first. G2 headroom: the best
     light-load server-seconds per user at r = 0.95 among the oracle's and every method's
     chosen setting (test, phase B) is below the LLM alone's by more than the paired MDE
     (``prada_jax.stats.mde_of_differences``, α 0.05, power 0.8, over seeds) and by at least
     2 × the bisection's resolution in relative terms."""
-    r = rkey(HEADLINE_R)
     llm = caps[r][LLM_ALONE]
     g1 = all(0 < c < top for c in llm["per_seed"]) and all(
         b in (ev_report.UNSTABLE, ev_report.U_BINDS, "latency") for b in llm["binds"])
@@ -227,11 +233,11 @@ def gate(phase_b: Mapping, selection: Mapping, caps: Mapping, top: float,
             "passed": bool(g1 and g2["passed"])}
 
 
-def screening(phase_b: Mapping, matched: Mapping, selection: Mapping) -> dict:
+def screening(phase_b: Mapping, matched: Mapping, selection: Mapping,
+              r: str = rkey(HEADLINE_R)) -> dict:
     """PRADA's r = 0.95 setting vs random matched to its measured share (test, light load,
     paired over seeds): per sample the paired difference, and over samples × seeds the
     hierarchical interval; reading better / no better / worse."""
-    r = rkey(HEADLINE_R)
     per, cells = {}, []
     for g in sorted(x for x in selection if method_of(x) == PRADA):
         row = selection[g][r]["row"]
@@ -260,11 +266,11 @@ def stable_on_every_seed(rec: Mapping) -> bool:
     return bool(np.all(rho < 1.0) and np.all(bl <= ev_report.BLOCKED_TOL))
 
 
-def latency(probes: Mapping, selection: Mapping, rates: Sequence[float]) -> dict:
+def latency(probes: Mapping, selection: Mapping, rates: Sequence[float],
+            r: str = rkey(HEADLINE_R)) -> dict:
     """PRADA's r = 0.95 setting (per sample) vs the LLM alone: p90 difference paired over
     seeds at each rate where both are stable on every seed; over samples × seeds the
     hierarchical interval; reading lower / higher / unresolved."""
-    r = rkey(HEADLINE_R)
     rows = [selection[g][r]["row"] for g in sorted(selection) if method_of(g) == PRADA]
     rows = [x for x in rows if x is not None]
     out = {}
@@ -306,6 +312,7 @@ def frontier_table(phase: Mapping, anchor: float) -> list[dict]:
 def analyse(parts: Mapping, sizes: fm.Sizes, top: float) -> dict:
     """Every registered quantity of one pair from its parts (``studies.frontier.PARTS``)."""
     va, te = parts["pools"]["validation"], parts["pools"]["test"]
+    h = headline_r(sizes.retentions)
     sel = select(parts["phase_a"], va, sizes.retentions)
     ref = parts["phase_a"]["rows"][LLM_ALONE]["record"]
     slo_by_r = slos(ref, te, sizes.retentions)
@@ -315,22 +322,22 @@ def analyse(parts: Mapping, sizes: fm.Sizes, top: float) -> dict:
            "frontier_test": frontier_table(parts["phase_b"], te),
            "policies": parts["thetas"].get("policies")}
     if "matched" in parts:
-        out["screening"] = screening(parts["phase_b"], parts["matched"], sel)
+        out["screening"] = screening(parts["phase_b"], parts["matched"], sel, h)
     if "phase_c" in parts and parts["phase_c"].get("complete"):
         caps = capacities(parts["phase_c"], sel, slo_by_r)
-        seeds = len(caps[rkey(HEADLINE_R)][LLM_ALONE]["per_seed"])
+        seeds = len(caps[h][LLM_ALONE]["per_seed"])
         out["capacities"] = caps
         out["summary"] = {r: {**{g: capacity_summary(c, g) for g in c
                                  if method_of(g) != PRADA},
                               PRADA: capacity_summary(c, prada_groups(c))}
                           for r, c in caps.items()}
         out["readings"] = readings(caps, seeds)
-        out["gate"] = gate(parts["phase_b"], sel, caps, top, sizes.resolution)
+        out["gate"] = gate(parts["phase_b"], sel, caps, top, sizes.resolution, h)
         if not out["gate"]["passed"]:
             for rd in out["readings"].values():
                 for v in rd.values():
                     v["reading"] = "no verdict (gate not passed): " + v["reading"]
-        out["latency"] = latency(parts["phase_c"]["probes"], sel, sizes.latency_rates)
+        out["latency"] = latency(parts["phase_c"]["probes"], sel, sizes.latency_rates, h)
     if "ablation" in parts and parts["ablation"].get("complete"):
         out["ablation"] = capacities_ablation(parts["ablation"], slo_by_r)
     return out
@@ -394,6 +401,7 @@ def to_markdown(results: Mapping, meta: Mapping) -> str:
            "test-pool accuracy (evals.capacity). Ratios: mean over policy samples × seeds of "
            "per-seed capacity ratios, 95 % interval = union of the nested bootstrap and the "
            f"cluster t over samples. Sizes: {sz}.", ""]
+    h = headline_r(sz["retentions"])
     for pair, a in results.items():
         out += [f"## {pair}", ""]
         out.append(f"Exact pool accuracy of the LLM alone: validation "
@@ -405,7 +413,7 @@ def to_markdown(results: Mapping, meta: Mapping) -> str:
                     f"* G1 contention (LLM alone saturates inside the bracket, load binding): "
                     f"{'passed' if g['G1']['passed'] else 'not passed'} (per seed "
                     f"{g['G1']['llm_alone_per_seed']}, first broken {g['G1']['binds']}).",
-                    f"* G2 headroom (best chosen setting at r = 0.95: {g['G2'].get('best')}; "
+                    f"* G2 headroom (best chosen setting at r = {h}: {g['G2'].get('best')}; "
                     f"server-s/user {_f(g['G2'].get('best_s'), 4)} vs the LLM alone's "
                     f"{_f(g['G2'].get('llm_alone_s'), 4)}, difference "
                     f"{_f(g['G2'].get('difference'), 4)} vs paired MDE "
@@ -425,7 +433,7 @@ def to_markdown(results: Mapping, meta: Mapping) -> str:
         if "screening" in a:
             s = a["screening"]
             out += ["### PRADA vs random at equal share (test, light load, paired over "
-                    "seeds; PRADA's r = 0.95 setting)", ""]
+                    f"seeds; PRADA's r = {h} setting)", ""]
             for g, v in s["per_sample"].items():
                 if "diff" in v:
                     out.append(f"* {g}: {v['row']} share {v['share']:.3f} vs random p "
@@ -438,7 +446,7 @@ def to_markdown(results: Mapping, meta: Mapping) -> str:
                            f"{s['hi']:+.3f}]: **{s['reading']}**")
             out.append("")
         if "latency" in a:
-            out += ["### Latency (PRADA's r = 0.95 setting − LLM alone, p90, paired over "
+            out += [f"### Latency (PRADA's r = {h} setting − LLM alone, p90, paired over "
                     "seeds)", ""]
             for k, v in a["latency"].items():
                 if "lo" in v:
@@ -459,6 +467,8 @@ def to_markdown(results: Mapping, meta: Mapping) -> str:
                                              meta["sizes"]["retentions"]) + " |")
         out.append("|" + "---|" * (len(meta["sizes"]["retentions"]) + 1))
         for g, by_r in a["selection"].items():
+            if g in (LLM_ALONE, ALL_SLM):   # single points: the capacity rule judges them
+                continue
             out.append(f"| {g} | " + " | ".join(
                 (c["row"] + f" ({c['retention']:.3f}, {c['server_s_per_user']:.4f} s)")
                 if c["row"] else c["reading"] for c in by_r.values()) + " |")

@@ -160,6 +160,8 @@ def test_row_capacity_follows_evals_capacity_on_the_probes():
 
 
 # ------------------------------------------------------------------ the quick size, end to end
+# (slow: the fixture trains two quick policy samples first, ≈ 4 min of CPU; the measurement
+# itself takes seconds)
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
@@ -169,6 +171,7 @@ def quick(tmp_path_factory):
     return out, res
 
 
+@pytest.mark.slow
 def test_quick_study_writes_every_part_and_reads(quick):
     out, res = quick
     for f in ("report.md", "study.json", "frontier_a100_orin_int4.png"):
@@ -184,6 +187,7 @@ def test_quick_study_writes_every_part_and_reads(quick):
     assert all(len(p["params_sha256"]) == 64 for p in a["policies"])
 
 
+@pytest.mark.slow
 def test_report_only_regenerates_byte_for_byte_from_the_parts(quick, tmp_path):
     import studies.frontier as fr
     out, _ = quick
@@ -194,6 +198,7 @@ def test_report_only_regenerates_byte_for_byte_from_the_parts(quick, tmp_path):
         assert (copy / f).read_bytes() == (out / f).read_bytes(), f
 
 
+@pytest.mark.slow
 def test_a_rerun_reuses_every_part(quick):
     import studies.frontier as fr
     out, _ = quick
@@ -201,3 +206,31 @@ def test_a_rerun_reuses_every_part(quick):
     fr.run_study(out, ["a100_orin_int4"], "quick", log=lambda m: None)
     after = {p: p.stat().st_mtime_ns for p in (out / "a100_orin_int4").glob("*.json")}
     assert before == after
+
+
+@pytest.mark.slow
+def test_a_killed_phase_c_resumes_to_the_same_records(quick, tmp_path):
+    """What a kill -9 leaves (phase C's file with the first half of its probes, complete
+    False; no ablation yet) resumes to the uninterrupted run's files byte for byte,
+    re-measuring only the missing probes."""
+    import json
+    import studies.frontier as fr
+    out, _ = quick
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    p = copy / "a100_orin_int4" / "phase_c.json"
+    d = json.loads(p.read_text())
+    probes = d["data"]["probes"]
+    flat = [(r, k) for r in probes for k in probes[r]]
+    kept: dict = {}
+    for r, k in flat[: len(flat) // 2]:
+        kept.setdefault(r, {})[k] = probes[r][k]
+    p.write_text(json.dumps({"key": d["key"], "complete": False, "data": {"probes": kept}}))
+    (copy / "a100_orin_int4" / "ablation.json").unlink()
+    said = []
+    fr.run_study(copy, ["a100_orin_int4"], "quick", policies_root=out / "policies",
+                 log=said.append)
+    assert sum("probe" in m for m in said) >= len(flat) - len(flat) // 2
+    for f in ("a100_orin_int4/phase_c.json", "a100_orin_int4/ablation.json", "report.md",
+              "study.json"):
+        assert (copy / f).read_bytes() == (out / f).read_bytes(), f
