@@ -253,6 +253,7 @@ class EdgeEnvNumPy:
         self.corr = self.tr["correct"].tolist()
         self.fb = self.tr["fallback"].tolist()
         self.root = self.tr["root"].tolist()
+        self.problem = self.tr["problem"].tolist()
 
     def _flag(self, key: str) -> bool:
         v = self.cfg.get(key)
@@ -393,12 +394,21 @@ class EdgeEnvNumPy:
     def _advance(self, u: _User, i: int, finished_now: dict) -> None:
         """User ``i``'s step is over: it drafts its next step (the successor of its node by
         the server's candidate), or it finishes (recorded in ``finished_now``)."""
-        nxt, corr, _ = self._next(u.node, 1)
+        nxt, corr, used_fb = self._next(u.node, 1)
         if nxt is None:
             finished_now[i] = (corr, self.t + 1)
             u.phase = "empty"
         else:
+            if used_fb:
+                self._keep_prompt_only(u)
             self._begin_draft(u, nxt, self.ctx[u.node])
+
+    def _keep_prompt_only(self, u: _User) -> None:
+        """A move through a trace fallback: the server's prefixes of ``u`` shrink to the
+        problem's prompt (the only part of the old path its new context shares)."""
+        prompt = self.ctx[self.root[self.problem[u.node]]]
+        u.srv_kv = min(u.srv_kv, prompt)
+        u.prm_kv = min(u.prm_kv, prompt)
 
     def _next(self, node, b):
         """(next node or None if the solution ends, correct, used fallback)."""
@@ -543,6 +553,8 @@ class EdgeEnvNumPy:
                     finished_now[i] = (corr, self.t)
                     u.phase = "empty"
                 else:
+                    if used_fb:
+                        self._keep_prompt_only(u)
                     self._begin_draft(u, nxt, u.slm_kv)
             else:
                 r = res[i]

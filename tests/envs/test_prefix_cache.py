@@ -154,3 +154,26 @@ def test_defaults_and_bad_budget():
     with pytest.raises(BadInput, match="kv_budget_tokens"):
         edge.make_params(TRACES, hardware=PAIR, num_users=4, num_servers=M,
                          kv_budget_tokens=10.0)
+
+
+def test_a_move_through_a_fallback_keeps_only_the_prompt_cached():
+    """A kept draft whose child was not expanded continues from the trace's fallback node (a
+    different path of the same problem): the server's prefixes of that user shrink to the
+    problem's prompt; a user on an expanded child keeps them."""
+    tr = TRACES
+    child, term = np.asarray(tr.child), np.asarray(tr.terminal).astype(bool)
+    fb_nodes = np.flatnonzero((child[:, 0] < 0) & ~term[:, 0])
+    ok_nodes = np.flatnonzero((child[:, 0] >= 0) & ~term[:, 0])
+    assert fb_nodes.size and ok_nodes.size
+    n = np.array([fb_nodes[0], ok_nodes[0]])
+    params = edge.make_params(TRACES, scheduler="keep_local", hardware=PAIR, num_users=2,
+                              num_servers=2, initial_users=2)
+    _, s = edge.reset(jax.random.key(0), params)
+    big = 10 ** 5
+    s = s.replace(node=jnp.asarray(n, jnp.int32), phase=jnp.full(2, edge.DECIDE, jnp.int32),
+                  server_cached=jnp.full(2, big, jnp.int32), prm_cached=jnp.full(2, big, jnp.int32))
+    _, s2, _, _, _ = edge.step(jax.random.key(1), s, jnp.zeros(2, jnp.int32), params)
+    prompt = np.asarray(tr.ctx_tokens)[np.asarray(tr.root)[np.asarray(tr.problem)[n]]]
+    assert int(s2.node[0]) == int(np.asarray(tr.fallback)[n[0]])
+    np.testing.assert_array_equal(np.asarray(s2.server_cached), [prompt[0], big])
+    np.testing.assert_array_equal(np.asarray(s2.prm_cached), [prompt[0], big])
