@@ -89,7 +89,7 @@ class Grid:
         """``{row name: {metric: [S]}}`` of ``rows`` at ``rate``."""
         s = self.sizes
         params = self.params(rate)
-        suite.check_fits(len(rows) * self.seeds, params.num_users)
+        suite.check_fits(len(rows) * self.seeds, params.num_users, drain_slots=s.drain)
         e = ev.Evaluator(params, self.seeds, s.slots, s.warmup, self.apply_fn, net_params,
                          seed0=self.seed0, drain_slots=s.drain)
         fn = self._fns.get(params.num_users)
