@@ -156,9 +156,25 @@ def ratio(caps_r: Mapping, num: Sequence[str], ref: str, seeds: int) -> dict:
                 "lo": None, "hi": None, "dropped_seeds": dropped}
     keep = [i for i in range(x.shape[0]) if np.isfinite(x[i]).any()]
     iv = hier.interval(x[keep])
-    return {"reading": cap.reading(iv), "mean": iv["mean"], "lo": iv["lo"], "hi": iv["hi"],
+    return {"reading": cap.reading(iv) + censoring_note(caps_r, num, ref),
+            "mean": iv["mean"], "lo": iv["lo"], "hi": iv["hi"],
             "policy_means": [float(v) for v in iv["policy_means"]],
             "dropped_seeds": dropped}
+
+
+def censoring_note(caps_r: Mapping, num: Sequence[str], ref: str) -> str:
+    """What a capacity censored at the bracket's top makes of a ratio (added 2026-12-06
+    after the numbers, README deviation 1): the numerator censored → the ratio is a lower
+    bound; the reference censored → an upper bound; both → no comparison at this bracket."""
+    n = any(caps_r[g].get("censored") for g in num if caps_r[g].get("row") is not None)
+    r = bool(caps_r[ref].get("censored"))
+    if n and r:
+        return " (both censored at the bracket's top: no comparison at this bracket)"
+    if n:
+        return " (numerator censored at the bracket's top on some sample: a lower bound)"
+    if r:
+        return f" ({ref} censored at the bracket's top: an upper bound)"
+    return ""
 
 
 def readings(caps: Mapping, seeds: int) -> dict:
@@ -193,6 +209,7 @@ def capacity_summary(caps_r: Mapping, g: str | Sequence[str]) -> dict:
     x = np.stack([per_seed(caps_r[x], seeds) for x in g])[:, None, :]
     iv = hier.interval(x)
     return {"seed_mean": iv["mean"], "seed_lo": iv["lo"], "seed_hi": iv["hi"],
+            "censored": any(bool(caps_r[x].get("censored")) for x in reached),
             "per_sample": {x: (caps_r[x]["capacity"] if caps_r[x].get("row") else NOT_REACHED)
                            for x in g},
             "rows": {x: caps_r[x].get("row") for x in g}}
@@ -359,11 +376,13 @@ def _cap_cell(s: Mapping) -> str:
     if "reading" in s:
         return s["reading"]
     if "capacity" in s:
-        c = f"{'≥ ' if s['censored'] else ''}{s['capacity']:.3g}"
-        return f"{c} (seed mean {s['seed_mean']:.3g} [{s['seed_lo']:.3g}, {s['seed_hi']:.3g}])"
+        ge = "≥ " if s["censored"] else ""
+        return (f"{ge}{s['capacity']:.3g} (seed mean {ge}{s['seed_mean']:.3g} "
+                f"[{s['seed_lo']:.3g}, {s['seed_hi']:.3g}])")
     per = ", ".join(f"#{split_sample(k)[1]} " + (f"{v:.3g}" if isinstance(v, float) else v)
                     for k, v in s["per_sample"].items())
-    return f"{s['seed_mean']:.3g} [{s['seed_lo']:.3g}, {s['seed_hi']:.3g}] ({per})"
+    ge = "≥ " if s.get("censored") else ""
+    return f"{ge}{s['seed_mean']:.3g} [{s['seed_lo']:.3g}, {s['seed_hi']:.3g}] ({per})"
 
 
 def _ratio_cell(v: Mapping) -> str:
