@@ -234,3 +234,19 @@ def test_a_killed_phase_c_resumes_to_the_same_records(quick, tmp_path):
     for f in ("a100_orin_int4/phase_c.json", "a100_orin_int4/ablation.json", "report.md",
               "study.json"):
         assert (copy / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_report_only_regenerates_the_committed_results(tmp_path):
+    """The committed report.md, study.json and plots are what ``--report_only`` writes from
+    the committed per-pair JSON alone (no policy, no evaluation)."""
+    import studies.frontier as fr
+    from pathlib import Path
+    results = Path(fr.__file__).parent / "results"
+    pairs = [p for p in fr.PAIRS if (results / p / "phase_a.json").is_file()]
+    assert pairs, "no committed pair"
+    out = tmp_path / "results"
+    for pair in pairs:
+        shutil.copytree(results / pair, out / pair)
+    fr.write_report(out, pairs, "study")
+    for f in ["report.md", "study.json"] + [f"frontier_{p}.png" for p in pairs]:
+        assert (out / f).read_bytes() == (results / f).read_bytes(), f
