@@ -27,6 +27,7 @@ from evals.capacity.study import pair_key
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 from studies.frontier import analysis
+from studies.frontier import report
 from studies.frontier import measure as fm
 from studies.frontier.measure import Sizes
 
@@ -240,8 +241,8 @@ def write_report(out: Path, pairs, size: str) -> dict:
                            f"records ({type(e).__name__}: {e})") from None
     meta = {"synthetic": True, "size": size, "sizes": sizes._asdict(), "pairs": list(pairs)}
     write_json(Path(out) / "study.json", {"meta": meta, "results": results})
-    md = analysis.to_markdown(results, meta)
+    md = report.to_markdown(results, meta)
     (Path(out) / "report.md").write_text(md)
     for pair, tag in curve.pair_tags(list(pairs)).items():
-        analysis.plot_frontier(results[pair], pair, Path(out) / f"frontier_{tag}.png")
+        report.plot_frontier(results[pair], pair, Path(out) / f"frontier_{tag}.png")
     return {"results": results, "report": md, "meta": meta}
