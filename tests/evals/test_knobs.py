@@ -4,7 +4,7 @@ grid, and the oracle screen wired into the evaluator as the DP plans it.
 The oracle's env test is exact: with no outage and ample M and B, every cohort user that
 finishes must end correct iff its problem has a reachable correct answer and must have spent
 exactly the DP's minimum offloads (``prada_jax.traces.oracle``, checked by brute force in
-tests/prada_jax/traces/test_oracle.py); at budget 0 the oracle row equals All-SLM on every seed.
+tests/prada_jax/traces/test_trace_oracle.py); at budget 0 the oracle row equals All-SLM on every seed.
 """
 import jax
 import jax.numpy as jnp
