@@ -157,12 +157,20 @@ def summary(res: dict) -> str:
 
 
 def main(argv: list) -> int:
+    """``--out=FILE`` (optional) and ``--help``; exit 2 with one ``error:`` line naming the
+    argument on bad input, before anything is read or written (the commands' contract)."""
     out = None
     for a in argv:
-        if a.startswith("--out="):
+        if a in ("--help", "-h", "--helpfull", "--helpshort"):
+            print(__doc__)
+            return 0
+        if a.startswith("--out=") and a.split("=", 1)[1]:
             out = Path(a.split("=", 1)[1])
+            if out.is_dir():
+                print(f"error: --out={out}: is a folder (give a file)", file=sys.stderr)
+                return 2
         else:
-            print(f"unknown argument {a!r} (usage: --out=FILE)", file=sys.stderr)
+            print(f"error: unknown argument {a!r} (usage: --out=FILE)", file=sys.stderr)
             return 2
     res = compute()
     if out is not None:
