@@ -1019,12 +1019,16 @@ def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):
     return _observe(s, params), s, reward.astype(jnp.float32), done, info
 
 
-def _cut_prefixes_at_fallback(s: EnvState, tr: TraceSet, moved, node):
-    """Users that move through a trace fallback (``moved`` [U]; the branch they took was not
+def _cut_prefixes_at_fallback(s: EnvState, params: EnvParams, moved, node):
+    """Under the serving server's prefix cache, users that move through a trace fallback (``moved`` [U]; the branch they took was not
     expanded, so they continue from another node of their problem, ``node`` [U] being where
     they were) keep on the server only the prefix their new context surely shares: the
     problem's prompt (the root's context). The rest of the cached prefix belongs to a path
-    they left; reusing ``min(cached, context)`` of it would serve tokens that are not there."""
+    they left; reusing ``min(cached, context)`` of it would serve tokens that are not there.
+    The legacy and ``paper`` servers keep the rule of their results (no cut)."""
+    if not params.serving:
+        return s
+    tr = params.traces
     prompt = tr.ctx_tokens[tr.root[tr.problem[node]]]
     cut = lambda c: jnp.where(moved, jnp.minimum(c, prompt), c)  # noqa: E731
     return s.replace(server_cached=cut(s.server_cached),
@@ -1132,7 +1136,7 @@ def _resolve(state: EnvState, params: EnvParams, cs: CandidateSet, dec, out_hit)
         steps=state.steps + resolved.astype(jnp.int32),
         fallbacks=state.fallbacks + (res_local & fb0 | res_imm & fb1).astype(jnp.int32),
     )
-    s = _cut_prefixes_at_fallback(s, tr, cont_local & fb0, n)
+    s = _cut_prefixes_at_fallback(s, params, cont_local & fb0, n)
     if params.serving:
         j = state.job
         w = lambda new, old: jnp.where(res_imm, new, old)  # noqa: E731
@@ -1302,7 +1306,7 @@ def _end_of_slot(s: EnvState, params: EnvParams, res: _Resolution, in_draft, in_
     phase2 = jnp.where(draft_done | score_done, DECIDE, s.phase)
     phase2 = jnp.where(cont_svc, DRAFT, phase2)
     phase2 = jnp.where(fin_svc, EMPTY, phase2)
-    s = _cut_prefixes_at_fallback(s, tr, cont_svc & fb1, s.node)
+    s = _cut_prefixes_at_fallback(s, params, cont_svc & fb1, s.node)
     s = s.replace(
         phase=phase2,
         node=jnp.where(cont_svc, nxt1, s.node),

@@ -399,13 +399,14 @@ class EdgeEnvNumPy:
             finished_now[i] = (corr, self.t + 1)
             u.phase = "empty"
         else:
-            if used_fb:
+            if used_fb and self.serving:
                 self._keep_prompt_only(u)
             self._begin_draft(u, nxt, self.ctx[u.node])
 
     def _keep_prompt_only(self, u: _User) -> None:
-        """A move through a trace fallback: the server's prefixes of ``u`` shrink to the
-        problem's prompt (the only part of the old path its new context shares)."""
+        """A move through a trace fallback (serving server): the server's prefixes of ``u``
+        shrink to the problem's prompt (the only part of the old path its new context
+        shares)."""
         prompt = self.ctx[self.root[self.problem[u.node]]]
         u.srv_kv = min(u.srv_kv, prompt)
         u.prm_kv = min(u.prm_kv, prompt)
@@ -553,7 +554,7 @@ class EdgeEnvNumPy:
                     finished_now[i] = (corr, self.t)
                     u.phase = "empty"
                 else:
-                    if used_fb:
+                    if used_fb and self.serving:
                         self._keep_prompt_only(u)
                     self._begin_draft(u, nxt, u.slm_kv)
             else:

@@ -147,13 +147,13 @@ def test_pre_tokenizer_differs_from_the_gguf_only_before_digits():
     folder's own vocabulary and merges, the GGUF rule differs from the folder only where two or
     more whitespace characters precede a digit (one token ``ĊĊ`` / ``ĠĠ`` there, two in the
     folder); prompts without such runs tokenise identically. Documented in docs/lm.md."""
+    f = _gguf_or_skip()                  # skipped where the model (and gguf) is not installed
     import gguf
     import transformers
     from tokenizers import Tokenizer
     from tokenizers import pre_tokenizers as pt
 
     from tests.helpers.real_model import real_model_dir
-    f = _gguf_or_skip()
     assert gguf.GGUFReader(str(f)).get_field("tokenizer.ggml.pre").contents() == "smollm"
     folder = real_model_dir()
     tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
