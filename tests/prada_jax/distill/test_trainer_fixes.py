@@ -3,6 +3,8 @@ evaluated (a run finished before ``train.steps``, as the regime study's cold sta
 was labelled ``train.steps``), and with ``train.num_seeds`` > 1 the simulated tool latency is paid
 once per turn round merged across the seeds (the count ``tool_rounds`` the GPU cost model
 prices), not once per seed one after another."""
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -40,6 +42,17 @@ def test_final_eval_of_a_full_run_is_at_its_last_update(cache, tmp_path):
     assert res["after_step"] == 4
 
 
+def _recording_sleep(slept: list, real):
+    """time.sleep that records the calls made from prada_jax.distill only (patching the time
+    module is process-wide: a checkpointer's or writer's thread sleeping at the same moment
+    is not the simulator's tool wait)."""
+    def sleep(s):
+        if sys._getframe(1).f_globals.get("__name__", "").startswith("prada_jax.distill"):
+            slept.append(s)
+        return real(s)
+    return sleep
+
+
 def test_multi_seed_opd_waits_once_per_merged_tool_round(cache, tmp_path, monkeypatch):
     """2 seeds, the deterministic student (a tool call at every turn of every episode): the
     seeds' calls of one turn run concurrently, so the run sleeps L per merged round, i.e.
@@ -52,7 +65,7 @@ def test_multi_seed_opd_waits_once_per_merged_tool_round(cache, tmp_path, monkey
                                  "opd.tool_latency_s": lat, "train.num_seeds": 2})
     slept = []
     real = common.time.sleep
-    monkeypatch.setattr(common.time, "sleep", lambda s: (slept.append(s), real(s)))
+    monkeypatch.setattr(common.time, "sleep", _recording_sleep(slept, real))
     res = trainer.train_and_evaluate(c, tmp_path / "run")
     tot = res["cost"]["totals"]
     assert tot["tool_calls"] > 0
@@ -72,7 +85,7 @@ def test_single_seed_opd_still_waits_once_per_round(cache, tmp_path, monkeypatch
                                  "opd.tool_latency_s": lat})
     slept = []
     real = common.time.sleep
-    monkeypatch.setattr(common.time, "sleep", lambda s: (slept.append(s), real(s)))
+    monkeypatch.setattr(common.time, "sleep", _recording_sleep(slept, real))
     res = trainer.train_and_evaluate(c, tmp_path / "run")
     rounds = sum(u["tool_rounds"] for u in res["cost"]["per_update"])
     assert rounds > 0 and slept == [lat] * rounds
