@@ -11,7 +11,8 @@ The rule (``studies/capacity/README.md`` registers it; deviation 3 is issue 51's
   pooled accuracy Σ_s correct_s / Σ_s arrivals_s at a rate, as a retention against the
   reference's **exact** test-pool accuracy (the LLM alone's correctness averaged over the test
   problems, computed from the traces: ``SLO.reference_accuracy``), reported with its 95 %
-  interval from the nested bootstrap over seeds (``prada_jax.stats.hierarchical``; over
+  interval from the nested bootstrap over seeds of the ratio estimator's cells
+  (``accuracy_cells``) (``prada_jax.stats.hierarchical``; over
   policy samples too where a reading pools them). **The pass/fail rule at a rate**: the
   accuracy clause is missed iff the pooled accuracy's one-sided 95 % upper bound (the
   two-sided 90 % interval's high end, ``TEST_CONFIDENCE``) is below ``SLO.accuracy`` =
@@ -24,7 +25,10 @@ The rule (``studies/capacity/README.md`` registers it; deviation 3 is issue 51's
   non-zero capacity in 100 % of draws, at A − 0.03 a zero one in 94.5 % (issue 51's noise
   targets: ≥ 90 % each, ``tests/evals/test_capacity.py``); its cost, stated beside every
   retention in the report: a row at A − 0.01 still passes a rate in ≈ 2/3 of draws and one
-  at A − 0.02 in ≈ 1/4 (the clause resolves ≈ 0.02–0.03 of accuracy at 8 seeds).
+  at A − 0.02 in ≈ 1/4 (the clause resolves ≈ 0.02–0.03 of accuracy at 8 seeds). The same
+  targets hold with Poisson(165) arrivals per seed; issue 51's share-weighted cells
+  (``POOLED_SHARES``, which the studies registered before the defect was found judge by)
+  pass a row at A − 0.03 in most such draws: their interval carries the arrivals' spread.
   ``PER_SEED`` is the registered rule of issue 42 (every seed's accuracy
   ≥ ``SLO.accuracy``), kept to show what it judged;
 * a seed's capacity is the largest rate r such that the point meets the SLO at **every**
@@ -52,10 +56,19 @@ import numpy as np
 from evals import report
 from prada_jax.stats import hierarchical as hier
 
-#: How the accuracy clause is judged: ``POOLED`` (issue 51: arrivals pooled over seeds, the
-#: interval's high end against the retention) or ``PER_SEED`` (issue 42's registration).
-POOLED, PER_SEED = "pooled", "per_seed"
-ACCURACY_RULES = (POOLED, PER_SEED)
+#: How the accuracy clause is judged: ``POOLED`` (arrivals pooled over seeds, the interval's
+#: high end against the retention, the interval from ``RATIO`` cells: the default),
+#: ``POOLED_SHARES`` (the same clause on issue 51's ``SHARES`` cells, which the registered
+#: studies ``studies/capacity`` (deviation 3) and ``studies/frontier`` judge by: too lenient,
+#: see ``accuracy_cells``) or ``PER_SEED`` (issue 42's registration).
+POOLED, POOLED_SHARES, PER_SEED = "pooled", "pooled_shares", "per_seed"
+ACCURACY_RULES = (POOLED, POOLED_SHARES, PER_SEED)
+#: The cells of the pooled accuracy's interval (``accuracy_cells``): ``RATIO`` (the ratio
+#: estimator linearised, the default) or ``SHARES`` (issue 51's share-weighted accuracies).
+RATIO, SHARES = "ratio", "shares"
+CELLS = (RATIO, SHARES)
+#: The cells each pooled rule judges by.
+RULE_CELLS = {POOLED: RATIO, POOLED_SHARES: SHARES}
 #: Bisection's resolution: the bracket [met, broken] ends when hi / lo ≤ 1 + this.
 RESOLUTION = 0.05
 #: Resamples of the accuracy intervals (the nested bootstrap's percentile interval; fixed
@@ -114,18 +127,33 @@ def pooled_accuracy(row: Mapping[str, Sequence[float]]) -> float:
     return float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok])) if ok.any() else float("nan")
 
 
-def accuracy_cells(rows: Sequence[Mapping[str, Sequence[float]]]) -> np.ndarray:
+def accuracy_cells(rows: Sequence[Mapping[str, Sequence[float]]], cells: str = RATIO
+                   ) -> np.ndarray:
     """[P, 1, S] ``prada_jax.stats.hierarchical`` cells of the pooled accuracy of ``rows``
-    (one per policy sample; a baseline is one row): seed s's accuracy weighted by its share
-    of arrivals, accuracy_s · n_s / mean(n), so that a cell's mean over seeds is the pooled
-    accuracy Σ correct / Σ arrivals and the nested bootstrap resamples seeds (the unit: one
-    seed's arrivals share one load trajectory). A seed with no arrivals is NaN."""
+    (one per policy sample; a baseline is one row) whose mean over seeds is the row's pooled
+    accuracy p = Σ correct / Σ arrivals, so that the nested bootstrap resamples seeds (the
+    unit: one seed's arrivals share one load trajectory). A seed with no arrivals is NaN.
+
+    ``RATIO`` (the default): the ratio estimator linearised, p + (correct_s − p·n_s) / mean(n)
+    = p + n_s (accuracy_s − p) / mean(n): a resample's mean is Σ correct / Σ arrivals to first
+    order, and only the seeds' accuracies spread it (what a bootstrap of Σ correct / Σ
+    arrivals over resampled seeds gives; ``tests/evals/test_capacity.py`` checks the two).
+    ``SHARES`` (issue 51's cells, kept for the studies registered with them): accuracy_s · n_s
+    / mean(n), whose spread also carries the seeds' Poisson spread of arrivals: at 8 seeds ×
+    ≈ 165 arrivals its interval is ≈ 4× wider than the ratio estimator's (the LLM alone at 4/s:
+    [0.871, 0.973] against [0.909, 0.931]; ``studies/frontier/README.md``'s caveat)."""
+    if cells not in CELLS:
+        raise ValueError(f"cells must be one of {CELLS}, got {cells!r}")
     out = []
     for row in rows:
         acc, n = _arr(row, "accuracy"), _weights(row)
         ok = np.isfinite(acc) & (n > 0)
         nbar = float(np.mean(n[ok])) if ok.any() else 1.0
-        out.append(np.where(ok, acc * n / nbar, np.nan))
+        if cells == SHARES:
+            out.append(np.where(ok, acc * n / nbar, np.nan))
+            continue
+        p = float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok])) if ok.any() else 0.0
+        out.append(np.where(ok, p + n * (np.where(ok, acc, p) - p) / nbar, np.nan))
     return np.asarray(out, np.float64)[:, None, :]
 
 
@@ -140,13 +168,13 @@ def _interval(cells: tuple, shape: tuple, confidence: float) -> tuple[float, flo
 
 def accuracy_interval(rows: Sequence[Mapping[str, Sequence[float]]],
                       reference_accuracy: float = float("nan"),
-                      confidence: float = 0.95) -> dict:
+                      confidence: float = 0.95, cells: str = RATIO) -> dict:
     """Pooled accuracy of ``rows`` (policy samples pooled: the mean of their pooled
     accuracies) with the 95 % interval of ``prada_jax.stats.hierarchical.interval`` (nested
     bootstrap over samples then seeds, united with the cluster t over samples where there are
     ≥ 2), and the same as a retention against ``reference_accuracy``: ``{"accuracy",
-    "accuracy_lo", "accuracy_hi", "retention", "retention_lo", "retention_hi"}``."""
-    x = accuracy_cells(rows)
+    "accuracy_lo", "accuracy_hi", "retention", "retention_lo", "retention_hi"}``; ``cells`` as in ``accuracy_cells``."""
+    x = accuracy_cells(rows, cells)
     mean, lo, hi = _interval(tuple(x.ravel().tolist()), x.shape, float(confidence))
     a = float(reference_accuracy)
     r = (lambda v: v / a) if (math.isfinite(a) and a > 0) else (lambda v: float("nan"))
@@ -154,12 +182,13 @@ def accuracy_interval(rows: Sequence[Mapping[str, Sequence[float]]],
             "retention": r(mean), "retention_lo": r(lo), "retention_hi": r(hi)}
 
 
-def accuracy_missed(row: Mapping[str, Sequence[float]], slo: SLO) -> bool:
+def accuracy_missed(row: Mapping[str, Sequence[float]], slo: SLO, cells: str = RATIO
+                    ) -> bool:
     """The pooled rule: the row is *shown* below the accuracy target at this rate, i.e. its
     pooled accuracy's one-sided 95 % upper bound (the high end of the two-sided
-    ``TEST_CONFIDENCE`` interval) < ``slo.accuracy`` (= retention × the exact reference
+    ``TEST_CONFIDENCE`` interval of ``cells``) < ``slo.accuracy`` (= retention × the exact reference
     accuracy); a row with no finite accuracy misses."""
-    hi = accuracy_interval([row], confidence=TEST_CONFIDENCE)["accuracy_hi"]
+    hi = accuracy_interval([row], confidence=TEST_CONFIDENCE, cells=cells)["accuracy_hi"]
     return not (hi >= slo.accuracy)
 
 
@@ -167,15 +196,16 @@ def failures(row: Mapping[str, Sequence[float]], slo: SLO, rule: str = POOLED
              ) -> dict[str, np.ndarray]:
     """Per-seed bool [S] of each way a point can miss the SLO: ``unstable`` (ρ ≥ 1 or not
     finite), ``U binds`` (blocked share > ``BLOCKED_TOL``), ``latency`` (a NaN counts as a
-    miss), ``accuracy`` (``POOLED``: the row's ``accuracy_missed``, the same on every seed;
+    miss), ``accuracy`` (``POOLED`` / ``POOLED_SHARES``: the row's ``accuracy_missed`` on that
+    rule's cells, the same on every seed;
     ``PER_SEED``: the seed's accuracy < ``slo.accuracy``)."""
     if rule not in ACCURACY_RULES:
         raise ValueError(f"rule must be one of {ACCURACY_RULES}, got {rule!r}")
     rho, blocked = _arr(row, "rho"), _arr(row, "blocked_rate")
     p90, acc = _arr(row, "latency_p90_s"), _arr(row, "accuracy")
     with np.errstate(invalid="ignore"):
-        a = (np.full(acc.shape, accuracy_missed(row, slo)) if rule == POOLED
-             else ~(acc >= slo.accuracy))
+        a = (np.full(acc.shape, accuracy_missed(row, slo, RULE_CELLS[rule]))
+             if rule in RULE_CELLS else ~(acc >= slo.accuracy))
         return {report.UNSTABLE: ~(rho < 1.0),
                 report.U_BINDS: ~(blocked <= report.BLOCKED_TOL),
                 "latency": ~(p90 <= slo.latency_p90_s),
@@ -233,7 +263,8 @@ def capacity(results: Mapping[float, Mapping[str, Mapping[str, Sequence[float]]]
     cap = float(np.min(caps))
     return {"per_seed": [float(c) for c in caps], "capacity": cap,
             "censored": bool(cap >= rates[-1]), "binds": binds, "rates": rates,
-            "accuracy": accuracy_interval([rows[0]], slo.reference_accuracy), "rule": rule}
+            "accuracy": accuracy_interval([rows[0]], slo.reference_accuracy,
+                                          cells=RULE_CELLS.get(rule, RATIO)), "rule": rule}
 
 
 def sweep(results: Mapping[float, Mapping[str, Mapping[str, Sequence[float]]]], row: str,

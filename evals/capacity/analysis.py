@@ -5,8 +5,10 @@ the SLO sweep, the objective curve and the report.
 Input per pair: the reference run (LLM alone, lightest rate, validation), the fitted prices,
 the test grid ``{rate: {row: {metric: [S]}}}``, the LLM alone's exact test-pool accuracy and,
 where the study ran it, the bisection's probes (``evals.capacity.measure``). Accuracy is
-judged on arrivals pooled over seeds (``evals.capacity.POOLED``, deviation 3); the registered
-per-seed rule's capacities are reported beside it.
+judged on arrivals pooled over seeds with issue 51's share-weighted cells
+(``evals.capacity.POOLED_SHARES``, deviation 3: ``ACCURACY_RULE``, kept so that the study's
+records recompute; the library's default ``POOLED`` has since judged on the ratio estimator);
+the registered per-seed rule's capacities are reported beside it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ import numpy as np
 
 from evals import capacity as cap
 from evals import plots, report
+
+#: The accuracy rule the study registered (deviation 3: arrivals pooled, issue 51's cells).
+ACCURACY_RULE = cap.POOLED_SHARES
 from prada_jax.stats import hierarchical as hier
 from evals.capacity.measure import ALL_SLM, FITTED, LLM_ALONE, RSD, ZERO, sample_row
 
@@ -39,7 +44,7 @@ def _samples(test: Mapping) -> list[int]:
     return sorted(int(r.rsplit("#", 1)[1]) for r in rows if r.startswith(FITTED + " #"))
 
 
-def capacities(test: Mapping, slo: cap.SLO, rule: str = cap.POOLED) -> dict:
+def capacities(test: Mapping, slo: cap.SLO, rule: str = ACCURACY_RULE) -> dict:
     """``{row: capacity dict}`` for the baselines and each sample's PRADA rows, on the grid."""
     g = _grid(test)
     rows = list(next(iter(g.values())))
@@ -64,7 +69,7 @@ def bisected_capacities(bisect: Mapping, anchor: str, slo: cap.SLO) -> dict:
     for row, b in bisect["by_slo"][anchor].items():
         mine = {str(r): bisect["probes"][row][str(r)] for r in b["probed"]}
         g = probe_grid({row: mine})
-        c = cap.capacity(g, row, slo)
+        c = cap.capacity(g, row, slo, ACCURACY_RULE)
         c["bracket"] = b["bracket"]
         c["censored"] = bool(b["censored"])
         c["method"] = f"bisection to {bisect['resolution']:.0%}"
@@ -78,10 +83,12 @@ def quality(test: Mapping, samples: list[int], reference_accuracy: float) -> dic
     pooled over policy samples, the nested bootstrap over samples then seeds united with the
     cluster t over samples)."""
     light = _grid(test)[min(_grid(test))]
-    out = {r: cap.accuracy_interval([light[r]], reference_accuracy) for r in BASELINES}
+    cells = cap.RULE_CELLS[ACCURACY_RULE]
+    out = {r: cap.accuracy_interval([light[r]], reference_accuracy, cells=cells)
+           for r in BASELINES}
     for name in (FITTED, ZERO):
         out[name] = cap.accuracy_interval([light[sample_row(name, k)] for k in samples],
-                                          reference_accuracy)
+                                          reference_accuracy, cells=cells)
         out[name]["per_sample"] = [cap.pooled_accuracy(light[sample_row(name, k)]) /
                                    reference_accuracy for k in samples]
     return out
@@ -175,7 +182,7 @@ def sweep(test: Mapping, ref: Mapping, samples: list[int], reference_accuracy: f
     rows = list(BASELINES) + [sample_row(FITTED, k) for k in samples] \
         + [sample_row(ZERO, k) for k in samples]
     return {r: cap.sweep(g, r, ref, SWEEP_SCALES, SWEEP_RETENTIONS, LATENCY_SCALE, RETENTION,
-                         reference_accuracy) for r in rows}
+                         reference_accuracy, ACCURACY_RULE) for r in rows}
 
 
 def pooled_capacity(caps: Mapping, name: str, samples: list[int]) -> dict:
@@ -268,7 +275,7 @@ def analyse(pair_data: Mapping, anchor: str = "validation") -> dict:
     method = caps[LLM_ALONE].get("method", "grid")
     return {"anchor": anchor, "slo": slo._asdict(), "samples": samples, "capacities": caps,
             "capacity_method": method,
-            "accuracy_rule": {"rule": cap.POOLED, "test_confidence": cap.TEST_CONFIDENCE,
+            "accuracy_rule": {"rule": ACCURACY_RULE, "test_confidence": cap.TEST_CONFIDENCE,
                               "reference_accuracy": exact,
                               "test_pool": dict(pair_data["test_pool"])},
             "quality": quality(test, samples, exact),

@@ -243,7 +243,7 @@ def bisect_rows(policies, pair: str, sizes: Sizes, slos: Mapping[str, cap.SLO],
         by_slo[anchor] = {}
         for row in rows:
             b = cap.bisect_capacity(lambda r, row=row: measure(row, r), slo, lo, hi,
-                                    resolution)
+                                    resolution, cap.POOLED_SHARES)   # registered, deviation 3
             by_slo[anchor][row] = {"capacity": b["capacity"], "censored": b["censored"],
                                    "bracket": b["bracket"],
                                    "probed": [p.rate for p in b["probes"]]}

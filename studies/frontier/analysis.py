@@ -101,7 +101,7 @@ def row_capacity(probes: Mapping, bis: Mapping, row: str, slo: cap.SLO) -> dict:
     """One row's capacity at one SLO from its bisection's probes (``evals.capacity.capacity``
     on the rates the bisection probed: per-seed capacities, what broke first)."""
     mine = {float(x): {row: probes[row][x]} for x in bis["probed"]}
-    c = cap.capacity(mine, row, slo)
+    c = cap.capacity(mine, row, slo, fm.ACCURACY_RULE)
     c["capacity"] = float(bis["capacity"])
     c["censored"] = bool(bis["censored"])
     c["bracket"] = list(bis["bracket"])
@@ -317,7 +317,7 @@ def frontier_table(phase: Mapping, anchor: float) -> list[dict]:
     out = []
     for row, d in phase["rows"].items():
         rec = d["record"]
-        a = cap.accuracy_interval([rec], anchor)
+        a = cap.accuracy_interval([rec], anchor, cells=cap.RULE_CELLS[fm.ACCURACY_RULE])
         sh, ss = stats.mean_ci(rec["offload_rate"]), stats.mean_ci(rec["server_s_per_user"])
         out.append({"row": row, "method": method_of(row), **a,
                     "share": sh.mean, "share_lo": sh.low, "share_hi": sh.high,
@@ -384,7 +384,7 @@ def strict_capacity(probes: Mapping, bis: Mapping, row: str, slo: cap.SLO) -> fl
     ok = []
     for x in rates:
         rec = probes[row][f"{x:g}"]
-        f = cap.failures(rec, slo)
+        f = cap.failures(rec, slo, fm.ACCURACY_RULE)
         load = f[ev_report.UNSTABLE] | f[ev_report.U_BINDS] | f["latency"]
         ok.append(~load & (ratio_upper(rec) >= slo.accuracy))
     return float(np.min(cap.seed_capacity(rates, np.stack(ok))))

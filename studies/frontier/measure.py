@@ -27,6 +27,9 @@ LLM_ALONE, ALL_SLM = cm.LLM_ALONE, cm.ALL_SLM
 PRADA, RANDOM, RSD, ORACLE = "PRADA", "Random", "RSD", "Oracle"
 #: The no-cache ablation's env overrides (envs.edge: every offload / PRM pass re-prefills).
 NO_CACHE = {"server_kv_cache": False, "prm_prefix_cache": False}
+#: The accuracy clause the registration names (``evals.capacity``'s pooled rule as it stood:
+#: issue 51's share-weighted cells, since renamed ``POOLED_SHARES``; the README's caveat).
+ACCURACY_RULE = cap.POOLED_SHARES
 
 
 class Sizes(NamedTuple):
@@ -281,7 +284,7 @@ def bisect(prober: Prober, rows: Sequence[str], slos: Mapping[str, cap.SLO],
         for r, slo in slos.items():
             def measure(rate, row=row):
                 return prober(row, float(f"{rate:g}"))
-            b = cap.bisect_capacity(measure, slo, lo, hi, resolution)
+            b = cap.bisect_capacity(measure, slo, lo, hi, resolution, ACCURACY_RULE)
             out.setdefault(r, {})[row] = {
                 "capacity": b["capacity"], "censored": b["censored"], "bracket": b["bracket"],
                 "probed": [f"{p.rate:g}" for p in b["probes"]]}
