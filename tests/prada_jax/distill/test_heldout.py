@@ -39,6 +39,7 @@ def test_teacher_command_pools_and_eval_are_disjoint(tmp_path, monkeypatch, seed
     held-out pool 512), teacher training and export stubbed: the problems it hands to the
     evaluation and to the held-out pool never occur in the training pool. (Before the split,
     seed 0 evaluated 23 of its 256 questions verbatim from the pool.)"""
+    from prada_jax.distill.task import teacher_cache
     from prada_jax.distill.task.teacher import __main__ as teacher_main
 
     seen = {}
@@ -55,11 +56,12 @@ def test_teacher_command_pools_and_eval_are_disjoint(tmp_path, monkeypatch, seed
         seen["eval"] = problems
         return {"success_rate": 1.0}
 
-    # the command imports these at module level: patch its own names
-    monkeypatch.setattr(teacher_main, "ensure_teacher", lambda *a, **k: None)
+    # the command and the steps it shares (teacher_cache) import these at module level:
+    # patch their own names
+    monkeypatch.setattr(teacher_cache, "ensure_teacher", lambda *a, **k: None)
     monkeypatch.setattr(teacher_main, "record_pool", fake_record_pool)
     monkeypatch.setattr(teacher_main, "evaluate_torch", fake_eval)
-    monkeypatch.setattr(teacher_main, "export_logits", lambda *a, **k: None)
+    monkeypatch.setattr(teacher_cache, "export_logits", lambda *a, **k: None)
     assert teacher_main.main([f"--cache={tmp_path}", f"--seed={seed}"]) == 0
     pool = _questions(seen["pool"])
     assert len(seen["pool"]) == 512 and len(seen["eval"]) == 256

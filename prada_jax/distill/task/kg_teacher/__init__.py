@@ -12,7 +12,7 @@ temperature ``--temperature``, every trajectory kept with its success flag), ``l
 sampled at the pool temperature and greedy, with 95% Wilson intervals). Problem seeds follow
 the arithmetic task: ``seed*1000 + 1`` teacher training, ``+2`` pool, ``+3`` evaluation (the
 trainer's held-out problems), ``+4`` held-out pool. Everything is deterministic from the seed
-on CPU; reruns reuse finished stages. All data is synthetic.
+on CPU; reruns reuse the teacher and the pools. All data is synthetic.
 """
 from __future__ import annotations
 

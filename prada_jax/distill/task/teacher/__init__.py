@@ -13,8 +13,8 @@ trained on: the held-out set of the prefix likelihood-ratio diagnostic,
 ``prada_jax.distill.ratio``). Teacher training and ``pool/`` use the ``"train"`` split of the
 problems, the evaluation and ``pool_heldout/`` the ``"eval"`` and ``"heldout"`` splits
 (``arith.split_of``, by problem text), so no evaluated or held-out problem is in the pool.
-Everything is deterministic from the seed on CPU; reruns reuse finished stages. All data is
-synthetic.
+Everything is deterministic from the seed on CPU; reruns reuse the teacher and the pools. All
+data is synthetic.
 """
 from __future__ import annotations
 
