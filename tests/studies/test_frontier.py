@@ -255,13 +255,15 @@ def test_report_only_regenerates_the_committed_results(tmp_path):
 
 def test_strict_capacity_judges_the_ratio_estimator():
     """A row whose seeds' arrivals spread widely: the registered interval (cells acc·n/mean n)
-    is wide enough to pass a target the ratio estimator shows it misses."""
+    is wide enough to pass a target the ratio estimator shows it misses (and so does
+    ``evals.capacity``'s default since the fix)."""
     acc = [0.83] * 8
     n = [120, 200, 130, 190, 140, 180, 150, 170]
     rec = {"accuracy": acc, "arrivals": n, "rho": [0.1] * 8, "blocked_rate": [0.0] * 8,
            "latency_p90_s": [2.0] * 8}
     slo = cap.SLO(4.0, 0.845, 0.9, 0.939)
-    assert not cap.accuracy_missed(rec, slo)                   # registered: passes
+    assert not cap.accuracy_missed(rec, slo, cap.SHARES)       # registered: passes
+    assert cap.accuracy_missed(rec, slo)                       # evals.capacity's default: misses
     assert fa.ratio_upper(rec) == pytest.approx(0.83)          # every seed 0.83
     bis = {"probed": ["4"], "capacity": 4.0, "censored": False, "bracket": [4.0, 4.0]}
     assert fa.strict_capacity({"r": {"4": rec}}, bis, "r", slo) == 0.0
