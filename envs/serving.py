@@ -1,8 +1,8 @@
 """One slot of the serving server (continuous batching, chunked prefill) as a pure jnp function.
 
-The server of ``envs.edge`` under a roofline pair with ``server_model="serving"`` (the default;
-docs/latency.md "The serving server"). It models what vLLM / SGLang / Sarathi-Serve do, at the
-env's slot granularity τ, as a fluid over the slot:
+The engine of the serving server model (``envs.servers.serving``): a roofline pair with
+``server_model="serving"`` (the default; docs/latency.md "The serving server"). It models what
+vLLM / SGLang / Sarathi-Serve do, at the env's slot granularity τ, as a fluid over the slot:
 
 * **Jobs.** Each user slot holds at most one server job (``ServingJob``, [U] arrays): an LLM job
   (a nominated step, or the LLM alone's whole solution) or a PRM job (the RSD baseline's
@@ -110,44 +110,28 @@ def _fcfs_before(tokens, ticket, in_backlog):
     return jnp.zeros((u,), jnp.float32).at[order].set(before_sorted)
 
 
-def serve_slot(job: ServingJob, in_job, lp: lat.LatencyParams, tau_s, bandwidth_hz,
-               max_batched_tokens):
-    """One slot of the serving server (rules in the module docstring).
-
-    Args:
-      job: ``ServingJob`` [U]; in_job: [U] bool, users whose job runs this slot.
-      lp: roofline ``LatencyParams`` (``llm``, ``prm``, ``server_hw``); tau_s: τ [s];
-      bandwidth_hz: B_t, the width of each link this slot [Hz]; max_batched_tokens: the
-      per-iteration token budget (≥ M + 1).
-
-    Returns:
-      ``(job, comm_s [U], left [U] bool, stats)``: the remaining work, the seconds of the slot
-      each job spent transferring (upload + download; the rest of τ is processing), whether
-      work remains, and per-slot scalars ``batch`` (sequences decoding), ``prefill_tokens``
-      (prefilled this slot), ``decode_tokens``, ``busy_s`` (server busy seconds),
-      ``iter_s`` (the slot's mean iteration time, 0 if idle), ``uplink_demand`` and
-      ``downlink_demand`` (demand / capacity of each link: > 1 means it binds).
-    """
-    tau = tau_s
-    hw = lp.server_hw
-    llm, prm = lp.llm, lp.prm
-    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-
-    # Uplink (processor sharing over the slot).
+def _uplink(job: ServingJob, in_job, tau, bandwidth_hz):
+    """Uplink progress of the slot (processor sharing): ``(up, up_left, comm_up, up_dem)``,
+    the upload seconds at the start and left, each job's transfer seconds, the demand [Hz·s]."""
     up = jnp.where(in_job, job.up_s, 0.0)
     up_need = jnp.minimum(up, tau)
     up_dem = jnp.sum(job.up_hz * up_need)
     phi_up = _share(up_dem, bandwidth_hz * tau)
     u_prog = phi_up * up_need
     up_left = jnp.where(up - u_prog > _EPS, up - u_prog, 0.0)
-    up_done_now = (up > 0) & (up_left <= 0)
     comm_up = jnp.where(up > 0, jnp.where(up_left <= 0, up_need, tau), 0.0)
+    return up, up_left, comm_up, up_dem
 
-    # The server: decode batch at the start of the slot, FCFS prefill backlog.
-    pf = jnp.where(in_job, job.pf_tok, 0.0)
-    dec = jnp.where(in_job, job.dec_tok, 0.0)
-    decoding = in_job & (up <= 0) & (pf <= 0) & (dec > 0)
-    backlog = in_job & (up_left <= 0) & (pf > 0)
+
+def _iterations(job: ServingJob, decoding, backlog, pf, lp: lat.LatencyParams, tau,
+                max_batched_tokens):
+    """The slot's iterations: those with a prefill chunk first, then pure decodes. Returns
+    ``(b, n_a, n_b, t_a, t_b, time_a, prefilled, clears)``: the decode batch, the numbers of
+    chunk and pure-decode iterations, their costs [s], the chunk iterations' time [s], the
+    backlog tokens prefilled, and whether the backlog clears this slot."""
+    hw = lp.server_hw
+    llm, prm = lp.llm, lp.prm
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
     b = jnp.sum(f32(decoding))
     csum = jnp.sum(jnp.where(decoding, job.ctx, 0.0))
     tot = jnp.sum(jnp.where(backlog, pf, 0.0))
@@ -174,6 +158,52 @@ def serve_slot(job: ServingJob, in_job, lp: lat.LatencyParams, tau_s, bandwidth_
     n_a = jnp.where(has_pf, jnp.where(clears, n_a_need, tau / jnp.maximum(t_a, 1e-30)), 0.0)
     n_b = jnp.where(b > 0, (tau - time_a) / jnp.maximum(t_b, 1e-30), 0.0)
     prefilled = jnp.where(clears, tot, n_a * chunk)
+    return b, n_a, n_b, t_a, t_b, time_a, prefilled, clears
+
+
+def _downlink(job: ServingJob, down, was_down, fin_dec, t_last, tau, bandwidth_hz):
+    """Downlink progress (processor sharing) of the download seconds ``down``: jobs past
+    decoding at the start of the slot (``was_down``) have all of τ; jobs whose last token came
+    this slot (``fin_dec``) have what is left after it. Returns ``(down_left, comm_dn,
+    dn_dem)``."""
+    avail = jnp.where(was_down, tau, jnp.where(fin_dec, jnp.maximum(tau - t_last, 0.0), 0.0))
+    dn_need = jnp.minimum(down, avail)
+    dn_dem = jnp.sum(job.down_hz * dn_need)
+    phi_dn = _share(dn_dem, bandwidth_hz * tau)
+    d_prog = phi_dn * dn_need
+    down_left = jnp.where(down - d_prog > _EPS, down - d_prog, 0.0)
+    comm_dn = jnp.where(dn_need > 0, jnp.where(down_left <= 0, dn_need, avail), 0.0)
+    return down_left, comm_dn, dn_dem
+
+
+def serve_slot(job: ServingJob, in_job, lp: lat.LatencyParams, tau_s, bandwidth_hz,
+               max_batched_tokens):
+    """One slot of the serving server (rules in the module docstring).
+
+    Args:
+      job: ``ServingJob`` [U]; in_job: [U] bool, users whose job runs this slot.
+      lp: roofline ``LatencyParams`` (``llm``, ``prm``, ``server_hw``); tau_s: τ [s];
+      bandwidth_hz: B_t, the width of each link this slot [Hz]; max_batched_tokens: the
+      per-iteration token budget (≥ M + 1).
+
+    Returns:
+      ``(job, comm_s [U], left [U] bool, stats)``: the remaining work, the seconds of the slot
+      each job spent transferring (upload + download; the rest of τ is processing), whether
+      work remains, and per-slot scalars ``batch`` (sequences decoding), ``prefill_tokens``
+      (prefilled this slot), ``decode_tokens``, ``busy_s`` (server busy seconds),
+      ``iter_s`` (the slot's mean iteration time, 0 if idle), ``uplink_demand`` and
+      ``downlink_demand`` (demand / capacity of each link: > 1 means it binds).
+    """
+    tau = tau_s
+    up, up_left, comm_up, up_dem = _uplink(job, in_job, tau, bandwidth_hz)
+
+    # The server: decode batch at the start of the slot, FCFS prefill backlog.
+    pf = jnp.where(in_job, job.pf_tok, 0.0)
+    dec = jnp.where(in_job, job.dec_tok, 0.0)
+    decoding = in_job & (up <= 0) & (pf <= 0) & (dec > 0)
+    backlog = in_job & (up_left <= 0) & (pf > 0)
+    b, n_a, n_b, t_a, t_b, time_a, prefilled, clears = _iterations(
+        job, decoding, backlog, pf, lp, tau, max_batched_tokens)
 
     # Prefill progress, first come first served.
     before = _fcfs_before(pf, job.ticket, backlog)
@@ -188,18 +218,11 @@ def serve_slot(job: ServingJob, in_job, lp: lat.LatencyParams, tau_s, bandwidth_
     dec_left = dec - n_tok
     t_last = jnp.where(n_tok <= n_a, n_tok * t_a, time_a + (n_tok - n_a) * t_b)
 
-    # Downlink (processor sharing): jobs past decoding at the start of the slot have all of τ;
-    # jobs whose last token came this slot have what is left after it.
     down = jnp.where(in_job, job.down_s, 0.0)
     was_down = in_job & (up <= 0) & (pf <= 0) & (dec <= 0) & (down > 0)
     fin_dec = decoding & (dec_left <= 0) & (down > 0)
-    avail = jnp.where(was_down, tau, jnp.where(fin_dec, jnp.maximum(tau - t_last, 0.0), 0.0))
-    dn_need = jnp.minimum(down, avail)
-    dn_dem = jnp.sum(job.down_hz * dn_need)
-    phi_dn = _share(dn_dem, bandwidth_hz * tau)
-    d_prog = phi_dn * dn_need
-    down_left = jnp.where(down - d_prog > _EPS, down - d_prog, 0.0)
-    comm_dn = jnp.where(dn_need > 0, jnp.where(down_left <= 0, dn_need, avail), 0.0)
+    down_left, comm_dn, dn_dem = _downlink(job, down, was_down, fin_dec, t_last, tau,
+                                           bandwidth_hz)
 
     new = job.replace(
         up_s=jnp.where(in_job, up_left, job.up_s),
@@ -216,5 +239,4 @@ def serve_slot(job: ServingJob, in_job, lp: lat.LatencyParams, tau_s, bandwidth_
                                                0.0),
                  uplink_demand=up_dem / (bandwidth_hz * tau),
                  downlink_demand=dn_dem / (bandwidth_hz * tau))
-    del up_done_now
     return new, jnp.where(in_job, comm_up + comm_dn, 0.0), left, stats
