@@ -53,6 +53,7 @@ import numpy as np
 from absl import flags
 from flax import nnx
 
+from envs import stage1
 from prada_jax import cli, config_utils, parallel
 from prada_jax.distill.learner import init_state, make_optimizer, make_train_step
 from prada_jax.errors import BadInput
@@ -185,7 +186,7 @@ def bench_mesh_overhead(repeats: int = 5, num_envs: int | None = None) -> dict:
     config = ppo_configs.get_config()
     if num_envs:
         config.ppo.num_envs = num_envs
-    setup = trainer.build_setup(config)
+    setup = stage1.build_setup(config)
     chunk = trainer.make_jitted_chunk(setup)
     plain = setup.init_states(config)
     placed = trainer._place_on_mesh(config, setup.init_states(config))  # noqa: SLF001

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from absl import flags
 
+from envs import stage2
 from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
 from prada_jax.dual import files, gap as gap_lib
-from prada_jax.dual.trainer import (build_env_params, build_policy, load_traces, policy_key,
-                                      validate_config)
+from prada_jax.dual.trainer import policy_key, validate_config
+from prada_jax.traces.loader import load_config_traces
 
 
 def _define(fv) -> None:
@@ -55,11 +56,12 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         raise BadInput(f"--workdir={wd}: {e}") from None
     validate_config(config)
-    traces, trace_info = load_traces(config)
-    env_params = build_env_params(config, traces)
-    policy_fn, policy_info = build_policy(config, traces)
+    stage2.validate_env_config(config)
+    traces, trace_info = load_config_traces(config)
+    env_params = stage2.build_env_params(config, traces)
+    policy_fn, policy_info = stage2.build_policy(config, traces)
     t0 = time.perf_counter()
-    gap = gap_lib.measure_gap(env_params, policy_fn, mult, a.slots, a.envs, seed=a.seed,
+    gap = gap_lib.measure_gap(stage2.EDGE, env_params, policy_fn, mult, a.slots, a.envs, seed=a.seed,
                               policy_key=policy_key(policy_info), env_chunks=a.env_chunks)
     gap["wall_s"] = time.perf_counter() - t0
     gap["scenario"] = {"traces": trace_info, "policy": policy_info,

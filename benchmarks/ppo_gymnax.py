@@ -17,7 +17,7 @@ both arms run the same algorithm.
 
 The learner arm is what a user runs: ``trainer.build_setup(config, (env, params))`` with the
 ``gymnax`` config variant (the same hyperparameters: 4 envs × 128 steps, 4 epochs × 4
-minibatches) on ``envs.single_agent.make_gymnax("CartPole-v1")``, then the jitted chunks of
+minibatches) on ``prada_jax.rl.single_agent.make_gymnax("CartPole-v1")``, then the jitted chunks of
 ``trainer.make_jitted_chunk`` called in a loop, the metrics of every chunk fetched to the host
 (as the host loop does; no checkpoints or TensorBoard files).
 
@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from envs import single_agent
+from prada_jax.rl import single_agent
 from prada_jax.configs import ppo as ppo_configs
 from prada_jax.rl import trainer
 from prada_jax.stats import mean_ci

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from envs import stage1
 from prada_jax import cli, config_utils
 from prada_jax.rl import evaluate, policy, trainer
 
@@ -36,11 +37,11 @@ def run(workdir, num_slots=1500, num_envs=16, eval_seed=1234, step=None) -> dict
                                        kind="train.ppo run")
     config = trainer.config_utils.read_config_json(workdir)
     meta = policy.read_policy_meta(workdir)
-    env, env_params, trace_info = trainer.build_env(config)
+    env, env_params, trace_info = stage1.build_env(config)
     policies = [policy.load_policy(workdir, step=step, seed_index=i)[0]
                 for i in range(int(meta["num_seeds"]))]
     apply_fn = policies[0].apply_fn
-    action_fn = trainer._default_action_fn(env_params, bool(config.env.pass_gain))  # noqa: SLF001
+    action_fn = stage1.action_fn_of(env_params, bool(config.env.pass_gain))
     eval_fn = jax.jit(evaluate.make_rollout_eval(env, apply_fn, num_envs, num_slots, action_fn))
     key = jax.random.key(eval_seed)
 

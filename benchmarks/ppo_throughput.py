@@ -29,6 +29,7 @@ import numpy as np
 from absl import flags
 
 from benchmarks.common import save_json
+from envs import stage1
 from prada_jax import cli, config_utils
 from prada_jax.rl import learner, networks, trainer
 from prada_jax.configs import ppo as ppo_configs
@@ -73,7 +74,7 @@ class _Bench:
             while batch % config.ppo.minibatch_size:
                 config.ppo.minibatch_size -= 1
         self.config = config
-        setup = trainer.build_setup(config)
+        setup = stage1.build_setup(config)
         self.setup = setup
         s = self.s = setup.settings
         self.chunk = trainer.make_jitted_chunk(setup)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from envs import edge, single_agent
+from envs import edge
+from prada_jax.rl import single_agent
 from prada_jax.traces.testing import random_traces
 
 
@@ -46,7 +47,7 @@ def make(name: str, **overrides):
 
     Args:
       name: ``"edge"`` or ``"gymnax"`` (a single-agent gymnax env through
-        ``envs.single_agent``; needs the ``[gymnax]`` extra).
+        ``prada_jax.rl.single_agent``; needs the ``[gymnax]`` extra).
       overrides: for "edge", ``traces=TraceSet`` plus any ``envs.edge.make_params`` keyword
         (``num_users``, ``scheduler``, ``num_servers``, ...); for "gymnax", ``env_id``
         (default "CartPole-v1") plus EnvParams fields to replace.

@@ -1,7 +1,7 @@
 """``python -m evals.open_loop_bound``: the clairvoyant open-loop bound on one replayed stream.
 
 One env (synthetic gsm8k traces, the privileged trace-rule nominations of
-``prada_jax.dual.nominate.make_trace_rule_policy(0)``, M = 1 server unit, the chosen
+``envs.stage2.make_trace_rule_policy(0)``, M = 1 server unit, the chosen
 scenario preset) runs the threshold rule with constant (λ_s, µ = 0) for ``--slots`` slots; its
 new nominations become a stream (``prada_jax.dual.stream.stream_from_rollout``), valued
 in ``prada_jax.sched.clairvoyant``'s open-loop model with wait cost β·τ per slot. Prints one line per schedule: the
@@ -15,10 +15,9 @@ import time
 import jax
 from absl import flags
 
-from envs import edge, scenarios
+from envs import edge, scenarios, stage2
 from evals import suite
 from prada_jax import cli, config_utils
-from prada_jax.dual.nominate import make_trace_rule_policy
 from prada_jax.dual.problem import Multipliers
 from prada_jax.dual.rollout import fixed_prices, init_rollout, make_rollout
 from prada_jax.dual.stream import rollout_plan, stream_from_rollout
@@ -33,8 +32,8 @@ def measure(slots: int = 300, num_users: int = 16, scenario: str = "burst",
     params = edge.make_params(traces, num_users=num_users, num_servers=1, bandwidth_hz=20e6,
                               arrival_rate_hz=12.0, beta=0.05, tau_s=0.05,
                               scenario=scenarios.preset(scenario, slots))
-    roll = jax.jit(make_rollout(make_trace_rule_policy(0.0), slots))
-    carry = init_rollout(jax.random.key(seed), params, 1,
+    roll = jax.jit(make_rollout(stage2.EDGE, stage2.make_trace_rule_policy(0.0), slots))
+    carry = init_rollout(stage2.EDGE, jax.random.key(seed), params, 1,
                          lambda _: fixed_prices(Multipliers(lambda_s, 0.0)))
     _, out = roll(carry, params)
     s = stream_from_rollout(out)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envs import stage1, stage2
+from evals import critic_refit
 from prada_jax import config_utils
-from prada_jax.rl import critic_refit
 from prada_jax.rl import trainer as ppo_trainer
 from prada_jax.dual import trainer as dual_trainer
 from prada_jax.configs import dual as dual_cfg
@@ -72,7 +73,7 @@ def dual_config(preset: str, variant: str = "", fields: dict | None = None):
 def train_policy(config, workdir: str | Path) -> dict:
     """Trains (or resumes) the screening policy of ``config`` in ``workdir``
     (``prada_jax.rl.trainer``); returns its result dict."""
-    return ppo_trainer.train_and_evaluate(config, Path(workdir))
+    return ppo_trainer.train_and_evaluate(config, Path(workdir), stage1.build_setup(config))
 
 
 def learn_multipliers(config, workdir: str | Path):
@@ -81,16 +82,16 @@ def learn_multipliers(config, workdir: str | Path):
     ``DualConfig`` and the env params it trained on (their scheduler and value accounting
     are what the PRADA rows of an evaluation run)."""
     dcfg = dual_trainer.validate_config(config)
-    traces, _ = dual_trainer.load_traces(config)
-    env_params = dual_trainer.build_env_params(config, traces)
-    result = dual_trainer.train_and_evaluate(config, Path(workdir))
+    setup = stage2.build_setup(config)
+    env_params = setup.env_params
+    result = dual_trainer.train_and_evaluate(config, Path(workdir), setup)
     return result, dcfg, env_params
 
 
 def refit_critic(policy_dir: str | Path, out_dir: str | Path, settings: dict, split: str,
                  log=print) -> dict:
     """Refits the critic of the PPO run in ``policy_dir`` for its final actor into ``out_dir``
-    (``prada_jax.rl.critic_refit``; ``settings``: ``fit_states``, ``eval_states``, ``steps``,
+    (``evals.critic_refit``; ``settings``: ``fit_states``, ``eval_states``, ``steps``,
     ``seed``), judged on the ``split`` part of its trace set; returns the report's greedy-rule
     summary ``{"before" | "after": {"pearson", "nom_critic_positive", "nom_mc_mean",
     "rule_gain"}}``."""

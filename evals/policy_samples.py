@@ -5,7 +5,7 @@ Each sample ``k`` is what ``make demo`` (``train.main``'s ``ppo`` and ``critic``
 builds, with its seeds set to ``k`` (sample 0 is ``make demo``'s policy): a ``train.ppo``
 run on the gsm8k synthetic set (trace generator seed 0, the train split; ``config.seed = k``,
 the demo's 16 × 64 × 150 env slots), then its critic
-refit on Monte-Carlo action values of the final actor (``prada_jax.rl.critic_refit``, judged
+refit on Monte-Carlo action values of the final actor (``evals.critic_refit``, judged
 and early-stopped on the validation split, ``seed = k``; the demo's 20 000 / 2 000 states,
 2 000 steps). Output::
 
@@ -38,7 +38,7 @@ from evals import pipeline
 from prada_jax import cli, config_utils, latency
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json
-from prada_jax.rl import critic_refit
+from evals import critic_refit
 
 #: Sizes of one policy sample: (ppo.py variant, ppo overrides, critic refit settings).
 SIZES = {

@@ -39,6 +39,7 @@ def _run(code: str, devices: int, timeout: int = 300) -> str:
 _PPO_AND_SAVE = """
     import sys, jax, numpy as np
     from prada_jax import checkpointing, parallel
+    from envs import stage1
     from prada_jax.rl import learner, trainer
     from prada_jax.configs import ppo as ppo_configs
 
@@ -51,7 +52,7 @@ _PPO_AND_SAVE = """
     config.ppo.updates_per_chunk = 2
     config.ppo.minibatch_size = config.ppo.num_envs * config.ppo.rollout_len * \\
         config.env.num_users // 2
-    setup = trainer.build_setup(config)
+    setup = stage1.build_setup(config)
     one = lambda: jax.tree.map(lambda x: x[0], setup.init_states(config))  # seed 0, [E, ...]
     chunk = jax.jit(learner.make_train_chunk(setup.settings, setup.env, setup.apply_fn,
                                              setup.tx))
@@ -172,6 +173,7 @@ def test_ppo_sharded_equals_unsharded_and_checkpoint_restores_on_other_devices(e
 
     from prada_jax import checkpointing, parallel
     from prada_jax.configs import ppo as ppo_configs
+    from envs import stage1
     from prada_jax.rl import trainer
 
     out, ck = eight_devices
@@ -183,7 +185,7 @@ def test_ppo_sharded_equals_unsharded_and_checkpoint_restores_on_other_devices(e
     config.ppo.num_epochs = 1
     config.ppo.updates_per_chunk = 2
     config.ppo.minibatch_size = 8 * 4 * config.env.num_users // 2
-    setup = trainer.build_setup(config)
+    setup = stage1.build_setup(config)
     template = jax.tree.map(lambda x: x[0], setup.init_states(config))
     with checkpointing.Checkpointer(ck) as c:
         restored, meta = c.restore(template)

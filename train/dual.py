@@ -4,10 +4,11 @@
         [--policy=PPO_WORKDIR] [--config.env.num_servers=2 ...] [--max_chunks=N]
 
 Without ``--policy`` (and an empty ``config.policy_dir``) nominations come from the privileged
-trace rule of ``prada_jax.dual.nominate.make_trace_rule_policy`` (tests / smoke runs only).
+trace rule of ``envs.stage2.make_trace_rule_policy`` (tests / smoke runs only).
 Rerunning on an existing workdir resumes from its latest checkpoint. The training loop,
 checkpoints, curves, ``multipliers.json`` and ``gap.json`` live in the library
-``prada_jax.dual`` (``trainer.train_and_evaluate``); this file only parses flags. Workdir
+``prada_jax.dual`` (``trainer.train_and_evaluate``), the env and nominations the config names
+in ``envs.stage2``; this file only parses flags. Workdir
 layout and measured numbers: docs/dual.md.
 
 Flags are defined only when run as a program (``_define_flags``), so ``from train import dual``
@@ -43,11 +44,12 @@ def _define_flags() -> None:
 
 def _build_setup(config):
     """Checks the policy run folder (naming ``--policy`` or ``config.policy_dir``), then
-    validates the config and loads traces and policy once (``build_setup``), before anything
-    is written; each failure is one BadInput line. Returns the Setup for the trainer."""
+    validates the config and loads traces and policy once and builds the env
+    (``envs.stage2.build_setup``), before anything is written; each failure is one BadInput
+    line. Returns the Setup for the trainer."""
     # The library imports orbax and chex, which define absl flags; importing train.dual
     # must define none (another absl program may import it).
-    from prada_jax.dual.trainer import build_setup  # lazy: see the comment above
+    from envs.stage2 import build_setup  # lazy: see the comment above
 
     if config.policy_dir:
         flag = "--policy" if FLAGS.policy is not None else "config.policy_dir"

@@ -29,11 +29,13 @@ def _define_flags() -> None:
 
 def main(argv):
     launcher.check_argv(argv, CONFIG_FILE)
-    from prada_jax.rl import trainer  # lazy: pulls in orbax and chex, which define absl flags
+    from envs import stage1  # lazy: pulls in orbax and chex, which define absl flags
+    from prada_jax.rl import trainer
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2):
-    # the config is validated once, by build_setup, and the Setup is handed to the trainer.
-    setup = trainer.build_setup(FLAGS.config)
+    # the config is validated once, by build_setup, which builds the env the config names
+    # (envs.stage1), and the Setup is handed to the trainer.
+    setup = stage1.build_setup(FLAGS.config)
     # (the runtime line is logged by prada_jax.runloop once the run starts, after the resume
     # checks: a refused resume prints only its error line)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from envs import edge
+from envs import edge, stage1, stage2
 from evals import pipeline, suite
 from evals.stages.cache import mark_done, stage_done
 from prada_jax import latency
@@ -14,6 +14,7 @@ from prada_jax.rl import trainer
 from prada_jax.dual import trainer as dual_trainer
 from prada_jax.traces import stats as tstats
 from prada_jax.traces import synthetic
+from prada_jax.traces.loader import load_config_traces
 
 
 def stage_traces(workdir: Path, config, log, redo: bool) -> dict:
@@ -69,7 +70,7 @@ def stage_ppo(workdir: Path, config, preset: str, log, redo: bool) -> Path:
         return d
     log(f"ppo [{preset}]: training the screening policy ({c.ppo.total_env_steps} env "
         f"slots, U={c.env.num_users}) in {d}")
-    result = trainer.train_and_evaluate(c, d)
+    result = trainer.train_and_evaluate(c, d, stage1.build_setup(c))
     sc = result["scalars"][0]
     if not sc or result.get("start_update") == result["update_step"]:
         log(f"ppo [{preset}]: the run in {d} was already complete (update "
@@ -83,7 +84,7 @@ def stage_ppo(workdir: Path, config, preset: str, log, redo: bool) -> Path:
 
 
 def stage_critic(workdir: Path, config, preset: str, ppo_dir: Path, log, redo: bool) -> Path:
-    """Refits the critic of the PPO run for its final actor (``prada_jax.rl.critic_refit``)
+    """Refits the critic of the PPO run for its final actor (``evals.critic_refit``)
     into ``critic/<preset>`` and returns that policy folder (the PPO folder itself when
     ``config.critic_refit.fit_states`` is 0)."""
     cfg = config.critic_refit.to_dict()
@@ -133,7 +134,7 @@ def stage_dual(workdir: Path, config, preset: str, policy_dir: Path, log, redo: 
         return d
     log(f"dual [{preset}]: learning λ_s and µ in {d} on the {c.env.split} split "
         f"(seeds from {dual_trainer.learner_seed(c)})")
-    result = dual_trainer.train_and_evaluate(c, d)
+    result = dual_trainer.train_and_evaluate(c, d, stage2.build_setup(c))
     for ln in dual_trainer.summary_lines(result):
         if ln.startswith(("done:", "duality gap")):
             print("    " + ln + " [synthetic traces]")
@@ -143,7 +144,7 @@ def stage_dual(workdir: Path, config, preset: str, policy_dir: Path, log, redo: 
 
 def check_envs(config, flag: str = "--hardware") -> None:
     """Every stage's env under ``config.hardware``, checked before anything is written: the
-    PPO stage's (``trainer.build_env``, its M against the server's KV memory included) and the
+    PPO stage's (``envs.stage1.build_env``, its M against the server's KV memory included) and the
     largest M the later stages run (the policy's ``env.num_servers``, the sweep's M grid).
     ``BadInput`` naming ``flag`` (the flag or field that chose the pair)."""
     hardware = config.hardware
@@ -152,8 +153,9 @@ def check_envs(config, flag: str = "--hardware") -> None:
         c = ppo_config(config, preset)
         try:
             trainer.validate_config(c)
-            traces, _ = trainer.load_traces(c)
-            trainer.build_env(c, traces)
+            stage1.validate_env_config(c)
+            traces, _ = load_config_traces(c)
+            stage1.build_env(c, traces)
             edge.check_num_servers(latency.pair_latency_params(hardware), traces,
                                    max([int(c.env.num_servers), *sweep_m]), hardware)
         except BadInput as e:

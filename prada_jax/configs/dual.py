@@ -86,7 +86,7 @@ def _dual() -> ml_collections.ConfigDict:
     dual.anneal_steps = 400       # updates over which T goes geometrically to the minimum
     dual.conditioned = False      # multipliers from load features through a tiny MLP
     dual.load_features = 5        # queue/M, active/U, free units/M, new nominations/U,
-                                  # channel (prada_jax.dual.problem.LOAD_FEATURES; fixed)
+                                  # channel (envs.stage2.LOAD_FEATURES; fixed)
     dual.hidden = 8               # hidden width of that MLP
     dual.skip_full_slots = False  # True: slots with no free unit do not count in learning
                                   # (the long-run constraints count every slot)

@@ -13,7 +13,7 @@ Variants (comma-separated, applied left to right), e.g. ``ppo.py:smoke`` or ``pp
 * ``gymnax``: the standard PPO hyperparameters of PureJaxRL's CartPole-v1 run (4 envs × 128
   steps, 4 epochs × 4 minibatches, lr 2.5e-4 annealed linearly to 0, γ 0.99, entropy 0.01,
   value clipping, a plain V(s) head, 500 000 env steps) for a single-agent env given to
-  ``trainer.build_setup(config, (env, params))`` (``envs.single_agent``; README "your own
+  ``trainer.build_setup(config, (env, params))`` (``prada_jax.rl.single_agent``; README "your own
   env"); ``train.ppo`` itself has no gymnax env.
 
 All numbers from the synthetic presets are synthetic (see ``prada_jax.traces.synthetic``).

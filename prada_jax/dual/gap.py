@@ -6,7 +6,9 @@ the learned multipliers (after its feasibility repair) as a fraction of the exac
 from stage-2 rollouts at fixed prices (``prada_jax.dual.rollout``). :func:`rollout_stats`
 adds the long-run env outcome the myopic per-slot oracle cannot see, measured as ``evals``
 measures (empty start, a warm-up, the window's cohort of arrivals, blocked and timed-out users
-at accuracy 0 and latency = the timeout; ``prada_jax.dual.measure``). Numbers: docs/dual.md.
+at accuracy 0 and latency = the timeout; ``prada_jax.dual.measure``). The env is the first
+argument (a ``prada_jax.dual.rollout.Stage2Env``; the edge env's is ``envs.stage2.EDGE``).
+Numbers: docs/dual.md.
 """
 from __future__ import annotations
 
@@ -14,31 +16,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import edge
 from prada_jax.sched import oracle
 from prada_jax.sched.registry import scheduler_index
 from prada_jax.sched.threshold import threshold_decide
 from prada_jax.dual.measure import DEFAULT_TIMEOUT_SLOTS, censored_means
 from prada_jax.dual.problem import Multipliers
-from prada_jax.dual.rollout import cached, fixed_prices, init_rollout, make_rollout
+from prada_jax.dual.rollout import Stage2Env, cached, fixed_prices, init_rollout, make_rollout
 
 ZERO = Multipliers(0.0, 0.0)
 
 
-def _fixed_rollout(env_params, policy_fn, mult: Multipliers, num_envs: int, seed: int,
-                   rollout_len: int, policy_key, timeout_slots: int = DEFAULT_TIMEOUT_SLOTS):
+def _fixed_rollout(env: Stage2Env, env_params, policy_fn, mult: Multipliers, num_envs: int,
+                   seed: int, rollout_len: int, policy_key,
+                   timeout_slots: int = DEFAULT_TIMEOUT_SLOTS):
     """(jitted rollout at fixed prices, its initial carry holding ``mult``; envs start
     empty)."""
-    key = ("collect", rollout_len, int(timeout_slots),
+    key = ("collect", env, rollout_len, int(timeout_slots),
            object() if policy_key is None else policy_key)
-    rollout = cached(key, lambda: jax.jit(make_rollout(policy_fn, rollout_len,
+    rollout = cached(key, lambda: jax.jit(make_rollout(env, policy_fn, rollout_len,
                                                        timeout_slots=int(timeout_slots))))
-    carry = init_rollout(jax.random.key(seed), env_params, num_envs,
+    carry = init_rollout(env, jax.random.key(seed), env_params, num_envs,
                          lambda _: fixed_prices(mult))
     return rollout, carry
 
 
-def collect_slots(env_params, policy_fn, mult: Multipliers, num_slots: int, num_envs: int,
+def collect_slots(env: Stage2Env, env_params, policy_fn, mult: Multipliers,
+                  num_slots: int, num_envs: int,
                   seed: int, rollout_len: int = 100, policy_key=None, warmup_chunks: int = 2):
     """Rolls out ``num_envs`` envs with fixed multipliers (hard threshold rule) from an empty
     start and, after ``warmup_chunks × rollout_len`` slots of warm-up (as :func:`rollout_stats`
@@ -48,8 +51,8 @@ def collect_slots(env_params, policy_fn, mult: Multipliers, num_slots: int, num_
     Returns (SchedInputs [S, U], SlotBatch [S, U]) as NumPy trees (slots with candidates only,
     first ``num_slots`` of them in rollout order).
     """
-    rollout, carry = _fixed_rollout(env_params, policy_fn, mult, num_envs, seed, rollout_len,
-                                    policy_key)
+    rollout, carry = _fixed_rollout(env, env_params, policy_fn, mult, num_envs, seed,
+                                    rollout_len, policy_key)
     for _ in range(int(warmup_chunks)):
         carry, _ = rollout(carry, env_params)
     xs, bs, have = [], [], 0
@@ -68,7 +71,8 @@ def collect_slots(env_params, policy_fn, mult: Multipliers, num_slots: int, num_
     return jax.tree.map(cat, *xs), jax.tree.map(cat, *bs)
 
 
-def rollout_stats(env_params, policy_fn, mult: Multipliers, num_chunks: int, num_envs: int,
+def rollout_stats(env: Stage2Env, env_params, policy_fn, mult: Multipliers,
+                  num_chunks: int, num_envs: int,
                   seed: int, rollout_len: int = 100, policy_key=None, warmup_chunks: int = 2,
                   timeout_slots: int = DEFAULT_TIMEOUT_SLOTS) -> dict:
     """Long-run env outcome of the hard threshold rule with fixed multipliers, measured by the
@@ -90,8 +94,8 @@ def rollout_stats(env_params, policy_fn, mult: Multipliers, num_chunks: int, num
     if int(warmup_chunks) < 0:
         raise ValueError(f"warmup_chunks must be >= 0, got {warmup_chunks}")
     d = int(timeout_slots)
-    rollout, carry = _fixed_rollout(env_params, policy_fn, mult, num_envs, seed, rollout_len,
-                                    policy_key, d)
+    rollout, carry = _fixed_rollout(env, env_params, policy_fn, mult, num_envs, seed,
+                                    rollout_len, policy_key, d)
     lo, hi = int(warmup_chunks) * rollout_len, (int(warmup_chunks) + num_chunks) * rollout_len
     drain_chunks = -(-(d + 1) // rollout_len)   # the last cohort arrival resolves at hi + D
     keys = ("reward", "queue_len", "server_in_use", "arrivals", "blocked")
@@ -125,9 +129,9 @@ def rollout_stats(env_params, policy_fn, mult: Multipliers, num_chunks: int, num
             "timeout_s": timeout_s, "env_slots": n}
 
 
-def threshold_decisions(x, batch, env_params, mult: Multipliers) -> np.ndarray:
+def threshold_decisions(env: Stage2Env, x, batch, env_params, mult: Multipliers) -> np.ndarray:
     """Hard threshold rule (with its feasibility repair) on collected slots: [S, U] int8."""
-    sp = edge.sched_params(env_params).replace(lambda_s=jnp.float32(mult.lambda_s),
+    sp = env.sched_params(env_params).replace(lambda_s=jnp.float32(mult.lambda_s),
                                                mu=jnp.float32(mult.mu))
     fn = cached(("threshold",),
                 lambda: jax.jit(jax.vmap(threshold_decide, in_axes=(0, 0, 0, None))))
@@ -135,7 +139,8 @@ def threshold_decisions(x, batch, env_params, mult: Multipliers) -> np.ndarray:
     return np.asarray(fn(x, free_units, jnp.asarray(batch.free_bw), sp))
 
 
-def measure_gap(env_params, policy_fn, mult: Multipliers, num_slots: int, num_envs: int,
+def measure_gap(env: Stage2Env, env_params, policy_fn, mult: Multipliers,
+                num_slots: int, num_envs: int,
                 seed: int, policy_key=None, env_chunks: int = 5) -> dict:
     """Duality gap of the hard threshold rule with ``mult`` on ≥ num_slots env slots.
 
@@ -147,11 +152,11 @@ def measure_gap(env_params, policy_fn, mult: Multipliers, num_slots: int, num_en
     λ_s = µ = 0, and of the same policy with the FIFO-greedy scheduler (a window of
     ``env_chunks`` × 100 slots × ``num_envs`` envs each after a 200-slot warm-up, same seed).
     """
-    x, batch = collect_slots(env_params, policy_fn, mult, num_slots, num_envs, seed,
+    x, batch = collect_slots(env, env_params, policy_fn, mult, num_slots, num_envs, seed,
                              policy_key=policy_key)
     out: dict = {"lambda_s": float(mult.lambda_s), "mu": float(mult.mu)}
     for pre, m in (("", mult), ("zero_", ZERO)):
-        d = threshold_decisions(x, batch, env_params, m)
+        d = threshold_decisions(env, x, batch, env_params, m)
         rep = oracle.threshold_vs_oracle(batch.w, batch.w_bar, batch.b, batch.valid,
                                          batch.free_units, batch.free_bw, d)
         out.update({f"{pre}slots": rep.slots, f"{pre}positive_slots": rep.positive,
@@ -164,6 +169,6 @@ def measure_gap(env_params, policy_fn, mult: Multipliers, num_slots: int, num_en
                                                         jnp.int32))
         for pre, m, p in (("", mult, env_params), ("zero_", ZERO, env_params),
                           ("fifo_", ZERO, fifo)):
-            out[f"{pre}env"] = rollout_stats(p, policy_fn, m, env_chunks, num_envs, seed + 1,
-                                             policy_key=policy_key)
+            out[f"{pre}env"] = rollout_stats(env, p, policy_fn, m, env_chunks, num_envs,
+                                             seed + 1, policy_key=policy_key)
     return out

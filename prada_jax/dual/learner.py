@@ -19,8 +19,8 @@ Each learner mode (``DualConfig.mode``) has its own state type:
   optax Adam over batches of slots, T annealed geometrically from ``temperature`` to
   ``temperature_min``, multipliers softplus-parameterised (never negative). Evaluation uses the
   hard rule. Load-conditioned (``conditioned=True``): ``softplus(raw + MLP(load))`` with
-  ``load`` [K] per-slot features (``problem.load_features``); the MLP's output layer starts at
-  zero, so training starts from the scalar multipliers.
+  ``load`` [K] per-slot features (the env's, e.g. ``envs.stage2.load_features``); the MLP's
+  output layer starts at zero, so training starts from the scalar multipliers.
 
 The online modes export (:func:`export_multipliers`) the Polyak–Ruppert average of the iterates
 over the last ``average_tail`` share of the run's ``average_horizon`` updates: dual subgradient

@@ -30,8 +30,8 @@ lower, so it bounds the measured occupancy from above, and at ρ = 1 it still se
 outruns the capacity (the measured occupancy never can). With ``k = 1``, ``fresh = valid`` and
 the capacity equal to the slot's free units this is the per-slot admission dual.
 
-A slot of the edge env becomes a :class:`SlotBatch` through :func:`env_slot` (the env's
-candidate set, ``envs.edge.candidate_set``) and :func:`slot_from_sched`.
+A slot of the edge env becomes a :class:`SlotBatch` through ``envs.stage2.env_slot`` (the
+env's candidate set, ``envs.edge.candidate_set``) and ``envs.stage2.slot_from_sched``.
 """
 from __future__ import annotations
 
@@ -41,17 +41,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from envs import edge
-from prada_jax.sched.base import LOCAL, expired
-from prada_jax.sched.threshold import advantages, choice_values as _choice_values
+from prada_jax.sched.base import LOCAL
+from prada_jax.sched.threshold import choice_values as _choice_values
 from prada_jax.sched.threshold import hard_choice, soft_choice
-
-#: Load features (all observable by the server at the start of a slot, scaled to O(1)):
-#: queue length / M, active users / U, free server units / M, new nominations / U (request
-#: arrivals at the server), mean uplink spectral efficiency log2(1 + SNR) of this slot's
-#: candidates / 10 (channel quality; 0 without candidates). M, U: the env's nominal values.
-LOAD_FEATURES = 5
-
 
 @struct.dataclass
 class SlotBatch:
@@ -231,66 +223,3 @@ def excess_demand(batch: SlotBatch, mult: Multipliers, utilisation: float = 1.0)
     k = batch.work
     return jnp.stack([(adm * k).sum(-1) - utilisation * batch.capacity_units,
                       (adm * batch.b * k).sum(-1) - batch.capacity_bw], axis=-1)
-
-
-# ----------------------------------------------------------------------------- env slots
-
-def load_features(x, free_units, state, params) -> jax.Array:
-    """[LOAD_FEATURES] float32 of one env slot (see ``LOAD_FEATURES``).
-
-    x: ``SchedInputs`` [U] of the slot; free_units: int32 scalar; state: ``EnvState``;
-    params: ``EnvParams``. Reads only what the server observes, so it keeps working when the
-    env's capacity or channel change from slot to slot.
-    """
-    m = jnp.asarray(params.num_servers, jnp.float32)
-    u = float(params.num_users)
-    cand = x.candidate.astype(jnp.float32)
-    fresh = (x.candidate & (x.wait_slots == 0)).astype(jnp.float32)
-    se = jnp.log2(1.0 + jnp.maximum(x.snr.astype(jnp.float32), 0.0))
-    chan = jnp.sum(cand * se) / jnp.maximum(jnp.sum(cand), 1.0)
-    return jnp.stack([x.queue_len.astype(jnp.float32) / m,
-                      jnp.mean(state.active.astype(jnp.float32)),
-                      jnp.asarray(free_units, jnp.float32) / m,
-                      jnp.sum(fresh) / u, chan / 10.0]).astype(jnp.float32)
-
-
-def slot_from_sched(x, free_units, free_bw_hz, sp, load, capacity_units=None,
-                    capacity_bw=None) -> SlotBatch:
-    """SlotBatch of one slot from the scheduler's view (``prada_jax.sched`` types).
-
-    ``w``/``w̄`` are the threshold rule's own values (``sched.threshold.advantages``); expired
-    candidates are not valid; ``fresh`` = valid with ``wait_slots == 0`` (a queued request has
-    waited ≥ 1 slot); ``work`` = service slots ``envs.edge.phase_slots`` (``max(1, ceil(delay_s /
-    τ))``, capped as the env caps it; 1 where not valid); capacities
-    default to ``sp.num_servers`` and ``free_bw_hz`` (pass the env's B). x: SchedInputs [U];
-    load: [K].
-    """
-    w, w_bar, _ = advantages(x, sp)
-    w, w_bar, valid = finite_candidates(w, w_bar, x.candidate & ~expired(x, sp))
-    tau = jnp.asarray(sp.tau_s, jnp.float32)
-    # The env's own count of the slots a job holds (capped, so an infinite delay is finite);
-    # 1 for the slots that are not candidates, whose delay may be anything (inf · 0 would
-    # make the long-run excess NaN).
-    work = jnp.where(valid, edge.phase_slots(x.delay_s.astype(jnp.float32), tau), 1)
-    work = work.astype(jnp.float32)
-    cap_u = sp.num_servers if capacity_units is None else capacity_units
-    cap_b = free_bw_hz if capacity_bw is None else capacity_bw
-    return SlotBatch(w=w, w_bar=w_bar, b=x.bandwidth_hz.astype(jnp.float32), valid=valid,
-                     free_units=jnp.asarray(free_units, jnp.float32),
-                     free_bw=jnp.asarray(free_bw_hz, jnp.float32),
-                     load=jnp.asarray(load, jnp.float32), work=work,
-                     fresh=valid & (x.wait_slots == 0),
-                     capacity_units=jnp.asarray(cap_u, jnp.float32),
-                     capacity_bw=jnp.asarray(cap_b, jnp.float32))
-
-
-def env_slot(state, action, params, noise):
-    """``(cs, batch)``: the env's candidate set of this slot (``envs.edge.candidate_set``) and
-    the learner's SlotBatch of it (capacities: the env's M_t and B_t of this slot under its
-    scenario schedule, ``envs.edge.slot_conditions``)."""
-    cs = edge.candidate_set(state, action, params, noise)
-    load = load_features(cs.x, cs.free_units, state, params)
-    cond = edge.slot_conditions(params, state.t)  # the scenario's M_t, B_t this slot
-    batch = slot_from_sched(cs.x, cs.free_units, cs.free_bw_hz, edge.sched_params(params), load,
-                            capacity_units=cond["num_servers"], capacity_bw=cond["bandwidth_hz"])
-    return cs, batch

@@ -1,6 +1,8 @@
 """Runs E edge envs for T slots under ``lax.scan`` with the threshold rule at given or learned prices.
 
-One rollout serves learning and evaluation: ``make_rollout(policy_fn, T, mult_fn, learn_fn)``
+The env is an argument (:class:`Stage2Env`, its pure functions; the edge env's is
+``envs.stage2.EDGE``), as PureJaxRL's ``make_train`` receives ``env, env_params``. One
+rollout serves learning and evaluation: ``make_rollout(env, policy_fn, T, mult_fn, learn_fn)``
 prices every slot with ``mult_fn(prices, batch)``, where ``prices`` is whatever the carry holds
 (a learner state, ``prada_jax.dual.learner``, or a fixed pair, :func:`fixed_prices`), and,
 with ``learn_fn``, updates ``prices`` after every slot on the E envs' slots (the online
@@ -20,9 +22,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from envs import edge
 from prada_jax.dual.measure import DEFAULT_TIMEOUT_SLOTS, resolve
-from prada_jax.dual.problem import Multipliers, SlotBatch, env_slot
+from prada_jax.dual.problem import Multipliers, SlotBatch
 
 #: Bandwidth unit (Hz) in which a fixed pair holds µ: the learner's default ``bw_scale_hz``,
 #: so a run's stored pair replays with the arithmetic of the rollouts that learned it.
@@ -39,6 +40,28 @@ def cached(key, build: Callable[[], Any]):
     if key not in _JIT_CACHE:
         _JIT_CACHE[key] = build()
     return _JIT_CACHE[key]
+
+
+class Stage2Env(NamedTuple):
+    """The pure functions of the env a stage-2 rollout runs (the edge env's: ``envs.stage2.EDGE``).
+
+    reset: ``(key, params) -> (obs [U, D], state)``; the params carry the env's scheduler
+      inputs (``initial_users``, ``tau_s``, ``beta``, ``lambda_s``, ``mu``, ``scheduler``).
+    draw_noise: ``(key, params) -> noise`` of one slot.
+    step_with_noise: ``(state, action, params, noise) -> (obs, state, reward [U], done [U],
+      info)``, ``info`` with the per-slot metrics :func:`make_rollout` reports.
+    slot: ``(state, action, params, noise) -> (cs, batch)``: the slot's candidate set as the
+      scheduler sees it (``cs.x`` SchedInputs [U]) and the learner's ``SlotBatch`` [U] of it.
+    sched_params: ``params -> SchedParams`` (``prada_jax.sched``).
+    load_features: K, the length of ``SlotBatch.load`` (the conditioned learner's input).
+    """
+
+    reset: Callable
+    draw_noise: Callable
+    step_with_noise: Callable
+    slot: Callable
+    sched_params: Callable
+    load_features: int
 
 
 class RolloutCarry(NamedTuple):
@@ -64,19 +87,19 @@ def fixed_mult_fn(prices: jax.Array, batch: SlotBatch) -> Multipliers:
     return Multipliers(lambda_s=prices[..., 0], mu=prices[..., 1] / FIXED_BW_SCALE_HZ)
 
 
-def init_rollout(key, env_params, num_envs: int, init_prices: Callable[[jax.Array], Any]
-                 ) -> RolloutCarry:
-    """Resets ``num_envs`` edge envs, empty (``initial_users = 0``, as ``evals`` starts every
+def init_rollout(env: Stage2Env, key, env_params, num_envs: int,
+                 init_prices: Callable[[jax.Array], Any]) -> RolloutCarry:
+    """Resets ``num_envs`` envs, empty (``initial_users = 0``, as ``evals`` starts every
     run); ``prices = init_prices(k)`` with its own key ``k``."""
     k_prices, k_reset, k_next = jax.random.split(key, 3)
     env_params = env_params.replace(initial_users=jnp.zeros_like(env_params.initial_users))
-    obs, env_state = jax.vmap(edge.reset, in_axes=(0, None))(
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
         jax.random.split(k_reset, num_envs), env_params)
     return RolloutCarry(env_state=env_state, obs=obs, prices=init_prices(k_prices),
                         key=k_next, slots=jnp.zeros((), jnp.int32))
 
 
-def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
+def make_rollout(env: Stage2Env, policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
                  learn_fn: Callable | None = None,
                  timeout_slots: int = DEFAULT_TIMEOUT_SLOTS):
     """``rollout(carry, env_params) -> (carry, out)``: ``rollout_len`` slots of E envs.
@@ -106,13 +129,13 @@ def make_rollout(policy_fn, rollout_len: int, mult_fn: Callable = fixed_mult_fn,
 
     def _one_env(key, env_state, obs, prices, env_params):
         k_noise, k_pol = jax.random.split(key)
-        noise = edge.draw_noise(k_noise, env_params)
+        noise = env.draw_noise(k_noise, env_params)
         action = policy_fn(k_pol, obs, env_state, env_params)
-        cs, batch = env_slot(env_state, action, env_params, noise)
+        cs, batch = env.slot(env_state, action, env_params, noise)
         mult = mult_fn(prices, batch)
         p = env_params.replace(lambda_s=mult.lambda_s, mu=mult.mu)
         t, active, arrival_slot = env_state.t, env_state.active, env_state.arrival_slot
-        obs, env_state, reward, done, info = edge.step_with_noise(env_state, action, p, noise)
+        obs, env_state, reward, done, info = env.step_with_noise(env_state, action, p, noise)
         ok, timed_out = resolve(t, active, arrival_slot, done, info["user_latency_s"],
                                 env_params.tau_s, timeout_slots)
         n = lambda m: jnp.sum(m.astype(jnp.int32))  # noqa: E731

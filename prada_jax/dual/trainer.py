@@ -1,11 +1,13 @@
 """Learns the stage-2 multipliers λ_s and µ for one scenario on the host: ``train_and_evaluate``.
 
-``train_and_evaluate(config, workdir)`` is what ``python -m train.dual`` and ``train.main``
-call (``config``: a ``prada_jax/configs/dual.py`` ConfigDict, validated once by
-:func:`validate_config`, whose errors name the field). :func:`build_setup` derives everything
-else from the config (learner settings, traces, env params, the nomination function) without
-writing anything. Nominations come from the PPO policy of ``config.policy_dir`` or, if that is
-empty, from the privileged trace rule (``prada_jax.dual.nominate``; tests / smoke runs only).
+``train_and_evaluate(config, workdir, setup)`` is what ``python -m train.dual`` and
+``train.main`` call (``config``: a ``prada_jax/configs/dual.py`` ConfigDict, validated once by
+:func:`validate_config`, whose errors name the field). The trainer builds no env:
+:func:`build_setup` receives the env (a ``prada_jax.dual.rollout.Stage2Env`` and its params)
+and the nomination function from its caller, as PureJaxRL's ``make_train(config)`` receives
+``env, env_params``, and derives the learner settings without writing anything. The env and
+nominations a config names (the PPO policy of ``config.policy_dir`` or, if that is empty, the
+privileged trace rule; tests / smoke runs only) are built by ``envs.stage2.build_setup``.
 A run directory holds::
 
     <workdir>/config.json         resolved config (the one in force)
@@ -34,22 +36,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import registry, scenarios
-from envs.edge import REWARD_MODES, SERVER_MODELS
 from prada_jax import config_utils, latency, run_state, runloop
 from prada_jax.checkpointing import Checkpointer
-from prada_jax.errors import BadInput
 from prada_jax.metric_writer import MetricWriter
-from prada_jax.rl import policy as rl_policy
 from prada_jax.rl.screen import NOMINATE_BY
 from prada_jax.dual import files, gap, learner
 from prada_jax.dual.learner import DualConfig
 from prada_jax.dual.measure import DEFAULT_TIMEOUT_SLOTS, censored_means
-from prada_jax.dual.nominate import make_ppo_policy, make_trace_rule_policy
-from prada_jax.dual.problem import LOAD_FEATURES, Multipliers, excess_demand, weighted_mean
-from prada_jax.dual.rollout import RolloutCarry, cached, init_rollout, make_rollout
+from prada_jax.dual.problem import Multipliers, excess_demand, weighted_mean
+from prada_jax.dual.rollout import RolloutCarry, Stage2Env, cached, init_rollout, make_rollout
 from prada_jax.traces import splits
-from prada_jax.traces.loader import load_config_traces
 
 _log = logging.getLogger(__name__)
 
@@ -61,7 +57,10 @@ OBSERVATIONAL = ("log.*", "train.num_chunks")
 # ----------------------------------------------------------------------------- config
 
 def validate_config(config) -> DualConfig:
-    """Checks every field once; errors name the field. Returns the static DualConfig."""
+    """Checks every field the trainer uses once; errors name the field. Returns the static
+    DualConfig. The fields only the env can check (``env.scenario``, ``env.server_model``,
+    ``dual.load_features`` against the env's features) are the env builder's
+    (``envs.stage2.validate_env_config``)."""
     cu = config_utils
     cu.check_int(config, "seed", minimum=0)
     cu.check_positive(config, "env.bandwidth_hz", "env.tau_s")
@@ -76,11 +75,9 @@ def validate_config(config) -> DualConfig:
         raise cu.ConfigError(f"config.seed={config.seed}: must be < "
                              f"{splits.SEED_RANGE - 1} (the learner's seeds stay in the "
                              "seed range of config.env.split)")
-    cu.check_choice(config, "env.scenario", tuple(scenarios.PRESETS))
     cu.check_int(config, "env.scenario_length", minimum=1)
     cu.check_positive(config, "env.server_speed")
     latency.check_pair(str(config.env.hardware), "config.env.hardware")
-    cu.check_choice(config, "env.server_model", SERVER_MODELS)
     cu.check_choice(config, "policy.nominate_by", NOMINATE_BY)
     if not config.env.trace_dir:
         cu.check_choice(config, "env.preset", ("gsm8k", "gaokao2023en", "mmlu_stem"))
@@ -92,9 +89,6 @@ def validate_config(config) -> DualConfig:
     cu.check_int(config, "eval.gap_slots", minimum=0)
     cu.check_int(config, "eval.gap_envs", minimum=1)
     cu.check_int(config, "eval.env_chunks", minimum=0)
-    if config.dual.conditioned and int(config.dual.load_features) != LOAD_FEATURES:
-        raise cu.ConfigError(f"config.dual.load_features must be {LOAD_FEATURES} "
-                             f"for the edge env, got {config.dual.load_features}")
     try:
         dcfg = learner.config_from(config.dual)
     except ValueError as e:
@@ -115,71 +109,6 @@ def learner_seed(config) -> int:
     return base.get(split, 0) + int(config.seed)
 
 
-def load_traces(config):
-    """``(traces, info)``: ``env.trace_dir`` if set, else the synthetic preset (the shared
-    loader ``prada_jax.traces.loader.load_config_traces``)."""
-    return load_config_traces(config)
-
-
-def policy_reward_mode(config, meta: dict | None = None) -> str:
-    """The reward the screening policy was trained with (``coarse`` or ``true``), which decides
-    what the threshold rule adds to its ΔQ (``prada_jax.sched.threshold``).
-
-    Read from ``<policy_dir>/policy_meta.json`` (``reward_mode``), or from ``meta`` (that file's
-    contents, already read) when given. A policy written before the
-    field is taken as ``coarse`` (the stage-1 default of prada_jax/configs/ppo.py at the time). The
-    privileged trace rule (no ``policy_dir``) carries a bare PRM difference and is treated as
-    ``coarse``. An unknown value raises ``errors.BadInput`` naming the file.
-    """
-    if not config.policy_dir:
-        return "coarse"
-    if meta is None:
-        meta = rl_policy.read_policy_meta(config.policy_dir)
-    mode = meta.get("reward_mode", "coarse")
-    if mode not in REWARD_MODES:
-        raise BadInput(f"{Path(config.policy_dir) / rl_policy.POLICY_META_FILE}: reward_mode "
-                       f"must be one of {REWARD_MODES}, got {mode!r}")
-    return mode
-
-
-def build_env_params(config, traces, reward_mode: str | None = None):
-    """Edge env params of the scenario, running the threshold scheduler with the value
-    accounting of the policy's training reward ``reward_mode`` (default: read by
-    :func:`policy_reward_mode`)."""
-    if reward_mode is None:
-        reward_mode = policy_reward_mode(config)
-    e = config.env
-    scn = scenarios.preset(e.scenario, int(e.scenario_length))
-    _, params = registry.make(
-        "edge", traces=traces, num_users=int(e.num_users), scheduler="threshold",
-        num_servers=int(e.num_servers), bandwidth_hz=float(e.bandwidth_hz),
-        arrival_rate_hz=float(e.arrival_rate_hz), beta=float(e.beta), tau_s=float(e.tau_s),
-        max_wait_slots=int(e.max_wait_slots), reward_mode=e.reward_mode,
-        policy_reward_mode=reward_mode, scenario=scn,
-        hardware=str(e.hardware), server_model=str(e.server_model),
-        **scenarios.latency_overrides({"server_speed": e.server_speed}))
-    return params
-
-
-def build_policy(config, traces):
-    """``(policy_fn, info)``: the PPO policy of ``config.policy_dir`` or the trace rule;
-    ``info["reward_mode"]`` is the policy's training reward (:func:`policy_reward_mode` of the
-    ``policy_meta.json`` that loading the policy read)."""
-    if not config.policy_dir:
-        thr = float(config.policy.rule_threshold)
-        return make_trace_rule_policy(thr), {
-            "kind": "trace_rule", "threshold": thr, "note": "privileged: reads cand_prm",
-            "reward_mode": "coarse"}
-    policy, _ = rl_policy.load_policy(config.policy_dir)
-    rl_policy.check_traces_match(policy.meta, traces, where=f"--policy={config.policy_dir}")
-    nominate_by = str(config.policy.nominate_by)
-    fn = make_ppo_policy(policy.apply_fn, policy.params, greedy=bool(config.policy.greedy),
-                         nominate_by=nominate_by)
-    return fn, {"kind": "ppo", "workdir": str(config.policy_dir), "nominate_by": nominate_by,
-                "step": int(policy.meta.get("step", -1)), "greedy": bool(config.policy.greedy),
-                "reward_mode": policy_reward_mode(config, policy.meta)}
-
-
 def policy_key(policy_info: dict):
     """Hashable identity of a policy: the trace rule's threshold, or a PPO run's resolved folder,
     checkpoint step and sampling mode (its parameters are baked into the compiled function, so
@@ -198,6 +127,7 @@ class Setup(NamedTuple):
     """Everything derived from a config (no state, nothing written)."""
 
     dcfg: DualConfig
+    env: Stage2Env
     traces: Any
     trace_info: dict
     env_params: Any
@@ -220,17 +150,27 @@ class Setup(NamedTuple):
 
     def init_carry(self, seed: int) -> RolloutCarry:
         """Fresh envs and learner state for ``seed``."""
-        return init_rollout(jax.random.key(seed), self.env_params, self.num_envs,
+        return init_rollout(self.env, jax.random.key(seed), self.env_params, self.num_envs,
                             lambda k: learner.init(self.dcfg, k))
 
 
-def build_setup(config) -> Setup:
-    """Validates the config once and builds the learner settings, traces, policy and env params
-    (the policy run's ``policy_meta.json`` is read once); writes nothing."""
+def build_setup(config, env_and_params: tuple, *, policy: tuple, traces: Any = None,
+                trace_info: dict | None = None) -> Setup:
+    """Validates the config once and builds the learner settings for the env; writes nothing.
+
+    Args:
+      env_and_params: ``(env, env_params)``: a :class:`prada_jax.dual.rollout.Stage2Env` and
+        its params, running the threshold scheduler. The env a config names is built by
+        ``envs.stage2.build_setup``.
+      policy: ``(policy_fn, policy_info)``: the nomination function the rollouts run in every
+        user slot and its record (``kind``, ``reward_mode``, ...; :func:`policy_key`).
+      traces, trace_info: the env's trace set and its record (``synthetic``, ``split``, ...).
+    """
     dcfg = validate_config(config)
-    traces, trace_info = load_traces(config)
-    policy_fn, policy_info = build_policy(config, traces)
-    env_params = build_env_params(config, traces, policy_info["reward_mode"])
+    env, env_params = env_and_params
+    policy_fn, policy_info = policy
+    if trace_info is None:   # a caller's env: its data are unknown, never reported as real
+        trace_info = {"source": "given", "synthetic": True}
     e = config.env
     scenario = {"traces": trace_info, "policy": policy_info,
                 "num_users": int(e.num_users), "num_servers": int(e.num_servers),
@@ -242,7 +182,7 @@ def build_setup(config) -> Setup:
     if hw != latency.PAPER:   # absent = paper (multipliers learned before pairs existed)
         scenario["hardware"] = hw
     t = config.train
-    return Setup(dcfg=dcfg, traces=traces, trace_info=trace_info, env_params=env_params,
+    return Setup(dcfg=dcfg, env=env, traces=traces, trace_info=trace_info, env_params=env_params,
                  policy_fn=policy_fn, policy_info=policy_info, scenario=scenario,
                  num_envs=int(t.num_envs), rollout_len=int(t.rollout_len),
                  num_chunks=int(t.num_chunks), sgd_steps=int(t.sgd_steps))
@@ -258,7 +198,8 @@ def learner_mult_fn(config: DualConfig):
     return mult_fn
 
 
-def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps: int = 1):
+def make_train_chunk(config: DualConfig, env: Stage2Env, policy_fn, rollout_len: int,
+                     sgd_steps: int = 1):
     """``train_chunk(carry, env_params) -> (carry, metrics)``: one rollout, then learning.
 
     Online modes learn inside the rollout (one update per slot). The differentiable mode then
@@ -279,7 +220,7 @@ def make_train_chunk(config: DualConfig, policy_fn, rollout_len: int, sgd_steps:
     """
     online = config.mode != "differentiable"
     learn_fn = (lambda s, b: learner.update(s, b, config)[1]) if online else None
-    rollout = make_rollout(policy_fn, rollout_len, learner_mult_fn(config), learn_fn)
+    rollout = make_rollout(env, policy_fn, rollout_len, learner_mult_fn(config), learn_fn)
 
     def train_chunk(carry: RolloutCarry, env_params):
         carry, out = rollout(carry, env_params)
@@ -347,8 +288,9 @@ def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
     On an existing workdir the stored ``config.json`` is checked first
     (``prada_jax.run_state``; only ``OBSERVATIONAL`` fields may change, recorded in
     ``run.json``), then the newest intact checkpoint is restored. ``setup``:
-    :func:`build_setup`'s result for ``config`` (a launcher builds it once to report bad input
-    before anything is written); built here when None.
+    :func:`build_setup`'s result for ``config`` and its env (for the env a config names,
+    ``envs.stage2.build_setup``; a launcher builds it once to report bad input before
+    anything is written).
 
     Returns a dict with ``chunk``, ``multipliers``, ``dual_state`` (the learner's final state:
     a conditioned map is evaluated from it), the last chunk's ``scalars`` (the stored final
@@ -360,17 +302,19 @@ def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
       errors.NonFiniteTraining: a logged value (or the state at a save) went non-finite; the
         last good checkpoint is kept.
     """
-    if setup is None:   # validates; an unknown policy reward is refused here, before writing
-        setup = build_setup(config)
+    if setup is None:
+        raise TypeError("train_and_evaluate needs the setup: the trainer builds no env "
+                        "(envs.stage2.build_setup builds a config's)")
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")
     check = run_state.check_resume(config, workdir, OBSERVATIONAL)
     dcfg = setup.dcfg
     workdir = config_utils.prepare_workdir(workdir)
 
-    chunk_fn = cached(("chunk", dcfg, setup.rollout_len, setup.sgd_steps, setup.policy_key),
-                      lambda: jax.jit(make_train_chunk(dcfg, setup.policy_fn, setup.rollout_len,
-                                                       setup.sgd_steps)))
+    chunk_fn = cached(("chunk", dcfg, setup.env, setup.rollout_len, setup.sgd_steps,
+                       setup.policy_key),
+                      lambda: jax.jit(make_train_chunk(dcfg, setup.env, setup.policy_fn,
+                                                       setup.rollout_len, setup.sgd_steps)))
     carry = setup.init_carry(learner_seed(config))
     ckpt = Checkpointer(workdir / "checkpoints", save_every=int(config.log.checkpoint_every),
                         max_to_keep=int(config.log.keep_checkpoints))
@@ -384,8 +328,8 @@ def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
     run_state.commit(config, workdir, check)
     if start:
         _log.info("resumed %s at chunk %d", workdir, start)
-    host = {"load_mean": np.asarray(meta0.get("load_mean", np.zeros(LOAD_FEATURES)),
-                                    np.float32)}
+    host = {"load_mean": np.asarray(meta0.get("load_mean",
+                                              np.zeros(setup.env.load_features)), np.float32)}
     num_chunks, slots_per_chunk = setup.num_chunks, setup.slots_per_chunk
     info = {"mode": dcfg.mode, "conditioned": dcfg.conditioned,
             "rule": "admission_price", "scenario": setup.scenario,
@@ -438,7 +382,8 @@ def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
             result["multipliers"] = final_multipliers(carry.prices, dcfg, host["load_mean"])
         if stop == num_chunks and int(config.eval.gap_slots) > 0 and (
                 start < stop or not (workdir / files.GAP_FILE).is_file()):
-            report = gap.measure_gap(setup.env_params, setup.policy_fn, result["multipliers"],
+            report = gap.measure_gap(setup.env, setup.env_params, setup.policy_fn,
+                                     result["multipliers"],
                                      int(config.eval.gap_slots), int(config.eval.gap_envs),
                                      seed=learner_seed(config) + 1, policy_key=setup.policy_key,
                                      env_chunks=int(config.eval.env_chunks))

@@ -20,7 +20,6 @@ from typing import Any, Callable, NamedTuple
 import jax
 import orbax.checkpoint as ocp
 
-from envs.edge import EdgeAction
 from prada_jax import checkpointing, config_utils, run_state
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
@@ -78,8 +77,9 @@ def make_act_fn(apply_fn: Callable, action_fn: Callable | None = None,
                 greedy: bool = True) -> Callable:
     """``act_fn(params, key, obs [U, D]) -> env action`` for running a policy in an env.
 
-    Greedy = argmax of the policy logits, else a sample. With ``action_fn`` (e.g. building an
-    ``EdgeAction``) the critic's ΔQ is attached as the gain; otherwise an int32 [U] array.
+    Greedy = argmax of the policy logits, else a sample. With ``action_fn`` (e.g.
+    ``envs.stage1.edge_action``) the critic's ΔQ is attached as the gain; otherwise an int32
+    [U] array.
     """
     def act_fn(params, key, obs):
         screen, gain = screen_and_gain(apply_fn, params, obs, key, greedy=greedy)
@@ -95,8 +95,9 @@ class Policy(NamedTuple):
     apply_fn: ``(params, obs [..., D]) -> (logits [..., 2], q [..., 2])``.
     params: parameters of one seed.
     advantage_fn: ``(params, obs [U, D]) -> ΔQ [U]`` (PRM units under the coarse reward).
-    act_fn: ``(params, key, obs [U, D]) -> EdgeAction`` (greedy, gain = ΔQ) for the edge env,
-      or int32 [U] for other envs.
+    act_fn: ``(params, key, obs [U, D]) -> action`` (greedy): the ``action_fn`` given to
+      :func:`load_policy` of the screen and ΔQ (``envs.stage1.edge_action`` for the edge
+      env), or the int32 [U] screen.
     meta: the run's ``policy_meta.json`` plus ``step`` and ``seed``.
     """
 
@@ -123,13 +124,16 @@ def check_traces_match(meta: dict, traces, where: str = "policy") -> None:
                          f"feature_dim {traces.feature_dim}")
 
 
-def load_policy(workdir, step: int | None = None, seed_index: int = 0):
+def load_policy(workdir, step: int | None = None, seed_index: int = 0,
+                action_fn: Callable | None = None):
     """Loads a trained policy from a ``train.ppo`` run directory.
 
     Args:
       workdir: the run directory.
       step: checkpoint step (update count); default the latest.
       seed_index: which of the run's ``num_seeds`` learner states (0-based).
+      action_fn: ``(screen [U], gain [U]) -> env action`` of ``Policy.act_fn`` (None: the
+        int screen), e.g. ``envs.stage1.action_fn_of(env_params, config.env.pass_gain)``.
 
     Returns:
       ``(policy, config)``: a ``Policy`` and the run's ``ConfigDict``; ``policy.meta["step"]``
@@ -165,9 +169,6 @@ def load_policy(workdir, step: int | None = None, seed_index: int = 0):
     logging.debug("loaded policy %s at update %d (seed index %d)", workdir, step, seed_index)
     params = jax.tree.map(lambda x: x[seed_index], params)
     apply_fn = networks.make_apply_fn(graphdef)
-    action_fn = None
-    if meta.get("env") == "edge" and bool(config.env.pass_gain):
-        action_fn = lambda screen, gain: EdgeAction(screen=screen, gain=gain)  # noqa: E731
     policy = Policy(apply_fn=apply_fn, params=params,
                     advantage_fn=networks.make_advantage_fn(apply_fn),
                     act_fn=make_act_fn(apply_fn, action_fn, greedy=True),

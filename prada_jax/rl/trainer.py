@@ -1,7 +1,9 @@
-"""Stage-1 PPO run: config → env + learner, and the host loop with curves/checkpoints/resume.
+"""Stage-1 PPO run: config + env → learner, and the host loop with curves/checkpoints/resume.
 
-``train_and_evaluate(config, workdir)`` is what ``python -m train.ppo`` calls. A run directory
-holds::
+``train_and_evaluate(config, workdir, setup)`` is what ``python -m train.ppo`` calls. The
+trainer builds no env: :func:`build_setup` receives ``(env, env_params)`` from its caller, as
+PureJaxRL's ``make_train(config)`` receives ``env, env_params`` (the env a config names is
+built by ``envs.stage1.build_setup``). A run directory holds::
 
     <workdir>/config.json        resolved config (the one in force)
     <workdir>/run.json           provenance: when the run started / resumed, what changed
@@ -28,17 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import registry, single_agent
-from envs.edge import SERVER_MODELS, EdgeAction
-from prada_jax import checkpointing, config_utils, latency, parallel, run_state, runloop
+from prada_jax import checkpointing, config_utils, parallel, run_state, runloop
 from prada_jax.metric_writer import MetricWriter
-from prada_jax.rl import learner, losses, networks, policy, toy_env
-from prada_jax.traces import synthetic
-from prada_jax.traces.loader import load_config_traces
+from prada_jax.rl import learner, losses, networks, policy, single_agent
 from prada_jax.traces import splits
 
-__all__ = ["validate_config", "build_env", "build_setup", "train_and_evaluate", "Setup", "check_decision_overflow",
-           "observational_fields"]
+__all__ = ["validate_config", "build_setup", "train_and_evaluate", "Setup",
+           "check_decision_overflow", "observational_fields"]
 _TRAIN_TAGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "total_loss",
                "grad_norm", "explained_variance")
 
@@ -49,13 +47,12 @@ def _batch_size(config) -> int:
     return int(config.ppo.num_envs) * int(config.ppo.rollout_len) * int(config.env.num_users)
 
 
-def validate_config(config, env_given: bool = False) -> None:
-    """Checks every field the run uses; raises ``ConfigError`` naming the field.
+def validate_config(config) -> None:
+    """Checks every field the trainer uses; raises ``ConfigError`` naming the field.
 
-    Args:
-      env_given: the env is passed to ``build_setup``; the fields that only choose and build
-        an env (``env.name``, ``env.preset``, ``env.trace_dir``, ...) are then not read or
-        checked; ``env.num_users`` still is (it must match the env).
+    The fields that only choose and build an env (``env.name``, ``env.preset``,
+    ``env.trace_dir``, ...) are the env builder's (``envs.stage1.validate_env_config``);
+    ``env.num_users`` is checked here (it must match the env).
     """
     cu = config_utils
     cu.check_int(config, "seed", minimum=0)
@@ -63,21 +60,6 @@ def validate_config(config, env_given: bool = False) -> None:
     # Training seeds stay below the validation and test seeds (prada_jax.traces.splits).
     splits.check_training_seeds(int(config.seed), int(config.num_seeds))
     cu.check_int(config, "env.num_users", minimum=1)
-    if not env_given:
-        cu.check_choice(config, "env.name", ("edge", "toy"))
-        cu.check_choice(config, "env.reward_mode", ("coarse", "true"))
-        cu.check_int(config, "env.trace_seed", minimum=0)
-        cu.check_int(config, "env.problems", minimum=0)
-        splits.check_split_name(config.env.split, "config.env.split")
-        cu.check_positive(config, "env.num_servers", "env.bandwidth_hz", "env.tau_s")
-        cu.check_nonnegative(config, "env.arrival_rate_hz", "env.beta")
-        if config.env.name == "edge" and not config.env.trace_dir:
-            cu.check_choice(config, "env.preset", sorted(synthetic.PRESETS))
-        latency.check_pair(hardware_of(config), "config.env.hardware")
-        cu.check_choice(config, "env.server_model", SERVER_MODELS)
-        if config.env.trace_dir and not Path(config.env.trace_dir).is_dir():
-            raise cu.ConfigError(f"config.env.trace_dir {config.env.trace_dir!r} is not a "
-                                 "directory")
     cu.check_choice(config, "net.critic", networks.CRITICS)
     hidden = config.net.hidden
     if not (isinstance(hidden, (tuple, list)) and len(hidden) >= 1
@@ -124,65 +106,13 @@ def num_chunks(config) -> int:
     return max(1, math.ceil(int(config.ppo.total_env_steps) / per_chunk))
 
 
-# ----------------------------------------------------------------------------- env + setup
-
-def load_traces(config):
-    """The trace set of the config: ``env.trace_dir`` if set, else the synthetic preset.
-
-    Returns ``(traces, info)`` with ``info`` = preset/benchmark, synthetic flag, counts
-    (the shared loader ``prada_jax.traces.loader.load_config_traces``).
-    """
-    return load_config_traces(config)
-
-
-def hardware_of(config) -> str:
-    """The config's hardware pair (``env.hardware``; a config.json stored before the field
-    existed reads as ``paper``: ``config_utils.ADDED_FIELDS``)."""
-    return str(config.env.hardware)
-
-
-def build_env(config, traces=None):
-    """``(env, env_params, trace_info)`` for the config (traces loaded if not given)."""
-    if config.env.name == "toy":
-        env, params = toy_env.make(num_users=int(config.env.num_users),
-                                   threshold=float(config.env.toy_threshold))
-        return env, params, {"source": "toy", "benchmark": "toy", "synthetic": True}
-    info = None
-    if traces is None:
-        traces, info = load_traces(config)
-    kw = dict(num_users=int(config.env.num_users), reward_mode=config.env.reward_mode,
-              beta=float(config.env.beta), tau_s=float(config.env.tau_s),
-              hardware=hardware_of(config), server_model=str(config.env.server_model))
-    if config.env.contention:
-        kw.update(scheduler=config.env.scheduler, num_servers=int(config.env.num_servers),
-                  bandwidth_hz=float(config.env.bandwidth_hz),
-                  arrival_rate_hz=float(config.env.arrival_rate_hz))
-    else:
-        # The per-user screening MDP: every nomination is served at once, nothing is lost to
-        # outage, and a finished user's slot is refilled at the end of the slot (an arrival
-        # rate far above the slot rate; "blocked" arrivals are then meaningless).
-        u = int(config.env.num_users)
-        kw.update(scheduler="offload_all", num_servers=u, bandwidth_hz=1e15,
-                  arrival_rate_hz=100.0 * u / float(config.env.tau_s),
-                  snr_threshold_db=-math.inf)
-    env, params = registry.make("edge", traces=traces, **kw)
-    if info is None:
-        info = {"source": "given", "num_nodes": traces.num_nodes,
-                "num_problems": traces.num_problems, "feature_dim": traces.feature_dim}
-    return env, params, info
-
+# ----------------------------------------------------------------------------- setup
 
 def _obs_dim(env, env_params) -> int:
     obs, _ = jax.eval_shape(env.reset, jax.random.key(0), env_params)
     if len(obs.shape) != 2:
         raise ValueError(f"env.reset must return obs [U, D], got shape {obs.shape}")
     return int(obs.shape[1])
-
-
-def _default_action_fn(env_params, pass_gain: bool):
-    if pass_gain and hasattr(env_params, "traces"):
-        return lambda screen, gain: EdgeAction(screen=screen, gain=gain)
-    return None
 
 
 class Setup(NamedTuple):
@@ -201,7 +131,7 @@ class Setup(NamedTuple):
     total_chunks: int
     num_actions: int = networks.NUM_ACTIONS
     critic: str = "q"
-    env_given: bool = False         # built from a caller's (env, env_params), not the config
+    env_given: bool = True          # False: the env a config names (its trace_info given)
 
     def init_states(self, config):
         """Seed-stacked fresh ``LearnerState`` (leading axis num_seeds), built by one jitted
@@ -257,16 +187,23 @@ def _ppo_settings(config, env, num_users: int) -> learner.PPOSettings:
     return settings
 
 
-def build_setup(config, env_and_params: tuple | None = None) -> Setup:
-    """Validates the config and builds env, network, optimiser and learner settings.
+def build_setup(config, env_and_params: tuple, *, action_fn: Callable | None = None,
+                trace_info: dict | None = None) -> Setup:
+    """Validates the config and builds network, optimiser and learner settings for the env.
 
     Args:
-      env_and_params: use this ``(env, env_params)`` instead of the one the config names:
-        any env of the pure multi-user shape with discrete actions (the action count comes
-        from ``env.action_spec(params).num_values``, 2 if the env has none), or a
-        single-agent gymnax-style env (obs [D]), adapted by ``envs.single_agent`` (one user
-        slot: set ``env.num_users = 1``). Bad shapes raise ``single_agent.BadEnvShape``
-        (exit 2) naming the env function and the shape.
+      env_and_params: the ``(env, env_params)`` to train on: any env of the pure multi-user
+        shape with discrete actions (the action count comes from
+        ``env.action_spec(params).num_values``, 2 if the env has none), or a single-agent
+        gymnax-style env (obs [D]), adapted by ``prada_jax.rl.single_agent`` (one user slot:
+        set ``env.num_users = 1``). Bad shapes raise ``single_agent.BadEnvShape`` (exit 2)
+        naming the env function and the shape. The env a config names is built by
+        ``envs.stage1.build_setup``.
+      action_fn: ``(screen [U], gain [U]) -> env action`` of the rollout (None: the int
+        screen is the action).
+      trace_info: the env's data record for ``policy_meta.json``; given by the builder of
+        the env a config names (a resume then checks the stored ``policy_meta.json``), None
+        for a caller's own env (``{"source": "given"}``).
 
     ``ppo.decision_only`` None (the default) is taken from the env: True only when it
     declares ``sparse_decisions`` (the edge env does); a chunk whose decisions overflow the
@@ -275,15 +212,16 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     declaration stops the run, so no decision is ever dropped silently (README "Your own
     env").
     """
-    validate_config(config, env_given=env_and_params is not None)
+    validate_config(config)
     if "mesh" in config:   # several processes: join them before the first JAX computation
         parallel.maybe_initialize_distributed(config.mesh)
-    if env_and_params is None:
-        env, env_params, trace_info = build_env(config)
-    else:
+    env_given = trace_info is None
+    if env_given:
         # A single-agent env (obs [D]) gets the user axis; a bad shape is one line, exit 2.
         env, env_params = single_agent.as_multi_user(*env_and_params)
         trace_info = {"source": "given"}
+    else:   # the env a config names (envs.stage1.build_env): multi-user by construction
+        env, env_params = env_and_params
     obs_dim = _obs_dim(env, env_params)
     obs_shape = jax.eval_shape(env.reset, jax.random.key(0), env_params)[0].shape
     num_users = int(obs_shape[0])
@@ -304,12 +242,11 @@ def build_setup(config, env_and_params: tuple | None = None) -> Setup:
     graphdef, _ = networks.init_network(jax.random.key(0), obs_dim, tuple(config.net.hidden),
                                         bool(config.net.separate_critic), num_actions, critic)
     apply_fn = networks.make_apply_fn(graphdef)
-    action_fn = _default_action_fn(env_params, bool(config.env.pass_gain))
     return Setup(env=env, env_params=env_params, trace_info=trace_info, settings=settings,
                  graphdef=graphdef, apply_fn=apply_fn, tx=tx, action_fn=action_fn,
                  obs_dim=obs_dim, num_users=num_users, total_chunks=chunks,
                  num_actions=num_actions, critic=critic,
-                 env_given=env_and_params is not None)
+                 env_given=env_given)
 
 
 def check_decision_overflow(overflow, decisions) -> None:
@@ -425,10 +362,11 @@ def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
     Args:
       config: the ``ml_collections`` config of ``prada_jax/configs/ppo.py``.
       workdir: run directory (created).
-      setup: :func:`build_setup`'s result for ``config`` (and ``env_and_params``): a launcher
-        builds it once to report bad input before anything is written; built here when None.
-      env_and_params: optional ``(env, env_params)`` to train on instead of the config's env
-        (read by :func:`build_setup`; with ``setup`` given, pass the same pair or none).
+      setup: :func:`build_setup`'s result for ``config`` and its env (for the env a config
+        names, ``envs.stage1.build_setup``): a launcher builds it once to report bad input
+        before anything is written.
+      env_and_params: ``(env, env_params)`` to build the setup from when ``setup`` is None
+        (:func:`build_setup` with no ``action_fn`` or ``trace_info``).
       max_chunks: stop after this many chunks in *this* call (tests, time-boxed jobs); a
         checkpoint is saved there and the run continues on the next call.
 
@@ -444,6 +382,9 @@ def train_and_evaluate(config, workdir, setup: Setup | None = None, *,
         the last good checkpoint stays.
     """
     if setup is None:
+        if env_and_params is None:
+            raise TypeError("train_and_evaluate needs setup or env_and_params: the trainer "
+                            "builds no env (envs.stage1.build_setup builds a config's)")
         setup = build_setup(config, env_and_params)
     if not workdir:
         raise config_utils.ConfigError("--workdir is required")

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import edge, scenarios
+from envs import edge, scenarios, stage2
 from evals import evaluate as ev
 from evals import grid, pipeline, policy_samples, suite
 from studies.stage2_verdict.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, ROW_CONST,
@@ -23,7 +23,6 @@ from prada_jax import config_utils, latency
 from prada_jax.errors import BadInput
 from prada_jax.sched.registry import SCHEDULER_NAMES
 from prada_jax.dual import learner
-from prada_jax.dual.problem import env_slot
 from prada_jax.configs import dual as dual_cfg
 
 
@@ -71,10 +70,10 @@ GRID_BATCH = 8  # grid pairs per vmapped call (memory: 8 × seeds × one env rol
 def conditioned_mult_fn(dcfg):
     """``mult_fn(learner_state, env_state, params, action, env_key) -> (λ_s, µ per Hz)`` of a
     conditioned learner with static config ``dcfg``: the slot's load features exactly as the
-    learner computed them (``prada_jax.dual.problem.env_slot`` on the noise ``edge.step``
+    learner computed them (``envs.stage2.env_slot`` on the noise ``edge.step``
     will draw from ``env_key``). Cached: one compiled evaluator per config."""
     def fn(learner_state, state, params, action, env_key):
-        _, batch = env_slot(state, action, params, edge.draw_noise(env_key, params))
+        _, batch = stage2.env_slot(state, action, params, edge.draw_noise(env_key, params))
         m = learner.multipliers(learner_state, dcfg, batch.load)
         return m.lambda_s.astype(jnp.float32), m.mu.astype(jnp.float32)
 

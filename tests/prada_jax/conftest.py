@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import edge, registry
+from envs import edge, registry, stage2
 from prada_jax.sched.threshold import threshold_decide
-from prada_jax.dual import nominate, rollout
+from prada_jax.dual import rollout
 from prada_jax.traces.testing import random_traces
 
 #: Rollout shape shared by the stage-2 env tests: E envs, T slots, U user slots.
@@ -28,7 +28,7 @@ class Stage2Env:
         self.traces = random_traces(seed=0, problems=12, depth=4, feature_dim=4)
         self.rollout = rollout.cached(
             ("tests.prada_jax.conftest", "trace_rule", -0.05, STAGE2_SLOTS),
-            lambda: jax.jit(rollout.make_rollout(nominate.make_trace_rule_policy(-0.05),
+            lambda: jax.jit(rollout.make_rollout(stage2.EDGE, stage2.make_trace_rule_policy(-0.05),
                                                  STAGE2_SLOTS)))
         self.decide = jax.jit(jax.vmap(threshold_decide))
 

@@ -147,6 +147,7 @@ def test_pooled_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
 
     import studies.stage2_pooled as pl
     from prada_jax.configs import ppo as ppo_cfg
+    from envs import stage1
     from prada_jax.rl import trainer
     tiny = dict(seeds=2, slots=60, warmup=10, scenario_length=60, num_users=8, eval_problems=60,
                 env={"num_servers": 1, "arrival_rate_hz": 12.0}, ppo_variant="smoke",
@@ -161,7 +162,7 @@ def test_pooled_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
         c.ppo.total_env_steps = 256
         c.log.progress = False
         c.seed = k
-        trainer.train_and_evaluate(c, tmp_path / f"pol{k}")
+        trainer.train_and_evaluate(c, tmp_path / f"pol{k}", stage1.build_setup(c))
         pols.append(str(tmp_path / f"pol{k}"))
     lines = []
     res = pl.run_pooled(tmp_path / "v", pols, ["burst"], learner_seeds=2, seeds=2,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from envs import edge, scenarios
+from envs import edge, scenarios, stage1
 from evals import evaluate as ev
 from evals import grid
 from studies import stage2_verdict as stage2
@@ -65,7 +65,7 @@ def tiny_run(tmp_path_factory):
         c = ppo_cfg.get_config("smoke,gsm8k")
         c.ppo.total_env_steps = 256
         c.log.progress = False
-        trainer.train_and_evaluate(c, out / "pol")
+        trainer.train_and_evaluate(c, out / "pol", stage1.build_setup(c))
         res = stage2.run(out, ["burst"], quick=True, policy_dir=str(out / "pol"),
                          log=lambda *a: None)
     finally:

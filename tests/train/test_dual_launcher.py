@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from envs import stage2
 from prada_jax import config_utils
 from prada_jax.errors import BadInput
 from prada_jax.dual import files, problem, trainer
 from prada_jax.traces import splits
+from prada_jax.traces.loader import load_config_traces
 from prada_jax.configs import dual as dual_configs
 from tests.helpers.kill import kill_after_checkpoint
 
@@ -29,10 +31,10 @@ def _scalars(logdir):
 def test_smoke_run_resumes_exactly_and_exports(tmp_path):
     cfg = dual_configs.get_config("smoke")
     # Split run: one chunk, then resume to the end (2 chunks).
-    r1 = trainer.train_and_evaluate(cfg, tmp_path / "split", max_chunks=1)
+    r1 = trainer.train_and_evaluate(cfg, tmp_path / "split", stage2.build_setup(cfg), max_chunks=1)
     assert r1["chunk"] == 1 and "gap" not in r1
     assert (tmp_path / "split/checkpoints/1").is_dir()
-    r2 = trainer.train_and_evaluate(cfg, tmp_path / "split")
+    r2 = trainer.train_and_evaluate(cfg, tmp_path / "split", stage2.build_setup(cfg))
     assert r2["chunk"] == 2
     # The multipliers are a choice: learned on the validation split with validation seeds.
     assert r2["split"] == "validation"
@@ -94,7 +96,7 @@ def test_smoke_run_resumes_exactly_and_exports(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in damaged.rglob("*")}
     with pytest.raises(checkpointing.DamagedCheckpoint,
                        match=r"no intact checkpoint .*ocdbt\.process_0 does not read back"):
-        trainer.train_and_evaluate(cfg, damaged)
+        trainer.train_and_evaluate(cfg, damaged, stage2.build_setup(cfg))
     assert {p: p.stat().st_mtime_ns for p in damaged.rglob("*")} == before
 
 
@@ -125,7 +127,7 @@ def test_bad_config_is_refused_naming_the_field(tmp_path, field, value):
         node = node[p]
     node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], str) else value
     with pytest.raises(BadInput, match=f"config.{field}"):
-        trainer.train_and_evaluate(cfg, tmp_path / "bad")
+        trainer.train_and_evaluate(cfg, tmp_path / "bad", stage2.build_setup(cfg))
     assert not (tmp_path / "bad").exists()
 
 
@@ -226,7 +228,7 @@ def test_sigkill_after_a_checkpoint_then_resume_matches_uninterrupted(tmp_path):
     for name in ("multipliers.json", "gap.json", "config.json"):
         assert (ref / name).read_text() == (run / name).read_text(), name
     cfg = dual_configs.get_config("smoke")
-    template = trainer.build_setup(cfg).init_carry(0)
+    template = stage2.build_setup(cfg).init_carry(0)
     states = []
     for d in (ref, run):
         ck = checkpointing.Checkpointer(d / "checkpoints", create=False)
@@ -245,19 +247,19 @@ def test_policy_reward_mode_is_read_from_policy_meta(tmp_path, run_command):
     from prada_jax.errors import BadInput
 
     cfg = dual_configs.get_config("smoke")
-    assert trainer.policy_reward_mode(cfg) == "coarse"
+    assert stage2.policy_reward_mode(cfg) == "coarse"
     pdir = tmp_path / "ppo"
     pdir.mkdir()
     meta = pdir / "policy_meta.json"
     for written, want in (({"reward_mode": "true"}, "true"), ({}, "coarse")):
         meta.write_text(json.dumps(written))
         cfg.policy_dir = str(pdir)
-        assert trainer.policy_reward_mode(cfg) == want
-        params = trainer.build_env_params(cfg, trainer.load_traces(cfg)[0])
+        assert stage2.policy_reward_mode(cfg) == want
+        params = stage2.build_env_params(cfg, load_config_traces(cfg)[0])
         assert bool(params.policy_true_reward) is (want == "true")
     meta.write_text(json.dumps({"reward_mode": "dense"}))
     with pytest.raises(BadInput, match="policy_meta.json: reward_mode"):
-        trainer.policy_reward_mode(cfg)
+        stage2.policy_reward_mode(cfg)
     code, _, err = run_command("train.dual", "--config=prada_jax/configs/dual.py:smoke",
                                f"--workdir={tmp_path / 'cli'}", f"--policy={pdir}", cwd=REPO)
     proc = subprocess.CompletedProcess("train.dual", code, "", err)

@@ -3,12 +3,13 @@ evaluation env (docs/latency.md); the configs default to ``a100_orin_int4`` (iss
 leaves the records as before."""
 import pytest
 
+from envs import stage1, stage2
 from evals import suite
 from prada_jax import latency
 from prada_jax.configs import dual as dual_cfg
 from prada_jax.configs import ppo as ppo_cfg
 from prada_jax.errors import BadInput
-from prada_jax.rl import policy, trainer
+from prada_jax.rl import policy
 from prada_jax.dual import trainer as dual_trainer
 
 
@@ -21,7 +22,7 @@ def test_defaults_and_paper_records_nothing_new():
     assert suite.env_kwargs_from(None, {})["hardware"] == latency.CONFIG_PAIR
     c = ppo_cfg.get_config("smoke")
     c.env.hardware = "paper"
-    setup = trainer.build_setup(c)
+    setup = stage1.build_setup(c)
     assert not setup.env_params.latency.roofline
     assert "hardware" not in policy.policy_meta(c, setup)
     assert suite.env_kwargs_from(c, {})["hardware"] == "paper"
@@ -32,7 +33,7 @@ def test_defaults_and_paper_records_nothing_new():
 def test_a_roofline_pair_reaches_env_meta_and_evaluation(capsys):
     c = ppo_cfg.get_config("smoke")
     c.env.hardware = "a100_phone_int4"
-    setup = trainer.build_setup(c)
+    setup = stage1.build_setup(c)
     lp = setup.env_params.latency
     assert lp.roofline
     assert float(lp.edge_hw.mem_bw) == pytest.approx(76.8e9)
@@ -52,8 +53,9 @@ def test_dual_config_builds_the_pair_env():
     c = dual_cfg.get_config("smoke")
     c.env.hardware = "a100_orin_int4"
     dual_trainer.validate_config(c)
+    stage2.validate_env_config(c)
     traces, _ = synthetic.generate("gsm8k", seed=0, problems=20)
-    assert dual_trainer.build_env_params(c, traces).latency.roofline
+    assert stage2.build_env_params(c, traces).latency.roofline
     c.env.hardware = "tpu9"
     with pytest.raises(BadInput, match=r"config\.env\.hardware=tpu9"):
         dual_trainer.validate_config(c)

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from envs import stage1
 from prada_jax import config_utils, errors
 from prada_jax.rl import policy as policy_files, toy_env, trainer
 from prada_jax.configs import ppo as ppo_configs
@@ -38,11 +39,13 @@ def test_bad_config_fields_raise_naming_the_field(field, value, match):
     setattr(node, leaf, value)
     with pytest.raises(config_utils.ConfigError, match=match):
         trainer.validate_config(config)
+        stage1.validate_env_config(config)
 
 
 def test_variants_and_unknown_variant():
     for v in ("", "smoke", "gaokao2023en", "mmlu_stem", "true", "mmlu_stem,true", "toy"):
         trainer.validate_config(ppo_configs.get_config(v))
+        stage1.validate_env_config(ppo_configs.get_config(v))
     assert ppo_configs.get_config("mmlu_stem,true").env.reward_mode == "true"
     with pytest.raises(ValueError, match="unknown variant 'fast'"):
         ppo_configs.get_config("fast")
@@ -91,7 +94,7 @@ def test_smoke_cli_two_chunks_then_resume(tmp_path, run_command):
     per_chunk = 4 * 16 * 2
     assert [s for s, _ in sc["train/policy_loss"]] == [per_chunk, 2 * per_chunk]
     assert all(math.isfinite(v) for _, v in sc["train/policy_loss"])
-    policy, config = policy_files.load_policy(wd)
+    policy, config = policy_files.load_policy(wd, action_fn=stage1.edge_action)
     assert policy.meta["step"] == 4
     obs = np.zeros((4, 18), np.float32)
     gain = policy.advantage_fn(policy.params, obs)
@@ -105,7 +108,7 @@ def test_smoke_cli_two_chunks_then_resume(tmp_path, run_command):
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path):
     config = ppo_configs.get_config("toy")
     config.num_seeds = 2
-    out = trainer.train_and_evaluate(config, tmp_path, max_chunks=1)
+    out = trainer.train_and_evaluate(config, tmp_path, stage1.build_setup(config), max_chunks=1)
     assert out["update_step"] == 2
     assert (tmp_path / "tb" / "seed0").is_dir() and (tmp_path / "tb" / "seed1").is_dir()
     r0, r1 = (_scalars(tmp_path / "tb" / f"seed{s}") for s in (0, 1))

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from envs import stage1, stage2
 from prada_jax import checkpointing, errors, run_state
 from prada_jax.dual import trainer as dual_trainer
 from prada_jax.rl import policy as policy_files, trainer
@@ -55,12 +56,15 @@ def _ppo_config():
 
 
 def test_ppo_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
-    ref = trainer.train_and_evaluate(_ppo_config(), tmp_path / "ref")
-    part = trainer.train_and_evaluate(_ppo_config(), tmp_path / "run", max_chunks=3)
+    ref = trainer.train_and_evaluate(_ppo_config(), tmp_path / "ref",
+                                     stage1.build_setup(_ppo_config()))
+    part = trainer.train_and_evaluate(_ppo_config(), tmp_path / "run",
+                                      stage1.build_setup(_ppo_config()), max_chunks=3)
     assert part["stopped_by"] == "max_calls" and part["update_step"] == 6
     # As a SIGKILL after checkpoint 4 and after chunk 3's curves would leave it:
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "6")
-    got = trainer.train_and_evaluate(_ppo_config(), tmp_path / "run")
+    got = trainer.train_and_evaluate(_ppo_config(), tmp_path / "run",
+                                     stage1.build_setup(_ppo_config()))
     assert got["start_update"] == 4 and got["update_step"] == 8 and got["finished"]
     for a, b in zip(jax.tree.leaves(ref["states"].params), jax.tree.leaves(got["states"].params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -70,7 +74,8 @@ def test_ppo_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
     assert _untimed(ref["scalars"]) == _untimed(got["scalars"])
 
     # rerun of the finished run: nothing to do, the stored final metrics, never NaN
-    again = trainer.train_and_evaluate(_ppo_config(), tmp_path / "run")
+    again = trainer.train_and_evaluate(_ppo_config(), tmp_path / "run",
+                                       stage1.build_setup(_ppo_config()))
     assert again["finished"] and again["start_update"] == again["update_step"] == 8
     assert again["scalars"] == got["scalars"]
     line = ppo_launcher.summary_line(again)
@@ -78,21 +83,22 @@ def test_ppo_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
 
 
 def test_ppo_resume_refuses_a_changed_computation_and_records_extensions(tmp_path):
-    trainer.train_and_evaluate(_ppo_config(), tmp_path, max_chunks=1)
+    trainer.train_and_evaluate(_ppo_config(), tmp_path,
+                               stage1.build_setup(_ppo_config()), max_chunks=1)
     before = {n: (tmp_path / n).read_text() for n in ("config.json", "policy_meta.json",
                                                       "run.json")}
     bad = _ppo_config()
     bad.seed = 1
     bad.net.hidden = (16,)
     with pytest.raises(run_state.ConfigMismatch) as e:
-        trainer.train_and_evaluate(bad, tmp_path)
+        trainer.train_and_evaluate(bad, tmp_path, stage1.build_setup(bad))
     assert isinstance(e.value, errors.BadInput)
     assert "seed: 0 → 1" in str(e.value) and "net.hidden: [32, 32] → [16]" in str(e.value)
     assert {n: (tmp_path / n).read_text() for n in before} == before
     longer = _ppo_config()
     longer.ppo.total_env_steps = 4 * 8 * 10
     longer.log.checkpoint_every = 2
-    out = trainer.train_and_evaluate(longer, tmp_path)
+    out = trainer.train_and_evaluate(longer, tmp_path, stage1.build_setup(longer))
     assert out["update_step"] == 10
     prov = run_state.read_run_meta(tmp_path)["provenance"]
     assert [p["event"] for p in prov] == ["start", "resume"]
@@ -130,11 +136,14 @@ def _dual_config(chunks=3):
 
 
 def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
-    ref = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "ref")
-    part = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run", max_chunks=2)
+    ref = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "ref",
+                                          stage2.build_setup(_dual_config()))
+    part = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run",
+                                           stage2.build_setup(_dual_config()), max_chunks=2)
     assert part["chunk"] == 2 and not part["finished"]
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "2")   # killed after checkpoint 1
-    got = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
+    got = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run",
+                                          stage2.build_setup(_dual_config()))
     assert got["start_chunk"] == 1 and got["chunk"] == 3
     assert got["multipliers"] == ref["multipliers"]
     assert _untimed(got["scalars"]) == _untimed(ref["scalars"])
@@ -142,13 +151,14 @@ def test_dual_resume_after_a_checkpoint_equals_uninterrupted(tmp_path):
     _files_equal(tmp_path / "ref", tmp_path / "run", ("config.json",))
     ma, mb = (json.loads((tmp_path / d / "multipliers.json").read_text()) for d in ("ref", "run"))
     assert ma == mb
-    again = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run")
+    again = dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "run",
+                                            stage2.build_setup(_dual_config()))
     assert again["finished"] and again["start_chunk"] == 3
     assert again["scalars"] == got["scalars"]
     bad = _dual_config()
     bad.dual.learning_rate = 123.0
     with pytest.raises(run_state.ConfigMismatch, match="dual.learning_rate"):
-        dual_trainer.train_and_evaluate(bad, tmp_path / "run")
+        dual_trainer.train_and_evaluate(bad, tmp_path / "run", stage2.build_setup(bad))
 
 
 def test_drop_removed_fields_deletes_only_the_listed_paths():
@@ -172,8 +182,10 @@ def test_config_json_with_a_removed_field_still_resumes(tmp_path):
     loads into the learner), and a changed live field is still refused."""
     from prada_jax import config_utils
 
-    ref = dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "ref")
-    dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old", max_chunks=1)
+    ref = dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "ref",
+                                          stage2.build_setup(_dual_config(chunks=2)))
+    dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old",
+                                    stage2.build_setup(_dual_config(chunks=2)), max_chunks=1)
     path = tmp_path / "old" / "config.json"
     stored = json.loads(path.read_text())
     stored["dual"]["queue_price"] = True     # as written before the field was removed
@@ -181,13 +193,14 @@ def test_config_json_with_a_removed_field_still_resumes(tmp_path):
     loaded = config_utils.read_config_json(tmp_path / "old")
     assert "queue_price" not in loaded.dual
     dual_trainer.validate_config(loaded)
-    got = dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old")
+    got = dual_trainer.train_and_evaluate(_dual_config(chunks=2), tmp_path / "old",
+                                          stage2.build_setup(_dual_config(chunks=2)))
     assert got["start_chunk"] == 1 and got["finished"]
     assert got["multipliers"] == ref["multipliers"]
     bad = _dual_config(chunks=2)
     bad.dual.step_size = 0.5
     with pytest.raises(run_state.ConfigMismatch, match="dual.step_size") as e:
-        dual_trainer.train_and_evaluate(bad, tmp_path / "old")
+        dual_trainer.train_and_evaluate(bad, tmp_path / "old", stage2.build_setup(bad))
     assert "queue_price" not in str(e.value)
 
 
@@ -201,8 +214,10 @@ def test_checkpoint_template_mismatch_is_found_before_config_json_is_rewritten(t
     already held the new value and run.json a "resume" entry when the restore failed)."""
     files = {"ppo": ("config.json", "run.json", "policy_meta.json"),
              "dual": ("config.json", "run.json")}
-    trainer.train_and_evaluate(_ppo_config(), tmp_path / "ppo", max_chunks=1)
-    dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "dual", max_chunks=1)
+    trainer.train_and_evaluate(_ppo_config(), tmp_path / "ppo",
+                               stage1.build_setup(_ppo_config()), max_chunks=1)
+    dual_trainer.train_and_evaluate(_dual_config(), tmp_path / "dual",
+                                    stage2.build_setup(_dual_config()), max_chunks=1)
     before = {k: {n: (tmp_path / k / n).read_text() for n in names}
               for k, names in files.items()}
     (tmp_path / "ppo" / "checkpoints").rename(tmp_path / "swap")
@@ -211,10 +226,10 @@ def test_checkpoint_template_mismatch_is_found_before_config_json_is_rewritten(t
     longer = _ppo_config()
     longer.ppo.total_env_steps = 4 * 8 * 10      # observational (constant schedule)
     with pytest.raises(checkpointing.CheckpointError):
-        trainer.train_and_evaluate(longer, tmp_path / "ppo")
+        trainer.train_and_evaluate(longer, tmp_path / "ppo", stage1.build_setup(longer))
     more = _dual_config(chunks=4)                # train.num_chunks is observational
     with pytest.raises(checkpointing.CheckpointError):
-        dual_trainer.train_and_evaluate(more, tmp_path / "dual")
+        dual_trainer.train_and_evaluate(more, tmp_path / "dual", stage2.build_setup(more))
     after = {k: {n: (tmp_path / k / n).read_text() for n in names}
              for k, names in files.items()}
     assert after == before

@@ -4,7 +4,7 @@ within 2 %, while λ = 0 runs far over it."""
 import jax
 import numpy as np
 
-from envs import scenarios
+from envs import scenarios, stage2
 from prada_jax.dual import learner, problem, rollout
 
 CAP, M, CHUNKS = 0.6, 2, 120
@@ -20,7 +20,7 @@ def _params(stage2_env):
 def _measure(stage2_env, params, lam, seed, chunks=40, warmup=2):
     """(measured occupancy, occupancy the admissions ask for) at the constant price λ over
     ``chunks`` rollouts of the fixture (the first ``warmup`` discarded), both / M."""
-    carry = rollout.init_rollout(jax.random.key(seed), params, stage2_env.num_envs,
+    carry = rollout.init_rollout(stage2.EDGE, jax.random.key(seed), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(problem.Multipliers(lam, 0.0)))
     busy, asked = [], []
     for c in range(chunks):
@@ -38,7 +38,7 @@ def test_learned_price_meets_the_measured_occupancy_cap(stage2_env):
                              utilisation=CAP, average_tail=0.5, average_horizon=CHUNKS)
     update = jax.jit(lambda s, b: learner.update(s, b, cfg)[1])
     state = learner.init(cfg)
-    carry = rollout.init_rollout(jax.random.key(11), params, stage2_env.num_envs,
+    carry = rollout.init_rollout(stage2.EDGE, jax.random.key(11), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(problem.Multipliers(0.0, 0.0)))
     for _ in range(CHUNKS):  # one update per chunk of the fixture's compiled rollout
         carry = carry._replace(prices=rollout.fixed_prices(learner.multipliers(state, cfg)))

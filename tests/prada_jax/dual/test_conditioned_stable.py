@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import registry, scenarios
-from prada_jax.dual import learner, nominate, problem, rollout, trainer
+from envs import registry, scenarios, stage2
+from prada_jax.dual import learner, problem, rollout, trainer
 from prada_jax.traces.testing import random_traces
 
 U, E, T = 48, 2, 24
@@ -43,13 +43,13 @@ def test_conditioned_learner_finishes_finite_through_a_zero_rate_upload():
                              init_lambda_s=0.04, learning_rate=0.05, temperature=0.05,
                              temperature_min=0.0005, anneal_steps=8)
     params = _params()
-    policy = nominate.make_trace_rule_policy(-0.05)
+    policy = stage2.make_trace_rule_policy(-0.05)
     # make_train_chunk's differentiable path, unrolled (one compiled rollout, one compiled
     # update): a rollout priced by the learner, then SGD steps on its slots
-    ro = jax.jit(rollout.make_rollout(policy, T, trainer.learner_mult_fn(cfg)))
+    ro = jax.jit(rollout.make_rollout(stage2.EDGE, policy, T, trainer.learner_mult_fn(cfg)))
     upd = jax.jit(lambda s, b: learner.update(s, b, cfg)[1])
     met = jax.jit(lambda s, b: learner.metrics(s, b, cfg))
-    carry = rollout.init_rollout(jax.random.key(0), params, E, lambda k: learner.init(cfg, k))
+    carry = rollout.init_rollout(stage2.EDGE, jax.random.key(0), params, E, lambda k: learner.init(cfg, k))
     for chunk in range(3):
         carry, out = ro(carry, params)
         b = out["batch"]

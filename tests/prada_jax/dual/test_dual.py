@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from prada_jax.sched.base import QUEUE
+from envs import stage2
 from prada_jax.dual import learner, problem, trainer
 from prada_jax.sched import oracle
 
@@ -380,8 +381,8 @@ def test_slot_from_sched_work_is_finite_with_infinite_delays():
                     queue_len=jnp.asarray(0, jnp.int32))
     sp = SchedParams(lambda_s=f32(0.0), mu=f32(0.0), beta=0.2, tau_s=0.05, num_servers=2,
                      max_wait_slots=20)
-    batch = problem.slot_from_sched(x, jnp.int32(2), jnp.float32(2e7), sp,
-                                    jnp.zeros(problem.LOAD_FEATURES))
+    batch = stage2.slot_from_sched(x, jnp.int32(2), jnp.float32(2e7), sp,
+                                    jnp.zeros(stage2.LOAD_FEATURES))
     work = np.asarray(batch.work)
     valid = np.asarray(batch.valid)
     want = np.where(valid, np.maximum(np.ceil(np.minimum(delay / 0.05, edge._MAX_PHASE_SLOTS)),

@@ -4,24 +4,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from envs import stage2
 from prada_jax.sched import oracle
-from prada_jax.dual import learner, nominate, problem, rollout, trainer
+from prada_jax.dual import learner, problem, rollout, trainer
 
 CFG = learner.DualConfig(mode="subgradient", step_size=0.005, decay_steps=400)
 
 
 @pytest.fixture(scope="module")
 def chunk():
-    return jax.jit(trainer.make_train_chunk(CFG, nominate.make_trace_rule_policy(-0.05), 60),
+    return jax.jit(trainer.make_train_chunk(CFG, stage2.EDGE, stage2.make_trace_rule_policy(-0.05), 60),
                    donate_argnums=())
 
 
 def test_extracted_slots_match_the_env_decision(stage2_env):
     """The env, running the threshold rule at fixed prices, decides exactly what the rule
-    decides on the candidate set read by ``problem.env_slot`` (except outages, which the env
+    decides on the candidate set read by ``stage2.env_slot`` (except outages, which the env
     makes local)."""
     params = stage2_env.params()
-    carry = rollout.init_rollout(jax.random.key(0), params, stage2_env.num_envs,
+    carry = rollout.init_rollout(stage2.EDGE, jax.random.key(0), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(problem.Multipliers(0.02, 0.0)))
     _, out = stage2_env.rollout(carry, params)
     np.testing.assert_allclose(np.asarray(out["lambda_s"]), 0.02, rtol=1e-6)
@@ -46,7 +47,7 @@ def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk, stage2_env):
                               num_users=12)
     results = {}
     for name, params in (("heavy", heavy), ("light", light)):
-        carry = rollout.init_rollout(jax.random.key(1), params, 4,
+        carry = rollout.init_rollout(stage2.EDGE, jax.random.key(1), params, 4,
                                      lambda k: learner.init(CFG, k))
         start = jnp.array([0.0, 0.0]) if name == "heavy" else jnp.array([0.05, 0.05])
         carry = carry._replace(prices=carry.prices._replace(m=start))
@@ -70,19 +71,19 @@ def test_heavy_load_raises_lambda_and_light_load_zeroes_it(chunk, stage2_env):
 
 
 def test_load_features_read_what_the_server_observes(stage2_env):
-    """problem.load_features against a NumPy transcription on env slots: queue/M,
+    """stage2.load_features against a NumPy transcription on env slots: queue/M,
     active/U, free units/M, new nominations/U, mean log2(1+SNR) of candidates / 10."""
     from envs import edge
 
     params = stage2_env.params(num_servers=2, arrival_rate_hz=60.0)
-    policy = nominate.make_trace_rule_policy(-0.05)
+    policy = stage2.make_trace_rule_policy(-0.05)
 
     @jax.jit
     def slot_then_step(key, state, params):
         """The slot's candidate set and SlotBatch, and the next state (one compilation)."""
         noise = edge.draw_noise(key, params)
         action = policy(None, None, state, params)
-        cs, batch = problem.env_slot(state, action, params, noise)
+        cs, batch = stage2.env_slot(state, action, params, noise)
         return cs, batch, edge.step_with_noise(state, action, params, noise)[1]
 
     _, state = jax.jit(edge.reset)(jax.random.key(0), params)
@@ -110,11 +111,11 @@ def test_ppo_policy_nominates_by_actor_or_critic():
     logits = jnp.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     q = jnp.array([[0.0, -0.1], [0.0, 0.2], [0.0, 0.3], [0.0, -0.4]])
     apply_fn = lambda p, obs: (logits, q)  # noqa: E731
-    actor = nominate.make_ppo_policy(apply_fn, None)(None, None, None, None)
-    critic = nominate.make_ppo_policy(apply_fn, None, nominate_by="critic")(
+    actor = stage2.make_ppo_policy(apply_fn, None)(None, None, None, None)
+    critic = stage2.make_ppo_policy(apply_fn, None, nominate_by="critic")(
         None, None, None, None)
     np.testing.assert_array_equal(np.asarray(actor.screen), [1, 0, 1, 0])
     np.testing.assert_array_equal(np.asarray(critic.screen), [0, 1, 1, 0])
     np.testing.assert_allclose(np.asarray(critic.gain), [-0.1, 0.2, 0.3, -0.4])
     with pytest.raises(BadInput, match="nominate_by"):
-        nominate.make_ppo_policy(apply_fn, None, nominate_by="both")
+        stage2.make_ppo_policy(apply_fn, None, nominate_by="both")

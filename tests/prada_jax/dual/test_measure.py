@@ -5,15 +5,16 @@ import jax
 import numpy as np
 
 from evals.evaluate import DEFAULT_DRAIN_SLOTS
-from prada_jax.dual import gap, learner, measure, nominate, problem, rollout, trainer
+from envs import stage2
+from prada_jax.dual import gap, learner, measure, problem, rollout, trainer
 
-POLICY = nominate.make_trace_rule_policy(-0.05)
+POLICY = stage2.make_trace_rule_policy(-0.05)
 D = 12         # a short timeout (finished latencies here: 5 … 27 slots): some users time out
 T = 40
 
 
 def _fixed(params, seed=0, envs=2):
-    return rollout.init_rollout(jax.random.key(seed), params, envs,
+    return rollout.init_rollout(stage2.EDGE, jax.random.key(seed), params, envs,
                                 lambda _: rollout.fixed_prices(problem.Multipliers(0.0, 0.0)))
 
 
@@ -45,7 +46,7 @@ def test_every_admitted_user_resolves_once(stage2_env):
     (``ok``) or timed out; ``ok``'s latencies are the finished users' latencies ≤ D·τ."""
     on = stage2_env.params(num_users=3, arrival_rate_hz=60.0)
     off = on.replace(arrival_rate_hz=on.arrival_rate_hz * 0.0)
-    ro = jax.jit(rollout.make_rollout(POLICY, T, timeout_slots=D))
+    ro = jax.jit(rollout.make_rollout(stage2.EDGE, POLICY, T, timeout_slots=D))
     carry, out1 = ro(_fixed(on), on)
     _, out2 = ro(carry, off)
     out = {k: np.concatenate([np.asarray(out1[k]), np.asarray(out2[k])])
@@ -69,10 +70,10 @@ def test_trainer_diagnostics_count_every_arrival(stage2_env):
     they were over finished users only (correct / finished)."""
     cfg = learner.DualConfig(mode="subgradient", step_size=0.005, decay_steps=400)
     params = stage2_env.params(num_users=3, arrival_rate_hz=60.0)
-    carry = rollout.init_rollout(jax.random.key(3), params, 2, lambda k: learner.init(cfg, k))
-    chunk = jax.jit(trainer.make_train_chunk(cfg, POLICY, T))
+    carry = rollout.init_rollout(stage2.EDGE, jax.random.key(3), params, 2, lambda k: learner.init(cfg, k))
+    chunk = jax.jit(trainer.make_train_chunk(cfg, stage2.EDGE, POLICY, T))
     _, m = chunk(carry, params)
-    ro = jax.jit(rollout.make_rollout(POLICY, T, trainer.learner_mult_fn(cfg),
+    ro = jax.jit(rollout.make_rollout(stage2.EDGE, POLICY, T, trainer.learner_mult_fn(cfg),
                                       lambda s, b: learner.update(s, b, cfg)[1]))
     _, out = ro(carry, params)
     s = {k: float(np.sum(np.asarray(out[k], np.float64)))
@@ -97,9 +98,9 @@ def test_rollout_stats_measures_the_window_cohort(stage2_env):
     NumPy from the same rollout (same seed, warm-up, window and drain)."""
     params = stage2_env.params(num_users=3, arrival_rate_hz=60.0)
     L, warm, win = 20, 1, 2
-    got = gap.rollout_stats(params, POLICY, gap.ZERO, win, 2, seed=5, rollout_len=L,
-                            warmup_chunks=warm, timeout_slots=D)
-    ro, carry = gap._fixed_rollout(params, POLICY, gap.ZERO, 2, 5, L, None, D)
+    got = gap.rollout_stats(stage2.EDGE, params, POLICY, gap.ZERO, win, 2, seed=5,
+                            rollout_len=L, warmup_chunks=warm, timeout_slots=D)
+    ro, carry = gap._fixed_rollout(stage2.EDGE, params, POLICY, gap.ZERO, 2, 5, L, None, D)
     lo, hi = warm * L, (warm + win) * L
     arrivals = blocked = fin = correct = lat_sum = 0.0
     tau = float(params.tau_s)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from envs import stage1
 from prada_jax.rl import learner, losses, toy_env, trainer
 from prada_jax.configs import ppo as ppo_configs
 
@@ -178,15 +179,17 @@ def test_learner_on_toy_env_with_three_actions(critic, fast_compile):
 
 
 def test_validate_config_names_fields_without_env():
+    """The trainer checks its own fields; the env's (``env.name``, ...) are the env
+    builder's (``envs.stage1``)."""
     config = ppo_configs.get_config("toy")
     config.env.name = "bogus"
     with pytest.raises(trainer.config_utils.ConfigError, match="env.name"):
-        trainer.validate_config(config)
-    trainer.validate_config(config, env_given=True)
+        stage1.validate_env_config(config)
+    trainer.validate_config(config)
     config.net.critic = "w"
     with pytest.raises(trainer.config_utils.ConfigError, match="net.critic"):
-        trainer.validate_config(config, env_given=True)
+        trainer.validate_config(config)
     config.net.critic = "q"
     config.ppo.decision_capacity = 0.0
     with pytest.raises(trainer.config_utils.ConfigError, match="decision_capacity"):
-        trainer.validate_config(config, env_given=True)
+        trainer.validate_config(config)

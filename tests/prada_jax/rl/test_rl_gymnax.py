@@ -1,4 +1,4 @@
-"""Issue 25: decision_only decided from the env, the single-agent adapter (envs.single_agent),
+"""Issue 25: decision_only decided from the env, the single-agent adapter (prada_jax.rl.single_agent),
 bad env shapes as one-line exit-2 errors, and PPO solving gymnax CartPole-v1."""
 import time
 from typing import NamedTuple
@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import registry, single_agent
+from envs import registry, stage1
 from prada_jax import cli
 from prada_jax.errors import BadInput
-from prada_jax.rl import toy_env, trainer
+from prada_jax.rl import single_agent, toy_env, trainer
 from prada_jax.configs import ppo as ppo_configs
 
 
@@ -179,7 +179,7 @@ def test_bad_env_shapes_name_the_function_and_shape():
 def test_edge_env_declares_sparse_decisions_and_default_uses_them():
     env, _ = registry.make("edge")
     assert env.sparse_decisions is True
-    setup = trainer.build_setup(ppo_configs.get_config("smoke"))
+    setup = stage1.build_setup(ppo_configs.get_config("smoke"))
     assert setup.settings.decision_only and setup.settings.decision_capacity == 96
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from envs import stage1
 from prada_jax import checkpointing
 from prada_jax.rl import learner, trainer
 from prada_jax.configs import ppo as ppo_configs
@@ -19,7 +20,7 @@ def toy():
     jax.config.update("jax_disable_most_optimizations", True)
     config = ppo_configs.get_config("toy")
     config.num_seeds = 2
-    setup = trainer.build_setup(config)
+    setup = stage1.build_setup(config)
     chunk = learner.make_train_chunk(setup.settings, setup.env, setup.apply_fn, setup.tx)
     chex.clear_trace_counter()
     traced = chex.assert_max_traces(chunk, n=1)

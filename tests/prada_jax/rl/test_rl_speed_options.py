@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from envs import stage1
 from prada_jax.configs import ppo as ppo_configs
 from prada_jax.rl import learner, toy_env, trainer
 
@@ -19,7 +20,8 @@ def _toy_config(**ppo):
 
 def _one_chunk(config, env_and_params=None, num_seeds=1):
     config.num_seeds = num_seeds
-    setup = trainer.build_setup(config, env_and_params)
+    setup = (stage1.build_setup(config) if env_and_params is None
+             else trainer.build_setup(config, env_and_params))
     states, m = trainer.make_jitted_chunk(setup)(setup.init_states(config), setup.env_params)
     return setup, states, {k: np.asarray(v) for k, v in m.items()}
 

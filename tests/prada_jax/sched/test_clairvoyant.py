@@ -102,12 +102,13 @@ def test_stream_from_env_rollout_bounds_the_rule_that_ran(stage2_env):
     bound is ≥ the rule's and the greedy rule's value on that stream."""
     import jax
 
+    from envs import stage2
     from prada_jax.dual import rollout
     from prada_jax.dual.stream import rollout_plan, stream_from_rollout
     from prada_jax.dual.problem import Multipliers
 
     params = stage2_env.params()  # structure-only traces, M = 1, U = 6
-    carry = rollout.init_rollout(jax.random.key(0), params, stage2_env.num_envs,
+    carry = rollout.init_rollout(stage2.EDGE, jax.random.key(0), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(Multipliers(0.0, 0.0)))
     _, out = stage2_env.rollout(carry, params)
     s = stream_from_rollout(out, env=1)

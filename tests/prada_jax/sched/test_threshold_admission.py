@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from envs import stage2
 from prada_jax import sched
 from prada_jax.sched import IMMEDIATE, LOCAL, QUEUE, SchedInputs, SchedParams
 from prada_jax.sched import registry
@@ -197,7 +198,7 @@ def test_env_runs_the_admission_rule(stage2_env):
     admitted and locally kept candidates present."""
     params = stage2_env.params()
     lam = 0.004  # between typical w's so both admitted and locally kept candidates occur
-    carry = rollout.init_rollout(jax.random.key(0), params, stage2_env.num_envs,
+    carry = rollout.init_rollout(stage2.EDGE, jax.random.key(0), params, stage2_env.num_envs,
                                  lambda _: rollout.fixed_prices(problem.Multipliers(lam, 0.0)))
     _, out = stage2_env.rollout(carry, params)
     np.testing.assert_allclose(np.asarray(out["lambda_s"]), lam, rtol=1e-6)

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(args, cwd):
@@ -67,7 +67,7 @@ def test_refit_command_writes_a_loadable_policy_with_the_same_actor(tmp_path):
 
 def test_unknown_split_is_refused_before_anything_is_written(tmp_path):
     from prada_jax.errors import BadInput
-    from prada_jax.rl import critic_refit
+    from evals import critic_refit
 
     with pytest.raises(BadInput, match="--split=tset"):
         critic_refit.check_and_refit(str(tmp_path / "ppo"), str(tmp_path / "out"), split="tset")

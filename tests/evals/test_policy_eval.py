@@ -1,4 +1,4 @@
-"""Monte-Carlo policy evaluation (``prada_jax.rl.policy_eval``) against an exact plain-Python
+"""Monte-Carlo policy evaluation (``evals.policy_eval``) against an exact plain-Python
 enumeration of the per-user screening MDP, and the critic refit.
 
 The reference below walks the trace tree with float64 latency formulas from the NumPy
@@ -15,7 +15,7 @@ import pytest
 from envs import edge_numpy as ref
 from envs import registry
 from prada_jax.rl import networks
-from prada_jax.rl import policy_eval as pe
+from evals import policy_eval as pe
 from prada_jax.traces.testing import random_traces
 
 BETA = 0.5

@@ -6,7 +6,7 @@ The stage-2 scheduler values a nomination by the critic's ΔQ = Q(s, 1) − Q(s,
 *final* actor. This module measures it against a reference that shares no code with the critic:
 
 * ``sample_decision_states``: run the policy (greedy by default) in an env (normally the one it
-  was trained on, ``trainer.build_env``) and keep the states of users at a decision point, each
+  was trained on, ``envs.stage1.build_env``) and keep the states of users at a decision point, each
   cut down to a one-user env state (``user_slice``).
 * ``mc_action_values``: for each such state, branch the env: force the user's action to keep
   (0) or nominate (1), then follow the policy until that user's solution ends; the user's
@@ -21,12 +21,12 @@ The stage-2 scheduler values a nomination by the critic's ΔQ = Q(s, 1) − Q(s,
   actor) are regressed on MC targets for *both* actions of fresh states (``fit_targets``).
 
 One-user branching is exact for an env whose users do not interact: the per-user screening MDP
-of ``trainer.build_env`` with ``contention=False`` (``offload_all``, unlimited M and B, no
+of ``envs.stage1.build_env`` with ``contention=False`` (``offload_all``, unlimited M and B, no
 outage). In that env a user's trajectory under the greedy actor is deterministic given its
 state (no randomness reaches a single user's coarse return), so R = 1 is exact for the greedy
 actor; R > 1 matters for the sampling policy the critic was trained on (``greedy=False``).
 In a contended env the other users would have to be branched too; this module does not do
-that, and ``prada_jax.rl.critic_refit`` refuses a policy trained with contention.
+that, and ``evals.critic_refit`` refuses a policy trained with contention.
 
 Units: returns and ΔQ in reward units (PRM units under the coarse reward); shapes in each
 docstring (N states, R replicates).

@@ -4,12 +4,12 @@ evaluation, and write a policy folder whose critic is refit for the frozen final
 ``check_and_refit(policy_dir, out, ...)`` is what ``python -m train.critic_refit`` runs:
 
 1. loads the ``train.ppo`` run (one seed) and rebuilds the env it was trained on
-   (``trainer.build_env``: the per-user screening MDP, the training reward of its
+   (``envs.stage1.build_env``: the per-user screening MDP, the training reward of its
    ``policy_meta.json``);
 2. *before*: on ``eval_states`` decision points visited by the greedy actor on the judged
    split (``split``, default validation: problems the policy did not train on; seeds of that
    split's range, ``prada_jax.traces.splits``), compares the critic's ΔQ with ΔQ_MC of the greedy actor
-   (``prada_jax.rl.policy_eval``; exact for the greedy actor in that env, R = 1) and, with
+   (``evals.policy_eval``; exact for the greedy actor in that env, R = 1) and, with
    ``sampling_replicates > 0``, with ΔQ_MC of the sampling policy the critic was trained on;
 3. unless ``measure_only``: draws ``fit_states`` other decision points (nine tenths on the
    policy's training problems, seed ``seed``; one tenth on the judged split for early
@@ -33,12 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs import stage1
+from evals import policy_eval as pe
 from prada_jax import checkpointing
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 from prada_jax.rl import policy as policy_files
-from prada_jax.rl import policy_eval as pe
-from prada_jax.rl import trainer
 from prada_jax.traces import splits
 
 __all__ = ["check_and_refit", "REPORT_FILE"]
@@ -86,18 +86,19 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
         raise BadInput(f"--policy={policy_dir}: trained with contention (users interact); the "
                        "one-user Monte-Carlo branching needs the per-user MDP")
     t0 = time.time()
-    env, params, _ = trainer.build_env(config)        # the policy's training problems
+    env, params, _ = stage1.build_env(config)        # the policy's training problems
     judge_config = copy.deepcopy(config)
     with judge_config.unlocked():
         judge_config.env.split = split
-    judge_env, judge_params, judge_info = trainer.build_env(judge_config)
+    judge_env, judge_params, judge_info = stage1.build_env(judge_config)
     judge_seed = splits.seed_base(split) + int(seed)   # validation / test seed range
     gamma = float(config.ppo.gamma)
     apply_fn = policy.apply_fn
     report = {"policy": str(policy_dir), "step": int(meta["step"]),
               "reward_mode": meta.get("reward_mode", "coarse"),
               "traces": meta.get("traces"), "gamma": gamma, "seed": int(seed),
-              "env": "the policy's training env (trainer.build_env: per-user MDP, no contention)",
+              "env": "the policy's training env (envs.stage1.build_env: per-user MDP, "
+                     "no contention)",
               "split": split, "judge_problems": int(judge_info.get("num_problems", -1)),
               "judge_seed0": judge_seed,
               "split_note": f"before/after and early stopping on the {split} split (seeds "
@@ -178,7 +179,7 @@ def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: 
     """``out`` as a ``train.ppo`` run folder: the source's config.json and run.json, its
     policy_meta.json plus ``critic_refit``, and its newest checkpoint's whole learner state with
     the critic parameters replaced (saved under the same step)."""
-    setup = trainer.build_setup(config)
+    setup = stage1.build_setup(config)
     template = setup.init_states(config)
     step = int(meta["step"])
     src_ckpt = checkpointing.Checkpointer(src / "checkpoints", create=False)
@@ -197,7 +198,7 @@ def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: 
     keep["critic_refit"] = {
         "source": str(src), "source_step": step,
         "what": "critic torso and Q head regressed on Monte-Carlo Q(s,0), Q(s,1) of the frozen "
-                "greedy actor (prada_jax.rl.critic_refit); actor unchanged",
+                "greedy actor (evals.critic_refit); actor unchanged",
         "fit_states": report["fit_states"], "steps": report["refit"]["steps"],
         "best_step": report["refit"]["best_step"], "seed": report["seed"]}
     policy_files.write_policy_meta(out, keep)

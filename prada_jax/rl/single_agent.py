@@ -1,5 +1,8 @@
 """Adapter that runs a single-agent env (obs [D], scalar reward) as a one-user multi-user env.
 
+The PPO trainer's input wrapper (as PureJaxRL keeps its gymnax wrappers in the library): it
+knows no env of this project; ``envs.registry`` offers ``make("gymnax")`` through it.
+
 The PPO learner (``prada_jax.rl.learner``) trains on envs of the multi-user shape:
 ``reset(key, params) -> (obs [U, D], state)`` and ``step(key, state, action [U], params) ->
 (obs [U, D], state, reward [U], done [U], info)`` with ``info["decision_mask"]`` [U].
@@ -26,7 +29,7 @@ Other numeric scalar ``info`` entries are passed on (the learner logs them as ``
 Example::
 
     import gymnax
-    from envs import single_agent
+    from prada_jax.rl import single_agent
     env, params = single_agent.make_gymnax("CartPole-v1")   # or adapt(*gymnax.make(...))
     setup = trainer.build_setup(config, (env, params))      # config.env.num_users = 1
 
