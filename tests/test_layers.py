@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,41 @@ def test_a_broken_contract_fails(tmp_path, broken):
     assert r.returncode != 0
     edges, _ = violations(out)
     assert edges == {("layerpkg.low", "layerpkg.high")}, out[-3000:]
+
+
+def _contract(contract_id: str) -> dict:
+    """The contract ``contract_id`` as pyproject.toml declares it."""
+    with open(REPO / "pyproject.toml", "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if c.get("id") == contract_id)
+
+
+def _toml_value(v) -> str:
+    return "[" + ", ".join(f'"{x}"' for x in v) + "]" if isinstance(v, list) else f'"{v}"'
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_library_importing_envs_breaks_its_contract(tmp_path, broken):
+    """pyproject.toml's own "library-not-envs" contract on a skeleton of the two packages: kept
+    while the trainer builds no env, broken, naming the edge, once ``from envs import edge`` is
+    back inside the library (DESIGN §1: trainers take their env as an argument)."""
+    for d in ("prada_jax", "prada_jax/rl", "envs"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "__init__.py").write_text("")
+    (tmp_path / "envs" / "edge.py").write_text("X = 1\n")
+    (tmp_path / "prada_jax" / "rl" / "trainer.py").write_text(
+        "from envs import edge\n" if broken else "X = 1\n")
+    contract = _contract("library-not-envs")
+    body = "\n".join(f"{k} = {_toml_value(v)}" for k, v in contract.items())
+    (tmp_path / "contracts.toml").write_text(
+        '[tool.importlinter]\nroot_packages = ["prada_jax", "envs"]\n\n'
+        f"[[tool.importlinter.contracts]]\n{body}\n")
+    r = lint_imports(tmp_path, "contracts.toml")
+    out = r.stdout + r.stderr
+    assert "Contracts:" in out, out[-3000:]
+    if not broken:
+        assert r.returncode == 0, out[-3000:]
+        return
+    assert r.returncode != 0
+    edges, _ = violations(out)
+    assert edges == {("prada_jax.rl.trainer", "envs.edge")}, out[-3000:]
