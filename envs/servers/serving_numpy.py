@@ -219,14 +219,27 @@ class ServingNumPy(PaperNumPy):
 
     def _serve_serving(self, users, tau: float, bw_t: float) -> dict:
         """One slot of the serving server, written job by job in float64."""
-        env = self.env
-        c = env.c
-        hw = c.server_hw
-        pk = hw["peak_flops"] * hw["eta"]
-        bwm = hw["mem_bw"] * hw["eta_mem"]
         idx = [i for i, u in enumerate(users) if u.phase in ("service", "score")]
         jobs = {i: users[i].job for i in idx}
-        # uplink: processor sharing
+        dem, up_new, comm_up = self._uplink(jobs, tau, bw_t)
+        decoding = [i for i, j in jobs.items() if j["up"] <= 0 and j["pf"] <= 0 and j["dec"] > 0]
+        backlog = [i for i, j in jobs.items() if up_new[i] <= 0 and j["pf"] > 0]
+        b, n_a, n_b, t_a, t_b, time_a, prefilled, clears = self._iterations(jobs, decoding,
+                                                                             backlog, tau)
+        got_total = self._prefill(jobs, backlog, prefilled, clears)
+        dec_total, comm_dn, dem_dn = self._decode_download(
+            jobs, decoding, backlog, (n_a, n_b, t_a, t_b, time_a), tau, bw_t)
+        for i, j in jobs.items():
+            j["up"] = up_new[i]
+            j["comm"] = comm_up[i] + comm_dn[i]
+        busy = tau if b else time_a
+        return dict(server_batch=b, prefill_tokens=got_total, decode_tokens=dec_total,
+                    server_busy_s=busy, uplink_demand=dem / (bw_t * tau),
+                    downlink_demand=dem_dn / (bw_t * tau))
+
+    @staticmethod
+    def _uplink(jobs: dict, tau: float, bw_t: float):
+        """Uplink by processor sharing: (demand [Hz·s], upload s left, transfer s) per job."""
         dem = sum(j["up_hz"] * min(j["up"], tau) for j in jobs.values() if j["up"] > 0)
         phi = 1.0 if dem <= bw_t * tau else bw_t * tau / dem
         up_new, comm_up = {}, {}
@@ -235,8 +248,16 @@ class ServingNumPy(PaperNumPy):
             left = j["up"] - phi * need
             up_new[i] = left if left > 1e-9 else 0.0
             comm_up[i] = 0.0 if j["up"] <= 0 else (need if up_new[i] == 0.0 else tau)
-        decoding = [i for i, j in jobs.items() if j["up"] <= 0 and j["pf"] <= 0 and j["dec"] > 0]
-        backlog = [i for i, j in jobs.items() if up_new[i] <= 0 and j["pf"] > 0]
+        return dem, up_new, comm_up
+
+    def _iterations(self, jobs: dict, decoding, backlog, tau: float):
+        """The slot's chunk iterations, then pure decodes: (b, n_a, n_b, t_a, t_b, time_a,
+        prefilled tokens, whether the backlog clears)."""
+        env = self.env
+        c = env.c
+        hw = c.server_hw
+        pk = hw["peak_flops"] * hw["eta"]
+        bwm = hw["mem_bw"] * hw["eta_mem"]
         b = len(decoding)
         ctx_sum = sum(jobs[i]["ctx"] for i in decoding)
         total = sum(jobs[i]["pf"] for i in backlog)
@@ -264,6 +285,11 @@ class ServingNumPy(PaperNumPy):
                 n_a, time_a = tau / t_a, tau
                 prefilled = n_a * chunk
         n_b = (tau - time_a) / t_b if b else 0.0
+        return b, n_a, n_b, t_a, t_b, time_a, prefilled, clears
+
+    @staticmethod
+    def _prefill(jobs: dict, backlog, prefilled: float, clears: bool) -> float:
+        """Prefill progress, first come first served; returns the tokens prefilled."""
         got_total = 0.0
         rest = prefilled
         for i in sorted(backlog, key=lambda k: (jobs[k]["ticket"], k)):
@@ -275,6 +301,15 @@ class ServingNumPy(PaperNumPy):
             left = left if left > 1e-9 * max(j["pf"], 1.0) else 0.0
             j["pf_flops"] = j["pf_flops"] * left / j["pf"]
             j["pf"] = left
+        return got_total
+
+    @staticmethod
+    def _decode_download(jobs: dict, decoding, backlog, its, tau: float, bw_t: float):
+        """Decoding (one token per iteration) and the downlink by processor sharing: jobs past
+        decoding have all of τ, jobs whose last token came this slot what is left after it.
+        ``its``: (n_a, n_b, t_a, t_b, time_a). Returns (tokens decoded, transfer s per job,
+        downlink demand [Hz·s])."""
+        n_a, n_b, t_a, t_b, time_a = its
         n_it = n_a + n_b
         dec_total = 0.0
         comm_dn = {i: 0.0 for i in jobs}
@@ -302,10 +337,4 @@ class ServingNumPy(PaperNumPy):
             j["dn"] = left if left > 1e-9 else 0.0
             if need > 0:
                 comm_dn[i] = need if j["dn"] == 0.0 else avail[i]
-        for i, j in jobs.items():
-            j["up"] = up_new[i]
-            j["comm"] = comm_up[i] + comm_dn[i]
-        busy = tau if b else time_a
-        return dict(server_batch=b, prefill_tokens=got_total, decode_tokens=dec_total,
-                    server_busy_s=busy, uplink_demand=dem / (bw_t * tau),
-                    downlink_demand=dem_dn / (bw_t * tau))
+        return dec_total, comm_dn, dem_dn
