@@ -44,12 +44,6 @@ def _run(cache: Path, workdir: Path, mode: str, bucket: int, batch: int, steps: 
     return trainer.build(c, workdir)
 
 
-def _close(run) -> None:
-    run.ckpt.close()
-    for w in run.writers:
-        w.close()
-
-
 def measure(cache: Path, tmp: Path, mode: str, bucket: int, pairs: int, batch: int,
             warmup: int = 6) -> dict:
     steps = warmup + pairs
@@ -68,10 +62,10 @@ def measure(cache: Path, tmp: Path, mode: str, bucket: int, pairs: int, batch: i
             t2 = time.perf_counter()
             ta.append(t1 - t0)
             tb.append(t2 - t1)
-        widths = [b.sampler.P]
+        widths = [b.rec.samplers[0].P]
     finally:
-        _close(a)
-        _close(b)
+        trainer.close(a)
+        trainer.close(b)
     ratios = [x / y for x, y in zip(ta, tb)]
     return {"mode": mode, "bucket": bucket, "pairs": pairs, "batch": batch,
             "pool_prompt_width": widths[0],

@@ -12,7 +12,7 @@ jitted step, offline forward KL, default student of ``prada_jax/configs/distill.
 * sequential: N runs with ``num_seeds = 1`` (seeds 0..N-1), one after the other;
   students·updates/s = 1 / median update time over all their updates.
 
-Updates that compile (the first two of a run) are not timed (``DistillRun.update_times``).
+Updates that compile (the first two of a run) are not timed (``HostState.update_times``).
 Speed only: the data are synthetic.
 """
 from __future__ import annotations
@@ -53,10 +53,8 @@ def _times(cache: Path, workdir: Path, seed: int, num_seeds: int, updates: int,
         for step in range(updates + 1):   # update 0 compiles: not timed
             trainer.optimizer_step(run, step)
     finally:
-        run.ckpt.close()
-        for w in run.writers:
-            w.close()
-    return list(run.update_times)
+        trainer.close(run)
+    return list(run.host.update_times)
 
 
 def run(num_seeds: int = 8, updates: int = 20, batch: int = 64) -> dict:

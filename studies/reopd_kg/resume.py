@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from prada_jax import config_utils as cu
-from prada_jax.distill.trainer import stored_results
+from prada_jax.distill.student import stored_results
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 from prada_jax.safetensors_folder import file_sha256 as sha256_file

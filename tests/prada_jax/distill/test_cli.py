@@ -56,5 +56,7 @@ def test_library_modules_hold_no_main():
     import importlib
     for mod in ("prada_jax.distill.export", "prada_jax.distill.pool", "prada_jax.distill.ratio",
                 "prada_jax.distill.task.teacher", "prada_jax.distill.task.evaluate",
-                "prada_jax.distill.trainer", "prada_jax.distill.opd"):
+                "prada_jax.distill.trainer", "prada_jax.distill.opd",
+                "prada_jax.distill.host_update", "prada_jax.distill.evaluation",
+                "prada_jax.distill.results", "prada_jax.distill.validation"):
         assert not hasattr(importlib.import_module(mod), "main"), mod

@@ -84,7 +84,7 @@ def test_bucketed_prompts_give_the_same_step_within_float_tolerance():
     """Cutting the left padding of a batch's prompts to a bucket (``train.prompt_bucket``)
     changes no number beyond float reassociation: loss, KL, per-turn sums and the updated
     parameters of one step equal the full-width step's."""
-    from prada_jax.distill.trainer import bucket_width, bucketed
+    from prada_jax.distill.batches import bucket_width, bucketed
     assert [bucket_width(n, 40, 16) for n in (0, 1, 16, 17, 33, 40)] == [16, 16, 16, 32, 40, 40]
     assert bucket_width(5, 40, 0) == 40
     trajs, spans = zip(*(arith.messages_to_tokens(arith.solved_messages(p))

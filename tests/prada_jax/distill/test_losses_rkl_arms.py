@@ -182,7 +182,7 @@ def test_trainer_refuses_an_unknown_arm_and_an_exact_arm_without_the_whole_vocab
     pytest.importorskip("torch")
     from prada_jax import config_utils as cu
     from prada_jax.configs.distill import get_config
-    from prada_jax.distill import trainer
+    from prada_jax.distill import trainer, validation
     from prada_jax.distill.task.teacher import tiny_cache
     cache = tiny_cache(tmp_path / "cache")
     c = get_config("smoke,onpolicy")
@@ -190,7 +190,7 @@ def test_trainer_refuses_an_unknown_arm_and_an_exact_arm_without_the_whole_vocab
     c.eval.n_problems = 0
     c.loss.rkl_estimator = "bogus"
     with pytest.raises(cu.ConfigError, match="loss.rkl_estimator"):
-        trainer.validate_config(c)
+        validation.validate_config(c)
     c.loss.rkl_estimator = "exact"
     c.loss.top_k = 4
     with pytest.raises(cu.ConfigError, match="loss.top_k"):

@@ -214,7 +214,7 @@ def test_trainer_opd_counts_costs_against_independent_counts(cache, tmp_path):
 
 
 def test_bad_opd_input(cache, tmp_path, run_command):
-    from prada_jax.distill.trainer import validate_config
+    from prada_jax.distill.validation import validate_config
     for field, value, msg in (("mode", "bogus", "config.mode"),
                               ("opd.tool_latency_s", -0.1, "config.opd.tool_latency_s"),
                               ("opd.episodes", 0, "config.opd.episodes")):
@@ -248,7 +248,7 @@ def test_warm_start_carries_the_optimizer_state(cache, tmp_path):
     count (read back from its checkpoint here), its schedule count reset; a student that is not
     the warm start's, or an unfinished workdir, is refused."""
     from prada_jax.checkpointing import Checkpointer
-    from prada_jax.distill.trainer import build, train_and_evaluate
+    from prada_jax.distill.trainer import build, close, train_and_evaluate
     warm = tmp_path / "warm"
     train_and_evaluate(_config(cache, "sft", **{"eval.n_problems": 0}), warm)
     c = _config(cache, "onpolicy", **{"eval.n_problems": 0,
@@ -267,9 +267,7 @@ def test_warm_start_carries_the_optimizer_state(cache, tmp_path):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert any(np.abs(np.asarray(x)).sum() > 0 for x in jax.tree.leaves(adam.nu))
     finally:
-        run.ckpt.close()
-        for w in run.writers:
-            w.close()
+        close(run)
     fresh = tmp_path / "other"
     train_and_evaluate(_config(cache, "sft", seed=1, **{"eval.n_problems": 0}), fresh)
     bad = _config(cache, "onpolicy", **{"student.init": str(fresh / "student_hf"),

@@ -77,17 +77,16 @@ def test_seeds_summary_ci_matches_scipy_on_spread_values():
     above all score the same, so their CI has zero width): SciPy's Student-t interval."""
     from types import SimpleNamespace
 
-    from prada_jax.distill.trainer import seeds_summary
+    from prada_jax.distill.results import seeds_summary
     after = [0.25, 0.5, 0.375, 0.75, 0.0]
     before = [0.0, 0.125, 0.0, 0.0, 0.0]
     per = [{"before": {"success_rate": b}, "after": {"success_rate": a}, "update_s_median": 0.1,
             "cost": {}}
            for a, b in zip(after, before)]
-    run = SimpleNamespace(seed_results=per, num_seeds=5, seeds=list(range(5)),
-                          config=SimpleNamespace(mode="offline",
-                                                 loss=SimpleNamespace(kind="fkl")),
-                          schedule="kappa", env_calls=0)
-    out = seeds_summary(run)
+    setup = SimpleNamespace(seeds=tuple(range(5)), schedule="kappa",
+                            config=SimpleNamespace(mode="offline",
+                                                   loss=SimpleNamespace(kind="fkl")))
+    out = seeds_summary(setup, per, env_calls=0)
     for tag, vals in (("after", after), ("before", before)):
         lo, hi = stats.t.interval(0.95, len(vals) - 1, loc=np.mean(vals), scale=stats.sem(vals))
         ci = out[f"success_{tag}"]

@@ -55,7 +55,7 @@ def test_build_setup_writes_nothing_and_its_step_equals_a_run_dirs(cache, tmp_pa
     assert _tree(tmp_path) == before_tmp and _tree(cache) == before_cache
 
     free = trainer.start_run(setup)            # no workdir, checkpoint or writer
-    assert free.workdir is None and free.ckpt is None and free.writers == []
+    assert free.files.workdir is None and free.files.ckpt is None and free.files.writers == ()
     trainer.optimizer_step(free, 0)
     trainer.optimizer_step(free, 1)
     assert _tree(tmp_path) == before_tmp and _tree(cache) == before_cache
@@ -92,7 +92,7 @@ def test_build_setup_writes_nothing_and_its_step_equals_a_run_dirs(cache, tmp_pa
 def test_host_state_round_trips_through_json():
     """The checkpointed host-state tuple: ``from_json(to_json())`` is the identity (N = 1 and
     N = 2), and updates replace it rather than changing it in place."""
-    from prada_jax.distill.trainer import HostState
+    from prada_jax.distill.host_state import HostState
 
     for n in (1, 2):
         h = HostState(turn_hist=np.arange(3.0 * n).reshape(n, 3), env_calls=4,
