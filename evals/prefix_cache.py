@@ -3,7 +3,7 @@
 
 Runs the server LLM alone, All-SLM, RSD (online PRM) and PRADA (λ = µ = 0) at one arrival rate
 on the test split of the policy's trace set, on the serving server of ``--hardware`` (default:
-the pair the policy was trained under; another is refused, ``evals.policy_samples``), twice on
+the pair the policy was trained under; another is refused, ``evals.policy_pair``), twice on
 the same seeds: with the prefix cache (``envs.prefix_cache``, the default) and without it
 (``server_kv_cache=False, prm_prefix_cache=False``: every offload and every PRM pass prefills
 its whole context, the ablation). Prints per row and server the offered load ρ, p90 latency
@@ -18,8 +18,9 @@ from pathlib import Path
 
 from absl import flags
 
-from evals import policy_samples, report, suite
+from evals import report, suite
 from evals.capacity import measure
+from evals.policy_pair import check_policy_pair, policy_pair
 from prada_jax import cli, config_utils, stats
 from prada_jax.jsonio import write_json
 
@@ -65,7 +66,7 @@ def table(results: dict, title: str) -> str:
 
 
 def _define_flags():
-    flags.DEFINE_string("policy", None, "refit policy folder (evals.policy_samples' "
+    flags.DEFINE_string("policy", None, "refit policy folder (train.policy_samples' "
                         "seed_<k>/critic).")
     flags.DEFINE_string("hardware", None, "pair of the clock (default: the policy's).")
     flags.DEFINE_float("rate", 32.0, "arrival rate [users/s per server GPU].", lower_bound=0.01)
@@ -80,8 +81,8 @@ def main(argv):
     if F.json:
         config_utils.check_output_file(F.json, "--json")
     policy = suite.load_policy(F.policy)
-    pair = F.hardware or policy_samples.policy_pair(policy.meta)
-    policy_samples.check_policy_pair(policy.meta, pair, F.policy)
+    pair = F.hardware or policy_pair(policy.meta)
+    check_policy_pair(policy.meta, pair, F.policy)
     res = measure_servers(policy, pair, F.rate, F.seeds)
     synthetic = " (SYNTHETIC traces)" if policy.meta.get("synthetic", True) else ""
     print(table(res, f"{pair}, {F.rate:g} users/s, {F.seeds} seeds, test split{synthetic}; "

@@ -1,7 +1,7 @@
 """The README's main job: ``python -m train.main --workdir=checkpoints/demo [--full | --smoke]``.
 
 Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes everything under
-``--workdir`` (the stages are ``evals.stages``; their sizes ``prada_jax/configs/main.py``):
+``--workdir`` (the parts are ``train.parts``; their sizes ``prada_jax/configs/main.py``):
 
 1. ``traces/``      the three synthetic presets (gsm8k, gaokao2023en, mmlu_stem) and their
                     summary table (problems, nodes, steps, tokens, all-SLM / all-LLM accuracy,
@@ -9,13 +9,13 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
 2. ``ppo/``         the stage-1 screening policy (``prada_jax.rl.trainer``, orbax checkpoints,
                     TB); ``critic/`` the same actor with its critic refit on Monte-Carlo action
                     values of the final actor (``evals.critic_refit``;
-                    ``critic_check.json``): the policy every later stage uses (docs/ppo.md);
+                    ``critic_check.json``): the policy every later part uses (docs/ppo.md);
 3. ``capacity/``    (demo) capacity per server GPU under the registered SLO (``studies.capacity``
                     at a small size, this policy as the one sample): the headline;
 4. (``--full`` and ``--smoke``: the old scenario, docs/history.md) ``dual/`` the learned
                     multipliers λ_s, µ (what ``python -m train.dual`` runs, in this process);
                     ``curve/`` the load curve (``evals.curve``) against load λ/M on the test
-                    split, which picks the two table points (``evals.stages.tables.
+                    split, which picks the two table points (``train.parts.tables.
                     table_points``); ``eval/`` the benchmark table at those points
                     (``uncontended/``, ``contended/``; mean ± 95% CI over seeds, with the
                     paper's All-LLM row); ``sweep/`` accuracy / latency / delay components
@@ -23,7 +23,7 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
 5. ``calibration/`` PRM calibration per benchmark (AUC, reliability diagram).
 
 Stage 2's verdict (learned multipliers against λ_s = µ = 0, FIFO-greedy and the grid's best
-pair on five scenarios) is no stage here: it is its own study,
+pair on five scenarios) is no part here: it is its own study,
 ``python -m studies.stage2_verdict``.
 
 Protocol (docs/evals.md): one generated trace set per benchmark, split by problem
@@ -36,8 +36,8 @@ minutes); ``--full`` / ``--smoke`` are short for ``--config=prada_jax/configs/ma
 ``:smoke``; with ``--config`` given, ``--config.x=y`` sets one field (``--helpconfig`` prints
 them all). ``--seeds`` sets every
 evaluation's seeds (the load curve keeps at least ``curve.min_seeds``), ``--hardware`` the
-clock's pair (``config.hardware``). Rerunning on the same workdir reuses every finished stage
-(a stage is redone only if its settings changed; PPO and dual runs resume from their
+clock's pair (``config.hardware``). Rerunning on the same workdir reuses every finished part
+(a part is redone only if its settings changed; PPO and dual runs resume from their
 checkpoints). Every number printed comes from synthetic traces and says so. Exit codes
 (``prada_jax.cli``): 2 bad input, 3 non-finite training, 1 a bug.
 """
@@ -49,7 +49,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from evals import suite
-from evals.stages import cache, tables, training
+from train.parts import cache, tables, training
 from prada_jax import cli, config_utils
 from prada_jax.configs import main as main_config
 
@@ -62,14 +62,14 @@ def _define_flags() -> None:
     config_flags.DEFINE_config_file(
         "config", None, "Config file, e.g. prada_jax/configs/main.py:full (default: its demo "
         "variant; --full / --smoke name the others)", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Run directory for every stage's outputs.")
+    flags.DEFINE_string("workdir", None, "Run directory for every part's outputs.")
     flags.DEFINE_bool("full", False, "The config's full variant: the three-benchmark study.")
     flags.DEFINE_bool("smoke", False, "The config's smoke variant: tiny sizes (tests).")
     flags.DEFINE_integer("seeds", None, "Evaluation seeds (default: the config's; demo 5).",
                          lower_bound=2)
-    flags.DEFINE_bool("redo", False, "Redo every stage even if it finished before.")
+    flags.DEFINE_bool("redo", False, "Redo every part even if it finished before.")
     flags.DEFINE_string("hardware", None, "(edge, server) hardware pair of the clock for every "
-                        "stage (prada_jax.latency.PAIRS or a .json file; docs/latency.md); "
+                        "part (prada_jax.latency.PAIRS or a .json file; docs/latency.md); "
                         "paper = the FLOP-only clock (default: config.hardware).")
 
 
@@ -100,39 +100,39 @@ def load_config():
 
 def run_pipeline(workdir: str | Path, config, redo: bool = False,
                  hardware_flag: str = "--config.hardware") -> dict:
-    """Runs (or resumes) every stage; returns a dict of where things are."""
+    """Runs (or resumes) every part; returns a dict of where things are."""
     suite.check_hardware(config.hardware, hardware_flag)   # before anything is written
     training.check_envs(config, hardware_flag)
     workdir = config_utils.prepare_workdir(workdir)
     (workdir / "main_settings.json").write_text(config_utils.config_to_json(config) + "\n")
     log = cache.Log()
     log(f"train.main ({config.mode}) in {workdir}; all data below is SYNTHETIC")
-    training.stage_traces(workdir, config, log, redo)
+    training.part_traces(workdir, config, log, redo)
     out = {"workdir": str(workdir), "benchmarks": {}}
     policy_dirs = {}
     for preset in config.benchmarks:
-        ppo_dir = training.stage_ppo(workdir, config, preset, log, redo)
-        pol = training.stage_critic(workdir, config, preset, ppo_dir, log, redo)
+        ppo_dir = training.part_ppo(workdir, config, preset, log, redo)
+        pol = training.part_critic(workdir, config, preset, ppo_dir, log, redo)
         policy_dirs[preset] = pol
         b = {"ppo": str(ppo_dir), "policy": str(pol), "dual": None, "curve": None,
              "eval": None, "sweep": None,
-             "capacity": tables.stage_capacity(workdir, config, preset, pol, log, redo)}
-        if config.legacy_stages:   # the old scenario (docs/history.md)
-            dual = training.stage_dual(workdir, config, preset, pol, log, redo)
-            cv = tables.stage_curve(workdir, config, preset, pol, dual, log, redo)
+             "capacity": tables.part_capacity(workdir, config, preset, pol, log, redo)}
+        if config.legacy_parts:   # the old scenario (docs/history.md)
+            dual = training.part_dual(workdir, config, preset, pol, log, redo)
+            cv = tables.part_curve(workdir, config, preset, pol, dual, log, redo)
             b.update(dual=str(dual), curve=cv,
-                     eval=tables.stage_eval(workdir, config, preset, pol, dual, log, redo,
+                     eval=tables.part_eval(workdir, config, preset, pol, dual, log, redo,
                                             cv["points"]),
-                     sweep=tables.stage_sweep(workdir, config, preset, pol, dual, log, redo))
+                     sweep=tables.part_sweep(workdir, config, preset, pol, dual, log, redo))
         out["benchmarks"][preset] = b
-    out["calibration"] = tables.stage_calibration(workdir, config, policy_dirs, log, redo)
+    out["calibration"] = tables.part_calibration(workdir, config, policy_dirs, log, redo)
     log("done")
     print_where(workdir, out)
     return out
 
 
 def print_where(workdir: Path, out: dict) -> None:
-    """The closing list: where each stage's outputs are, and the headline lines again."""
+    """The closing list: where each part's outputs are, and the headline lines again."""
     print()
     print("Where things are (all numbers from SYNTHETIC traces):")
     print(f"  trace summary:     {workdir / 'traces' / 'summary.txt'}")
@@ -140,7 +140,7 @@ def print_where(workdir: Path, out: dict) -> None:
         print(f"  [{preset}] policy checkpoints: {Path(b['ppo']) / 'checkpoints'}")
         if b["policy"] != b["ppo"]:
             print(f"  [{preset}] refit critic:       {Path(b['policy'])} (critic_check.json; "
-                  "the policy the later stages use)")
+                  "the policy the later parts use)")
         if b["capacity"]:
             print(f"  [{preset}] capacity (headline): {b['capacity']['report']} "
                   f"(+ capacity_slo_*.png, curve_*.png, study.json)")

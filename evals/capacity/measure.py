@@ -36,7 +36,7 @@ class Sizes(NamedTuple):
     """One run's sizes: ``rates`` [users/s per GPU], the window (``slots``, ``warmup``,
     ``drain``: the timeout is drain·τ), test ``seeds``, validation ``val_seeds``, the server's
     sequences ``num_servers`` (one GPU), the cell's ``bandwidth_hz``, the policy samples'
-    size (``evals.policy_samples.SIZES``) and their PPO seeds."""
+    size (``train.policy_samples.SIZES``) and their PPO seeds."""
     rates: tuple
     slots: int
     warmup: int

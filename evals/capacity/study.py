@@ -1,5 +1,6 @@
-"""Capacity per server GPU under an SLO, end to end (docs/design.md §8; the study that
-registers it: ``studies/capacity``): policy samples, then per hardware pair the SLO's
+"""Capacity per server GPU under an SLO, measured end to end for given policy samples
+(docs/design.md §8; the study that registers it: ``studies/capacity``; the samples it trains
+when it has none: ``train.capacity_study``): per hardware pair the SLO's
 reference, the prices fitted per rate on validation, the test grid, the exact test-pool
 accuracy and the capacities by bisection, each written at once under the output folder and
 reused on a rerun only if its key matches: the sizes, the policies' parameter hashes, the
@@ -8,9 +9,9 @@ price grid, **the pair's name and the sha256 of its resolved figures**
 enter it), the env's resolved settings (``measure.env_fingerprint``: a changed default such as
 the server's prefix cache is measured again), and the parts it was computed from; then the analysis, the report and the plots.
 The whole ``pairs`` list is checked for two pairs that would share a folder before anything
-is trained (``BadInput`` naming both).
+is measured (``BadInput`` naming both; ``train.capacity_study`` checks it before training).
 
-Output under ``out``: ``policies/seed_<k>/`` (unless given), ``<pair>/reference.json``,
+Output under ``out``: ``<pair>/reference.json``,
 ``<pair>/prices.json``, ``<pair>/test.json``, ``<pair>/test_pool.json``,
 ``<pair>/bisect.json`` (sizes with a ``BISECTION`` resolution), ``study.json``,
 ``report.md`` (both SLO anchors of ``analysis.ANCHORS``), ``capacity_slo_<anchor>.png``
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from envs import edge
-from evals import curve, policy_samples, suite
+from evals import curve, suite
 from evals.capacity import analysis, measure
 from evals.capacity.measure import Sizes
 from prada_jax import latency as lat
@@ -54,7 +55,8 @@ PARTS = ("reference", "prices", "test", "test_pool")
 
 
 
-def _log(msg: str) -> None:
+def log_stderr(msg: str) -> None:
+    """The study's default progress log: one line on stderr."""
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -84,23 +86,20 @@ def pair_folders(out: Path, pairs) -> dict[str, Path]:
     return {p: Path(out) / t for p, t in curve.pair_tags(list(pairs)).items()}
 
 
-def run_study(out: Path, pairs, size: str = "study", log=_log, policy_dirs=None) -> dict:
-    """Runs (or resumes) every part under ``out``; returns ``{"results", "report", "tables",
-    "meta"}``. ``policy_dirs``: refit policy folders to use as the samples 0, 1, ... (``make
-    demo`` passes its own policy) instead of training the size's samples under
-    ``out/policies``."""
+def run_study(out: Path, pairs, size: str = "study", log=None, *, policy_dirs) -> dict:
+    """Runs (or resumes) every part under ``out`` for the policies of ``policy_dirs`` (refit
+    policy folders, the samples 0, 1, ...: ``make demo`` passes its own policy,
+    ``train.capacity_study`` the size's samples it trained); returns ``{"results", "report",
+    "tables", "meta"}``. ``log``: progress lines (default: stderr)."""
+    log = log or log_stderr
     sizes = SIZES[size]
     out = Path(out)
     t0 = time.time()
-    folders = pair_folders(out, pairs)       # a clash stops here, before any training
-    if policy_dirs is not None:   # the given policies are the samples 0, 1, ...
-        if not policy_dirs:
-            raise ValueError("policy_dirs: give at least one policy folder")
-        dirs = [Path(d) for d in policy_dirs]
-        sizes = sizes._replace(samples=tuple(range(len(dirs))))
-    else:
-        dirs = [policy_samples.train_sample(out / "policies", k, sizes.policy_size, log=log)
-                for k in sizes.samples]
+    folders = pair_folders(out, pairs)       # a clash stops here, before any measurement
+    if not policy_dirs:
+        raise ValueError("policy_dirs: give at least one policy folder")
+    dirs = [Path(d) for d in policy_dirs]    # the given policies are the samples 0, 1, ...
+    sizes = sizes._replace(samples=tuple(range(len(dirs))))
     pols = [suite.load_policy(str(d)) for d in dirs]
     key = {"sizes": sizes._asdict(), "policies": [suite.params_sha256(p.params) for p in pols],
            "price_grid": list(measure.PRICE_GRID)}

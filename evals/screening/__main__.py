@@ -20,7 +20,7 @@ from pathlib import Path
 from absl import flags
 
 from evals import evaluate as ev
-from evals import knobs, screening, suite
+from evals import command_flags, knobs, screening, suite
 from evals.sweep import parse_grid
 from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
@@ -28,8 +28,8 @@ from prada_jax.jsonio import write_json
 
 
 def _define_flags():
-    suite.define_input_flags()
-    suite.define_window_flags(16, "paired seeds (≥ 16 for the light-load comparison).",
+    command_flags.define_input_flags()
+    command_flags.define_window_flags(16, "paired seeds (≥ 16 for the light-load comparison).",
                               slots=2000, warmup_slots=200)
     flags.DEFINE_integer("seed0", 0, "first seed, an offset inside the split's seed range "
                          "(prada_jax.traces.splits).", lower_bound=0)
@@ -59,14 +59,14 @@ def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
     config_utils.require_flag(F.policy, "--policy", "a screening policy folder (train.ppo "
-                              "run or its critic refit, e.g. evals.policy_samples' seed_0/critic)")
+                              "run or its critic refit, e.g. train.policy_samples' seed_0/critic)")
     if F.warmup_slots >= F.slots:
         raise BadInput(f"--warmup_slots ({F.warmup_slots}) must be < --slots ({F.slots})")
     shares = parse_grid(F.shares, "shares")
     if not shares or any(not 0.0 < s < 1.0 for s in shares):
         raise BadInput(f"--shares={','.join(F.shares)}: give offload shares in (0, 1)")
     out = config_utils.check_output_dir(Path(F.out), "--out") if F.out else None
-    policy, _, _, traces, env_kw = suite.inputs_from_flags(F)
+    policy, _, _, traces, env_kw = command_flags.inputs_from_flags(F)
     env_kw = light_load_env(env_kw, F.num_servers, F.num_users, F.drain_slots)
     suite.check_fits(F.seeds, env_kw["num_users"])
     seed0 = suite.evaluation_seed0(traces.info, policy, F.seeds, F.seed0)

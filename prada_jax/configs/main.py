@@ -1,4 +1,4 @@
-"""Config of ``python -m train.main`` (``make demo``): the sizes of every stage of the pipeline.
+"""Config of ``python -m train.main`` (``make demo``): the sizes of every part of the pipeline.
 
     python -m train.main --workdir=DIR [--full | --smoke] [--config.eval.seeds=8 ...]
     python -m train.main --workdir=DIR --config=prada_jax/configs/main.py:full [--config.x=...]
@@ -13,7 +13,7 @@ multipliers, load curve, two-point table; docs/history.md) runs in ``full`` and 
 λ sweep and the PRM miscalibration stress test. ``smoke``: tiny sizes for the tests.
 
 A field at 0 (or an empty string / tuple) means "none" or "the default" as its comment says. The
-whole config is compared on rerun, stage by stage (``evals.stages``), to decide whether a stage
+whole config is compared on rerun, part by part (``train.parts``), to decide whether a part
 must be redone. All numbers these sizes produce come from synthetic traces.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _sweep() -> ml_collections.ConfigDict:
     """``config.sweep``: accuracy / latency / delay components against M, B and λ."""
     sweep = _evaluation(5, 2000, 200, 400)
     sweep.num_users = 0             # U of the sweep's env; 0 = the policy's
-    # Axes swept, by the env field each varies (evals.sweep.AXES); () = no sweep stage. The
+    # Axes swept, by the env field each varies (evals.sweep.AXES); () = no sweep part. The
     # demo skips it (≈ 90 of its ≈ 380 CPU seconds under the roofline clock); with these grids
     # ``python -m evals.sweep`` reproduces the demo's former sweep (docs/evals.md).
     sweep.axes = ()
@@ -58,13 +58,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.summary_presets = PRESETS     # presets of the trace summary table
     c.summary_problems = 0          # problems per preset of the summary; 0 = published count
     c.train_problems = 0            # problems of the generated set (generator seed 0) whose
-                                    # parts are train / validation / test; 0 = the PPO
+                                    # splits are train / validation / test; 0 = the PPO
                                     # variant's count
     c.split = "test"                # what every table reports
     c.choice_split = "validation"   # what the critic refit and dual learner choose on
-    c.hardware = latency.CONFIG_PAIR  # (edge, server) pair of the clock for every stage
+    c.hardware = latency.CONFIG_PAIR  # (edge, server) pair of the clock for every part
                                     # (prada_jax.latency.PAIRS or a .json file); --hardware
-    c.legacy_stages = False         # run the old scenario: dual, curve, table, sweep
+    c.legacy_parts = False          # run the old scenario: dual, curve, table, sweep
 
     c.ppo = ml_collections.ConfigDict()
     c.ppo.variant = ""              # prada_jax/configs/ppo.py variant
@@ -80,7 +80,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dual.variant = ""             # prada_jax/configs/dual.py variant
     c.dual.server_model = "legacy"  # env.server_model of the multiplier learner
 
-    c.capacity_size = "demo"        # studies.capacity size of the capacity stage; "" = none
+    c.capacity_size = "demo"        # studies.capacity size of the capacity part; "" = none
 
     c.eval = _evaluation(5, 2000, 200, 400)   # the two-point benchmark table
     # The load curve (evals.curve): 8 seeds (a crossover needs >= 8), U = 32 so the U cap
@@ -99,11 +99,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 
 _SMOKE = {
-    "mode": "smoke", "summary_problems": 40, "train_problems": 60, "legacy_stages": True,
+    "mode": "smoke", "summary_problems": 40, "train_problems": 60, "legacy_parts": True,
     "ppo.variant": "smoke", "ppo.total_env_steps": 0, "ppo.server_model": "legacy",
     "critic_refit.fit_states": 200, "critic_refit.eval_states": 100, "critic_refit.steps": 50,
     "dual.variant": "smoke", "capacity_size": "quick",
-    **{f"{part}.{k}": v for part in ("eval", "curve", "sweep")
+    **{f"{section}.{k}": v for section in ("eval", "curve", "sweep")
        for k, v in (("seeds", 2), ("slots", 120), ("warmup_slots", 20), ("drain_slots", 40))},
     "curve.min_seeds": 2, "curve.num_users": 16, "curve.loads_per_server_hz": (0.5, 2.0, 8.0),
     "table_num_users": 0,
@@ -113,7 +113,7 @@ _SMOKE = {
     "calibration.problems": 40,
 }
 _FULL = {
-    "mode": "full", "benchmarks": PRESETS, "legacy_stages": True,
+    "mode": "full", "benchmarks": PRESETS, "legacy_parts": True,
     "ppo.total_env_steps": 0, "ppo.server_model": "legacy",
     "critic_refit.fit_states": 40000, "critic_refit.eval_states": 6000,
     "critic_refit.steps": 4000, "capacity_size": "",

@@ -2,7 +2,7 @@
 ``python -m studies.stage2_pooled --out=DIR --policies=P0,P1,P2 [--learner_seeds=2]
 [--scenarios=slow_server] [--seeds=8] [--budget=0.27] [--quick]``.
 
-The policies are independently trained samples (``python -m evals.policy_samples``: PPO +
+The policies are independently trained samples (``python -m train.policy_samples``: PPO +
 critic refit, one seed each). For policy ``i`` and learner seed ``j`` it runs the one-policy
 verdict ``studies.stage2_verdict.run`` in ``DIR/cells/p<i>_l<j>`` with the learners' ``config.seed = j``
 and its own block of test seeds: cell ``(i, j)`` evaluates test seeds ``seed0 + (i·L + j)·S
@@ -44,12 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-from evals import policy_samples, suite
+from evals import suite
 from prada_jax import config_utils, latency, stats
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
 from prada_jax.rl import policy as rl_policy
 from prada_jax.traces import synthetic
+from train import policy_samples
 from studies import stage2_verdict as s2
 from studies.stage2_verdict.verdict import FAIL, PASS, UNRESOLVED
 
@@ -72,7 +73,7 @@ def check_policies(dirs, trace_seed: int = 0, problems: int = 0, flag: str = "--
     the gsm8k synthetic set of generator seed ``trace_seed`` with ``problems`` problems (0: the
     benchmark's count), its train split, and under the verdict's clock ``hardware`` (a pair of
     ``prada_jax.latency.PAIRS``; None: ``latency.CONFIG_PAIR``, the configs' default;
-    ``evals.policy_samples``). Returns the loaded policies. ``BadInput`` naming the folder (or
+    ``train.policy_samples``). Returns the loaded policies. ``BadInput`` naming the folder (or
     ``flag``) otherwise; nothing is written."""
     dirs = [str(d) for d in dirs]
     if len(dirs) < int(min_count):

@@ -25,7 +25,7 @@ def _parse_indices(text: str) -> list[int]:
 def _define_flags():
     flags.DEFINE_string("out", None, "Output folder (pooled.json, pooled.md, cells/).")
     flags.DEFINE_string("policies", None, "Comma-separated policy folders, >= 2 independently "
-                        "trained samples (python -m evals.policy_samples).")
+                        "trained samples (python -m train.policy_samples).")
     flags.DEFINE_integer("learner_seeds", 2, "Learner seeds per policy.")
     flags.DEFINE_string("scenarios", "slow_server", "Comma-separated presets of envs.scenarios: "
                         f"{', '.join(scenarios.PRESETS)}.")

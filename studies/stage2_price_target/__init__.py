@@ -1,6 +1,6 @@
 """The price's target: capacity clearing against the objective on ``slow_server`` (issue 33
 item 4). Is the validation grid's preference for a price above the capacity-clearing one real
-or seed noise? Per policy sample (``python -m evals.policy_samples``), SYNTHETIC gsm8k, at the
+or seed noise? Per policy sample (``python -m train.policy_samples``), SYNTHETIC gsm8k, at the
 stage-2 verdict's sizes (``studies.stage2_verdict.SIZES``):
 
 * :func:`learned` — the capacity-clearing constant λ_s the default learner (averaged

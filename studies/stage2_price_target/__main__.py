@@ -1,6 +1,6 @@
 """``python -m studies.stage2_price_target --out=DIR --policy=P --sample=K [--seeds=16]
 [--test_seed0=32] [--learner_seeds=0,1] [--quick]``: for policy sample ``K`` (the folder
-``P``, e.g. ``POL/seed_K/critic`` of ``python -m evals.policy_samples --out=POL --seeds=K``)
+``P``, e.g. ``POL/seed_K/critic`` of ``python -m train.policy_samples --out=POL --seeds=K``)
 writes ``DIR/learned_seed<K>.json`` (the learners' runs under ``DIR/dual_seed<K>/``, reused
 when rerun) and ``DIR/flatness_seed<K>.json``, then ``DIR/summary.json`` over every sample
 whose two files are in ``DIR``. ``--report_only``: only the summary, from the records in
@@ -15,16 +15,17 @@ from pathlib import Path
 
 from absl import flags
 
-from evals import policy_samples, suite
+from evals import suite
 from prada_jax import cli, config_utils
 from prada_jax.errors import BadInput
+from train import policy_samples
 from studies import stage2_price_target as pt
 
 
 def _define_flags():
     flags.DEFINE_string("out", None, "Folder of the records (learned_seed<K>.json, "
                         "flatness_seed<K>.json, summary.json).")
-    flags.DEFINE_string("policy", None, "The policy sample's folder (evals.policy_samples).")
+    flags.DEFINE_string("policy", None, "The policy sample's folder (train.policy_samples).")
     flags.DEFINE_integer("sample", 0, "The policy sample's index K (names its records).")
     flags.DEFINE_integer("seeds", 16, "Validation seeds and fresh test seeds of the grid.")
     flags.DEFINE_integer("test_seed0", 32, "Offset of the first test seed in the test range.")

@@ -14,7 +14,7 @@ import numpy as np
 
 from envs import edge, scenarios, stage2
 from evals import evaluate as ev
-from evals import grid, pipeline, policy_samples, suite
+from evals import grid, suite
 from studies.stage2_verdict.report import (BUDGET_TOLERANCE, METRICS, ROW_BEST, ROW_COND, ROW_CONST,
                                  ROW_FIFO, ROW_FILTER, ROW_HINDSIGHT, ROW_LLM, ROW_NOLIM,
                                  ROW_ZERO, budget_report, scenario_report, schedule_report,
@@ -24,6 +24,7 @@ from prada_jax.errors import BadInput
 from prada_jax.sched.registry import SCHEDULER_NAMES
 from prada_jax.dual import learner
 from prada_jax.configs import dual as dual_cfg
+from train import pipeline, policy_samples
 
 
 _ENV_KEYS = ("num_users", "num_servers", "bandwidth_hz", "arrival_rate_hz", "beta", "tau_s")

@@ -1,6 +1,7 @@
-"""evals.capacity.study (studies.capacity's measurement; issue 42), end to end at the quick size: every part runs, the report's
-capacities are what a plain loop over the committed per-seed test grid gives, the fitted
-price is the validation argmax, and a rerun reuses every part."""
+"""evals.capacity.study (studies.capacity's measurement; issue 42), run through
+train.capacity_study (which trains the policy samples), end to end at the quick size: every
+part runs, the report's capacities are what a plain loop over the committed per-seed test grid
+gives, the fitted price is the validation argmax, and a rerun reuses every part."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,9 @@ import pytest
 
 from evals import capacity as cap
 from evals.capacity import analysis, measure
-from evals.capacity.study import SIZES, run_study
+from evals.capacity.study import SIZES
 from prada_jax.jsonio import read_json
+from train.capacity_study import run_study
 
 
 @pytest.fixture(scope="module")

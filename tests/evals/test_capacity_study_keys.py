@@ -11,11 +11,12 @@ import types
 import numpy as np
 import pytest
 
-from evals import policy_samples, suite
+from evals import suite
 from evals.capacity import measure, study
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json
+from train import capacity_study, policy_samples
 
 
 def _pair_file(path, server="a100_80gb_bf16"):
@@ -65,7 +66,7 @@ def test_two_pair_files_of_one_name_are_refused_before_training(tmp_path, fakes,
                         lambda *x, **k: trained.append(x) or tmp_path)
     out = tmp_path / "out"
     with pytest.raises(BadInput, match=f"{a}.*{b}"):
-        study.run_study(out, [a, b], "quick", log=lambda m: None)
+        capacity_study.run_study(out, [a, b], "quick", log=lambda m: None)
     assert not trained and not fakes and not out.exists()
 
 

@@ -1,11 +1,11 @@
 """studies.stage2_pooled.headroom (issue 33 item 5): candidate parsing, the pooled MDE floor against
-scipy's t quantiles, and the verdict's one-clock check (evals.policy_samples)."""
+scipy's t quantiles, and the verdict's one-clock check (evals.policy_pair)."""
 import math
 
 import pytest
 from scipy import stats as sps
 
-from evals import policy_samples as pairs
+from evals import policy_pair as pairs
 from studies.stage2_pooled import headroom
 from prada_jax.errors import BadInput
 

@@ -1,6 +1,6 @@
-"""train.main: its config (prada_jax/configs/main.py), the --seeds rule, the stages' cache,
-table-point rule and trace summary stage (evals.stages; fast); the whole --smoke pipeline, its
-rerun reusing every stage, and evals.run on its checkpoint (slow)."""
+"""train.main: its config (prada_jax/configs/main.py), the --seeds rule, the parts' cache,
+table-point rule and trace summary part (train.parts; fast); the whole --smoke pipeline, its
+rerun reusing every part, and evals.run on its checkpoint (slow)."""
 import json
 import subprocess
 import sys
@@ -11,7 +11,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from evals.stages import cache, tables, training
+from train.parts import cache, tables, training
 from prada_jax import config_utils
 from prada_jax.configs import main as main_cfg
 from prada_jax.configs import ppo as ppo_cfg
@@ -34,7 +34,7 @@ def test_config_variants():
     keys = ("seeds", "slots", "warmup_slots", "drain_slots")
     assert [smoke.sweep[k] for k in keys] == [smoke.eval[k] for k in keys]
     # Issue 32: the load curve is the headline of the old scenario (the 8 seeds a crossover
-    # needs); the stage-2 verdict is its own study (studies.stage2_verdict), no stage here.
+    # needs); the stage-2 verdict is its own study (studies.stage2_verdict), no part here.
     assert all("stage2" not in c for c in (demo, smoke, full))
     assert demo.curve.seeds >= 8 and full.curve.seeds >= 8
     # The pre-registered grids (studies/load_curve): 2^(k/2), k = -8..2 (demo) and
@@ -47,8 +47,8 @@ def test_config_variants():
     # The demo skips the M/B sweep (≈ 90 of its CPU seconds); --full and evals.sweep keep it.
     assert not demo.sweep.axes and len(full.sweep.axes) == 3
     # Issue 42: the demo runs capacity on the serving server; the old scenario in full/smoke.
-    assert (demo.capacity_size, demo.legacy_stages) == ("demo", False)
-    assert smoke.legacy_stages and full.legacy_stages and not full.capacity_size
+    assert (demo.capacity_size, demo.legacy_parts) == ("demo", False)
+    assert smoke.legacy_parts and full.legacy_parts and not full.capacity_size
     # Issue 23: tables on test, choices (critic refit, dual learner) on validation.
     for c in (demo, smoke, full):
         assert c.split == "test" and c.choice_split == "validation"
@@ -92,29 +92,29 @@ def test_table_points_rule():
     assert tables.table_points({1.0: 1.5}) == {"uncontended": 1.0, "contended": None}
 
 
-def test_stage_cache(tmp_path):
+def test_part_cache(tmp_path):
     key = {"a": 1, "grid": [1.0, 2.0]}
-    assert cache.stage_done(tmp_path, key) is None
+    assert cache.part_done(tmp_path, key) is None
     cache.mark_done(tmp_path, key, {"x": 3})
-    assert cache.stage_done(tmp_path, key)["result"] == {"x": 3}
-    assert cache.stage_done(tmp_path, {"a": 2, "grid": [1.0, 2.0]}) is None   # settings changed
-    (tmp_path / cache.STAGE_FILE).write_text("{broken")
-    assert cache.stage_done(tmp_path, key) is None
+    assert cache.part_done(tmp_path, key)["result"] == {"x": 3}
+    assert cache.part_done(tmp_path, {"a": 2, "grid": [1.0, 2.0]}) is None   # settings changed
+    (tmp_path / cache.DONE_FILE).write_text("{broken")
+    assert cache.part_done(tmp_path, key) is None
 
 
-def test_trace_stage_and_reuse(tmp_path, capsys):
+def test_trace_part_and_reuse(tmp_path, capsys):
     c = main_cfg.get_config("smoke")
     c.summary_problems = 12
     log = lambda m: None  # noqa: E731
-    first = training.stage_traces(tmp_path, c, log, redo=False)
+    first = training.part_traces(tmp_path, c, log, redo=False)
     out = capsys.readouterr().out
     assert "SYNTHETIC" in out and "gsm8k" in out and "mmlu_stem" in out
     assert "accuracy all-LLM" in first["table"]
     (tmp_path / "traces" / "summary.txt").unlink()   # reuse must not regenerate it
-    training.stage_traces(tmp_path, c, log, redo=False)
+    training.part_traces(tmp_path, c, log, redo=False)
     assert not (tmp_path / "traces" / "summary.txt").exists()
-    c.summary_problems = 13                          # other settings: the stage is redone
-    training.stage_traces(tmp_path, c, log, redo=False)
+    c.summary_problems = 13                          # other settings: the part is redone
+    training.part_traces(tmp_path, c, log, redo=False)
     assert (tmp_path / "traces" / "summary.txt").exists()
 
 
@@ -150,7 +150,7 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
     assert "knee in M" in out and "All-LLM" in out
     assert "crossover" in out and "table points" in out
     assert (work / "curve" / "gsm8k" / "curve.json").is_file()
-    # the capacity stage (issue 42) at the tests' size, this run's policy as the one sample
+    # the capacity part (issue 42) at the tests' size, this run's policy as the one sample
     assert "Capacity per server GPU under the SLO" in out
     assert (work / "capacity" / "gsm8k" / "report.md").is_file()
     table = work / "eval" / "gsm8k" / "uncontended"
@@ -178,7 +178,7 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
     assert any((work / "sweep" / "gsm8k").glob("delays_vs_M_*.png"))
     assert (work / "calibration" / "calibration_reliability.png").is_file()
     assert (work / "ppo" / "gsm8k" / "checkpoints").is_dir()
-    # Rerun: every stage is reused, nothing is retrained.
+    # Rerun: every part is reused, nothing is retrained.
     t0 = time.time()
     p2 = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert p2.returncode == 0, p2.stdout[-3000:] + p2.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""The stages of ``train.main`` that train: the trace summary, the screening policy (PPO), its
+"""The parts of ``train.main`` that train: the trace summary, the screening policy (PPO), its
 critic refit, the learned multipliers (dual); and ``check_envs``, run before any of them."""
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import shutil
 from pathlib import Path
 
 from envs import edge, stage1, stage2
-from evals import pipeline, suite
-from evals.stages.cache import mark_done, stage_done
+from evals import suite
 from prada_jax import latency
 from prada_jax.errors import BadInput
 from prada_jax.rl import trainer
@@ -15,16 +14,17 @@ from prada_jax.dual import trainer as dual_trainer
 from prada_jax.traces import stats as tstats
 from prada_jax.traces import synthetic
 from prada_jax.traces.loader import load_config_traces
+from train import pipeline
+from train.parts.cache import mark_done, reuse_finished
 
 
-def stage_traces(workdir: Path, config, log, redo: bool) -> dict:
+def part_traces(workdir: Path, config, log, redo: bool) -> dict:
     """Summary table of the synthetic presets (issue 2's main job)."""
     d = workdir / "traces"
     problems = config.summary_problems or None
     key = {"presets": list(config.summary_presets), "problems": problems}
-    done = None if redo else stage_done(d, key)
+    done = reuse_finished(d, key, redo, log, "traces: reusing the finished summary")
     if done:
-        log("traces: reusing the finished summary")
         print(done["result"]["table"])
         return done["result"]
     d.mkdir(parents=True, exist_ok=True)
@@ -52,21 +52,20 @@ def ppo_overrides(config) -> dict:
 
 
 def ppo_config(config, preset: str):
-    """The screening policy's config of one benchmark (``evals.pipeline.ppo_config``)."""
+    """The screening policy's config of one benchmark (``train.pipeline.ppo_config``)."""
     return pipeline.ppo_config(preset, config.ppo.variant, ppo_overrides(config),
                                problems=config.train_problems or None, progress=True)
 
 
-def stage_ppo(workdir: Path, config, preset: str, log, redo: bool) -> Path:
+def part_ppo(workdir: Path, config, preset: str, log, redo: bool) -> Path:
     """Trains (or resumes, or reuses) the screening policy; returns its run directory."""
     d = workdir / "ppo" / preset
     c = ppo_config(config, preset)
-    # The stage is keyed on what train.main chooses (variant, overrides, problems), not on the
+    # The part is keyed on what train.main chooses (variant, overrides, problems), not on the
     # whole PPO config: a new field in ppo.py must not retrain a finished run.
     key = {"variant": config.ppo.variant, "overrides": ppo_overrides(config), "preset": preset,
            "problems": config.train_problems or None}
-    if not redo and stage_done(d, key):
-        log(f"ppo [{preset}]: reusing the finished run in {d}")
+    if reuse_finished(d, key, redo, log, f"ppo [{preset}]: reusing the finished run in {d}"):
         return d
     log(f"ppo [{preset}]: training the screening policy ({c.ppo.total_env_steps} env "
         f"slots, U={c.env.num_users}) in {d}")
@@ -83,7 +82,7 @@ def stage_ppo(workdir: Path, config, preset: str, log, redo: bool) -> Path:
     return d
 
 
-def stage_critic(workdir: Path, config, preset: str, ppo_dir: Path, log, redo: bool) -> Path:
+def part_critic(workdir: Path, config, preset: str, ppo_dir: Path, log, redo: bool) -> Path:
     """Refits the critic of the PPO run for its final actor (``evals.critic_refit``)
     into ``critic/<preset>`` and returns that policy folder (the PPO folder itself when
     ``config.critic_refit.fit_states`` is 0)."""
@@ -92,8 +91,7 @@ def stage_critic(workdir: Path, config, preset: str, ppo_dir: Path, log, redo: b
         return ppo_dir
     d = workdir / "critic" / preset
     key = {"critic_refit": cfg, "policy": str(ppo_dir), "split": config.choice_split}
-    if not redo and stage_done(d, key):
-        log(f"critic [{preset}]: reusing the refit critic in {d}")
+    if reuse_finished(d, key, redo, log, f"critic [{preset}]: reusing the refit critic in {d}"):
         return d
     if d.exists():   # an interrupted or outdated refit: start again
         shutil.rmtree(d)
@@ -108,7 +106,7 @@ def stage_critic(workdir: Path, config, preset: str, ppo_dir: Path, log, redo: b
 
 def dual_config(config, preset: str, policy_dir: Path, env_kw: dict):
     """``(dual config, key)``: the ``prada_jax/configs/dual.py`` config of one benchmark (same
-    scenario as the eval, the policy of ``policy_dir``) and the stage's rerun key (what
+    scenario as the eval, the policy of ``policy_dir``) and the part's rerun key (what
     train.main chose: variant and the fields it set)."""
     variant = ",".join(v for v in (config.dual.variant, preset) if v)
     fields = {"policy_dir": str(policy_dir), "env.trace_seed": 0,
@@ -122,15 +120,14 @@ def dual_config(config, preset: str, policy_dir: Path, env_kw: dict):
     return c, {"variant": variant, "fields": fields}
 
 
-def stage_dual(workdir: Path, config, preset: str, policy_dir: Path, log, redo: bool) -> Path:
+def part_dual(workdir: Path, config, preset: str, policy_dir: Path, log, redo: bool) -> Path:
     """Learns the multipliers in this process (``prada_jax.dual.trainer``, what
     ``python -m train.dual`` runs); returns the run directory."""
     d = workdir / "dual" / preset
     policy = suite.load_policy(str(policy_dir))
     env_kw = suite.env_kwargs_from(policy.config, {})
     c, key = dual_config(config, preset, policy_dir, env_kw)
-    if not redo and stage_done(d, key):
-        log(f"dual [{preset}]: reusing the finished run in {d}")
+    if reuse_finished(d, key, redo, log, f"dual [{preset}]: reusing the finished run in {d}"):
         return d
     log(f"dual [{preset}]: learning λ_s and µ in {d} on the {c.env.split} split "
         f"(seeds from {dual_trainer.learner_seed(c)})")
@@ -143,9 +140,9 @@ def stage_dual(workdir: Path, config, preset: str, policy_dir: Path, log, redo: 
 
 
 def check_envs(config, flag: str = "--hardware") -> None:
-    """Every stage's env under ``config.hardware``, checked before anything is written: the
-    PPO stage's (``envs.stage1.build_env``, its M against the server's KV memory included) and the
-    largest M the later stages run (the policy's ``env.num_servers``, the sweep's M grid).
+    """Every part's env under ``config.hardware``, checked before anything is written: the
+    PPO part's (``envs.stage1.build_env``, its M against the server's KV memory included) and the
+    largest M the later parts run (the policy's ``env.num_servers``, the sweep's M grid).
     ``BadInput`` naming ``flag`` (the flag or field that chose the pair)."""
     hardware = config.hardware
     sweep_m = list(config.sweep.num_servers) if "num_servers" in config.sweep.axes else []

@@ -1,7 +1,7 @@
-"""The stage cache of ``train.main``'s pipeline: a finished stage leaves ``stage_done.json``
+"""The part cache of ``train.main``'s pipeline: a finished part leaves ``part_done.json``
 (its settings key and result) in its folder; a rerun with the same key reuses the result, any
-other key (or a damaged marker) redoes the stage. Also the log with wall-clock times and the
-two loaders every evaluation stage shares."""
+other key (or a damaged marker) redoes the part. Also the log with wall-clock times and the
+two loaders every evaluation part shares."""
 from __future__ import annotations
 
 import json
@@ -12,15 +12,20 @@ from evals import suite
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
 
-STAGE_FILE = "stage_done.json"
+DONE_FILE = "part_done.json"
+#: The marker's name in run directories written before the parts were renamed from "stages"
+#: (issue 54): read when no ``DONE_FILE`` is there, never written, so such a run is reused.
+OLD_DONE_FILE = "stage_done.json"
 
 
-def stage_done(stage_dir: Path, settings) -> dict | None:
-    """The saved result of a finished stage with the same settings, else None."""
-    f = Path(stage_dir) / STAGE_FILE
+def part_done(part_dir: Path, settings) -> dict | None:
+    """The saved result of a finished part with the same settings, else None."""
+    f = Path(part_dir) / DONE_FILE
     if not f.is_file():
-        return None
-    try:   # a damaged marker (any malformed JSON) means: redo the stage
+        f = Path(part_dir) / OLD_DONE_FILE
+        if not f.is_file():
+            return None
+    try:   # a damaged marker (any malformed JSON) means: redo the part
         data = read_json(f)
     except BadInput:
         return None
@@ -29,13 +34,22 @@ def stage_done(stage_dir: Path, settings) -> dict | None:
     return data
 
 
-def mark_done(stage_dir: Path, settings, result: dict) -> None:
-    write_json(Path(stage_dir) / STAGE_FILE, {"settings": settings, "result": result},
+def reuse_finished(part_dir: Path, settings, redo: bool, log, message: str) -> dict | None:
+    """The saved result of the part in ``part_dir`` (:func:`part_done`) unless ``redo``, with
+    ``message`` logged when there is one; None: the part must run."""
+    done = None if redo else part_done(part_dir, settings)
+    if done:
+        log(message)
+    return done
+
+
+def mark_done(part_dir: Path, settings, result: dict) -> None:
+    write_json(Path(part_dir) / DONE_FILE, {"settings": settings, "result": result},
                newline=False)
 
 
 class Log:
-    """Prints stage headers with wall-clock times to stdout."""
+    """Prints part headers with wall-clock times to stdout."""
 
     def __init__(self):
         self.t0 = time.perf_counter()
@@ -45,7 +59,7 @@ class Log:
 
 
 def table_traces(config, preset: str, policy) -> "suite.LoadedTraces":
-    """The problems every table reports: the ``config.split`` part (test) of the very trace
+    """The problems every table reports: the ``config.split`` split (test) of the very trace
     set the policy was generated from (same preset, generator seed and problem count), so the
     test problems are ones it never trained on."""
     n = int(policy.config.env.get("problems", 0)) or config.train_problems or None

@@ -1,4 +1,4 @@
-"""The stages of ``train.main`` that evaluate a trained policy: the load curve and its two
+"""The parts of ``train.main`` that evaluate a trained policy: the load curve and its two
 table points, the benchmark table at those points, the M / B / λ sweep, capacity per server GPU
 under the SLO and the PRM calibration."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ from envs import edge
 from evals import calibration, curve, suite, sweep
 from evals import evaluate as ev
 from evals.capacity import study as capacity
-from evals.stages.cache import (load_policy_and_multipliers, mark_done, stage_done,
-                                table_traces)
-from evals.stages.training import ppo_config
 from prada_jax import latency
+from train.parts.cache import (load_policy_and_multipliers, mark_done, reuse_finished,
+                               table_traces)
+from train.parts.training import ppo_config
 
 #: The pre-registered rule for the main table's two points (studies/load_curve), applied to
 #: the load curve's server-LLM-alone row (mean ρ over seeds): ``uncontended`` is the largest
@@ -53,14 +53,14 @@ def _evaluator(config, section, preset: str, policy):
 
 
 def _curve_settings(config) -> dict:
-    """The curve's sizes under their names in the stage key and in curve.json's meta."""
+    """The curve's sizes under their names in the part key and in curve.json's meta."""
     c = config.curve
     return {"seeds": c.seeds, "slots": c.slots, "warmup_slots": c.warmup_slots,
             "drain_slots": c.drain_slots, "num_users": c.num_users,
             "loads": list(c.loads_per_server_hz)}
 
 
-def stage_curve(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: Path | None,
+def part_curve(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: Path | None,
                 log, redo: bool) -> dict:
     """The load curve (``evals.curve``) on the test split under the policy's hardware pair;
     returns the crossover and the two table points (``table_points``)."""
@@ -68,9 +68,9 @@ def stage_curve(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: 
     c = _curve_settings(config)
     key = {"curve": c, "problems": config.train_problems or None, "policy": str(policy_dir),
            "dual": str(dual_dir), "split": config.split}
-    done = None if redo else stage_done(d, key)
+    done = reuse_finished(d, key, redo, log, f"curve [{preset}]: reusing the finished curve in "
+                          f"{d} (curve.txt: every point)")
     if done:
-        log(f"curve [{preset}]: reusing the finished curve in {d} (curve.txt: every point)")
         for line in done["result"]["lines"][-2:]:
             print(line)
         return done["result"]
@@ -155,7 +155,7 @@ def _eval_point(config, preset: str, name: str, load, nominal: dict, run: dict, 
             "figures": [str(p) for p in res["figures"].values()]}
 
 
-def stage_eval(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: Path | None,
+def part_eval(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: Path | None,
                log, redo: bool, points: dict | None = None) -> dict:
     """The benchmark table at each table point (``{name: load λ/M}``; None: the policy's own
     scenario only, under the name ``nominal``) in ``eval/<preset>/<name>/``."""
@@ -165,9 +165,9 @@ def stage_eval(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: P
            "policy": str(policy_dir), "dual": str(dual_dir),
            "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET, "split": config.split,
            "points": points, "num_users": config.table_num_users or None}
-    done = None if redo else stage_done(d, key)
+    done = reuse_finished(d, key, redo, log,
+                          f"eval [{preset}]: reusing the finished evaluation in {d}")
     if done:
-        log(f"eval [{preset}]: reusing the finished evaluation in {d}")
         for r in done["result"]["points"].values():
             print(r["table"])
             print(r["headline_text"])
@@ -176,7 +176,7 @@ def stage_eval(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: P
     traces = table_traces(config, preset, policy)
     suite.check_policy_traces(policy, traces)
     nominal = suite.env_kwargs_from(policy.config, {})
-    if mult is not None:   # learned by stage_dual on the nominal scenario: a mismatch is refused
+    if mult is not None:   # learned by part_dual on the nominal scenario: a mismatch is refused
         suite.check_scenario(f"dual run {dual_dir}", dual_info, nominal, traces.info, policy,
                              allow_flag=None)
     if config.table_num_users:
@@ -193,7 +193,7 @@ def stage_eval(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: P
 
 
 def _sweep_settings(config) -> dict:
-    """The sweep's sizes and grids under ``evals.sweep``'s axis names (stage key, meta)."""
+    """The sweep's sizes and grids under ``evals.sweep``'s axis names (part key, meta)."""
     sw = config.sweep
     return {"seeds": sw.seeds, "slots": sw.slots, "warmup_slots": sw.warmup_slots,
             "drain_slots": sw.drain_slots, "num_users": sw.num_users or None,
@@ -201,7 +201,7 @@ def _sweep_settings(config) -> dict:
             **{SWEEP_AXES[f]: list(sw[f]) for f in SWEEP_AXES}}
 
 
-def stage_sweep(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: Path | None,
+def part_sweep(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: Path | None,
                 log, redo: bool) -> dict | None:
     """Sweeps M, B and λ around the policy's scenario (None: ``config.sweep.axes`` is empty).
     The multipliers of ``dual_dir`` are not checked against the scenario
@@ -214,9 +214,8 @@ def stage_sweep(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: 
     key = {"sweep": sw, "problems": config.train_problems or None, "policy": str(policy_dir),
            "dual": str(dual_dir), "trace_seed_offset": suite.HELD_OUT_SEED_OFFSET,
            "split": config.split}
-    done = None if redo else stage_done(d, key)
+    done = reuse_finished(d, key, redo, log, f"sweep [{preset}]: reusing the finished sweep in {d}")
     if done:
-        log(f"sweep [{preset}]: reusing the finished sweep in {d}")
         for line in done["result"]["knee_lines"]:
             print(line)
         return done["result"]
@@ -242,7 +241,7 @@ def stage_sweep(workdir: Path, config, preset: str, policy_dir: Path, dual_dir: 
     return result
 
 
-def stage_capacity(workdir: Path, config, preset: str, policy_dir: Path, log, redo: bool
+def part_capacity(workdir: Path, config, preset: str, policy_dir: Path, log, redo: bool
                    ) -> dict | None:
     """Capacity per server GPU under the registered SLO (``studies.capacity`` at the config's
     ``capacity_size``, this run's policy as the one sample) for the run's hardware pair; None
@@ -252,9 +251,9 @@ def stage_capacity(workdir: Path, config, preset: str, policy_dir: Path, log, re
         return None
     d = workdir / "capacity" / preset
     key = {"capacity": {"size": size}, "policy": str(policy_dir), "hardware": hardware}
-    done = None if redo else stage_done(d, key)
+    done = reuse_finished(d, key, redo, log,
+                          f"capacity [{preset}]: reusing the finished table in {d}")
     if done:
-        log(f"capacity [{preset}]: reusing the finished table in {d}")
         print(done["result"]["text"])
         return done["result"]
     sizes = capacity.SIZES[size]
@@ -280,7 +279,7 @@ def stage_capacity(workdir: Path, config, preset: str, policy_dir: Path, log, re
     return result
 
 
-def stage_calibration(workdir: Path, config, policy_dirs: dict, log, redo: bool) -> dict:
+def part_calibration(workdir: Path, config, policy_dirs: dict, log, redo: bool) -> dict:
     """PRM calibration per summary preset (AUC, reliability diagram) and, when
     ``config.calibration.stress_miscalibration`` is nonzero, the miscalibration stress test
     on the first benchmark's policy."""
@@ -288,9 +287,8 @@ def stage_calibration(workdir: Path, config, policy_dirs: dict, log, redo: bool)
     problems = config.calibration.problems or None
     m = config.calibration.stress_miscalibration
     key = {"problems": problems, "stress_miscalibration": m or None}
-    done = None if redo else stage_done(d, key)
+    done = reuse_finished(d, key, redo, log, "calibration: reusing the finished report")
     if done:
-        log("calibration: reusing the finished report")
         print(done["result"]["text"])
         return done["result"]
     reports = calibration.calibration_for(list(config.summary_presets), problems, 0)

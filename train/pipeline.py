@@ -1,21 +1,19 @@
 """One PRADA pipeline: the configs of a run's screening policy (PPO) and multipliers (stage-2
 learner), built in one place, and the calls that train them.
 
-``train.main``'s stages (``evals.stages``: the demo) and the stage-2 studies both build their
+``train.main``'s parts (``train.parts``: the demo) and the stage-2 studies both build their
 PPO and dual configs here, so they cannot drift apart: a config is a
 ``prada_jax/configs/{ppo,dual}.py`` variant plus dotted fields set through
 ``prada_jax.config_utils.set_field`` (:func:`set_fields`), with the trace generator's seed 0
-(the one generated set whose train / validation / test parts every table uses). The stages
-are a package of their own because the capacity stage runs ``evals.capacity``, which imports
-this module (through its policy samples): here they would close an import cycle.
+(the one generated set whose train / validation / test splits every table uses).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from envs import stage1, stage2
-from evals import critic_refit
 from prada_jax import config_utils
+from evals import critic_refit
 from prada_jax.rl import trainer as ppo_trainer
 from prada_jax.dual import trainer as dual_trainer
 from prada_jax.configs import dual as dual_cfg
@@ -92,7 +90,7 @@ def refit_critic(policy_dir: str | Path, out_dir: str | Path, settings: dict, sp
                  log=print) -> dict:
     """Refits the critic of the PPO run in ``policy_dir`` for its final actor into ``out_dir``
     (``evals.critic_refit``; ``settings``: ``fit_states``, ``eval_states``, ``steps``,
-    ``seed``), judged on the ``split`` part of its trace set; returns the report's greedy-rule
+    ``seed``), judged on the ``split`` split of its trace set; returns the report's greedy-rule
     summary ``{"before" | "after": {"pearson", "nom_critic_positive", "nom_mc_mean",
     "rule_gain"}}``."""
     rep = critic_refit.check_and_refit(

@@ -1,8 +1,8 @@
-"""evals.pipeline: the PPO and dual configs of a run, built once, equal the configs written out
+"""train.pipeline: the PPO and dual configs of a run, built once, equal the configs written out
 field by field (the way train.main and studies.stage2_verdict each built them before)."""
 import pytest
 
-from evals import pipeline
+from train import pipeline
 from prada_jax.configs import dual as dual_cfg
 from prada_jax.configs import ppo as ppo_cfg
 from prada_jax.config_utils import ConfigError

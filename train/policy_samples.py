@@ -1,7 +1,7 @@
-"""Independent screening-policy samples (issue 33) and the one-clock check of the policies a
-study evaluates: ``python -m evals.policy_samples --out=DIR --seeds=0,1,2 [--quick]``.
+"""Trains independent screening-policy samples (issue 33):
+``python -m train.policy_samples --out=DIR --seeds=0,1,2 [--quick]``.
 
-Each sample ``k`` is what ``make demo`` (``train.main``'s ``ppo`` and ``critic`` stages)
+Each sample ``k`` is what ``make demo`` (``train.main``'s ``ppo`` and ``critic`` parts)
 builds, with its seeds set to ``k`` (sample 0 is ``make demo``'s policy): a ``train.ppo``
 run on the gsm8k synthetic set (trace generator seed 0, the train split; ``config.seed = k``,
 the demo's 16 × 64 × 150 env slots), then its critic
@@ -17,15 +17,10 @@ Reruns reuse finished parts (``train.ppo``'s config-checked resume; a refit with
 ``critic_check.json`` present is kept). ``--quick``: the smoke sizes (seconds; for tests). All
 data is SYNTHETIC. Exit codes (``prada_jax.cli``): 2 bad input, 3 non-finite training, 1 a bug.
 
-The clock's hardware pair (issue 33 item 5): every step of a verdict (policy training, the
-learners' rollouts, every evaluated row) runs one pair, ``env.hardware``
-(``prada_jax.latency.PAIRS``; docs/latency.md). A policy stores its pair in
-``policy_meta.json`` (``hardware``; absent = ``paper``, a run stored before pairs existed). A
-verdict asked to run a policy under another pair than the one it was trained under is refused
-(``BadInput``, exit 2, naming the flag and the folder), like a policy trained on another split
-or trace set: the screening policy's nominations were learned for one clock's latencies, so a
-number under another clock would describe a policy nobody trained for it
-(:func:`policy_pair`, :func:`check_policy_pair`).
+The clock's hardware pair (issue 33 item 5): a sample trains under one pair (``--hardware``)
+and stores it in its ``policy_meta.json``; a folder trained under another pair is refused
+(``evals.policy_pair.check_policy_pair``, which the verdicts apply to the policies they
+evaluate).
 """
 from __future__ import annotations
 
@@ -34,11 +29,12 @@ from pathlib import Path
 
 from absl import flags
 
-from evals import pipeline
+from evals.policy_pair import check_policy_pair
 from prada_jax import cli, config_utils, latency
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json
 from evals import critic_refit
+from train import pipeline
 
 #: Sizes of one policy sample: (ppo.py variant, ppo overrides, critic refit settings).
 SIZES = {
@@ -87,22 +83,6 @@ def train_sample(out: Path, seed: int, size: str = "demo", log=print,
                                  split="validation", log=lambda m: log(f"    {m.strip()}"),
                                  **refit)
     return crit
-
-
-def policy_pair(meta: dict) -> str:
-    """The hardware pair a policy was trained under (``meta``: its ``policy_meta.json``)."""
-    hw = meta.get("hardware") if isinstance(meta, dict) else None
-    return str(hw) if hw else latency.PAPER
-
-
-def check_policy_pair(meta: dict, hardware: str, where: str, flag: str = "--hardware") -> None:
-    """``BadInput`` naming ``flag`` and ``where`` unless the policy of ``meta`` was trained
-    under ``hardware``."""
-    got = policy_pair(meta)
-    if got != str(hardware):
-        raise BadInput(f"{flag}={hardware}: {where} was trained under hardware {got!r} "
-                       f"(policy_meta.json hardware); the verdict runs {hardware!r} in every "
-                       "step, so train (evals.policy_samples) or pass a policy of that pair")
 
 
 def _define_flags():
