@@ -28,9 +28,9 @@ FLAGS = flags.FLAGS
 
 def _define_flags() -> None:
     """Flags are defined only when run as a program (``import evals.run`` defines none)."""
-    from evals import suite  # lazy: pulls in orbax, which defines absl flags
+    from evals import command_flags  # lazy: pulls in orbax, which defines absl flags
 
-    suite.define_input_flags()
+    command_flags.define_input_flags()
     flags.DEFINE_string("out", None, "output folder (default: <policy>/eval, else "
                         "checkpoints/eval).")
     flags.DEFINE_integer("seeds", 5, "independent seeds (arrivals, problems, fading).",
@@ -38,19 +38,19 @@ def _define_flags() -> None:
     flags.DEFINE_integer("seed0", 0, "first seed, an offset inside the split's seed range "
                          "(prada_jax.traces.splits).", lower_bound=0)
     flags.DEFINE_integer("slots", 2000, "slots simulated per seed.", lower_bound=2,
-                         upper_bound=suite.MAX_SLOTS)
+                         upper_bound=command_flags.MAX_SLOTS)
     flags.DEFINE_integer("warmup_slots", 200, "the measured window starts here: the users "
                          "arriving in [warmup_slots, slots) are measured.", lower_bound=0,
-                         upper_bound=suite.MAX_SLOTS)
+                         upper_bound=command_flags.MAX_SLOTS)
     flags.DEFINE_integer("drain_slots", 400, "slots run after the window; a measured user "
                          "unfinished drain_slots·τ after arriving counts as a failure.",
-                         lower_bound=1, upper_bound=suite.MAX_SLOTS)
+                         lower_bound=1, upper_bound=command_flags.MAX_SLOTS)
     flags.DEFINE_list("checkpoints", [], "extra train.ppo run directories to evaluate as PRADA "
                       "rows (same multipliers).")
 
 
 def main(argv):
-    from evals import suite  # lazy: pulls in orbax, which defines absl flags
+    from evals import command_flags, suite  # lazy: pulls in orbax, which defines absl flags
 
     config_utils.reject_extra_argv(argv)
     out = Path(FLAGS.out) if FLAGS.out else (Path(FLAGS.policy) / "eval" if FLAGS.policy
@@ -59,7 +59,7 @@ def main(argv):
     if FLAGS.warmup_slots >= FLAGS.slots:
         raise app.UsageError(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                              f"({FLAGS.slots})")
-    policy, mult, dual_info, traces, env_kw = suite.inputs_from_flags(FLAGS)
+    policy, mult, dual_info, traces, env_kw = command_flags.inputs_from_flags(FLAGS)
     # one row at a time, seeds vmapped; each seed keeps a [drain + 1] latency histogram
     suite.check_fits(FLAGS.seeds, env_kw["num_users"], drain_slots=FLAGS.drain_slots)
     extras = [suite.load_policy(p, flag="--checkpoints") for p in FLAGS.checkpoints]

@@ -18,7 +18,7 @@ from pathlib import Path
 from absl import flags
 
 from envs import edge
-from evals import curve
+from evals import command_flags, curve
 from evals import evaluate as ev
 from evals import suite
 from evals.sweep import parse_grid
@@ -30,14 +30,14 @@ DEFAULT_LOADS = [0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]
 
 
 def _define_flags():
-    suite.define_input_flags(env_note=" (the curve varies λ = load · M)")
+    command_flags.define_input_flags(env_note=" (the curve varies λ = load · M)")
     flags.DEFINE_string("out", None, "output folder (default: <policy>/curve, else "
                         "checkpoints/curve).")
     flags.DEFINE_list("pairs", [lat.CONFIG_PAIR], "hardware pairs (edge, server) to draw a "
                       "curve for (prada_jax.latency.PAIRS or .json files; docs/latency.md).")
     flags.DEFINE_list("loads", [f"{x:g}" for x in DEFAULT_LOADS],
                       "loads λ/M in arrivals/s per server sequence slot.")
-    suite.define_window_flags(8, "seeds per point (a crossover needs >= 8).", slots=2000,
+    command_flags.define_window_flags(8, "seeds per point (a crossover needs >= 8).", slots=2000,
                               warmup_slots=200)
 
 
@@ -60,7 +60,7 @@ def main(argv):
         suite.check_hardware(pair, "--pairs")
     curve.pair_tags(pairs)   # two pair files drawn under one name: refused now, not at the end
     suite.check_server_model_applies(FLAGS.server_model, pairs, "--pairs")
-    policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
+    policy, mult, _, traces, env_kw = command_flags.inputs_from_flags(FLAGS)
     if FLAGS.num_users is None and env_kw.get("server_model") == "serving" and all(
             p != lat.PAPER for p in pairs):
         # Size the population from the largest arrival rate and the timeout (the worst

@@ -12,6 +12,7 @@ from pathlib import Path
 from absl import flags
 
 from envs import edge
+from evals import command_flags
 from evals import evaluate as ev
 from evals import suite
 from evals.sweep import (AXES, DEFAULT_GRIDS, parse_grid, run_sweep, sweep_rows,
@@ -21,10 +22,10 @@ from prada_jax.errors import BadInput
 
 
 def _define_flags():
-    suite.define_input_flags(env_note=" when not swept")
+    command_flags.define_input_flags(env_note=" when not swept")
     flags.DEFINE_string("out", None, "output folder (default: <policy>/sweep, else "
                         "checkpoints/sweep).")
-    suite.define_window_flags(3, "seeds per grid point.", slots=1500, warmup_slots=150)
+    command_flags.define_window_flags(3, "seeds per grid point.", slots=1500, warmup_slots=150)
     flags.DEFINE_list("axes", ["M", "B", "lam"], "axes to sweep (M, B, lam).")
     flags.DEFINE_list("m_grid", [str(x) for x in DEFAULT_GRIDS["M"]], "M values (integers).")
     flags.DEFINE_list("b_grid_mhz", [f"{x / 1e6:g}" for x in DEFAULT_GRIDS["B"]],
@@ -50,7 +51,7 @@ def main(argv):
     if FLAGS.warmup_slots >= FLAGS.slots:
         raise BadInput(f"--warmup_slots ({FLAGS.warmup_slots}) must be < --slots "
                        f"({FLAGS.slots})")
-    policy, mult, _, traces, env_kw = suite.inputs_from_flags(FLAGS)
+    policy, mult, _, traces, env_kw = command_flags.inputs_from_flags(FLAGS)
     # one row at a time, seeds vmapped; each seed keeps a [drain + 1] latency histogram
     suite.check_fits(FLAGS.seeds, env_kw["num_users"], drain_slots=FLAGS.drain_slots)
     if "M" in FLAGS.axes:   # every M of the grid against the server's KV memory, up front
