@@ -102,6 +102,21 @@ def test_part_cache(tmp_path):
     assert cache.part_done(tmp_path, key) is None
 
 
+def test_a_run_finished_before_the_rename_is_reused(tmp_path):
+    """A part folder written when the parts were called stages holds ``stage_done.json``: it is
+    still read (and ``reuse_finished`` logs the reuse); a new marker takes precedence."""
+    key = {"a": 1}
+    cache.mark_done(tmp_path, key, {"x": 3})
+    (tmp_path / cache.DONE_FILE).rename(tmp_path / cache.OLD_DONE_FILE)
+    logged = []
+    assert cache.reuse_finished(tmp_path, key, False, logged.append, "reused")["result"] == {
+        "x": 3}
+    assert logged == ["reused"]
+    assert cache.reuse_finished(tmp_path, key, True, logged.append, "again") is None   # --redo
+    cache.mark_done(tmp_path, {"a": 2}, {"x": 4})
+    assert cache.part_done(tmp_path, key) is None and cache.part_done(tmp_path, {"a": 2})
+
+
 def test_trace_part_and_reuse(tmp_path, capsys):
     c = main_cfg.get_config("smoke")
     c.summary_problems = 12
