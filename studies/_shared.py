@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from prada_jax import cli
+from evals import suite
+from prada_jax import cli, config_utils
+from prada_jax import latency as lat
 from prada_jax.config_utils import SEED_MAX
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
@@ -37,6 +39,25 @@ def parse(define: Callable, argv: Sequence[str] | None, prog: str, doc: str | No
     if not a.out:
         raise BadInput("--out: required")
     return a
+
+
+def pairs_and_out(pairs: Sequence[str], out: str | None, study: str) -> tuple[list, Path]:
+    """The capacity-type studies' checks (``--out`` required and not a file; ``--pairs`` not
+    empty, each a known pair and not the paper's, which has no serving server): the pairs
+    without repeats and the output folder; ``BadInput`` naming the flag otherwise."""
+    config_utils.require_flag(out, "--out", "the study folder")
+    pairs = list(dict.fromkeys(pairs))
+    if not pairs:
+        raise BadInput("--pairs: empty list")
+    for pair in pairs:
+        suite.check_hardware(pair, "--pairs")
+        if pair == lat.PAPER:
+            raise BadInput(f"--pairs=paper: the {study} study needs a roofline pair (the "
+                           "serving server)")
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise BadInput(f"--out={out} exists and is not a folder")
+    return pairs, folder
 
 
 def at_least_one(a, *names: str) -> None:

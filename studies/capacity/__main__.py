@@ -8,7 +8,7 @@ The measurement and analysis are ``evals.capacity`` (``evals.capacity.study.run_
 command runs them at the registered size. Parts, in order, each written at once and reused on
 a rerun with the same sizes:
 
-* ``DIR/policies/seed_<k>/``: the screening-policy samples (``evals.policy_samples``);
+* ``DIR/policies/seed_<k>/``: the screening-policy samples (``train.policy_samples``);
 * per pair, ``DIR/<pair>/reference.json``: the LLM alone at the lightest rate on validation
   (the SLO's latency reference); ``prices.json``: λ_s fitted per rate and sample on
   validation; ``test.json``: every row at every rate on test, per seed; ``test_pool.json``:
@@ -25,15 +25,12 @@ written.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from absl import flags
 
-from evals import suite
-from evals.capacity import study as capacity
 from prada_jax import cli, config_utils
-from prada_jax import latency as lat
 from prada_jax.errors import BadInput
+from studies import _shared
+from train import capacity_study as capacity
 
 DEFAULT_PAIRS = ("a100_orin_int4", "a100_phone_int4", "h100_orin_int4")
 
@@ -50,18 +47,7 @@ def _define_flags():
 def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    config_utils.require_flag(F.out, "--out", "the study folder")
-    pairs = list(dict.fromkeys(F.pairs))
-    if not pairs:
-        raise BadInput("--pairs: empty list")
-    for pair in pairs:
-        suite.check_hardware(pair, "--pairs")
-        if pair == lat.PAPER:
-            raise BadInput("--pairs=paper: the capacity study needs a roofline pair (the "
-                           "serving server)")
-    out = Path(F.out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out={F.out} exists and is not a folder")
+    pairs, out = _shared.pairs_and_out(F.pairs, F.out, "capacity")
     folders = capacity.pair_folders(out, pairs)   # two pairs sharing a folder: exit 2 here
     if F.report_only:
         missing = [f"{folders[p].name}/{k}.json" for p in pairs for k in capacity.PARTS

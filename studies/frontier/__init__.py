@@ -21,11 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-from evals import curve, policy_samples, suite
+from evals import curve, suite
 from evals.capacity import measure as cm
 from evals.capacity.study import pair_key
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json, write_json
+from train import policy_samples
 from studies.frontier import analysis
 from studies.frontier import report
 from studies.frontier import measure as fm
@@ -34,12 +35,16 @@ from studies.frontier.measure import Sizes
 DEFAULT_PAIR = "a100_orin_int4"
 PAIRS = (DEFAULT_PAIR, "a100_phone_int4", "h100_orin_int4")
 _SHARES = (0.05, 0.10, 0.20, 0.40, 0.60, 0.80)
-#: ``study``: what README.md registers; ``quick``: the tests' (seconds).
+#: ``study``: what README.md registers; ``demo``: ``make demo``'s (one policy sample, 4 seeds,
+#: two shares a knob, a shorter window, bisection to 25 %: the machinery, no verdict);
+#: ``quick``: the tests' (seconds).
 SIZES = {
     "study": Sizes(4.0, 8, 8, 1000, 200, 400, 256, 20e6, fm.STUDY_BRACKET, 0.05, _SHARES,
                    (0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8), (0.5, 0.6, 0.7, 0.8, 0.9),
                    (0, 1, 2, None), (0.90, 0.95, 0.98), (4.0, 8.0, 16.0, 32.0), "demo",
                    (0, 1, 2)),
+    "demo": Sizes(4.0, 4, 4, 600, 100, 300, 256, 20e6, fm.STUDY_BRACKET, 0.25, (0.1, 0.4),
+                  (0.1, 0.4), (0.5, 0.8), (1,), (0.90, 0.95, 0.98), (4.0, 32.0), "demo", (0,)),
     # quick: retentions low enough that some settings reach them on the quick traces (5
     # arrivals a seed), so every path (selection, matched random, bisection, latency) runs
     "quick": Sizes(1.0, 2, 2, 60, 10, 30, 4, 20e6, (1.0, 2.0), 0.2, (0.1, 0.4), (0.1, 0.4),
@@ -103,7 +108,7 @@ def pair_folders(out: Path, pairs) -> dict[str, Path]:
 def policy_dirs(root: Path, pair: str, sizes: Sizes, log=_log, train: bool = True
                 ) -> list[Path]:
     """``root/<pair>/seed_<k>/critic`` for each sample, trained under ``pair``'s clock
-    (``evals.policy_samples.train_sample``) where missing; a folder trained under another pair
+    (``train.policy_samples.train_sample``) where missing; a folder trained under another pair
     is refused (``BadInput``)."""
     out = []
     for k in sizes.samples:
@@ -194,7 +199,7 @@ def run_study(out: Path, pairs, size: str = "study", policies_root: Path | None 
         dirs = policy_dirs(root, pair, sizes, log)
         pols = [suite.load_policy(str(d)) for d in dirs]
         run_pair(folders[pair], pair, sizes, pols, dirs, log,
-                 ablation=(pair == DEFAULT_PAIR))
+                 ablation=(pair == DEFAULT_PAIR and size != "demo"))
     log(f"measured in {time.time() - t0:.0f} s wall")
     return write_report(out, pairs, size)
 

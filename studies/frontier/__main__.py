@@ -3,10 +3,11 @@
     python -m studies.frontier --out=DIR [--pairs=a100_orin_int4,...] [--size=study]
         [--policies=checkpoints/policies]
     python -m studies.frontier --out=studies/frontier/results --report_only
+    python -m studies.frontier --out=DIR --size=demo --pairs=a100_orin_int4   # make demo
     python -m studies.frontier --out=DIR --size=quick          # seconds-scale run (tests)
 
 ``--policies=ROOT``: the policy samples of each pair are ``ROOT/<pair>/seed_<k>/critic``
-(``python -m evals.policy_samples --out=ROOT/<pair> --seeds=0,1,2 --hardware=<pair>``); a
+(``python -m train.policy_samples --out=ROOT/<pair> --seeds=0,1,2 --hardware=<pair>``); a
 missing one is trained the same way, one trained under another pair's clock is refused.
 Default ROOT: ``DIR/policies``. The parts (``studies.frontier``'s docstring) are written under
 ``DIR/<pair>/`` as they are measured and reused by a rerun with the same key (resumable after
@@ -23,17 +24,17 @@ from pathlib import Path
 
 from absl import flags
 
-from evals import suite
 from prada_jax import cli, config_utils
-from prada_jax import latency as lat
 from prada_jax.errors import BadInput
+from studies import _shared
 import studies.frontier as frontier
 
 
 def _define_flags():
     flags.DEFINE_string("out", None, "study folder (per-pair JSON parts, report, plots)")
     flags.DEFINE_list("pairs", list(frontier.PAIRS), "hardware pairs (prada_jax.latency.PAIRS)")
-    flags.DEFINE_enum("size", "study", sorted(frontier.SIZES), "study (registered) or quick "
+    flags.DEFINE_enum("size", "study", sorted(frontier.SIZES), "study (registered), demo "
+                      "(make demo: 1 policy sample, 4 seeds, a few knobs; no verdict) or quick "
                       "(tests)")
     flags.DEFINE_string("policies", None, "ROOT of the policy samples: ROOT/<pair>/seed_<k>/"
                         "critic (default: <out>/policies; missing samples are trained)")
@@ -44,18 +45,7 @@ def _define_flags():
 def main(argv):
     F = flags.FLAGS
     config_utils.reject_extra_argv(argv)
-    config_utils.require_flag(F.out, "--out", "the study folder")
-    pairs = list(dict.fromkeys(F.pairs))
-    if not pairs:
-        raise BadInput("--pairs: empty list")
-    for pair in pairs:
-        suite.check_hardware(pair, "--pairs")
-        if pair == lat.PAPER:
-            raise BadInput("--pairs=paper: the frontier study needs a roofline pair (the "
-                           "serving server)")
-    out = Path(F.out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out={F.out} exists and is not a folder")
+    pairs, out = _shared.pairs_and_out(F.pairs, F.out, "frontier")
     if F.policies is not None and Path(F.policies).exists() and not Path(F.policies).is_dir():
         raise BadInput(f"--policies={F.policies} exists and is not a folder")
     frontier.pair_folders(out, pairs)   # two pairs sharing a folder: exit 2 here

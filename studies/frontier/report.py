@@ -36,13 +36,14 @@ def _ratio_cell(v: Mapping) -> str:
     return f"{v['mean']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]: {v['reading']}"
 
 
-def capacity_table(a: Mapping, retentions: Sequence[float]) -> str:
+def capacity_table(a: Mapping, retentions: Sequence[float], samples: int = 3) -> str:
     """The headline table: capacity at each r per method (users/s per server GPU)."""
     rs = [rkey(r) for r in retentions]
     head = "| method | " + " | ".join(f"r = {r}" for r in rs) + " |"
     lines = [head, "|" + "---|" * (len(rs) + 1)]
     names = {LLM_ALONE: "LLM alone", ALL_SLM: "All-SLM", RSD: "RSD (PRM τ)",
-             RANDOM: "Random (p)", ORACLE: "Oracle (k)", PRADA: "PRADA (θ or m, 3 samples)"}
+             RANDOM: "Random (p)", ORACLE: "Oracle (k)",
+             PRADA: f"PRADA (θ or m, {samples} sample{'s' * (samples != 1)})"}
     for m in METHOD_ORDER:
         if m not in a["summary"][rs[0]]:
             continue
@@ -65,6 +66,10 @@ def to_markdown(results: Mapping, meta: Mapping) -> str:
            "test-pool accuracy (evals.capacity). Ratios: mean over policy samples × seeds of "
            "per-seed capacity ratios, 95 % interval = union of the nested bootstrap and the "
            f"cluster t over samples. Sizes: {sz}.", ""]
+    if meta["size"] != "study":
+        out += [f"**Size `{meta['size']}`: no verdict at this size** ({len(sz['samples'])} "
+                f"policy sample(s), {sz['seeds']} seeds, a few knob settings): it shows the "
+                "machinery; the registered numbers are studies/frontier/results/report.md.", ""]
     h = headline_r(sz["retentions"])
     for pair, a in results.items():
         out += [f"## {pair}", ""]
@@ -85,8 +90,9 @@ def to_markdown(results: Mapping, meta: Mapping) -> str:
                     f"{'passed' if g['G2']['passed'] else 'not passed'}.",
                     f"* Gate: **{'passed' if g['passed'] else 'not passed: no verdict'}**.",
                     "", "### Capacity at retention r (users/s per server GPU, test)", "",
-                    capacity_table(a, meta["sizes"]["retentions"]), "",
-                    "### Readings", ""]
+                    capacity_table(a, meta["sizes"]["retentions"], len(sz["samples"])), "",
+                    "### Readings" + ("" if meta["size"] == "study"
+                                      else f" (size {meta['size']}: no verdict)"), ""]
             for r, rd in a["readings"].items():
                 out.append(f"* r = {r}: " + "; ".join(f"{k} {_ratio_cell(v)}"
                                                     for k, v in rd.items()))

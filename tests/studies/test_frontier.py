@@ -180,6 +180,7 @@ def test_quick_study_writes_every_part_and_reads(quick):
         assert (out / "a100_orin_int4" / f"{p}.json").is_file(), p
     a = res["results"]["a100_orin_int4"]
     assert "SYNTHETIC" in res["report"]
+    assert "no verdict at this size" in res["report"]          # only the study size reads
     from studies.frontier import SIZES
     assert set(a["readings"]) == {fa.rkey(r) for r in SIZES["quick"].retentions}
     for rd in a["readings"].values():
