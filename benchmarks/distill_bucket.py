@@ -8,7 +8,7 @@ a random tiny PyTorch teacher, its top-4 logits) and, per mode, two runs of the 
 of ``prada_jax/configs/distill.py`` that differ only in ``train.prompt_bucket`` (0: every prompt
 padded to the pool's longest prefix; ``--bucket``: cut to the next multiple above the batch's
 longest). After warm-up updates (compiling every width), it times
-``prada_jax.distill.trainer.optimizer_step`` in alternated pairs (padded, bucketed: the same
+``prada_jax.distill.stepping.step`` in alternated pairs (padded, bucketed: the same
 update index, so the same pairs are drawn) and reports the median of the per-pair ratios
 padded / bucketed (> 1: bucketing is faster) with the medians of each. Speed only: the data are
 synthetic; offline = forward KL on exported logits, onpolicy = ReOPD (student generation +
@@ -28,7 +28,7 @@ from absl import flags
 from benchmarks.common import print_and_save_json
 from prada_jax import cli
 from prada_jax.configs.distill import get_config
-from prada_jax.distill import trainer
+from prada_jax.distill import stepping, trainer
 from prada_jax.distill.task.teacher import tiny_cache
 from prada_jax.errors import BadInput
 
@@ -41,7 +41,7 @@ def _run(cache: Path, workdir: Path, mode: str, bucket: int, batch: int, steps: 
     c.train.prompt_bucket = bucket
     c.eval.n_problems = 0
     c.log.progress = False
-    return trainer.build(c, workdir)
+    return stepping.open_run(trainer.build_setup(c), workdir)
 
 
 def measure(cache: Path, tmp: Path, mode: str, bucket: int, pairs: int, batch: int,
@@ -51,21 +51,21 @@ def measure(cache: Path, tmp: Path, mode: str, bucket: int, pairs: int, batch: i
     b = _run(cache, tmp / f"{mode}_bucket", mode, bucket, batch, steps)
     try:
         for s in range(warmup):     # compiles (every bucket width the draws reach)
-            trainer.optimizer_step(a, s)
-            trainer.optimizer_step(b, s)
+            a = stepping.step(a, s)
+            b = stepping.step(b, s)
         ta, tb, widths = [], [], []
         for s in range(warmup, steps):
             t0 = time.perf_counter()
-            trainer.optimizer_step(a, s)
+            a = stepping.step(a, s)
             t1 = time.perf_counter()
-            trainer.optimizer_step(b, s)
+            b = stepping.step(b, s)
             t2 = time.perf_counter()
             ta.append(t1 - t0)
             tb.append(t2 - t1)
         widths = [b.rec.samplers[0].P]
     finally:
-        trainer.close(a)
-        trainer.close(b)
+        trainer.close_files(a.files)
+        trainer.close_files(b.files)
     ratios = [x / y for x, y in zip(ta, tb)]
     return {"mode": mode, "bucket": bucket, "pairs": pairs, "batch": batch,
             "pool_prompt_width": widths[0],

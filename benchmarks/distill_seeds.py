@@ -4,7 +4,7 @@
 
 Builds a small SYNTHETIC cache in a temporary folder (generated arithmetic episodes, a random
 tiny PyTorch teacher, its exported top-4 logits), then, in the same process, times
-``prada_jax.distill.trainer.optimizer_step`` (host batch drawing + teacher-logit gather + the
+``prada_jax.distill.stepping.step`` (host batch drawing + teacher-logit gather + the
 jitted step, offline forward KL, default student of ``prada_jax/configs/distill.py``):
 
 * vmapped: one run with ``config.train.num_seeds = N``; students·updates/s = N / median
@@ -28,7 +28,7 @@ from absl import flags
 
 from benchmarks.common import print_and_save_json
 from prada_jax import cli
-from prada_jax.distill import trainer
+from prada_jax.distill import stepping, trainer
 from prada_jax.distill.task.teacher import tiny_cache
 from prada_jax.configs.distill import get_config
 
@@ -48,12 +48,12 @@ def _times(cache: Path, workdir: Path, seed: int, num_seeds: int, updates: int,
     c.train.steps = updates + 1
     c.eval.n_problems = 0
     c.log.progress = False
-    run = trainer.build(c, workdir)
+    run = stepping.open_run(trainer.build_setup(c), workdir)
     try:
         for step in range(updates + 1):   # update 0 compiles: not timed
-            trainer.optimizer_step(run, step)
+            run = stepping.step(run, step)
     finally:
-        trainer.close(run)
+        trainer.close_files(run.files)
     return list(run.host.update_times)
 
 

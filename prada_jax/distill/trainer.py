@@ -18,9 +18,9 @@ Face folders and ``results.json``.
 The loop threads the train state (orbax's checkpoint) and a
 :class:`~prada_jax.distill.host_state.HostState` (the checkpoint's meta); the per-seed samplers
 and results (:class:`~prada_jax.distill.host_state.SeedRecords`) and the open files
-(:class:`~prada_jax.distill.host_state.RunFiles`) are passed explicitly. :func:`build`,
-:func:`restore`, :func:`optimizer_step`, :func:`finish` and :func:`close` step an
-:class:`OpenRun` by hand (timing studies, benchmarks, tests; :func:`start_run`: no workdir).
+(:class:`~prada_jax.distill.host_state.RunFiles`) are passed explicitly. Timing studies,
+benchmarks and tests step a run update by update themselves with
+:mod:`prada_jax.distill.stepping` (the same functions, threaded by the caller).
 
 Determinism: the batch of micro-step s is drawn with ``np.random.default_rng([seed, s])`` and
 sampled with ``fold_in(key(seed), s)`` (:mod:`prada_jax.distill.batches`), so a resumed run
@@ -33,7 +33,6 @@ student episodes with the task's tool; the only mode whose ``distill/env_calls``
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -48,8 +47,6 @@ from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill import results as results_lib
 from prada_jax.distill import task_registry as tasks_lib
 from prada_jax.distill import teacher_table
-# studies/reopd_kg (not this change's to edit) reads trainer.opd_rows: the one name kept here
-from prada_jax.distill.batches import opd_rows  # noqa: F401
 from prada_jax.distill.evaluation import check_gate, eval_point, evaluate, gate_on, refresh_ratio
 from prada_jax.distill.host_state import HostState, RunFiles, SeedRecords, log_scalars
 from prada_jax.distill.host_update import optimizer_update
@@ -231,7 +228,7 @@ def check_stored_run(config, workdir) -> run_state.ResumeCheck:
     return run_state.check_resume(config, workdir, observational_fields(config))
 
 
-def _copy_state(state):
+def copy_state(state):
     """A fresh copy of a train state (the jitted step donates its input, and a Setup's initial
     state must stay usable for the next run)."""
     return jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
@@ -254,7 +251,7 @@ def open_workdir(setup: Setup, workdir) -> tuple[RunFiles, tuple]:
     ``runloop.restore_or_init``'s ``(state, meta, step)``."""
     config = setup.config
     check = check_stored_run(config, workdir)
-    state = _copy_state(setup.init_state)
+    state = copy_state(setup.init_state)
     workdir = cu.prepare_workdir(workdir)
     ckpt = Checkpointer(workdir / "checkpoints", save_every=config.log.ckpt_every,
                         max_to_keep=config.log.keep)
@@ -434,67 +431,3 @@ def _run_updates(setup: Setup, rec: SeedRecords, files: RunFiles, state, host: H
         postfix_fn=lambda sc: {"loss": f"{sc[0]['distill/loss']:.4f}",
                                "kl": f"{sc[0]['distill/kl']:.4f}"})
     return res, host
-
-
-# ----------------------------------------------------------------------------- by hand
-
-@dataclasses.dataclass
-class OpenRun:
-    """A run stepped by hand instead of by :func:`train_and_evaluate` (timing studies,
-    benchmarks, tests): what the host loop threads, kept between the calls of :func:`restore`,
-    :func:`optimizer_step` and :func:`finish`, which replace ``state`` and ``host``."""
-
-    setup: Setup
-    rec: SeedRecords
-    files: RunFiles
-    state: Any                      # TrainState; [N, ...] stacked if N > 1
-    host: HostState
-    restored: tuple | None = None   # open_workdir's (state, meta, step), read by restore()
-    start: int = 0
-
-    # the timing studies read these three (studies/reopd_kg, reopd_vs_opd, opd_pilot)
-    config = property(lambda self: self.setup.config)
-    task = property(lambda self: self.setup.task)
-    costs = property(lambda self: self.host.costs)
-
-
-def start_run(setup: Setup) -> OpenRun:
-    """A fresh in-memory run of ``setup`` (no workdir, checkpoint or curves): what a benchmark
-    or test steps with :func:`optimizer_step` to time or check one update."""
-    return OpenRun(setup=setup, rec=new_records(setup), files=RunFiles(),
-                   state=_copy_state(setup.init_state),
-                   host=HostState.fresh(len(setup.seeds), setup.num_turns))
-
-
-def build(config, workdir, task: tasks_lib.Task | None = None,
-          teacher_score_fn: Callable | None = None, setup: Setup | None = None) -> OpenRun:
-    """:func:`build_setup` (unless ``setup`` is given) then :func:`open_workdir` on
-    ``workdir`` (its state the restored one if there is a checkpoint; :func:`restore`
-    continues the rest of a stored run)."""
-    if setup is None:
-        setup = build_setup(config, task, teacher_score_fn)
-    files, restored = open_workdir(setup, workdir)
-    return OpenRun(setup=setup, rec=new_records(setup), files=files, state=restored[0],
-                   host=HostState.fresh(len(setup.seeds), setup.num_turns), restored=restored)
-
-
-def restore(run: OpenRun) -> None:
-    """:func:`restore_state` of the run's workdir."""
-    got = run.restored or runloop.restore_or_init(run.files.ckpt, run.state)
-    run.restored = None
-    run.state, run.host, run.start = restore_state(run.setup, run.rec, run.files, got, run.host)
-
-
-def optimizer_step(run: OpenRun, opt_step: int) -> None:
-    """Update ``opt_step`` of the run (:func:`prada_jax.distill.host_update.optimizer_update`)."""
-    run.state, run.host = optimizer_update(run.setup, run.rec, run.state, run.host, opt_step)
-
-
-def finish(run: OpenRun) -> dict:
-    """:func:`prada_jax.distill.results.finish` of the run."""
-    return results_lib.finish(run.setup, run.rec, run.files, run.state, run.host)
-
-
-def close(run: OpenRun) -> None:
-    """Closes the run's checkpointer and curve writers."""
-    close_files(run.files)

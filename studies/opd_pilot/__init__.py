@@ -36,7 +36,7 @@ from prada_jax import cli
 from prada_jax import config_utils as cu
 from prada_jax.configs.distill import get_config
 from prada_jax.distill import opd as opd_lib
-from prada_jax.distill import trainer
+from prada_jax.distill import stepping, trainer
 from prada_jax.distill.task.teacher import tiny_cache
 from prada_jax.distill.trainer import train_and_evaluate
 from prada_jax.jsonio import read_json, write_json
@@ -95,16 +95,17 @@ def run(updates: int = 8, latency_s: float = 0.01, sft_updates: int = 150, batch
                 f"opd_latency{latency_s:g}": _config(cache, "opd", updates + 1, **init,
                                                      **{"opd.episodes": episodes,
                                                         "opd.tool_latency_s": latency_s})}
-        built = {name: trainer.build(c, tmp / name) for name, c in runs.items()}
+        built = {name: stepping.open_run(trainer.build_setup(c), tmp / name)
+                 for name, c in runs.items()}
         try:
             for step in range(updates + 1):   # alternated: every run's update s, then s + 1
-                for run_ in built.values():
-                    trainer.optimizer_step(run_, step)
+                for name in built:
+                    built[name] = stepping.step(built[name], step)
         finally:
             for run_ in built.values():
-                trainer.close(run_)
+                trainer.close_files(run_.files)
         for name, run_ in built.items():
-            out[name] = _row({"cost": opd_lib.cost_summary(run_.costs)})
+            out[name] = _row({"cost": opd_lib.cost_summary(run_.host.costs)})
     for key in ("rollout_s_per_turn", "rollout_s_per_turn_median"):
         for name in runs:
             if name != "reopd":

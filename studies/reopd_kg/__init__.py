@@ -25,7 +25,8 @@ from flax import nnx
 from prada_jax.configs.distill import get_config
 from prada_jax.distill import opd as opd_lib
 from prada_jax.distill import task_registry as tasks_lib
-from prada_jax.distill import trainer
+from prada_jax.distill import stepping, trainer
+from prada_jax.distill.batches import opd_rows
 from prada_jax.distill.learner import onpolicy_round
 from prada_jax.distill.sampler import TurnSampler
 from prada_jax.distill.task import kg
@@ -374,23 +375,24 @@ class Study:
         root = self.out / "clock"
         if root.exists():   # one process's rounds: never resumed
             shutil.rmtree(root)
-        built = {k: trainer.build(c, root / k, teacher_score_fn=self.b.score_fn)
+        built = {k: stepping.open_run(trainer.build_setup(c, teacher_score_fn=self.b.score_fn),
+                                      root / k)
                  for k, c in cfgs.items()}
         events, t0 = [], time.perf_counter()
         load0 = os.getloadavg()[0]
         try:
             for r in range(s.timing_rounds):
-                for k, run in built.items():
+                for k in built:
                     events.append([r, k, time.perf_counter() - t0])
-                    trainer.optimizer_step(run, r)
+                    built[k] = stepping.step(built[k], r)
         finally:
             for run in built.values():
-                trainer.close(run)
+                trainer.close_files(run.files)
         names = list(built)
-        opd_run = built[names[0]]
-        rows = (trainer.opd_rows(opd_run.config, opd_run.task) * len(seeds)
-                * int(opd_run.config.optim.grad_accum))
-        costs = {k: [dict(c) for c in run.costs] for k, run in built.items()}
+        opd_setup = built[names[0]].setup
+        rows = (opd_rows(opd_setup.config, opd_setup.task) * len(seeds)
+                * int(opd_setup.config.optim.grad_accum))
+        costs = {k: [dict(c) for c in run.host.costs] for k, run in built.items()}
         rep = fairclock.report(costs[names[0]], costs[names[1]], rows,
                                latencies=tuple(x / 1000 for x in s.latencies_ms))
         rep.update(runs=names, seeds=len(seeds), B=pil["B"], pilot_used=not pil.get("default"),

@@ -29,7 +29,8 @@ from prada_jax.distill import gpucost, losses
 from prada_jax.distill import opd as opd_lib
 from prada_jax.distill import pool as pool_lib
 from prada_jax.distill import task_registry as tasks_lib
-from prada_jax.distill import trainer
+from prada_jax.distill import results as results_lib
+from prada_jax.distill import stepping, trainer
 from prada_jax.distill.learner import student_logits_fn
 from prada_jax.distill.scoring import load_teacher
 from prada_jax.distill.task import kg, kg_short
@@ -255,12 +256,12 @@ class Study(_shared.Log):
                 break
         hf = wd / "student_hf"
         if not (hf / "model.safetensors").is_file():   # stopped at the plateau: save it now
-            run = trainer.build(c, wd, teacher_score_fn=self.score_fn)
+            run = stepping.open_run(trainer.build_setup(c, teacher_score_fn=self.score_fn), wd,
+                                    restore=True)
             try:
-                trainer.restore(run)
-                trainer.finish(run)
+                results_lib.finish(run.setup, run.rec, run.files, run.state, run.host)
             finally:
-                trainer.close(run)
+                trainer.close_files(run.files)
         sets = {"gate": (s.gate_eval_seed, s.gate_n), "pilot": (s.pilot_eval_seed, s.pilot_n)}
         out = {"student": str(hf), "stopped_at": int(stop),
                "rule": {"every": s.cold_every, "tol": s.plateau_tol,

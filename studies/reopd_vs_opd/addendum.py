@@ -39,7 +39,7 @@ from pathlib import Path
 
 from absl import flags
 
-from prada_jax.distill import trainer
+from prada_jax.distill import stepping, trainer
 from prada_jax.distill.task.teacher import tiny_cache
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json
@@ -200,21 +200,23 @@ class Addendum:
             root = self.out / "timing" / name
             if root.exists():   # a timing is never resumed: each is one process's rounds
                 shutil.rmtree(root)
-            built = {k: trainer.build(c, root / k, teacher_score_fn=self.study.score_fn)
+            built = {k: stepping.open_run(
+                         trainer.build_setup(c, teacher_score_fn=self.study.score_fn), root / k)
                      for k, c in self._timing_configs(name, self.a.rounds).items()}
             colls, events, t0 = [], [], time.perf_counter()
             try:
                 for r in range(1, self.a.rounds + 1):
-                    for k, run in built.items():
+                    for k in built:
                         events.append([r, k, time.perf_counter() - t0])
-                        trainer.optimizer_step(run, r - 1)
+                        built[k] = stepping.step(built[k], r - 1)
                     if r in self.a.coll_after:
                         events.append([r, "C", time.perf_counter() - t0])
                         colls.append(self.study.collection())
             finally:
                 for run in built.values():
-                    trainer.close(run)
-            st = {k: {**timing_stats(run.costs), "per_update": [dict(c) for c in run.costs]}
+                    trainer.close_files(run.files)
+            st = {k: {**timing_stats(run.host.costs),
+                      "per_update": [dict(c) for c in run.host.costs]}
                   for k, run in built.items()}
             n_seeds = len(self.s.seeds)
             cs = [c["seconds"] for c in colls]

@@ -248,13 +248,14 @@ def test_warm_start_carries_the_optimizer_state(cache, tmp_path):
     count (read back from its checkpoint here), its schedule count reset; a student that is not
     the warm start's, or an unfinished workdir, is refused."""
     from prada_jax.checkpointing import Checkpointer
-    from prada_jax.distill.trainer import build, close, train_and_evaluate
+    from prada_jax.distill import stepping
+    from prada_jax.distill.trainer import build_setup, close_files, train_and_evaluate
     warm = tmp_path / "warm"
     train_and_evaluate(_config(cache, "sft", **{"eval.n_problems": 0}), warm)
     c = _config(cache, "onpolicy", **{"eval.n_problems": 0,
                                       "student.init": str(warm / "student_hf"),
                                       "optim.carry_from": str(warm)})
-    run = build(c, tmp_path / "next")
+    run = stepping.open_run(build_setup(c), tmp_path / "next")
     try:
         with Checkpointer(warm / "checkpoints", create=False) as ck:
             ref, _ = ck.restore(run.state)
@@ -267,17 +268,17 @@ def test_warm_start_carries_the_optimizer_state(cache, tmp_path):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert any(np.abs(np.asarray(x)).sum() > 0 for x in jax.tree.leaves(adam.nu))
     finally:
-        close(run)
+        close_files(run.files)
     fresh = tmp_path / "other"
     train_and_evaluate(_config(cache, "sft", seed=1, **{"eval.n_problems": 0}), fresh)
     bad = _config(cache, "onpolicy", **{"student.init": str(fresh / "student_hf"),
                                         "optim.carry_from": str(warm)})
     with pytest.raises(cu.ConfigError, match="not config.student.init"):
-        build(bad, tmp_path / "bad1")
+        stepping.open_run(build_setup(bad), tmp_path / "bad1")
     bad = _config(cache, "onpolicy", **{"student.init": str(warm / "student_hf"),
                                         "optim.carry_from": str(tmp_path / "nothing")})
     with pytest.raises(cu.ConfigError, match="not a finished distillation workdir"):
-        build(bad, tmp_path / "bad2")
+        stepping.open_run(build_setup(bad), tmp_path / "bad2")
     assert not (tmp_path / "bad1").exists() and not (tmp_path / "bad2").exists()
 
 

@@ -47,25 +47,23 @@ def _leaves(tree) -> list[np.ndarray]:
 
 def test_build_setup_writes_nothing_and_its_step_equals_a_run_dirs(cache, tmp_path,
                                                                    monkeypatch):
-    from prada_jax.distill import trainer
+    from prada_jax.distill import stepping, trainer
 
     monkeypatch.chdir(tmp_path)   # a stray relative write would land here
     before_tmp, before_cache = _tree(tmp_path), _tree(cache)
     setup = trainer.build_setup(_config(cache))
     assert _tree(tmp_path) == before_tmp and _tree(cache) == before_cache
 
-    free = trainer.start_run(setup)            # no workdir, checkpoint or writer
+    free = stepping.open_run(setup)            # no workdir, checkpoint or writer
     assert free.files.workdir is None and free.files.ckpt is None and free.files.writers == ()
-    trainer.optimizer_step(free, 0)
-    trainer.optimizer_step(free, 1)
+    free = stepping.step(stepping.step(free, 0), 1)
     assert _tree(tmp_path) == before_tmp and _tree(cache) == before_cache
 
     # the path every launcher took before the split: a run opened on a workdir
-    opened = trainer.build(_config(cache), tmp_path / "wd")
+    opened = stepping.open_run(trainer.build_setup(_config(cache)), tmp_path / "wd")
     try:
         assert (tmp_path / "wd" / "config.json").is_file()
-        trainer.optimizer_step(opened, 0)
-        trainer.optimizer_step(opened, 1)
+        opened = stepping.step(stepping.step(opened, 0), 1)
         for a, b in zip(_leaves(free.state), _leaves(opened.state), strict=True):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(free.host.turn_hist, opened.host.turn_hist)
@@ -76,14 +74,13 @@ def test_build_setup_writes_nothing_and_its_step_equals_a_run_dirs(cache, tmp_pa
         assert [c["supervised_turns"] for c in free.host.costs] == \
             [c["supervised_turns"] for c in opened.host.costs]
     finally:
-        trainer.close(opened)
+        trainer.close_files(opened.files)
 
     # the Setup is not used up (the jitted step donates its input state): a second run of the
     # same Setup repeats the first exactly, and it moved away from the initial parameters
-    again = trainer.start_run(setup)
+    again = stepping.open_run(setup)
     init = _leaves(setup.init_state.params)
-    trainer.optimizer_step(again, 0)
-    trainer.optimizer_step(again, 1)
+    again = stepping.step(stepping.step(again, 0), 1)
     for a, b in zip(_leaves(free.state), _leaves(again.state), strict=True):
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, b) for a, b in zip(init, _leaves(again.state.params)))

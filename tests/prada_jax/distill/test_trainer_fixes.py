@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from prada_jax.distill import trainer  # noqa: E402
+from prada_jax.distill import results, stepping, trainer  # noqa: E402
 from prada_jax.distill.task import common  # noqa: E402
 from prada_jax.lm.hf import save_hf  # noqa: E402
 from tests.helpers.distill import cache  # noqa: E402,F401 (the module-scoped fixture)
@@ -24,12 +24,11 @@ def test_final_eval_of_a_run_stopped_early_is_labelled_with_its_update(cache, tm
     wd = tmp_path / "run"
     part = trainer.train_and_evaluate(c, wd, max_steps=2)
     assert part["finished"] is False and part["opt_step"] == 2
-    run = trainer.build(c, wd)
+    run = stepping.open_run(trainer.build_setup(c), wd, restore=True)
     try:
-        trainer.restore(run)
-        res = trainer.finish(run)
+        res = results.finish(run.setup, run.rec, run.files, run.state, run.host)
     finally:
-        trainer.close(run)
+        trainer.close_files(run.files)
     pts = _scalars(wd / "tb")["eval/success_rate"]
     assert max(st for st, _ in pts) == 2, pts       # before: (6, ...) for the model of update 2
     assert res["after_step"] == 2
