@@ -30,7 +30,7 @@ def _define_flags() -> None:
 def main(argv):
     launcher.check_argv(argv, CONFIG_FILE)
     from envs import stage1  # lazy: pulls in orbax and chex, which define absl flags
-    from prada_jax.rl import trainer
+    from prada_jax.rl import trainer  # lazy: imports orbax too (as above)
 
     # Bad input is reported before anything is logged or written (one stderr line, exit 2):
     # the config is validated once, by build_setup, which builds the env the config names

@@ -87,7 +87,7 @@ def write_calibration(reports: dict, out_dir: Path, tag: str = "calibration") ->
 def _train_policy(ppo_config, trace_dir: Path, workdir: Path):
     """Trains (or resumes / reuses) a PPO screening policy on the traces in ``trace_dir``."""
     from envs import stage1  # lazy: pulls in orbax, which defines absl flags
-    from prada_jax.rl import trainer
+    from prada_jax.rl import trainer  # lazy: imports orbax too (as above)
 
     cfg = ml_collections.ConfigDict(ppo_config.to_dict())
     cfg.env.trace_dir = str(trace_dir)
