@@ -40,6 +40,7 @@ test-real: $(REAL_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m train.main --workdir=checkpoints/demo
+	$(PY) -m studies.frontier --size=demo --pairs=a100_orin_int4 --out=checkpoints/demo/frontier
 
 demo-full: $(STAMP)
 	$(PY) -m train.main --workdir=checkpoints/demo_full --full

@@ -10,8 +10,10 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
                     TB); ``critic/`` the same actor with its critic refit on Monte-Carlo action
                     values of the final actor (``evals.critic_refit``;
                     ``critic_check.json``): the policy every later part uses (docs/ppo.md);
-3. ``capacity/``    (demo) capacity per server GPU under the registered SLO (``studies.capacity``
-                    at a small size, this policy as the one sample): the headline;
+3. ``capacity/``    (``--smoke``, or ``--config.capacity_size``) capacity per server GPU under
+                    issue 42's SLO (``studies.capacity`` at a small size, this policy as the
+                    one sample); ``make demo``'s headline is PRADA's frontier, which it runs
+                    next (``studies.frontier --size=demo``);
 4. (``--full`` and ``--smoke``: the old scenario, docs/history.md) ``dual/`` the learned
                     multipliers λ_s, µ (what ``python -m train.dual`` runs, in this process);
                     ``curve/`` the load curve (``evals.curve``) against load λ/M on the test

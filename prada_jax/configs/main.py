@@ -5,9 +5,11 @@
 
 Variants: (none) / ``demo``: gsm8k only, sized for about 5 CPU minutes: the screening policy on
 the serving server (the PPO config's default with 150 instead of 300 updates, compile-dominated
-on CPU; docs/evals.md gives timings), its critic refit, then the headline, capacity per server
-GPU under the registered SLO (``studies/capacity`` at its ``demo`` size: this policy as the one
-sample, 4 seeds, rates a factor 2 apart). The old scenario (the legacy 4-sequence server:
+on CPU; docs/evals.md gives timings) and its critic refit; ``make demo`` then prints the
+headline, PRADA's frontier, with ``studies.frontier`` at its ``demo`` size (a command above
+the launchers: it is not a part here). The capacity part (issue 42's capacity at one retention,
+``studies/capacity`` at a ``capacity_size``, this policy as the one sample) runs in ``smoke``
+(the tests) or when ``capacity_size`` is given. The old scenario (the legacy 4-sequence server:
 multipliers, load curve, two-point table; docs/history.md) runs in ``full`` and ``smoke``.
 ``full``: the three benchmarks, PPO at the ppo.py default size, longer evaluations, the M / B /
 λ sweep and the PRM miscalibration stress test. ``smoke``: tiny sizes for the tests.
@@ -80,7 +82,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.dual.variant = ""             # prada_jax/configs/dual.py variant
     c.dual.server_model = "legacy"  # env.server_model of the multiplier learner
 
-    c.capacity_size = "demo"        # studies.capacity size of the capacity part; "" = none
+    c.capacity_size = ""            # studies.capacity size of the capacity part; "" = none
 
     c.eval = _evaluation(5, 2000, 200, 400)   # the two-point benchmark table
     # The load curve (evals.curve): 8 seeds (a crossover needs >= 8), U = 32 so the U cap

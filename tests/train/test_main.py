@@ -46,8 +46,9 @@ def test_config_variants():
     assert demo.curve.num_users == 32
     # The demo skips the M/B sweep (≈ 90 of its CPU seconds); --full and evals.sweep keep it.
     assert not demo.sweep.axes and len(full.sweep.axes) == 3
-    # Issue 42: the demo runs capacity on the serving server; the old scenario in full/smoke.
-    assert (demo.capacity_size, demo.legacy_parts) == ("demo", False)
+    # Issue 52: the demo's headline is the frontier (make demo's second command, below), not
+    # issue 42's capacity part; the old scenario runs in full/smoke.
+    assert (demo.capacity_size, demo.legacy_parts) == ("", False)
     assert smoke.legacy_parts and full.legacy_parts and not full.capacity_size
     # Issue 23: tables on test, choices (critic refit, dual learner) on validation.
     for c in (demo, smoke, full):
@@ -218,3 +219,17 @@ def test_smoke_pipeline_end_to_end_and_rerun(tmp_path):
 def trainer_ckpt_step(run) -> int:
     """The newest checkpoint step of a train.ppo run (what evals.run evaluates)."""
     return max(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def test_make_demo_ends_with_the_frontier_at_its_small_size():
+    """Issue 52 item 6: ``make demo`` prints the default pair's frontier at a small size (one
+    policy sample, >= 4 seeds, a few knob settings), after the pipeline."""
+    import studies.frontier as fr
+    text = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    recipe = text.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    lines = [ln.strip() for ln in recipe.splitlines()[1:] if ln.strip()]
+    assert lines[0].endswith("-m train.main --workdir=checkpoints/demo")
+    assert "-m studies.frontier --size=demo --pairs=a100_orin_int4" in lines[1]
+    d = fr.SIZES["demo"]
+    assert len(d.samples) == 1 and d.seeds >= 4 and len(d.shares) <= 3
+    assert d.retentions == fr.SIZES["study"].retentions
