@@ -72,16 +72,11 @@ from envs import slot
 from envs.build import make_params
 from envs.llm_path import LLMPath, llm_path
 from envs.params import (DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, REWARD_MODES,
-                         SIZE_PRESETS, _MAX_PHASE_SLOTS, EnvParams, phase_slots, replace_traces,
+                         SIZE_PRESETS, EnvParams, phase_slots, replace_traces,
                          sched_params, slot_conditions, with_scenario)
-from envs.population import admit as _admit
-from envs.population import draw_noise, poisson_from_uniform, poisson_inverse_cdf
-from envs.population import observe as _observe
-from envs.population import successor as _successor
+from envs.population import admit, draw_noise, observe, poisson_from_uniform, poisson_inverse_cdf
 from envs.server_memory import check_num_servers, max_num_servers
-from envs.server_memory import longest_sequence as _longest_sequence
 from envs.servers.legacy import ServiceJob
-from envs.servers.legacy import serve_slot as _serve_slot
 from envs.servers.registry import SERVER_MODELS, server_of
 from envs.slot import CandidateSet, candidate_set, free_resources, request_scalars
 from envs.state import (DECIDE, DRAFT, EMPTY, QUEUE_PHASE, SCORE, SERVICE, DiscreteSpec,
@@ -99,8 +94,6 @@ __all__ = [
     "poisson_inverse_cdf", "replace_traces", "request_scalars", "reset", "sched_params",
     "slot_conditions", "step", "step_with_noise", "with_scenario",
 ]
-#: Private names other packages and tests read (kept importable from here).
-_PRIVATE = (_MAX_PHASE_SLOTS, _admit, _longest_sequence, _observe, _serve_slot, _successor)
 
 
 def observation_spec(params: EnvParams) -> jax.ShapeDtypeStruct:
@@ -120,9 +113,9 @@ def reset(key, params: EnvParams):
       obs [U, F+2] float32, state ``EnvState``.
     """
     noise = draw_noise(key, params)
-    state, _, _ = _admit(empty_state(params.num_users, server_of(params)), params,
+    state, _, _ = admit(empty_state(params.num_users, server_of(params)), params,
                          params.initial_users, noise.problem, jnp.asarray(0, jnp.int32))
-    return _observe(state, params), state
+    return observe(state, params), state
 
 
 def step_with_noise(state: EnvState, action, params: EnvParams, noise: Noise):

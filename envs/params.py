@@ -32,7 +32,7 @@ SIZE_PRESETS = {
     "legacy_m4": dict(server_model="legacy", num_servers=4, num_users=32),
     "serving": dict(server_model="serving", num_servers=DEFAULT_MAX_NUM_SEQS, num_users=2048),
 }
-_MAX_PHASE_SLOTS = 1_000_000  # caps ceil(delay/τ) so a near-zero-rate upload stays an int32
+MAX_PHASE_SLOTS = 1_000_000  # caps ceil(delay/τ) so a near-zero-rate upload stays an int32
 
 
 @struct.dataclass
@@ -178,13 +178,13 @@ def sched_params(params: EnvParams) -> SchedParams:
 
 def _slots(delay_s, tau_s):
     """Whole slots a phase of ``delay_s`` occupies: ``max(1, ceil(delay/τ))``."""
-    s = jnp.ceil(jnp.minimum(delay_s / tau_s, float(_MAX_PHASE_SLOTS)))
+    s = jnp.ceil(jnp.minimum(delay_s / tau_s, float(MAX_PHASE_SLOTS)))
     return jnp.maximum(s, 1.0).astype(jnp.int32)
 
 
 def phase_slots(delay_s, tau_s):
     """Whole slots [int32] a phase of ``delay_s`` seconds holds its resources in this env:
-    ``max(1, ceil(delay/τ))``, capped at ``_MAX_PHASE_SLOTS`` (an infinite delay, e.g. an
+    ``max(1, ceil(delay/τ))``, capped at ``MAX_PHASE_SLOTS`` (an infinite delay, e.g. an
     upload at zero rate, is the cap). What the stage-2 learner counts as a job's service time."""
     return _slots(delay_s, tau_s)
 

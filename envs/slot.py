@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from envs import population
-from envs.params import EnvParams, _MAX_PHASE_SLOTS, phase_slots, sched_params, slot_conditions
+from envs.params import EnvParams, MAX_PHASE_SLOTS, phase_slots, sched_params, slot_conditions
 from envs.servers.registry import server_of
 from envs.state import (DECIDE, DRAFT, EMPTY, QUEUE_PHASE, SCORE, SERVICE, EdgeAction, EnvState,
                         Noise)
@@ -239,7 +239,7 @@ def _resolve(state: EnvState, params: EnvParams, cs: CandidateSet, dec, out_hit)
         phase=phase1,
         node=jnp.where(cont_local, nxt0, n),
         # cont_local: the next draft starts this slot; its length is filled in later.
-        remaining=jnp.where(cont_local, _MAX_PHASE_SLOTS,
+        remaining=jnp.where(cont_local, MAX_PHASE_SLOTS,
                             jnp.where(res_imm, phase_slots(req["delay_s"], tau), state.remaining)),
         wait=jnp.where(resolved, 0, state.wait),
         gain=gain,

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from envs import edge
+from envs import edge, population
 from envs.edge import EdgeAction
 from prada_jax.rl import networks
 
@@ -256,7 +256,7 @@ def _mc_runner(step_fn, apply_fn, horizon: int, greedy: bool, action_fn):
             state, t, alive, ret, ndec = c
             sk = jax.random.fold_in(k, t)
             act_key, env_key = jax.random.split(sk)
-            obs = edge._observe(state, p1)  # noqa: SLF001
+            obs = population.observe(state, p1)
             screen, gain = _policy_action(apply_fn, net_params, obs, act_key, greedy)
             screen = jnp.where(t == 0, first, screen)
             _, state2, reward, done, info = step_fn(env_key, state, action_fn(screen, gain), p1)
@@ -275,7 +275,7 @@ def _mc_runner(step_fn, apply_fn, horizon: int, greedy: bool, action_fn):
 def _observe(env, state, params):
     if hasattr(env, "observe"):
         return env.observe(state, params)
-    return edge._observe(state, params)  # noqa: SLF001
+    return population.observe(state, params)
 
 
 def critic_values(apply_fn, net_params, obs) -> tuple[np.ndarray, np.ndarray]:

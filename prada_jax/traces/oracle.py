@@ -3,7 +3,7 @@
 The ceiling of any screening policy on a trace set (docs/design.md §8; issue 51 item 4): a
 screening policy only chooses, at each node it visits, between the SLM's draft (candidate 0,
 keep) and the LLM's step (candidate 1, offload); the trace tree fixes what follows. Moving as the
-env moves (``envs.edge._successor``): candidate ``c`` at node ``n`` ends the solution if
+env moves (``envs.population.successor``): candidate ``c`` at node ``n`` ends the solution if
 ``terminal[n, c]`` (right iff ``correct[n, c]``), else goes to ``child[n, c]``, or to
 ``fallback[n]`` where that child was not expanded.
 

@@ -1,4 +1,4 @@
-"""The legacy batching server of the roofline clock (``envs.edge._serve_slot``,
+"""The legacy batching server of the roofline clock (``envs.servers.legacy.serve_slot``,
 ``server_model="legacy"``, the server of the results before issue 41): against a direct
 computation, against the NumPy reference env, and its invariants (M sequences, no user lost).
 The serving server has its own tests (``test_serving.py``)."""
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from envs import edge
+from envs.servers import legacy
 from envs.edge_numpy import EdgeEnvNumPy, consts_from_jax
 from envs.testing import rollout
 from prada_jax import latency as lat
@@ -55,7 +56,7 @@ def _serve_until_done(params, job, max_slots=200):
     n = job.up_s.shape[0]
     in_svc = jnp.ones(n, bool)
     slots, comm = np.zeros(n, int), np.zeros(n)
-    fn = jax.jit(lambda j, m: edge._serve_slot(j, m, params))
+    fn = jax.jit(lambda j, m: legacy.serve_slot(j, m, params))
     for _ in range(max_slots):
         if not np.asarray(in_svc).any():
             return slots, comm
@@ -105,7 +106,7 @@ def test_prefill_stalls_the_batch_and_upload_download_are_communication():
     job = _job(2, up_s=np.array([0, 0.010]), prefill_s=np.array([0, 0.020]),
                dec_tok=np.array([30, 5]), ctx=np.array([200, 100]),
                down_s=np.array([0, 0.004]))
-    new, comm, left = jax.jit(lambda j: edge._serve_slot(j, jnp.ones(2, bool), params))(job)
+    new, comm, left = jax.jit(lambda j: legacy.serve_slot(j, jnp.ones(2, bool), params))(job)
     step = _step_by_hand([200.0, 100.0])
     n0 = (tau - 0.020) / step
     n1 = (tau - 0.010 - 0.020) / step

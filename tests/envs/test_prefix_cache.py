@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import edge, prefix_cache
+from envs import edge, prefix_cache, server_memory
 from prada_jax import latency as lat
 from prada_jax.errors import BadInput
 from prada_jax.traces.testing import random_traces
@@ -67,7 +67,7 @@ def test_evict_lru_matches_a_plain_loop(seed):
 def _tight_budget() -> float:
     """The smallest budget ``make_params`` accepts: M running sequences of the longest length
     (running sequences are shorter, so what they leave holds a few cached prefixes)."""
-    return M * edge._longest_sequence(TRACES, "serving")
+    return M * server_memory.longest_sequence(TRACES, "serving")
 
 
 @pytest.mark.parametrize("sched,extra", [("offload_all", {}), ("rsd", {}),

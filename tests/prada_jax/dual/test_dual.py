@@ -367,7 +367,7 @@ def test_slot_from_sched_work_is_finite_with_infinite_delays():
     upload runs at zero rate (infinite delay), gives finite work (the env's capped count;
     1 where not a candidate) and a finite long-run excess at any price: the product
     0 · inf once made the demo's dual stage stop with a non-finite excess."""
-    from envs import edge
+    from envs import params as env_params
     from prada_jax.sched.base import SchedInputs, SchedParams
 
     n = 5
@@ -385,7 +385,8 @@ def test_slot_from_sched_work_is_finite_with_infinite_delays():
                                     jnp.zeros(stage2.LOAD_FEATURES))
     work = np.asarray(batch.work)
     valid = np.asarray(batch.valid)
-    want = np.where(valid, np.maximum(np.ceil(np.minimum(delay / 0.05, edge._MAX_PHASE_SLOTS)),
+    cap = env_params.MAX_PHASE_SLOTS
+    want = np.where(valid, np.maximum(np.ceil(np.minimum(delay / 0.05, cap)),
                                       1.0), 1.0)
     np.testing.assert_array_equal(work, want)
     assert np.isfinite(work).all()
