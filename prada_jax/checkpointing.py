@@ -5,7 +5,8 @@ Used by every launcher (PPO, dual ascent, distillation). A checkpoint holds two 
 * ``state``: any pytree of arrays (a learner state with params, optimiser state, env state,
   keys, counters). New-style typed PRNG keys (``jax.random.key``) cannot be written by orbax
   directly, so every typed-key leaf is stored as ``jax.random.key_data(key)`` (uint32) and
-  re-wrapped with the template's key implementation on restore: resumption is bit-exact.
+  re-wrapped with the template's key implementation on restore (``prada_jax.tree_leaves``):
+  resumption is bit-exact.
 * ``meta``: an optional JSON-serialisable dict (host-side counters, the config, notes).
 
 Layout: ``<directory>/<step>/{state,meta,prada_manifest.json}``; a save interrupted by SIGKILL
@@ -57,17 +58,15 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 import tensorstore as ts   # orbax's own storage layer (installed with it)
 
 from prada_jax.errors import BadInput, NonFiniteTraining
 from prada_jax.jsonio import write_json
+from prada_jax.tree_leaves import data_to_keys, first_non_finite, is_typed_key, keys_to_data
 
 __all__ = ["Checkpointer", "CheckpointError", "DamagedCheckpoint", "MissingCheckpoint",
-           "keys_to_data", "data_to_keys", "first_non_finite", "check_resumable",
-           "step_folders", "MANIFEST_FILE"]
+           "check_resumable", "step_folders", "MANIFEST_FILE"]
 
 MANIFEST_FILE = "prada_manifest.json"
 
@@ -84,67 +83,9 @@ class DamagedCheckpoint(CheckpointError):
     """A checkpoint step has a missing, truncated or changed file, or unreadable metadata."""
 
 
-def _is_typed_key(x: Any) -> bool:
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
-def _finite_flags(leaves):
-    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
-
-
-_finite_flags_jit = jax.jit(_finite_flags)
-
-
-def first_non_finite(tree: Any) -> str | None:
-    """Key path of the first float leaf of ``tree`` holding a NaN/inf, or None if all finite.
-
-    Integer, boolean and PRNG-key leaves are skipped. ``jax.Array`` leaves are reduced on
-    their devices in one jitted call (sharded or multi-host arrays included; only one bool
-    per leaf comes to the host); NumPy leaves on the host.
-    """
-    dev, host = [], []
-    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        dtype = getattr(x, "dtype", None)
-        if dtype is None or _is_typed_key(x) or not jax.dtypes.issubdtype(dtype, np.inexact):
-            continue
-        (dev if isinstance(x, jax.Array) else host).append((path, x))
-    bad = [p for p, x in host if not bool(np.all(np.isfinite(np.asarray(x))))]
-    if dev:
-        flags = np.asarray(_finite_flags_jit([x for _, x in dev]))
-        bad += [p for (p, _), ok in zip(dev, flags) if not ok]
-    if not bad:
-        return None
-    return jax.tree_util.keystr(bad[0]) or "<root>"
-
-
-def keys_to_data(tree: Any) -> Any:
-    """Replaces every typed PRNG key leaf of ``tree`` by its raw ``key_data`` (uint32 [..., 2]).
-
-    Works on concrete arrays and, under ``jax.eval_shape``, on abstract ones.
-    """
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_typed_key(x) else x, tree)
-
-
-def data_to_keys(data_tree: Any, template: Any) -> Any:
-    """Inverse of ``keys_to_data``: re-wraps raw key data where ``template`` has typed keys.
-
-    Args:
-      data_tree: pytree as returned by ``keys_to_data`` (or restored from disk).
-      template: pytree of the same structure whose typed-key leaves give the key impl.
-    """
-    def _wrap(d, t):
-        if not _is_typed_key(t):
-            return d
-        # Concrete keys report their impl; abstract ones (ShapeDtypeStruct) carry it in dtype.
-        impl = t.dtype._impl if isinstance(t, jax.ShapeDtypeStruct) else jax.random.key_impl(t)
-        return jax.random.wrap_key_data(d, impl=impl)
-    return jax.tree.map(_wrap, data_tree, template)
 
 
 def _check_json(path: Path, step: int) -> None:
@@ -386,7 +327,7 @@ class Checkpointer:
             # Leaves without one (NumPy, typed keys) go to the first local device, whatever
             # topology saved them.
             sharding = getattr(t, "sharding", None)
-            if not (isinstance(t, jax.Array) and not _is_typed_key(t) and sharding is not None
+            if not (isinstance(t, jax.Array) and not is_typed_key(t) and sharding is not None
                     and tuple(t.shape) == tuple(a.shape)):
                 sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
             return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)

@@ -38,7 +38,7 @@ def _run(code: str, devices: int, timeout: int = 300) -> str:
 
 _PPO_AND_SAVE = """
     import sys, jax, numpy as np
-    from prada_jax import checkpointing, parallel
+    from prada_jax import checkpointing, parallel, tree_leaves
     from envs import stage1
     from prada_jax.rl import learner, trainer
     from prada_jax.configs import ppo as ppo_configs
@@ -57,7 +57,7 @@ _PPO_AND_SAVE = """
     chunk = jax.jit(learner.make_train_chunk(setup.settings, setup.env, setup.apply_fn,
                                              setup.tx))
     leaves = lambda t: [np.asarray(x) for x in
-                        jax.tree.leaves(checkpointing.keys_to_data(t))]
+                        jax.tree.leaves(tree_leaves.keys_to_data(t))]
     ref, ref_m = chunk(one(), setup.env_params)
 
     mesh = parallel.make_mesh(0)
@@ -171,7 +171,7 @@ def test_ppo_sharded_equals_unsharded_and_checkpoint_restores_on_other_devices(e
     own device count, not 8), placed on a mesh of its devices."""
     import jax
 
-    from prada_jax import checkpointing, parallel
+    from prada_jax import checkpointing, parallel, tree_leaves
     from prada_jax.configs import ppo as ppo_configs
     from envs import stage1
     from prada_jax.rl import trainer
@@ -193,7 +193,7 @@ def test_ppo_sharded_equals_unsharded_and_checkpoint_restores_on_other_devices(e
     st = parallel.place_state(restored, parallel.make_mesh(0), ("env_state", "obs", "ep_return"))
     assert len(st.obs.sharding.device_set) == jax.device_count()
     saved = np.load(ck + ".npz")
-    got = [np.asarray(x) for x in jax.tree.leaves(checkpointing.keys_to_data(st))]
+    got = [np.asarray(x) for x in jax.tree.leaves(tree_leaves.keys_to_data(st))]
     assert len(got) == len(saved.files)
     for i, x in enumerate(got):
         np.testing.assert_array_equal(x, saved[f"arr_{i}"])

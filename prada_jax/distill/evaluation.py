@@ -20,10 +20,10 @@ import numpy as np
 from flax import nnx
 
 from prada_jax import runloop
-from prada_jax.checkpointing import first_non_finite
 from prada_jax.distill import ratio as ratio_lib
 from prada_jax.distill.student import as_f32
 from prada_jax.errors import NonFiniteTraining
+from prada_jax.tree_leaves import first_non_finite
 
 
 def gate_on(config) -> bool:

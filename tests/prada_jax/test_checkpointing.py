@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import struct
 
-from prada_jax import checkpointing, config_utils, metric_writer
+from prada_jax import checkpointing, config_utils, metric_writer, tree_leaves
 
 
 @struct.dataclass
@@ -28,7 +28,7 @@ def _state(seed):
 
 
 def _same(a, b):
-    a, b = checkpointing.keys_to_data(a), checkpointing.keys_to_data(b)
+    a, b = tree_leaves.keys_to_data(a), tree_leaves.keys_to_data(b)
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
 
 

@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import norm
 
 from envs import stage1
-from prada_jax import checkpointing
+from prada_jax import checkpointing, tree_leaves
 from prada_jax.rl import learner, trainer
 from prada_jax.configs import ppo as ppo_configs
 
@@ -30,7 +30,7 @@ def toy():
 
 
 def _leaves(tree):
-    return [np.asarray(x) for x in jax.tree.leaves(checkpointing.keys_to_data(tree))]
+    return [np.asarray(x) for x in jax.tree.leaves(tree_leaves.keys_to_data(tree))]
 
 
 def test_chunk_shapes_seeds_and_determinism(toy):
