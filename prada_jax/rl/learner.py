@@ -29,7 +29,6 @@ Several seeds: ``jax.vmap(train_chunk, in_axes=(0, None))`` over a stacked ``Lea
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -37,14 +36,14 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from prada_jax.rl import compaction
 from prada_jax.rl import gae as gae_lib
 from prada_jax.rl import losses
 from prada_jax.rl import networks
 
 __all__ = ["PPOSettings", "LearnerState", "make_optimizer", "init_learner_state",
            "make_train_chunk", "make_rollout", "RESERVED_INFO",
-           "rollout_gae", "compact_decisions", "decision_capacity", "sample_action",
-           "sample_action_gumbel"]
+           "rollout_gae", "sample_action", "sample_action_gumbel"]
 
 RESERVED_INFO = ("decision_mask", "terminated", "truncated", "final_observation")
 
@@ -65,9 +64,10 @@ class PPOSettings(NamedTuple):
       ``decision_capacity`` (non-decision samples carry no loss; only the shuffle and the
       minibatch composition differ from the full update). A rollout with more decisions than
       the capacity keeps ``decision_capacity`` of them (a run from a random start, see
-      ``compact_decisions``) and reports the number dropped as the ``decision_overflow``
-      metric.
-    decision_capacity: K, samples in the compacted buffer (a multiple of num_minibatches).
+      ``compaction.compact_decisions``) and reports the number dropped as the
+      ``decision_overflow`` metric.
+    decision_capacity: K, samples in the compacted buffer (a multiple of num_minibatches;
+      ``compaction.decision_capacity``).
     max_grad_norm: clip gradients to this global L2 norm inside the learner, reusing the norm
       it reports as ``grad_norm`` (one norm pass); None = ``tx`` clips (if at all).
     gae_unroll: unroll factor of the reverse GAE scan.
@@ -336,44 +336,6 @@ def rollout_gae(traj: dict, last_value: jax.Array, gamma: float, lam: float,
                               gamma, lam, unroll=unroll)
 
 
-def decision_capacity(num_samples: int, fraction: float, num_minibatches: int) -> int:
-    """K = ⌈fraction · num_samples⌉ rounded up to a multiple of ``num_minibatches`` (and at most
-    ``num_samples`` rounded the same way): the size of the compacted decision buffer."""
-    k = max(1, math.ceil(float(fraction) * int(num_samples)))
-    k = min(k, int(num_samples))
-    return int(math.ceil(k / num_minibatches) * num_minibatches)
-
-
-def compact_decisions(flat: dict, capacity: int, key: jax.Array) -> tuple[dict, jax.Array]:
-    """Gathers the decision samples of ``flat`` into fixed-size buffers of ``capacity``.
-
-    Args:
-      flat: dict of [N, ...] arrays with a bool ``decision`` [N] entry.
-      capacity: K, buffer size.
-      key: PRNG key; when there are more than K decisions (overflow), the K kept are the
-        first K in sample order starting from a uniformly random sample (cyclically),
-        otherwise all are kept.
-
-    Returns:
-      ``(compact, dropped)``: dict of [K, ...] arrays whose ``decision`` is the validity mask
-      (the first ``min(n_dec, K)`` entries; padding repeats sample 0 with mask False), and the
-      int32 number of decisions that did not fit.
-    """
-    dec = flat["decision"].astype(bool)
-    n = dec.shape[0]
-    # Start the scan at a random sample (cyclically): with more than K decisions, the K kept
-    # are a contiguous run from a random start, so no part of the rollout is always dropped.
-    # (A full random permutation costs more than the rest of the compaction.)
-    shift = jax.random.randint(key, (), 0, n)
-    (pos,) = jnp.nonzero(jnp.roll(dec, -shift), size=capacity, fill_value=0)
-    idx = (pos + shift) % n
-    n_dec = jnp.sum(dec.astype(jnp.int32))
-    valid = jnp.arange(capacity) < n_dec
-    out = {k: jnp.take(v, idx, axis=0) for k, v in flat.items() if k != "decision"}
-    out["decision"] = valid
-    return out, jnp.maximum(n_dec - capacity, 0)
-
-
 def _clip_by_norm(grads, g_norm, max_norm: float):
     """``optax.clip_by_global_norm`` with the norm given (same arithmetic, no second pass)."""
     trigger = jnp.squeeze(g_norm < max_norm)
@@ -477,7 +439,7 @@ def make_train_chunk(settings: PPOSettings, env: Any, apply_fn: Callable,
             # The compaction key is derived from the epoch key, so the rollout (and the run
             # without decision_only) draws the same random numbers.
             compact_key = jax.random.fold_in(epoch_key, 1)
-            flat, overflow = compact_decisions(flat, s.decision_capacity, compact_key)
+            flat, overflow = compaction.compact_decisions(flat, s.decision_capacity, compact_key)
         epoch_keys = jax.random.split(epoch_key, s.num_epochs)
         (params, opt_state), mb_metrics = jax.lax.scan(
             lambda c, k: _update_epoch(c, k, flat), (state.params, state.opt_state), epoch_keys)

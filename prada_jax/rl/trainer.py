@@ -32,7 +32,7 @@ import numpy as np
 
 from prada_jax import checkpointing, config_utils, parallel, run_state, runloop
 from prada_jax.metric_writer import MetricWriter
-from prada_jax.rl import learner, losses, networks, policy, single_agent
+from prada_jax.rl import compaction, learner, losses, networks, policy, single_agent
 from prada_jax.traces import splits
 
 __all__ = ["validate_config", "build_setup", "train_and_evaluate", "Setup",
@@ -163,8 +163,8 @@ def _ppo_settings(config, env, num_users: int) -> learner.PPOSettings:
     if decision_only is None:
         decision_only = single_agent.sparse_decisions(env)
     decision_only = bool(decision_only)
-    capacity = (learner.decision_capacity(batch, float(config.ppo.decision_capacity),
-                                          num_minibatches) if decision_only else 0)
+    capacity = (compaction.decision_capacity(batch, float(config.ppo.decision_capacity),
+                                             num_minibatches) if decision_only else 0)
     settings = learner.PPOSettings(
         num_envs=int(config.ppo.num_envs), rollout_len=int(config.ppo.rollout_len),
         num_epochs=int(config.ppo.num_epochs),

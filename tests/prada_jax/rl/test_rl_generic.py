@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from envs import stage1
-from prada_jax.rl import learner, losses, toy_env, trainer
+from prada_jax.rl import compaction, learner, losses, toy_env, trainer
 from prada_jax.configs import ppo as ppo_configs
 
 
 # ----------------------------------------------------------------------------- compaction
 
 # Jitted (capacity static): run eagerly, every op compiles on its own, once per shape.
-_compact = jax.jit(learner.compact_decisions, static_argnums=1)
+_compact = jax.jit(compaction.compact_decisions, static_argnums=1)
 
 
 def test_compact_decisions_keeps_every_decision_once_and_counts_overflow():
@@ -62,9 +62,9 @@ def test_masked_loss_on_compacted_buffer_equals_full_batch():
 
 
 def test_decision_capacity_rounding():
-    assert learner.decision_capacity(8192, 0.25, 4) == 2048
-    assert learner.decision_capacity(8192, 0.3, 4) == 2460
-    assert learner.decision_capacity(10, 1.0, 4) == 12
+    assert compaction.decision_capacity(8192, 0.25, 4) == 2048
+    assert compaction.decision_capacity(8192, 0.3, 4) == 2460
+    assert compaction.decision_capacity(10, 1.0, 4) == 12
 
 
 # ----------------------------------------------------------------------------- truncation
