@@ -3,6 +3,7 @@ lookup, the ratio table. No timing here (timings are not testable on a shared CP
 import pytest
 
 from benchmarks import __main__ as suite
+from benchmarks import table
 from benchmarks.env_scaling import saturation_point
 
 
@@ -33,15 +34,15 @@ def test_ratio_table_rows_and_markdown():
                      "batched_threshold_slots_per_s": 1e3, "fill_equals_sequential_all": True},
            "distill": {"student": "small", "dtype": "float32", "trained_tokens_per_s": 100.0,
                        "processed_tokens_per_s": 200.0, "mfu": None}}
-    rows = suite.ratio_rows(res)
+    rows = table.ratio_rows(res)
     assert [r[0].split(":")[0].split(" (")[0] for r in rows] == [
         "edge env", "threshold scheduler vs knapsack MILP", "greedy fill, 256 slots vmapped",
         "distillation step"]
     assert rows[0][2].startswith("40x wall") and "1000x faster" in rows[1][2]
-    md = suite.format_table(rows, markdown=True).splitlines()
+    md = table.format_table(rows, markdown=True).splitlines()
     assert "4.00x" in rows[2][2]   # passes over one-by-one, from the two rates
     assert md[0].startswith("| benchmark") and md[1] == "|---|---|---|" and len(md) == 6
-    assert len(suite.format_table(rows).splitlines()) == 6
+    assert len(table.format_table(rows).splitlines()) == 6
 
 
 def test_unknown_part_is_named():
