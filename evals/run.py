@@ -21,7 +21,7 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from prada_jax import cli, config_utils
+from prada_jax import cli, config_utils, host_info
 
 FLAGS = flags.FLAGS
 
@@ -63,7 +63,7 @@ def main(argv):
     # one row at a time, seeds vmapped; each seed keeps a [drain + 1] latency histogram
     suite.check_fits(FLAGS.seeds, env_kw["num_users"], drain_slots=FLAGS.drain_slots)
     extras = [suite.load_policy(p, flag="--checkpoints") for p in FLAGS.checkpoints]
-    logging.info(config_utils.runtime_info())
+    logging.info(host_info.runtime_info())
     for p in ([policy] if policy else []) + extras:
         logging.info("evaluating policy %s at update %s", p.workdir, p.meta.get("step"))
     per_seed, info = suite.evaluate_rows(

@@ -14,7 +14,7 @@ Typical launcher::
 
     def main(argv):
         reject_extra_argv(argv)
-        logging.info(runtime_info())
+        logging.info(host_info.runtime_info())
         train_and_evaluate(FLAGS.config, FLAGS.workdir)
 """
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import re
 import struct
 from pathlib import Path
@@ -38,7 +37,7 @@ __all__ = [
     "check_int", "check_choice", "check_divides", "config_to_dict", "config_to_json",
     "write_config_json", "read_config_json", "check_run_dir", "prepare_workdir",
     "reject_extra_argv", "require_flag", "set_field", "parse_variants", "apply_variants",
-    "runtime_info", "host_cpu", "REMOVED_FIELDS", "ADDED_FIELDS", "AddedField", "add_missing_fields", "config_kind",
+    "REMOVED_FIELDS", "ADDED_FIELDS", "AddedField", "add_missing_fields", "config_kind",
     "is_removed", "drop_removed_fields", "check_float32",
     "float32_problem", "seed_problem", "INFINITE_OK", "SEED_MAX", "SEED_COUNT_MAX",
 ]
@@ -389,52 +388,6 @@ def reject_extra_argv(argv: Sequence[str]) -> None:
         raise ConfigError(f"unexpected command-line arguments: {' '.join(argv[1:])} "
                          "(flags take the form --name=value; config fields "
                          "--config.<field>=<value>)")
-
-
-def runtime_info() -> str:
-    """One line: Python, JAX version, backend, devices, process index and the host CPU
-    (:func:`host_cpu`: what XLA's CPU arithmetic depends on, docs/reproducibility.md)."""
-    import jax   # lazy: a command's flag checks and --help need no JAX
-
-    devices = jax.devices()
-    return (f"python {platform.python_version()}, jax {jax.__version__}, backend "
-            f"{jax.default_backend()}, {len(devices)} device(s) [{devices[0].device_kind}], "
-            f"process {jax.process_index()}/{jax.process_count()}; host {host_cpu()}")
-
-
-_ISA_FLAGS = ("avx512f", "avx2", "fma")   # the ones that change XLA's CPU bits
-
-
-def host_cpu(cpuinfo: str | None = None, usable_cores: int | None = None,
-             xla_flags: str | None = None) -> str:
-    """The CPU facts that decide the low bits of a CPU run: model, usable cores, which of
-    AVX-512F / AVX2 / FMA it has, and ``XLA_FLAGS`` if set. Two runs that print the same
-    line and the same packages give the same bits (tested on one machine); runs that print
-    different ones need not (docs/reproducibility.md). The arguments replace what is read
-    from ``/proc/cpuinfo``, the process's CPU affinity and the environment (tests)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:   # not Linux: no flag list
-            cpuinfo = ""
-    fields = {}
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    model = fields.get("model name") or platform.processor() or platform.machine() or "?"
-    if usable_cores is None:
-        usable_cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                        else os.cpu_count() or 0)
-    if "flags" in fields:
-        present = set(fields["flags"].split())
-        isa = "/".join(f for f in _ISA_FLAGS if f in present) or "no avx2/fma"
-    else:
-        isa = "isa unknown"
-    if xla_flags is None:
-        xla_flags = os.environ.get("XLA_FLAGS", "")
-    out = f"{model}, {usable_cores} usable core(s), {isa}"
-    return out + (f", XLA_FLAGS={xla_flags.strip()}" if xla_flags.strip() else "")
 
 
 # ----------------------------------------------------------------------------- float32 range

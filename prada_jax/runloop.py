@@ -23,7 +23,7 @@ boundaries and owns everything around it:
   ``wall_s=None`` for it and trainers write *no* steps-per-second point for that call (the
   point is dropped, not estimated); every later call is timed from dispatch to metrics on the
   host;
-* **runtime line**: the first ``run`` of a process logs ``config_utils.runtime_info()`` (Python,
+* **runtime line**: the first ``run`` of a process logs ``host_info.runtime_info()`` (Python,
   JAX, backend, devices) at INFO, so a launcher's refused input or resume (exit 2) prints only
   its one error line;
 * **signals**: SIGINT/SIGTERM (main thread only) finish the current call, save a checkpoint at
@@ -60,7 +60,7 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from prada_jax import config_utils
+from prada_jax import host_info
 from prada_jax.errors import NonFiniteTraining
 
 __all__ = ["LoopResult", "run", "restore_or_init", "exit_code_for", "no_checkpoint_note",
@@ -78,7 +78,7 @@ def _log_runtime() -> None:
     """Logs the runtime line once per process."""
     global _runtime_logged
     if not _runtime_logged:
-        logging.info(config_utils.runtime_info())
+        logging.info(host_info.runtime_info())
         _runtime_logged = True
 
 

@@ -52,7 +52,7 @@ from ml_collections import config_flags
 
 from evals import suite
 from train.parts import cache, tables, training
-from prada_jax import cli, config_utils
+from prada_jax import cli, config_utils, host_info
 from prada_jax.configs import main as main_config
 
 FLAGS = flags.FLAGS
@@ -177,7 +177,7 @@ def main(argv):
     config, hardware_flag = load_config()
     # Library INFO logs (orbax's checkpoint manager in particular) are hidden by prada_jax.cli
     # unless --verbosity is given (--verbosity=0 brings them back).
-    print(config_utils.runtime_info(), flush=True)
+    print(host_info.runtime_info(), flush=True)
     run_pipeline(FLAGS.workdir, config, FLAGS.redo, hardware_flag)
 
 
