@@ -127,11 +127,14 @@ def test_train_ppo_refuses_bad_split_and_seed_ranges_at_start():
     from prada_jax.rl import trainer
     from prada_jax.configs import ppo
 
+    from envs import stage1   # the env's fields are checked where the env is built
+
     cfg = ppo.get_config("smoke")
     trainer.validate_config(cfg)
+    stage1.validate_env_config(cfg)
     cfg.env.split = "dev"
     with pytest.raises(BadInput, match=r"^config.env.split=dev: unknown split"):
-        trainer.validate_config(cfg)
+        stage1.validate_env_config(cfg)
     cfg = ppo.get_config("smoke")
     cfg.seed, cfg.num_seeds = splits.VALIDATION_SEED_BASE - 1, 2
     with pytest.raises(BadInput, match=r"^seed ranges overlap: config.seed/config.num_seeds"):
