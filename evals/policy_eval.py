@@ -1,5 +1,5 @@
 """Monte-Carlo policy evaluation of a frozen screening policy: an independent reference for the
-critic's ΔQ, and a critic refit for the final actor.
+critic's ΔQ, and the targets of a critic refit for the final actor.
 
 The stage-2 scheduler values a nomination by the critic's ΔQ = Q(s, 1) − Q(s, 0) (docs/design.md §5,
 §6). PPO trains that Q head on a moving policy with GAE targets, so ΔQ may be biased for the
@@ -17,8 +17,8 @@ The stage-2 scheduler values a nomination by the critic's ΔQ = Q(s, 1) − Q(s,
   error over replicates.
 * ``compare``: sign agreement, correlation, bias of the critic's ΔQ against ΔQ_MC, and which of
   actor and critic agrees with the MC sign where the actor nominates.
-* ``refit_critic``: policy evaluation of the frozen actor: the critic torso and Q head (never the
-  actor) are regressed on MC targets for *both* actions of fresh states (``fit_targets``).
+* ``fit_targets``: the MC action values as regression targets for *both* actions, which
+  ``prada_jax.rl.critic_fit.refit_critic`` fits the critic to (``train.critic``).
 
 One-user branching is exact for an env whose users do not interact: the per-user screening MDP
 of ``envs.stage1.build_env`` with ``contention=False`` (``offload_all``, unlimited M and B, no
@@ -26,7 +26,7 @@ outage). In that env a user's trajectory under the greedy actor is deterministic
 state (no randomness reaches a single user's coarse return), so R = 1 is exact for the greedy
 actor; R > 1 matters for the sampling policy the critic was trained on (``greedy=False``).
 In a contended env the other users would have to be branched too; this module does not do
-that, and ``evals.critic_refit`` refuses a policy trained with contention.
+that, and ``train.critic`` refuses a policy trained with contention.
 
 Units: returns and ΔQ in reward units (PRM units under the coarse reward); shapes in each
 docstring (N states, R replicates).
@@ -39,14 +39,13 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from envs import edge, population
 from envs.edge import EdgeAction
 from prada_jax.rl import networks
 
 __all__ = ["DecisionStates", "sample_decision_states", "user_slice", "mc_action_values",
-           "MCResult", "compare", "fit_targets", "refit_critic", "critic_mask"]
+           "MCResult", "compare", "fit_targets"]
 
 
 class DecisionStates(NamedTuple):
@@ -375,96 +374,9 @@ def calibration(pred, target, bins: int = 5) -> list[dict]:
     return out
 
 
-# ----------------------------------------------------------------------------- critic refit
-
-def critic_mask(net_params):
-    """Pytree of bools: True on the critic's parameters (``critic_torso``, ``q_head``), False
-    on the actor's (``actor_torso``, ``policy_head``), so a refit leaves the actor unchanged."""
-    def is_critic(path, _):
-        names = [str(getattr(p, "key", getattr(p, "name", p))) for p in path]
-        return any(n in ("critic_torso", "q_head") for n in names)
-    return jax.tree_util.tree_map_with_path(is_critic, net_params)
-
+# ----------------------------------------------------------------------------- refit targets
 
 def fit_targets(mc: MCResult) -> np.ndarray:
     """[N, 2] regression targets for Q(s, 0), Q(s, 1): the MC means."""
     return np.asarray(mc.q, np.float32)
 
-
-def refit_critic(apply_fn, net_params, obs, targets, key, *, steps: int = 3000,
-                 batch_size: int = 512, lr: float = 1e-3, dq_weight: float = 1.0,
-                 final_lr_frac: float = 0.1, val_obs=None, val_targets=None,
-                 eval_every: int = 250) -> tuple[Any, dict]:
-    """Regresses the critic (torso + Q head; the actor is untouched) on MC action values.
-
-    Loss per state: (Q(s,0) − y0)² + (Q(s,1) − y1)² + ``dq_weight``·(ΔQ(s) − (y1 − y0))²,
-    Adam with a linear decay to ``final_lr_frac``·lr over ``steps`` minibatches of
-    ``batch_size`` states drawn uniformly with replacement. The network starts from
-    ``net_params`` (the PPO critic), so the refit is a correction, not a new critic.
-
-    Args:
-      obs: [N, D] observations; targets: [N, 2] (``fit_targets``) in reward units.
-
-      val_obs, val_targets: a held-out set; when given, the loss on it is measured every
-        ``eval_every`` steps and the parameters with the lowest one are returned (early
-        stopping against fitting the idiosyncratic part of the MC targets).
-
-    Returns:
-      ``(params, info)``: new parameters (actor leaves bit-identical) and ``{"loss_first",
-      "loss_last"}`` (mean training loss of the first and last 100 steps), plus ``"val"``
-      ([(step, loss)]) and ``"best_step"`` with a held-out set (step 0 = the start).
-    """
-    obs = jnp.asarray(obs, jnp.float32)
-    y = jnp.asarray(targets, jnp.float32)
-    mask = critic_mask(net_params)
-    sched = optax.linear_schedule(lr, lr * final_lr_frac, steps)
-    tx = optax.masked(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(sched)), mask)
-
-    def loss_fn(p, o, t):
-        _, q = apply_fn(p, o)
-        e = jnp.square(q - t)
-        dq = jnp.square((q[:, 1] - q[:, 0]) - (t[:, 1] - t[:, 0]))
-        return jnp.mean(e[:, 0] + e[:, 1] + dq_weight * dq)
-
-    def step(carry, k):
-        p, opt = carry
-        i = jax.random.randint(k, (batch_size,), 0, obs.shape[0])
-        loss, g = jax.value_and_grad(loss_fn)(p, obs[i], y[i])
-        g = jax.tree.map(lambda gi, m: jnp.where(m, gi, 0.0), g, mask)
-        upd, opt = tx.update(g, opt, p)
-        p = optax.apply_updates(p, upd)
-        return (p, opt), loss
-
-    @jax.jit
-    def run(p, opt, keys):
-        (p, opt), losses = jax.lax.scan(step, (p, opt), keys)
-        return p, opt, losses
-
-    val_loss = None
-    if val_obs is not None:
-        vo = jnp.asarray(val_obs, jnp.float32)
-        vy = jnp.asarray(val_targets, jnp.float32)
-        val_loss = jax.jit(lambda p: loss_fn(p, vo, vy))
-    keys = jax.random.split(key, steps)
-    p, opt = net_params, tx.init(net_params)
-    every = int(eval_every) if val_loss is not None else steps
-    all_losses, val, best = [], [], None
-    if val_loss is not None:
-        val.append((0, float(val_loss(p))))
-        best = (val[0][1], 0, p)
-    for s0 in range(0, steps, every):
-        p, opt, losses = run(p, opt, keys[s0:s0 + every])
-        all_losses.append(np.asarray(losses))
-        if val_loss is not None:
-            v = float(val_loss(p))
-            val.append((min(s0 + every, steps), v))
-            if v < best[0]:
-                best = (v, min(s0 + every, steps), p)
-    losses = np.concatenate(all_losses)
-    info = {"loss_first": float(losses[:100].mean()), "loss_last": float(losses[-100:].mean())}
-    if best is not None:
-        p = best[2]
-        info.update(val=val, best_step=best[1])
-    # Only critic leaves moved: restore the actor's exactly (masked updates are zero anyway).
-    new = jax.tree.map(lambda old, nw, m: nw if m else old, net_params, p, mask)
-    return new, info

@@ -7,7 +7,7 @@
 Writes ``NEW_DIR/critic_check.json`` (the critic's ΔQ against Monte-Carlo policy evaluation,
 before and after the refit) and, unless ``--measure_only``, makes ``NEW_DIR`` a policy folder
 (the same actor, the critic refit for it) that every ``--policy`` flag loads. The library is
-``evals.critic_refit``. Exit codes (``prada_jax.cli``): 2 bad input (one line naming the
+``train.critic``. Exit codes (``prada_jax.cli``): 2 bad input (one line naming the
 flag or file, nothing written), 1 a bug.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main(argv):
         raise BadInput(f"--sampling_replicates must be 0 or >= 2, got {F.sampling_replicates}")
     if F.seed < 0:
         raise BadInput(f"--seed must be >= 0, got {F.seed}")
-    from evals import critic_refit  # lazy: pulls in orbax and chex (absl flags)
+    from train import critic as critic_refit  # lazy: pulls in orbax and chex (absl flags)
 
     critic_refit.check_and_refit(F.policy, F.out, fit_states=F.fit_states,
                                  eval_states=F.eval_states,

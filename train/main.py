@@ -8,7 +8,7 @@ Runs the whole PRADA pipeline on the embedded **synthetic** traces and writes ev
                     PRM calibration AUC) — ``traces/summary.txt``;
 2. ``ppo/``         the stage-1 screening policy (``prada_jax.rl.trainer``, orbax checkpoints,
                     TB); ``critic/`` the same actor with its critic refit on Monte-Carlo action
-                    values of the final actor (``evals.critic_refit``;
+                    values of the final actor (``train.critic``;
                     ``critic_check.json``): the policy every later part uses (docs/ppo.md);
 3. ``capacity/``    (``--smoke``, or ``--config.capacity_size``) capacity per server GPU under
                     issue 42's SLO (``studies.capacity`` at a small size, this policy as the

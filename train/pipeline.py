@@ -13,7 +13,7 @@ from pathlib import Path
 
 from envs import stage1, stage2
 from prada_jax import config_utils
-from evals import critic_refit
+from train import critic
 from prada_jax.rl import trainer as ppo_trainer
 from prada_jax.dual import trainer as dual_trainer
 from prada_jax.configs import dual as dual_cfg
@@ -89,11 +89,11 @@ def learn_multipliers(config, workdir: str | Path):
 def refit_critic(policy_dir: str | Path, out_dir: str | Path, settings: dict, split: str,
                  log=print) -> dict:
     """Refits the critic of the PPO run in ``policy_dir`` for its final actor into ``out_dir``
-    (``evals.critic_refit``; ``settings``: ``fit_states``, ``eval_states``, ``steps``,
+    (``train.critic``; ``settings``: ``fit_states``, ``eval_states``, ``steps``,
     ``seed``), judged on the ``split`` split of its trace set; returns the report's greedy-rule
     summary ``{"before" | "after": {"pearson", "nom_critic_positive", "nom_mc_mean",
     "rule_gain"}}``."""
-    rep = critic_refit.check_and_refit(
+    rep = critic.check_and_refit(
         str(policy_dir), str(out_dir), fit_states=int(settings["fit_states"]),
         eval_states=int(settings["eval_states"]), steps=int(settings["steps"]),
         seed=int(settings["seed"]), log=log, split=split)

@@ -5,7 +5,7 @@ Each sample ``k`` is what ``make demo`` (``train.main``'s ``ppo`` and ``critic``
 builds, with its seeds set to ``k`` (sample 0 is ``make demo``'s policy): a ``train.ppo``
 run on the gsm8k synthetic set (trace generator seed 0, the train split; ``config.seed = k``,
 the demo's 16 × 64 × 150 env slots), then its critic
-refit on Monte-Carlo action values of the final actor (``evals.critic_refit``, judged
+refit on Monte-Carlo action values of the final actor (``train.critic``, judged
 and early-stopped on the validation split, ``seed = k``; the demo's 20 000 / 2 000 states,
 2 000 steps). Output::
 
@@ -33,8 +33,7 @@ from evals.policy_pair import check_policy_pair
 from prada_jax import cli, config_utils, latency
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import read_json
-from evals import critic_refit
-from train import pipeline
+from train import critic, pipeline
 
 #: Sizes of one policy sample: (ppo.py variant, ppo overrides, critic refit settings).
 SIZES = {
@@ -79,7 +78,7 @@ def train_sample(out: Path, seed: int, size: str = "demo", log=print,
     if crit.exists():
         shutil.rmtree(crit)
     log(f"  policy sample {seed}: refitting the critic in {crit}")
-    critic_refit.check_and_refit(str(d / "ppo"), str(crit), seed=int(seed),
+    critic.check_and_refit(str(d / "ppo"), str(crit), seed=int(seed),
                                  split="validation", log=lambda m: log(f"    {m.strip()}"),
                                  **refit)
     return crit

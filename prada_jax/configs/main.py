@@ -73,7 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.ppo.total_env_steps = 16 * 64 * 150  # env slots of the PPO run; 0 = the variant's
     c.ppo.server_model = "serving"  # env.server_model of the PPO run
 
-    # Critic refit for the final actor (evals.critic_refit; docs/ppo.md, "Critic
+    # Critic refit for the final actor (train.critic; docs/ppo.md, "Critic
     # calibration"); fit_states 0: the PPO critic as trained.
     c.critic_refit = ml_collections.ConfigDict(
         {"fit_states": 20000, "eval_states": 2000, "steps": 2000, "seed": 0})

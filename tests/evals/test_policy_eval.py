@@ -14,7 +14,7 @@ import pytest
 
 from envs import edge_numpy as ref
 from envs import registry
-from prada_jax.rl import networks
+from prada_jax.rl import critic_fit, networks
 from evals import policy_eval as pe
 from prada_jax.traces.testing import random_traces
 
@@ -150,10 +150,10 @@ def test_refit_moves_only_the_critic_and_fits_the_targets():
     y = np.stack([0.1 * obs[:, 0], 0.1 * obs[:, 0] + 0.2 * np.tanh(obs[:, 1])], 1)
     graphdef, net = networks.init_network(jax.random.key(0), 5, (32, 32))
     apply_fn = networks.make_apply_fn(graphdef)
-    new, info = pe.refit_critic(apply_fn, net, obs[200:], y[200:], jax.random.key(1), steps=1500,
+    new, info = critic_fit.refit_critic(apply_fn, net, obs[200:], y[200:], jax.random.key(1), steps=1500,
                                 batch_size=256, lr=3e-3, val_obs=obs[:200],
                                 val_targets=y[:200], eval_every=500)
-    mask = pe.critic_mask(net)
+    mask = critic_fit.critic_mask(net)
     for old_leaf, new_leaf, m in zip(jax.tree.leaves(net), jax.tree.leaves(new),
                                      jax.tree.leaves(mask)):
         if m:

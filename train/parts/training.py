@@ -83,7 +83,7 @@ def part_ppo(workdir: Path, config, preset: str, log, redo: bool) -> Path:
 
 
 def part_critic(workdir: Path, config, preset: str, ppo_dir: Path, log, redo: bool) -> Path:
-    """Refits the critic of the PPO run for its final actor (``evals.critic_refit``)
+    """Refits the critic of the PPO run for its final actor (``train.critic``)
     into ``critic/<preset>`` and returns that policy folder (the PPO folder itself when
     ``config.critic_refit.fit_states`` is 0)."""
     cfg = config.critic_refit.to_dict()

@@ -38,6 +38,7 @@ from evals import policy_eval as pe
 from prada_jax import checkpointing
 from prada_jax.errors import BadInput
 from prada_jax.jsonio import write_json
+from prada_jax.rl import critic_fit
 from prada_jax.rl import policy as policy_files
 from prada_jax.traces import splits
 
@@ -143,7 +144,7 @@ def check_and_refit(policy_dir: str, out: str, *, fit_states: int = 40000,
     val = sample(n_val, jax.random.key(judge_seed + 10), judge_env, judge_params)
     mc_v = pe.mc_action_values(judge_env, judge_params, apply_fn, policy.params, val,
                                jax.random.key(judge_seed + 11), gamma=gamma, greedy=True)
-    new_params, info = pe.refit_critic(
+    new_params, info = critic_fit.refit_critic(
         apply_fn, policy.params, fit.obs, y, jax.random.key(int(seed) + 12),
         steps=int(steps), val_obs=val.obs, val_targets=pe.fit_targets(mc_v))
     log(f"[{time.time() - t0:6.1f}s] refit: best held-out loss at step {info['best_step']} "
@@ -198,7 +199,7 @@ def _write_policy(src: Path, out: Path, config, meta: dict, new_params, report: 
     keep["critic_refit"] = {
         "source": str(src), "source_step": step,
         "what": "critic torso and Q head regressed on Monte-Carlo Q(s,0), Q(s,1) of the frozen "
-                "greedy actor (evals.critic_refit); actor unchanged",
+                "greedy actor (train.critic); actor unchanged",
         "fit_states": report["fit_states"], "steps": report["refit"]["steps"],
         "best_step": report["refit"]["best_step"], "seed": report["seed"]}
     policy_files.write_policy_meta(out, keep)

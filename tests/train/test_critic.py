@@ -67,7 +67,7 @@ def test_refit_command_writes_a_loadable_policy_with_the_same_actor(tmp_path):
 
 def test_unknown_split_is_refused_before_anything_is_written(tmp_path):
     from prada_jax.errors import BadInput
-    from evals import critic_refit
+    from train import critic as critic_refit
 
     with pytest.raises(BadInput, match="--split=tset"):
         critic_refit.check_and_refit(str(tmp_path / "ppo"), str(tmp_path / "out"), split="tset")
